@@ -1,0 +1,117 @@
+// Package blob defines the small storage interface that rolloutd's shard
+// layer is built on, and the error classes every backend maps its failures to.
+//
+// Two primitives carry all of rolloutd's correctness: a create-only write and
+// a compare-and-swap on an ETag. Every backend (Azure Blob, the embedded
+// local-disk store, the in-memory store) must give them identical semantics;
+// the conformance suite in package blobtest proves it.
+package blob
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+// Error classes. Backends wrap their native errors so that callers classify
+// them with errors.Is and never by matching text.
+var (
+	// ErrNotFound: the named blob does not exist.
+	ErrNotFound = errors.New("blob: not found")
+	// ErrConditionFailed: a create-only put found the blob present, or an
+	// If-Match put/delete found a different ETag (or no blob). Azure's 409
+	// BlobAlreadyExists and 412 ConditionNotMet both map here.
+	ErrConditionFailed = errors.New("blob: condition failed")
+	// ErrNotModified: a Get with IfNoneMatch found the blob unchanged.
+	ErrNotModified = errors.New("blob: not modified")
+	// ErrUnavailable: the store throttled or could not be reached, and the
+	// request is known not to have been applied. Retrying is safe.
+	ErrUnavailable = errors.New("blob: unavailable")
+	// ErrOutcomeUnknown: a write may or may not have been applied, and the
+	// backend could not tell which. Callers re-read to decide.
+	ErrOutcomeUnknown = errors.New("blob: outcome unknown")
+	// ErrInvalidName: the blob name is not acceptable; nothing was sent.
+	ErrInvalidName = errors.New("blob: invalid name")
+	// ErrClosed: the store was closed.
+	ErrClosed = errors.New("blob: store closed")
+)
+
+// ETag identifies one version of a blob. ETags are opaque: compare them only
+// for equality and pass them back exactly as received.
+type ETag string
+
+// Attrs describes one stored blob.
+type Attrs struct {
+	Name string
+	Size int64
+	ETag ETag
+	// PutID is the idempotency key of the put that wrote this version, or ""
+	// when the writer gave none.
+	PutID        string
+	LastModified time.Time
+}
+
+// GetOptions selects what Get returns.
+type GetOptions struct {
+	// Offset and Length select a byte range. Length 0 means "to the end".
+	// A range past the end is clipped; an Offset at or past the end returns
+	// no bytes and no error.
+	Offset, Length int64
+	// IfNoneMatch makes Get return ErrNotModified when the blob's current
+	// ETag equals it.
+	IfNoneMatch ETag
+}
+
+// PutOptions makes a put conditional and idempotent.
+type PutOptions struct {
+	// IfNoneMatch makes the put create-only: it fails with
+	// ErrConditionFailed when the blob exists.
+	IfNoneMatch bool
+	// IfMatch makes the put a compare-and-swap: it fails with
+	// ErrConditionFailed unless the blob exists with exactly this ETag.
+	IfMatch ETag
+	// PutID is an idempotency key, unique per logical write. When a
+	// conditional put fails its condition only because an earlier attempt
+	// with the same PutID already landed (a retry after a lost response),
+	// the put reports success with that attempt's ETag instead of
+	// ErrConditionFailed. Backends store it with the blob.
+	PutID string
+}
+
+// DeleteOptions makes a delete conditional.
+type DeleteOptions struct {
+	// IfMatch, when set, deletes only the version with this ETag.
+	IfMatch ETag
+}
+
+// ListPage is one page of a prefix listing.
+type ListPage struct {
+	// Items are in byte-wise order of the full name, as on Azure.
+	Items []Attrs
+	// Next continues the listing; "" means this was the last page.
+	Next string
+}
+
+// Store is the storage interface the shard layer consumes.
+//
+// Every method returns nil or an error that matches (errors.Is) exactly one of
+// the classes above, or an unclassified error for anything else. Names are
+// validated with ValidateName before anything is sent.
+type Store interface {
+	// Get reads a blob, whole or a byte range. Errors: ErrNotFound,
+	// ErrNotModified (with IfNoneMatch), ErrUnavailable, ErrInvalidName.
+	Get(ctx context.Context, name string, opts GetOptions) ([]byte, Attrs, error)
+	// Head reads a blob's attributes. Errors: ErrNotFound, ErrUnavailable,
+	// ErrInvalidName.
+	Head(ctx context.Context, name string) (Attrs, error)
+	// Put writes a whole blob and returns its new attributes. Errors:
+	// ErrConditionFailed, ErrUnavailable, ErrOutcomeUnknown, ErrInvalidName.
+	Put(ctx context.Context, name string, data []byte, opts PutOptions) (Attrs, error)
+	// Delete removes a blob. Errors: ErrNotFound, ErrConditionFailed (with
+	// IfMatch), ErrUnavailable, ErrOutcomeUnknown, ErrInvalidName.
+	Delete(ctx context.Context, name string, opts DeleteOptions) error
+	// List returns up to max blobs (a backend default when max <= 0) whose
+	// names start with prefix, continuing after the token of a previous page.
+	// Errors: ErrUnavailable, ErrInvalidName (for the prefix).
+	List(ctx context.Context, prefix, token string, max int) (ListPage, error)
+}
