@@ -1,0 +1,9 @@
+.PHONY: run test bench
+
+# Runs rolloutd on the embedded local-disk store (./rolloutd-data).
+run:
+	go run ./cmd/rolloutd
+
+# Runs the whole test suite, installing Azurite and the pinned tools first.
+test:
+	./scripts/test.sh

@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Runs rolloutd's whole test suite on a fresh machine: installs what the tests
+# need (Azurite from npm, the pinned buf toolchain from the Go module proxy),
+# then vets and runs every test under the race detector.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+need() {
+	command -v "$1" >/dev/null 2>&1 || {
+		echo "test.sh: '$1' is required but not installed. $2" >&2
+		exit 1
+	}
+}
+need go "Install Go 1.26 from https://go.dev/dl/."
+need node "Install Node.js 20 (Debian: apt-get install nodejs npm) - the tests run Azurite, the Azure Storage emulator."
+need npm "Install npm (Debian: apt-get install npm)."
+
+echo "== installing Azurite (npm ci, pinned by test/azurite/package-lock.json)"
+(cd test/azurite && npm ci --no-audit --no-fund --loglevel=error)
+
+echo "== gofmt"
+unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go' -not -path './node_modules/*'))
+if [ -n "$unformatted" ]; then
+	echo "gofmt would change: $unformatted" >&2
+	exit 1
+fi
+
+echo "== go vet"
+go vet ./...
+
+echo "== go test -race"
+go test -race -count=1 -timeout 15m ./... "$@"
