@@ -86,7 +86,8 @@ type DeleteOptions struct {
 
 // ListPage is one page of a prefix listing.
 type ListPage struct {
-	// Items are in byte-wise order of the full name, as on Azure.
+	// Items are in byte-wise order of the full name, as on Azure. Their
+	// PutID may be empty: listings need not carry it; Head does.
 	Items []Attrs
 	// Next continues the listing; "" means this was the last page.
 	Next string
@@ -98,8 +99,10 @@ type ListPage struct {
 // the classes above, or an unclassified error for anything else. Names are
 // validated with ValidateName before anything is sent.
 type Store interface {
-	// Get reads a blob, whole or a byte range. Errors: ErrNotFound,
-	// ErrNotModified (with IfNoneMatch), ErrUnavailable, ErrInvalidName.
+	// Get reads a blob, whole or a byte range. The returned Attrs describe
+	// the whole blob (Size is the blob's size, not the range's). Errors:
+	// ErrNotFound, ErrNotModified (with IfNoneMatch), ErrUnavailable,
+	// ErrInvalidName.
 	Get(ctx context.Context, name string, opts GetOptions) ([]byte, Attrs, error)
 	// Head reads a blob's attributes. Errors: ErrNotFound, ErrUnavailable,
 	// ErrInvalidName.
