@@ -1,0 +1,89 @@
+package shard
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/rolloutd/rolloutd/internal/blob"
+	"github.com/rolloutd/rolloutd/internal/shard/format"
+	"github.com/rolloutd/rolloutd/internal/shard/storagepb"
+)
+
+// claim makes this writer the owner of the next epoch. It loops until its
+// conditional write wins or ctx ends; losing to a concurrent claim is normal.
+func (w *writer) claim(ctx context.Context) error {
+	name := format.ManifestName(w.shard)
+	backoff := newBackoff(w.opts)
+	for {
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("open shard %q: %w", w.shard, err)
+		}
+		cur, etag, err := readManifest(ctx, w.store, w.shard)
+		var next *storagepb.Manifest
+		put := blob.PutOptions{PutID: w.nextPutID()}
+		switch {
+		case errors.Is(err, blob.ErrNotFound):
+			next = &storagepb.Manifest{Epoch: 1, NextGeneration: 1, NextSeq: 1}
+			put.IfNoneMatch = true
+		case err != nil && retryable(err):
+			if err := backoff.wait(ctx); err != nil {
+				return fmt.Errorf("open shard %q: %w", w.shard, err)
+			}
+			continue
+		case err != nil:
+			return fmt.Errorf("open shard %q: %w", w.shard, err)
+		default:
+			next = proto.CloneOf(cur)
+			next.Epoch = cur.GetEpoch() + 1
+			put.IfMatch = etag
+		}
+		next.Owner = w.id
+		next.CommitId = put.PutID
+		next.UpdatedUnixNanos = w.opts.Clock.Now().UnixNano()
+		next.Epochs = append(next.Epochs, &storagepb.EpochRecord{Epoch: next.GetEpoch()})
+		pruneEpochs(next, w.opts.MaxEpochRecords)
+		data, err := format.EncodeManifest(next)
+		if err != nil {
+			return err
+		}
+		attrs, err := w.store.Put(ctx, name, data, put)
+		switch {
+		case err == nil:
+			w.m, w.etag, w.epoch = next, attrs.ETag, next.GetEpoch()
+			return nil
+		case errors.Is(err, blob.ErrConditionFailed):
+			// Another writer claimed first; claim the epoch after it.
+		case retryable(err):
+			// The claim may have landed. Re-reading decides: if it did,
+			// the manifest names this writer as owner.
+			m, etag, rerr := readManifest(ctx, w.store, w.shard)
+			if rerr == nil && m.GetOwner() == w.id && m.GetEpoch() == next.GetEpoch() {
+				w.m, w.etag, w.epoch = m, etag, m.GetEpoch()
+				return nil
+			}
+			if err := backoff.wait(ctx); err != nil {
+				return fmt.Errorf("open shard %q: %w", w.shard, err)
+			}
+		default:
+			return fmt.Errorf("open shard %q: claim epoch %d: %w", w.shard, next.GetEpoch(), err)
+		}
+	}
+}
+
+// pruneEpochs keeps the newest max epoch records. An older epoch's
+// unresolved commit is then undecidable (reported as ErrOutcomeUnknown,
+// never as success or fence); it takes max claims by others in the middle of
+// one commit to get there.
+func pruneEpochs(m *storagepb.Manifest, max int) {
+	if n := len(m.Epochs); n > max {
+		m.Epochs = append(m.Epochs[:0], m.Epochs[n-max:]...)
+	}
+}
+
+func (w *writer) nextPutID() string {
+	w.puts++
+	return fmt.Sprintf("%s-%d", w.id, w.puts)
+}

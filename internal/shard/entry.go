@@ -1,0 +1,80 @@
+package shard
+
+import (
+	"fmt"
+	"hash/fnv"
+	"time"
+
+	"github.com/google/uuid"
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	rolloutv1 "github.com/rolloutd/rolloutd/gen/rollout/v1"
+)
+
+// Entry is one record made ready to append: its id, its stored encoding
+// without a sequence number, and the hash of the client's own encoding.
+//
+// Prepare an Entry once, when a request arrives, and reuse it for every
+// internal retry: the id it assigns and the hash it takes must not change
+// between attempts, or a retry of a landed commit would look like a new
+// record.
+type Entry struct {
+	ID         string
+	Data       []byte
+	ClientHash uint64
+}
+
+// Field numbers of rollout.v1.Record that the server fills.
+const (
+	fieldID        = 1
+	fieldSeq       = 2
+	fieldCreatedAt = 8
+)
+
+// Prepare encodes rec for storage. It hashes the record as the client sent it
+// (ignoring seq, which is output-only), then fills what the server owns: a
+// UUIDv7 id when the id is empty and created_at (now) when it is absent. rec
+// is not modified.
+func Prepare(rec *rolloutv1.Record, now time.Time) (Entry, error) {
+	if rec.GetSeq() != 0 {
+		rec = proto.CloneOf(rec)
+		rec.Seq = 0
+	}
+	data, err := proto.MarshalOptions{Deterministic: true}.Marshal(rec)
+	if err != nil {
+		return Entry{}, fmt.Errorf("encode record %q: %w", rec.GetId(), err)
+	}
+	h := fnv.New64a()
+	h.Write(data)
+	e := Entry{ID: rec.GetId(), ClientHash: h.Sum64()}
+	// The filled fields are absent from data, so appending them yields the
+	// same message as setting them before marshalling.
+	if e.ID == "" {
+		id, err := uuid.NewV7()
+		if err != nil {
+			return Entry{}, fmt.Errorf("assign record id: %w", err)
+		}
+		e.ID = id.String()
+		data = protowire.AppendTag(data, fieldID, protowire.BytesType)
+		data = protowire.AppendString(data, e.ID)
+	}
+	if rec.GetCreatedAt() == nil {
+		ts, err := proto.Marshal(timestamppb.New(now))
+		if err != nil {
+			return Entry{}, fmt.Errorf("encode created_at: %w", err)
+		}
+		data = protowire.AppendTag(data, fieldCreatedAt, protowire.BytesType)
+		data = protowire.AppendBytes(data, ts)
+	}
+	e.Data = data
+	return e, nil
+}
+
+// withSeq returns the stored bytes of e with its sequence number set.
+func (e Entry) withSeq(dst []byte, seq uint64) []byte {
+	dst = append(dst, e.Data...)
+	dst = protowire.AppendTag(dst, fieldSeq, protowire.VarintType)
+	return protowire.AppendVarint(dst, seq)
+}

@@ -1,0 +1,158 @@
+package format
+
+import (
+	"encoding/binary"
+	"fmt"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/rolloutd/rolloutd/internal/shard/storagepb"
+)
+
+// GenerationVersion is the generation format this build writes and reads.
+const GenerationVersion = 1
+
+// A generation blob is:
+//
+//	header   magic "RLGN", version uint32 LE
+//	records  each record's protobuf bytes, back to back
+//	footer   protobuf Footer: id, seq, offset, length and CRC32C per record
+//	trailer  footer offset uint64 LE, footer length uint32 LE,
+//	         footer CRC32C uint32 LE, magic "RLGN"
+//
+// The manifest records the footer's offset and length, so a reader fetches
+// footer+trailer with one ranged GET, then any record with one more, and
+// verifies each against its own checksum.
+var genMagic = [4]byte{'R', 'L', 'G', 'N'}
+
+const (
+	genHeaderLen = 8
+	// TrailerLen is the size of a generation's fixed trailer.
+	TrailerLen = 8 + 4 + 4 + 4
+)
+
+// GenerationBuilder assembles one generation blob in memory.
+type GenerationBuilder struct {
+	buf    []byte
+	footer storagepb.Footer
+}
+
+// NewGenerationBuilder starts a generation of the shard, written under epoch
+// with number gen. sizeHint is the expected size of all records.
+func NewGenerationBuilder(shard string, epoch, gen uint64, sizeHint int) *GenerationBuilder {
+	b := &GenerationBuilder{buf: make([]byte, 0, genHeaderLen+sizeHint+sizeHint/8+64)}
+	b.buf = append(b.buf, genMagic[:]...)
+	b.buf = binary.LittleEndian.AppendUint32(b.buf, GenerationVersion)
+	b.footer.Shard, b.footer.Epoch, b.footer.Generation = shard, epoch, gen
+	return b
+}
+
+// Add appends one record's encoded bytes. Records must be added in sequence
+// order.
+func (b *GenerationBuilder) Add(id string, seq uint64, record []byte, clientHash uint64) {
+	b.footer.Entries = append(b.footer.Entries, &storagepb.FooterEntry{
+		Id:         id,
+		Seq:        seq,
+		Offset:     uint64(len(b.buf)),
+		Length:     uint32(len(record)),
+		Crc32C:     Checksum(record),
+		ClientHash: clientHash,
+	})
+	b.buf = append(b.buf, record...)
+}
+
+// Len is the number of records added so far.
+func (b *GenerationBuilder) Len() int { return len(b.footer.Entries) }
+
+// Finish completes the blob. It returns the bytes, the footer, and where the
+// footer starts and how long it is.
+func (b *GenerationBuilder) Finish() (data []byte, footer *storagepb.Footer, footerOffset uint64, footerLen uint32, err error) {
+	fb, err := proto.MarshalOptions{Deterministic: true}.Marshal(&b.footer)
+	if err != nil {
+		return nil, nil, 0, 0, fmt.Errorf("encode footer: %w", err)
+	}
+	off := uint64(len(b.buf))
+	out := append(b.buf, fb...)
+	out = binary.LittleEndian.AppendUint64(out, off)
+	out = binary.LittleEndian.AppendUint32(out, uint32(len(fb)))
+	out = binary.LittleEndian.AppendUint32(out, Checksum(fb))
+	out = append(out, genMagic[:]...)
+	b.buf = nil
+	return out, &b.footer, off, uint32(len(fb)), nil
+}
+
+// DecodeFooter verifies and parses a generation's tail: the bytes from
+// footerOffset to the end of the blob (footer plus trailer).
+func DecodeFooter(tail []byte, footerOffset uint64) (*storagepb.Footer, error) {
+	if len(tail) < TrailerLen {
+		return nil, fmt.Errorf("%w: generation tail of %d bytes is shorter than its %d-byte trailer", ErrCorrupt, len(tail), TrailerLen)
+	}
+	tr := tail[len(tail)-TrailerLen:]
+	if [4]byte(tr[16:20]) != genMagic {
+		return nil, fmt.Errorf("%w: generation trailer has bad magic %q", ErrCorrupt, tr[16:20])
+	}
+	off := binary.LittleEndian.Uint64(tr[0:8])
+	n := binary.LittleEndian.Uint32(tr[8:12])
+	if off != footerOffset || uint64(n) != uint64(len(tail)-TrailerLen) {
+		return nil, fmt.Errorf("%w: generation trailer says footer at %d+%d, expected %d+%d", ErrCorrupt, off, n, footerOffset, len(tail)-TrailerLen)
+	}
+	fb := tail[:n]
+	if want, got := binary.LittleEndian.Uint32(tr[12:16]), Checksum(fb); want != got {
+		return nil, fmt.Errorf("%w: footer checksum %08x, computed %08x", ErrCorrupt, want, got)
+	}
+	f := &storagepb.Footer{}
+	if err := proto.Unmarshal(fb, f); err != nil {
+		return nil, fmt.Errorf("%w: footer: %v", ErrCorrupt, err)
+	}
+	var prevEnd, prevSeq uint64 = genHeaderLen, 0
+	for i, e := range f.GetEntries() {
+		if e.GetOffset() < prevEnd || e.GetOffset()+uint64(e.GetLength()) > footerOffset {
+			return nil, fmt.Errorf("%w: footer entry %d (%q) at %d+%d is outside the record area or overlaps", ErrCorrupt, i, e.GetId(), e.GetOffset(), e.GetLength())
+		}
+		if i > 0 && e.GetSeq() <= prevSeq {
+			return nil, fmt.Errorf("%w: footer entry %d (%q): seq %d not above %d", ErrCorrupt, i, e.GetId(), e.GetSeq(), prevSeq)
+		}
+		prevEnd, prevSeq = e.GetOffset()+uint64(e.GetLength()), e.GetSeq()
+	}
+	return f, nil
+}
+
+// DecodeGeneration verifies and parses a whole generation blob, returning its
+// footer. Use Record to get each record's bytes.
+func DecodeGeneration(data []byte) (*storagepb.Footer, error) {
+	if len(data) < genHeaderLen+TrailerLen {
+		return nil, fmt.Errorf("%w: generation of %d bytes is shorter than its frame", ErrCorrupt, len(data))
+	}
+	if [4]byte(data[:4]) != genMagic {
+		return nil, fmt.Errorf("%w: generation has bad magic %q", ErrCorrupt, data[:4])
+	}
+	if v := binary.LittleEndian.Uint32(data[4:8]); v != GenerationVersion {
+		return nil, fmt.Errorf("%w: generation format version %d, this build reads %d", ErrCorrupt, v, GenerationVersion)
+	}
+	off := binary.LittleEndian.Uint64(data[len(data)-TrailerLen:])
+	if off < genHeaderLen || off > uint64(len(data)-TrailerLen) {
+		return nil, fmt.Errorf("%w: generation footer offset %d outside %d..%d", ErrCorrupt, off, genHeaderLen, len(data)-TrailerLen)
+	}
+	f, err := DecodeFooter(data[off:], off)
+	if err != nil {
+		return nil, err
+	}
+	for _, e := range f.GetEntries() {
+		if _, err := Record(data[e.GetOffset():e.GetOffset()+uint64(e.GetLength())], e); err != nil {
+			return nil, err
+		}
+	}
+	return f, nil
+}
+
+// Record verifies one record's bytes (as read by a ranged GET at the entry's
+// offset and length) against its footer entry and returns them.
+func Record(b []byte, e *storagepb.FooterEntry) ([]byte, error) {
+	if uint64(len(b)) != uint64(e.GetLength()) {
+		return nil, fmt.Errorf("%w: record %q: read %d bytes, footer says %d", ErrCorrupt, e.GetId(), len(b), e.GetLength())
+	}
+	if got := Checksum(b); got != e.GetCrc32C() {
+		return nil, fmt.Errorf("%w: record %q: checksum %08x, footer says %08x", ErrCorrupt, e.GetId(), got, e.GetCrc32C())
+	}
+	return b, nil
+}

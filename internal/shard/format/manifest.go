@@ -1,0 +1,95 @@
+package format
+
+import (
+	"encoding/binary"
+	"fmt"
+	"hash/crc32"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/rolloutd/rolloutd/internal/shard/storagepb"
+)
+
+// ManifestVersion is the manifest format this build writes and reads.
+const ManifestVersion = 1
+
+// A manifest blob is: magic, version (uint32 LE), the protobuf Manifest, then
+// the CRC32C (uint32 LE) of everything before it.
+var manifestMagic = [4]byte{'R', 'L', 'M', 'F'}
+
+const manifestOverhead = 4 + 4 + 4
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// Checksum is the CRC32C used by every stored format.
+func Checksum(b []byte) uint32 { return crc32.Checksum(b, castagnoli) }
+
+// EncodeManifest serializes m.
+func EncodeManifest(m *storagepb.Manifest) ([]byte, error) {
+	body, err := proto.MarshalOptions{Deterministic: true}.Marshal(m)
+	if err != nil {
+		return nil, fmt.Errorf("encode manifest: %w", err)
+	}
+	out := make([]byte, 0, manifestOverhead+len(body))
+	out = append(out, manifestMagic[:]...)
+	out = binary.LittleEndian.AppendUint32(out, ManifestVersion)
+	out = append(out, body...)
+	return binary.LittleEndian.AppendUint32(out, Checksum(out)), nil
+}
+
+// DecodeManifest parses and verifies a manifest blob.
+func DecodeManifest(b []byte) (*storagepb.Manifest, error) {
+	if len(b) < manifestOverhead {
+		return nil, fmt.Errorf("%w: manifest of %d bytes is shorter than its %d-byte frame", ErrCorrupt, len(b), manifestOverhead)
+	}
+	if [4]byte(b[:4]) != manifestMagic {
+		return nil, fmt.Errorf("%w: manifest has bad magic %q", ErrCorrupt, b[:4])
+	}
+	if v := binary.LittleEndian.Uint32(b[4:8]); v != ManifestVersion {
+		return nil, fmt.Errorf("%w: manifest format version %d, this build reads %d", ErrCorrupt, v, ManifestVersion)
+	}
+	n := len(b) - 4
+	if want, got := binary.LittleEndian.Uint32(b[n:]), Checksum(b[:n]); want != got {
+		return nil, fmt.Errorf("%w: manifest checksum %08x, computed %08x", ErrCorrupt, want, got)
+	}
+	m := &storagepb.Manifest{}
+	if err := proto.Unmarshal(b[8:n], m); err != nil {
+		return nil, fmt.Errorf("%w: manifest body: %v", ErrCorrupt, err)
+	}
+	if err := checkManifest(m); err != nil {
+		return nil, fmt.Errorf("%w: manifest: %v", ErrCorrupt, err)
+	}
+	return m, nil
+}
+
+// checkManifest verifies the invariants every reader relies on, so that a
+// manifest that decodes but lies is still caught.
+func checkManifest(m *storagepb.Manifest) error {
+	if m.GetEpoch() == 0 {
+		return fmt.Errorf("epoch 0")
+	}
+	if m.GetNextSeq() == 0 {
+		return fmt.Errorf("next_seq 0")
+	}
+	var prevLast uint64
+	for i, g := range m.GetGenerations() {
+		switch {
+		case g.GetFirstSeq() == 0 || g.GetLastSeq() < g.GetFirstSeq():
+			return fmt.Errorf("generation %d: bad sequence range %d..%d", g.GetNumber(), g.GetFirstSeq(), g.GetLastSeq())
+		case i > 0 && g.GetFirstSeq() <= prevLast:
+			return fmt.Errorf("generation %d: sequence range %d..%d overlaps or precedes %d", g.GetNumber(), g.GetFirstSeq(), g.GetLastSeq(), prevLast)
+		case g.GetLastSeq() >= m.GetNextSeq():
+			return fmt.Errorf("generation %d: last seq %d not below next_seq %d", g.GetNumber(), g.GetLastSeq(), m.GetNextSeq())
+		case g.GetNumber() >= m.GetNextGeneration():
+			return fmt.Errorf("generation %d: not below next_generation %d", g.GetNumber(), m.GetNextGeneration())
+		case g.GetEpoch() == 0 || g.GetEpoch() > m.GetEpoch():
+			return fmt.Errorf("generation %d: epoch %d outside 1..%d", g.GetNumber(), g.GetEpoch(), m.GetEpoch())
+		case uint64(g.GetFooterOffset())+uint64(g.GetFooterLength()) > g.GetBytes():
+			return fmt.Errorf("generation %d: footer %d+%d past size %d", g.GetNumber(), g.GetFooterOffset(), g.GetFooterLength(), g.GetBytes())
+		case g.GetLastSeq()-g.GetFirstSeq()+1 != uint64(g.GetRecords()):
+			return fmt.Errorf("generation %d: %d records for sequence range %d..%d", g.GetNumber(), g.GetRecords(), g.GetFirstSeq(), g.GetLastSeq())
+		}
+		prevLast = g.GetLastSeq()
+	}
+	return nil
+}

@@ -1,0 +1,172 @@
+package shard
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/hashicorp/golang-lru/v2/simplelru"
+	"go.uber.org/zap"
+	"google.golang.org/protobuf/proto"
+
+	rolloutv1 "github.com/rolloutd/rolloutd/gen/rollout/v1"
+	"github.com/rolloutd/rolloutd/internal/blob"
+	"github.com/rolloutd/rolloutd/internal/shard/format"
+	"github.com/rolloutd/rolloutd/internal/shard/storagepb"
+)
+
+// ReaderOptions configures a Reader.
+type ReaderOptions struct {
+	// Logger; nil means no logging.
+	Logger *zap.Logger
+	// Cache holds generation footer indexes; share the writers' cache.
+	Cache *IndexCache
+	// MaxManifests bounds how many shards' last manifests are kept for
+	// conditional GETs. Default 4096.
+	MaxManifests int
+}
+
+// Reader reads records of any shard. It holds no shard state beyond caches,
+// so any instance can use it with or without a resident writer.
+type Reader struct {
+	store blob.Store
+	cache *IndexCache
+	log   *zap.Logger
+
+	mu        sync.Mutex
+	manifests *simplelru.LRU[string, cachedManifest]
+}
+
+type cachedManifest struct {
+	m    *storagepb.Manifest // never mutated once cached
+	etag blob.ETag
+}
+
+// NewReader returns a Reader over store.
+func NewReader(store blob.Store, opts ReaderOptions) *Reader {
+	if opts.Logger == nil {
+		opts.Logger = zap.NewNop()
+	}
+	if opts.Cache == nil {
+		opts.Cache = NewIndexCache(8 << 20)
+	}
+	if opts.MaxManifests <= 0 {
+		opts.MaxManifests = 4096
+	}
+	lru, err := simplelru.NewLRU[string, cachedManifest](opts.MaxManifests, nil)
+	if err != nil {
+		panic(err) // only for a non-positive size
+	}
+	return &Reader{store: store, cache: opts.Cache, log: opts.Logger, manifests: lru}
+}
+
+// maxReadRetries bounds how often Get re-reads the manifest because a
+// generation it listed was merged away and deleted meanwhile.
+const maxReadRetries = 3
+
+// Get returns the record with id in shard. It always reads the current
+// manifest (a conditional GET when cached), so it sees every append
+// acknowledged before it started, by any instance.
+//
+// Errors: ErrShardNotFound, ErrRecordNotFound, ErrCorrupt naming the blob,
+// or a storage error (blob.ErrUnavailable, …).
+func (r *Reader) Get(ctx context.Context, shard, id string) (*rolloutv1.Record, error) {
+	var lastErr error
+	for range maxReadRetries {
+		m, err := r.Manifest(ctx, shard)
+		if err != nil {
+			return nil, err
+		}
+		rec, err := r.find(ctx, shard, m, id)
+		if !errors.Is(err, blob.ErrNotFound) {
+			return rec, err
+		}
+		lastErr = err
+	}
+	return nil, fmt.Errorf("shard %q: generations kept vanishing while reading %q: %w", shard, id, lastErr)
+}
+
+// Manifest reads the shard's current manifest. The result must not be
+// modified.
+func (r *Reader) Manifest(ctx context.Context, shard string) (*storagepb.Manifest, error) {
+	name := format.ManifestName(shard)
+	r.mu.Lock()
+	cached, ok := r.manifests.Get(shard)
+	r.mu.Unlock()
+	var opts blob.GetOptions
+	if ok {
+		opts.IfNoneMatch = cached.etag
+	}
+	data, attrs, err := r.store.Get(ctx, name, opts)
+	switch {
+	case ok && errors.Is(err, blob.ErrNotModified):
+		return cached.m, nil
+	case errors.Is(err, blob.ErrNotFound):
+		return nil, fmt.Errorf("shard %q: %w", shard, ErrShardNotFound)
+	case err != nil:
+		return nil, fmt.Errorf("shard %q: read manifest: %w", shard, err)
+	}
+	m, err := format.DecodeManifest(data)
+	if err != nil {
+		return nil, fmt.Errorf("%w: blob %s: %w", ErrCorrupt, name, err)
+	}
+	r.mu.Lock()
+	r.manifests.Add(shard, cachedManifest{m: m, etag: attrs.ETag})
+	r.mu.Unlock()
+	return m, nil
+}
+
+// find looks id up in the manifest's live generations, newest first.
+// A generation that is gone yields blob.ErrNotFound, so Get re-reads.
+func (r *Reader) find(ctx context.Context, shard string, m *storagepb.Manifest, id string) (*rolloutv1.Record, error) {
+	gens := m.GetGenerations()
+	for i := len(gens) - 1; i >= 0; i-- {
+		g := gens[i]
+		idx, err := loadIndex(ctx, r.store, r.cache, shard, g)
+		if err != nil {
+			return nil, err
+		}
+		e, ok := idx.byID[id]
+		if !ok {
+			continue
+		}
+		name := format.GenerationName(shard, g.GetEpoch(), g.GetNumber())
+		data, _, err := r.store.Get(ctx, name, blob.GetOptions{Offset: int64(e.GetOffset()), Length: int64(e.GetLength())})
+		if err != nil {
+			return nil, fmt.Errorf("shard %q: read record %q from %s: %w", shard, id, name, err)
+		}
+		if _, err := format.Record(data, e); err != nil {
+			return nil, fmt.Errorf("%w: blob %s: %w", ErrCorrupt, name, err)
+		}
+		rec := &rolloutv1.Record{}
+		if err := proto.Unmarshal(data, rec); err != nil {
+			return nil, fmt.Errorf("%w: blob %s: record %q: %w", ErrCorrupt, name, id, err)
+		}
+		return rec, nil
+	}
+	return nil, fmt.Errorf("shard %q: id %q: %w", shard, id, ErrRecordNotFound)
+}
+
+// loadIndex returns the footer index of generation g, from the cache or with
+// one ranged GET of its footer.
+func loadIndex(ctx context.Context, store blob.Store, cache *IndexCache, shard string, g *storagepb.Generation) (*index, error) {
+	name := format.GenerationName(shard, g.GetEpoch(), g.GetNumber())
+	if idx, ok := cache.get(name); ok {
+		return idx, nil
+	}
+	tail, _, err := store.Get(ctx, name, blob.GetOptions{Offset: int64(g.GetFooterOffset())})
+	if err != nil {
+		return nil, fmt.Errorf("shard %q: read footer of %s: %w", shard, name, err)
+	}
+	f, err := format.DecodeFooter(tail, g.GetFooterOffset())
+	if err != nil {
+		return nil, fmt.Errorf("%w: blob %s: %w", ErrCorrupt, name, err)
+	}
+	if f.GetShard() != shard || f.GetEpoch() != g.GetEpoch() || f.GetGeneration() != g.GetNumber() {
+		return nil, fmt.Errorf("%w: blob %s: footer names shard %q epoch %d generation %d", ErrCorrupt, name, f.GetShard(), f.GetEpoch(), f.GetGeneration())
+	}
+	idx := newIndex(f)
+	cache.add(name, idx)
+	return idx, nil
+}
