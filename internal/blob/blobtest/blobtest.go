@@ -780,6 +780,7 @@ func testValidNames(e *env) {
 		e.name("A"), e.name("%41"), e.name("a%2Fb"), e.name("x~b"), e.name("x~d"), e.name("~"), e.name("x"),
 		e.name("Mixed Case/sp ace/ünïcödé/日本語/a+b=c,d;e@f!g'h(i)j$k&l"),
 		e.name("dots/..x/x../.../a.b"),
+		e.name(strings.Repeat("M", 300) + "/leaf"), e.name(strings.Repeat("M", 300) + "-"),
 	}
 	if len(long) != blob.MaxNameBytes || deep.Len() != blob.MaxNameBytes {
 		e.t.Fatalf("suite bug: long names have %d and %d bytes", len(long), deep.Len())

@@ -1,0 +1,212 @@
+package localstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+
+	"github.com/rolloutd/rolloutd/internal/blob"
+)
+
+// List implements blob.Store. Names come in byte-wise order of the full
+// name, as on Azure, not in directory-walk order: "a-c" < "a.b" < "a/b" <
+// "a0". The walk sorts each directory's entries by the key a file's name or
+// a directory's name plus "/" would have, which yields exactly that order,
+// and skips subtrees that lie wholly before the token or outside the prefix.
+// The token is the last name of the previous page.
+func (s *Store) List(ctx context.Context, prefix, token string, max int) (blob.ListPage, error) {
+	if err := blob.ValidatePrefix(prefix); err != nil {
+		return blob.ListPage{}, err
+	}
+	done, err := s.enter(ctx, "list", prefix)
+	if err != nil {
+		return blob.ListPage{}, err
+	}
+	defer done()
+	if max <= 0 {
+		max = DefaultListMax
+	}
+	dirPrefix := prefix[:strings.LastIndex(prefix, "/")+1]
+	dir, err := s.dirPath(dirPrefix)
+	if err != nil {
+		return blob.ListPage{}, err
+	}
+	w := walker{s: s, ctx: ctx, prefix: prefix, token: token, limit: max + 1}
+	if err := w.walk(dir, dirPrefix); err != nil {
+		return blob.ListPage{}, fmt.Errorf("localstore: list %q: %w", prefix, err)
+	}
+	var page blob.ListPage
+	if len(w.items) > max {
+		page.Items = w.items[:max]
+		page.Next = w.items[max-1].Name
+	} else {
+		page.Items = w.items
+	}
+	return page, nil
+}
+
+type walker struct {
+	s             *Store
+	ctx           context.Context
+	prefix, token string
+	limit         int
+	items         []blob.Attrs
+}
+
+type entry struct {
+	key   string // full name, plus "/" for a directory
+	path  string
+	isDir bool
+}
+
+// walk lists dir, whose blobs all start with namePrefix, into w.items.
+func (w *walker) walk(dir, namePrefix string) error {
+	if err := w.ctx.Err(); err != nil {
+		return err
+	}
+	des, err := os.ReadDir(dir)
+	if errors.Is(err, fs.ErrNotExist) || errors.Is(err, os.ErrNotExist) {
+		return nil // never created, or pruned by a concurrent Delete
+	}
+	if err != nil {
+		return err
+	}
+	var ents []entry
+	for _, de := range des {
+		path := filepath.Join(dir, de.Name())
+		kind, seg := parseEntry(de.Name(), de.IsDir())
+		var err error
+		switch kind {
+		case foreign:
+			continue
+		case hashedFile:
+			seg, err = w.segmentOfFile(path, namePrefix)
+		case hashedDir:
+			seg, err = w.segmentOfDir(path, namePrefix)
+		}
+		if err != nil {
+			return err
+		}
+		if seg == "" {
+			continue
+		}
+		full := namePrefix + seg
+		if de.IsDir() {
+			key := full + "/"
+			if !strings.HasPrefix(key, w.prefix) && !strings.HasPrefix(w.prefix, key) {
+				continue
+			}
+			if key < w.token && !strings.HasPrefix(w.token, key) {
+				continue // every name below sorts before the token
+			}
+			ents = append(ents, entry{key, path, true})
+		} else if strings.HasPrefix(full, w.prefix) && full > w.token {
+			ents = append(ents, entry{full, path, false})
+		}
+	}
+	sort.Slice(ents, func(i, j int) bool { return ents[i].key < ents[j].key })
+	for _, e := range ents {
+		if e.isDir {
+			if err := w.walk(e.path, e.key); err != nil {
+				return err
+			}
+		} else if err := w.add(e); err != nil {
+			return err
+		}
+		if len(w.items) >= w.limit {
+			return nil
+		}
+	}
+	return nil
+}
+
+func (w *walker) add(e entry) error {
+	f, err := os.Open(e.path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil // deleted since ReadDir
+	}
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	a, _, err := readHeader(f)
+	if err != nil {
+		return fmt.Errorf("%s: %w", e.path, err)
+	}
+	if a.Name != e.key {
+		return fmt.Errorf("%w: %s holds %q", errCorrupt, e.path, a.Name)
+	}
+	w.items = append(w.items, a)
+	return nil
+}
+
+// segmentOfFile reads the last segment of a hashed file's name from its
+// header ("" if the file vanished).
+func (w *walker) segmentOfFile(path, namePrefix string) (string, error) {
+	name, err := nameInFile(path)
+	if err != nil || name == "" {
+		return "", err
+	}
+	seg, ok := strings.CutPrefix(name, namePrefix)
+	if !ok || strings.Contains(seg, "/") || escapeSegment(seg)+fileSuffix != filepath.Base(path) {
+		return "", fmt.Errorf("%w: %s holds %q", errCorrupt, path, name)
+	}
+	return seg, nil
+}
+
+// segmentOfDir recovers a hashed directory's segment from the name of any
+// blob below it ("" if it holds none).
+func (w *walker) segmentOfDir(dir, namePrefix string) (string, error) {
+	var name string
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			if errors.Is(err, fs.ErrNotExist) {
+				return nil
+			}
+			return err
+		}
+		if d.IsDir() || !strings.HasSuffix(d.Name(), fileSuffix) {
+			return nil
+		}
+		if name, err = nameInFile(p); err != nil || name != "" {
+			if err == nil {
+				err = filepath.SkipAll
+			}
+			return err
+		}
+		return nil
+	})
+	if err != nil && !errors.Is(err, filepath.SkipAll) {
+		return "", err
+	}
+	if name == "" {
+		return "", nil
+	}
+	rest, ok := strings.CutPrefix(name, namePrefix)
+	seg, _, _ := strings.Cut(rest, "/")
+	if !ok || escapeSegment(seg) != filepath.Base(dir) {
+		return "", fmt.Errorf("%w: %s holds %q", errCorrupt, dir, name)
+	}
+	return seg, nil
+}
+
+func nameInFile(path string) (string, error) {
+	f, err := os.Open(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return "", nil
+	}
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	a, _, err := readHeader(f)
+	if err != nil {
+		return "", fmt.Errorf("%s: %w", path, err)
+	}
+	return a.Name, nil
+}
