@@ -16,19 +16,22 @@ const GenerationVersion = 1
 //
 //	header   magic "RLGN", version uint32 LE
 //	records  each record's protobuf bytes, back to back
+//	filter   Bloom filter over the record ids
 //	footer   protobuf Footer: id, seq, offset, length and CRC32C per record
 //	trailer  footer offset uint64 LE, footer length uint32 LE,
-//	         footer CRC32C uint32 LE, magic "RLGN"
+//	         footer CRC32C uint32 LE, filter length uint32 LE,
+//	         filter CRC32C uint32 LE, magic "RLGN"
 //
-// The manifest records the footer's offset and length, so a reader fetches
-// footer+trailer with one ranged GET, then any record with one more, and
-// verifies each against its own checksum.
+// The manifest records where the filter and footer are, so a writer checks
+// an id against the small filter with one ranged GET, a reader fetches
+// footer+trailer with one, then any record with one more, and each piece is
+// verified against its own checksum.
 var genMagic = [4]byte{'R', 'L', 'G', 'N'}
 
 const (
 	genHeaderLen = 8
 	// TrailerLen is the size of a generation's fixed trailer.
-	TrailerLen = 8 + 4 + 4 + 4
+	TrailerLen = 8 + 4 + 4 + 4 + 4 + 4
 )
 
 // GenerationBuilder assembles one generation blob in memory.
@@ -64,21 +67,46 @@ func (b *GenerationBuilder) Add(id string, seq uint64, record []byte, clientHash
 // Len is the number of records added so far.
 func (b *GenerationBuilder) Len() int { return len(b.footer.Entries) }
 
-// Finish completes the blob. It returns the bytes, the footer, and where the
-// footer starts and how long it is.
-func (b *GenerationBuilder) Finish() (data []byte, footer *storagepb.Footer, footerOffset uint64, footerLen uint32, err error) {
+// Layout is a finished generation blob and where its parts are.
+type Layout struct {
+	Data         []byte
+	Footer       *storagepb.Footer
+	FooterOffset uint64
+	FooterLength uint32
+	FilterLength uint32
+	FilterCRC    uint32
+}
+
+// FilterOffset is where the id filter starts.
+func (l Layout) FilterOffset() uint64 { return l.FooterOffset - uint64(l.FilterLength) }
+
+// Finish completes the blob.
+func (b *GenerationBuilder) Finish() (Layout, error) {
+	ids := make([]string, len(b.footer.Entries))
+	for i, e := range b.footer.Entries {
+		ids[i] = e.Id
+	}
+	filter, err := encodeFilter(ids)
+	if err != nil {
+		return Layout{}, err
+	}
 	fb, err := proto.MarshalOptions{Deterministic: true}.Marshal(&b.footer)
 	if err != nil {
-		return nil, nil, 0, 0, fmt.Errorf("encode footer: %w", err)
+		return Layout{}, fmt.Errorf("encode footer: %w", err)
 	}
-	off := uint64(len(b.buf))
-	out := append(b.buf, fb...)
-	out = binary.LittleEndian.AppendUint64(out, off)
-	out = binary.LittleEndian.AppendUint32(out, uint32(len(fb)))
+	l := Layout{Footer: &b.footer, FilterLength: uint32(len(filter)), FilterCRC: Checksum(filter), FooterLength: uint32(len(fb))}
+	out := append(b.buf, filter...)
+	l.FooterOffset = uint64(len(out))
+	out = append(out, fb...)
+	out = binary.LittleEndian.AppendUint64(out, l.FooterOffset)
+	out = binary.LittleEndian.AppendUint32(out, l.FooterLength)
 	out = binary.LittleEndian.AppendUint32(out, Checksum(fb))
+	out = binary.LittleEndian.AppendUint32(out, l.FilterLength)
+	out = binary.LittleEndian.AppendUint32(out, l.FilterCRC)
 	out = append(out, genMagic[:]...)
+	l.Data = out
 	b.buf = nil
-	return out, &b.footer, off, uint32(len(fb)), nil
+	return l, nil
 }
 
 // DecodeFooter verifies and parses a generation's tail: the bytes from
@@ -88,8 +116,8 @@ func DecodeFooter(tail []byte, footerOffset uint64) (*storagepb.Footer, error) {
 		return nil, fmt.Errorf("%w: generation tail of %d bytes is shorter than its %d-byte trailer", ErrCorrupt, len(tail), TrailerLen)
 	}
 	tr := tail[len(tail)-TrailerLen:]
-	if [4]byte(tr[16:20]) != genMagic {
-		return nil, fmt.Errorf("%w: generation trailer has bad magic %q", ErrCorrupt, tr[16:20])
+	if [4]byte(tr[24:28]) != genMagic {
+		return nil, fmt.Errorf("%w: generation trailer has bad magic %q", ErrCorrupt, tr[24:28])
 	}
 	off := binary.LittleEndian.Uint64(tr[0:8])
 	n := binary.LittleEndian.Uint32(tr[8:12])
@@ -104,9 +132,14 @@ func DecodeFooter(tail []byte, footerOffset uint64) (*storagepb.Footer, error) {
 	if err := proto.Unmarshal(fb, f); err != nil {
 		return nil, fmt.Errorf("%w: footer: %v", ErrCorrupt, err)
 	}
+	filterLen := uint64(binary.LittleEndian.Uint32(tr[16:20]))
+	if filterLen > footerOffset {
+		return nil, fmt.Errorf("%w: generation trailer says filter of %d bytes before footer at %d", ErrCorrupt, filterLen, footerOffset)
+	}
+	recordsEnd := footerOffset - filterLen
 	var prevEnd, prevSeq uint64 = genHeaderLen, 0
 	for i, e := range f.GetEntries() {
-		if e.GetOffset() < prevEnd || e.GetOffset()+uint64(e.GetLength()) > footerOffset {
+		if e.GetOffset() < prevEnd || e.GetOffset()+uint64(e.GetLength()) > recordsEnd {
 			return nil, fmt.Errorf("%w: footer entry %d (%q) at %d+%d is outside the record area or overlaps", ErrCorrupt, i, e.GetId(), e.GetOffset(), e.GetLength())
 		}
 		if i > 0 && e.GetSeq() <= prevSeq {
@@ -135,6 +168,11 @@ func DecodeGeneration(data []byte) (*storagepb.Footer, error) {
 	}
 	f, err := DecodeFooter(data[off:], off)
 	if err != nil {
+		return nil, err
+	}
+	tr := data[len(data)-TrailerLen:]
+	filterLen := uint64(binary.LittleEndian.Uint32(tr[16:20]))
+	if _, err := DecodeFilter(data[off-filterLen:off], binary.LittleEndian.Uint32(tr[20:24])); err != nil {
 		return nil, err
 	}
 	for _, e := range f.GetEntries() {

@@ -86,6 +86,8 @@ func checkManifest(m *storagepb.Manifest) error {
 			return fmt.Errorf("generation %d: epoch %d outside 1..%d", g.GetNumber(), g.GetEpoch(), m.GetEpoch())
 		case uint64(g.GetFooterOffset())+uint64(g.GetFooterLength()) > g.GetBytes():
 			return fmt.Errorf("generation %d: footer %d+%d past size %d", g.GetNumber(), g.GetFooterOffset(), g.GetFooterLength(), g.GetBytes())
+		case uint64(g.GetFilterLength()) > g.GetFooterOffset():
+			return fmt.Errorf("generation %d: filter of %d bytes before footer at %d", g.GetNumber(), g.GetFilterLength(), g.GetFooterOffset())
 		case g.GetLastSeq()-g.GetFirstSeq()+1 != uint64(g.GetRecords()):
 			return fmt.Errorf("generation %d: %d records for sequence range %d..%d", g.GetNumber(), g.GetRecords(), g.GetFirstSeq(), g.GetLastSeq())
 		}

@@ -8,14 +8,17 @@ import (
 
 // The blob layout of one shard:
 //
-//	shards/<shard>/manifest
-//	shards/<shard>/g/<epoch as 16 hex digits>-<generation as 16 hex digits>
+//	shards/<shard>/_manifest
+//	shards/<shard>/_g/<epoch as 16 hex digits>-<generation as 16 hex digits>
 //
-// Fixed-width hex keeps a listing of generations in (epoch, generation) order.
+// A shard segment starts with a letter or digit (package validate), so the
+// "_" names can never collide with a nested shard's prefix: shard "a" and
+// shard "a/manifest" live side by side, on Azure and on a local disk. Fixed-
+// width hex keeps a listing of generations in (epoch, generation) order.
 const (
 	shardsRoot     = "shards/"
-	manifestSuffix = "/manifest"
-	genDir         = "/g/"
+	manifestSuffix = "/_manifest"
+	genDir         = "/_g/"
 )
 
 // ShardPrefix is the prefix under which every blob of the shard lives. The

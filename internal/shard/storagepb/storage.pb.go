@@ -182,8 +182,11 @@ type Generation struct {
 	CreatedUnixNanos int64 `protobuf:"varint,9,opt,name=created_unix_nanos,json=createdUnixNanos,proto3" json:"created_unix_nanos,omitempty"`
 	// Merge level: 0 for a commit, n+1 for a merge of level-n generations.
 	Level uint32 `protobuf:"varint,10,opt,name=level,proto3" json:"level,omitempty"`
-	// Bloom filter over the record ids in the generation (see package bloom).
-	IdFilter      []byte `protobuf:"bytes,11,opt,name=id_filter,json=idFilter,proto3" json:"id_filter,omitempty"`
+	// Length of the Bloom filter over the generation's record ids; it sits just
+	// before the footer, so a writer checks an id without loading the index.
+	FilterLength uint32 `protobuf:"varint,11,opt,name=filter_length,json=filterLength,proto3" json:"filter_length,omitempty"`
+	// CRC32C of the Bloom filter bytes.
+	FilterCrc32C  uint32 `protobuf:"fixed32,12,opt,name=filter_crc32c,json=filterCrc32c,proto3" json:"filter_crc32c,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -288,11 +291,18 @@ func (x *Generation) GetLevel() uint32 {
 	return 0
 }
 
-func (x *Generation) GetIdFilter() []byte {
+func (x *Generation) GetFilterLength() uint32 {
 	if x != nil {
-		return x.IdFilter
+		return x.FilterLength
 	}
-	return nil
+	return 0
+}
+
+func (x *Generation) GetFilterCrc32C() uint32 {
+	if x != nil {
+		return x.FilterCrc32C
+	}
+	return 0
 }
 
 // Retired is a generation replaced by a merge and no longer referenced.
@@ -595,7 +605,7 @@ const file_rolloutd_storage_v1_storage_proto_rawDesc = "" +
 	"\tcommit_id\x18\b \x01(\tR\bcommitId\x12,\n" +
 	"\x12updated_unix_nanos\x18\t \x01(\x03R\x10updatedUnixNanos\x12!\n" +
 	"\frecord_count\x18\n" +
-	" \x01(\x04R\vrecordCount\"\xcd\x02\n" +
+	" \x01(\x04R\vrecordCount\"\xfa\x02\n" +
 	"\n" +
 	"Generation\x12\x16\n" +
 	"\x06number\x18\x01 \x01(\x04R\x06number\x12\x14\n" +
@@ -608,8 +618,9 @@ const file_rolloutd_storage_v1_storage_proto_rawDesc = "" +
 	"\rfooter_length\x18\b \x01(\rR\ffooterLength\x12,\n" +
 	"\x12created_unix_nanos\x18\t \x01(\x03R\x10createdUnixNanos\x12\x14\n" +
 	"\x05level\x18\n" +
-	" \x01(\rR\x05level\x12\x1b\n" +
-	"\tid_filter\x18\v \x01(\fR\bidFilter\"e\n" +
+	" \x01(\rR\x05level\x12#\n" +
+	"\rfilter_length\x18\v \x01(\rR\ffilterLength\x12#\n" +
+	"\rfilter_crc32c\x18\f \x01(\aR\ffilterCrc32c\"e\n" +
 	"\aRetired\x12\x16\n" +
 	"\x06number\x18\x01 \x01(\x04R\x06number\x12\x14\n" +
 	"\x05epoch\x18\x02 \x01(\x04R\x05epoch\x12,\n" +

@@ -1,0 +1,52 @@
+package format
+
+import (
+	"encoding/binary"
+	"fmt"
+
+	"github.com/bits-and-blooms/bloom/v3"
+)
+
+// filterFalsePositiveRate is the Bloom filters' target: one append in a
+// hundred pays an index lookup for an id that is not there.
+const filterFalsePositiveRate = 0.01
+
+// maxFilterHashes bounds k in a decoded filter; the library picks far fewer.
+const maxFilterHashes = 64
+
+func encodeFilter(ids []string) ([]byte, error) {
+	f := bloom.NewWithEstimates(uint(max(len(ids), 1)), filterFalsePositiveRate)
+	for _, id := range ids {
+		f.AddString(id)
+	}
+	b, err := f.MarshalBinary()
+	if err != nil {
+		return nil, fmt.Errorf("encode id filter: %w", err)
+	}
+	return b, nil
+}
+
+// DecodeFilter verifies and parses a generation's id filter. It checks the
+// declared sizes against the bytes before the library allocates anything, so
+// corrupt input cannot make it allocate more than len(b).
+func DecodeFilter(b []byte, crc uint32) (*bloom.BloomFilter, error) {
+	if got := Checksum(b); got != crc {
+		return nil, fmt.Errorf("%w: id filter checksum %08x, expected %08x", ErrCorrupt, got, crc)
+	}
+	if len(b) < 24 {
+		return nil, fmt.Errorf("%w: id filter of %d bytes is shorter than its header", ErrCorrupt, len(b))
+	}
+	// The library's encoding: m, k, then a bitset of length m, all big-endian.
+	m := binary.BigEndian.Uint64(b[0:8])
+	k := binary.BigEndian.Uint64(b[8:16])
+	n := binary.BigEndian.Uint64(b[16:24])
+	words := (uint64(len(b)) - 24) / 8
+	if m == 0 || n != m || k == 0 || k > maxFilterHashes || (m+63)/64 != words || 24+8*words != uint64(len(b)) {
+		return nil, fmt.Errorf("%w: id filter declares m=%d k=%d length=%d in %d bytes", ErrCorrupt, m, k, n, len(b))
+	}
+	f := &bloom.BloomFilter{}
+	if err := f.UnmarshalBinary(b); err != nil {
+		return nil, fmt.Errorf("%w: id filter: %v", ErrCorrupt, err)
+	}
+	return f, nil
+}
