@@ -84,6 +84,5 @@ func pruneEpochs(m *storagepb.Manifest, max int) {
 }
 
 func (w *writer) nextPutID() string {
-	w.puts++
-	return fmt.Sprintf("%s-%d", w.id, w.puts)
+	return fmt.Sprintf("%s-%d", w.id, w.puts.Add(1))
 }

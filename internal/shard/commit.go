@@ -13,58 +13,77 @@ import (
 	"github.com/rolloutd/rolloutd/internal/shard/storagepb"
 )
 
-// attempt is one try at committing a batch: the generation it was written as
-// and the results it would produce.
+// attempt is one try at a commit. marker is the generation whose presence
+// proves the attempt landed: the batch's new generation, else a merge's
+// output; 0 when the commit only forgets retired generations, which is safe
+// to repeat.
 type attempt struct {
-	gen     uint64
-	results []Result
+	marker uint64
+	out    commitOut
+}
+
+// commitOut is what a landed commit gives its appends and edits.
+type commitOut struct {
+	results  map[*pending][]Result
+	errs     map[*pending]error
+	editErrs map[*edit]error
 }
 
 // maxRebases bounds how often one batch is rebuilt on a newer manifest of
 // the same epoch before the commit is reported as failed.
 const maxRebases = 3
 
-// commitBatch writes the batch as one generation and CASes the manifest to
-// add it. It returns the batch's results only once that CAS is known to
-// have landed.
-func (w *writer) commitBatch(ctx context.Context, batch []*pending) ([]Result, error) {
+// commitBatch writes the batch's new records as one generation and CASes
+// the manifest to add it, together with the edits. It returns only once
+// that CAS is known to have landed, or with the reason it did not.
+func (w *writer) commitBatch(ctx context.Context, batch []*pending, edits []*edit) (commitOut, error) {
 	var attempts []attempt
+	present := map[string]found{}
 	for rebase := 0; ; rebase++ {
 		if w.stale {
-			if err := w.resync(ctx); err != nil {
-				return nil, err
+			if err := w.resync(ctx, batch, present); err != nil {
+				return commitOut{}, err
 			}
 		}
-		a, next, err := w.writeGeneration(ctx, batch)
+		a, next, err := w.prepare(ctx, batch, edits, present)
 		if err != nil {
 			// Nothing of this attempt was committed; earlier attempts were
 			// already resolved as not committed.
 			if w.ctx.Err() != nil {
-				return nil, fmt.Errorf("shard %q epoch %d: %w before the commit was sent; retry with the same ids", w.shard, w.epoch, ErrAborted)
+				return commitOut{}, fmt.Errorf("shard %q epoch %d: %w before the commit was sent; retry with the same ids", w.shard, w.epoch, ErrAborted)
 			}
-			return nil, err
+			return commitOut{}, err
+		}
+		if next == nil {
+			return a.out, nil
 		}
 		attempts = append(attempts, a)
-		attrs, err := w.store.Put(ctx, format.ManifestName(w.shard), next.data, blob.PutOptions{IfMatch: w.etag, PutID: next.putID})
-		for err != nil && errors.Is(err, blob.ErrUnavailable) {
+		name := format.ManifestName(w.shard)
+		opts := blob.PutOptions{IfMatch: w.etag, PutID: next.GetCommitId()}
+		data, err := format.EncodeManifest(next)
+		if err != nil {
+			return commitOut{}, err
+		}
+		attrs, err := w.store.Put(ctx, name, data, opts)
+		for b := newBackoff(w.opts); err != nil && errors.Is(err, blob.ErrUnavailable); {
 			// Known not applied: retry the same CAS (same put id).
-			if werr := newBackoff(w.opts).wait(ctx); werr != nil {
+			if b.wait(ctx) != nil {
 				break
 			}
-			attrs, err = w.store.Put(ctx, format.ManifestName(w.shard), next.data, blob.PutOptions{IfMatch: w.etag, PutID: next.putID})
+			attrs, err = w.store.Put(ctx, name, data, opts)
 		}
 		if err == nil {
-			w.m, w.etag = next.m, attrs.ETag
-			return a.results, nil
+			w.setManifest(next, attrs.ETag)
+			return a.out, nil
 		}
 		// The CAS lost, or its outcome is unclear. Only the stored manifest
 		// can say which attempt, if any, landed.
-		results, err := w.resolve(ctx, attempts, err)
+		out, err := w.resolve(ctx, attempts, err)
 		if err != errRebase {
-			return results, err
+			return out, err
 		}
 		if rebase == maxRebases {
-			return nil, fmt.Errorf("shard %q epoch %d: manifest kept changing under this writer's own epoch: %w", w.shard, w.epoch, ErrOutcomeUnknown)
+			return commitOut{}, fmt.Errorf("shard %q epoch %d: manifest kept changing under this writer's own epoch: %w", w.shard, w.epoch, ErrOutcomeUnknown)
 		}
 	}
 }
@@ -73,70 +92,103 @@ func (w *writer) commitBatch(ctx context.Context, batch []*pending) ([]Result, e
 // owns the shard, so the batch is committed again on the current manifest.
 var errRebase = errors.New("rebase")
 
-type nextManifest struct {
-	m     *storagepb.Manifest
-	data  []byte
-	putID string
-}
-
-// writeGeneration writes the batch as a new generation blob and prepares the
-// manifest that commits it.
-func (w *writer) writeGeneration(ctx context.Context, batch []*pending) (attempt, nextManifest, error) {
+// prepare writes the batch's new entries as a generation blob and builds the
+// manifest that commits it and the edits.
+func (w *writer) prepare(ctx context.Context, batch []*pending, edits []*edit, present map[string]found) (attempt, *storagepb.Manifest, error) {
 	cur := w.m
-	// A rebased batch never reuses the number of an attempt that failed: its
-	// blob may exist, and attempts must stay distinguishable.
-	gen := max(cur.GetNextGeneration(), w.minGen)
-	w.minGen = gen + 1
-	seq := cur.GetNextSeq()
-	var size int
-	for _, p := range batch {
-		size += int(p.bytes) + 16*len(p.entries)
-	}
-	b := format.NewGenerationBuilder(w.shard, w.epoch, gen, size)
-	a := attempt{gen: gen}
-	var scratch []byte
-	for _, p := range batch {
-		for _, e := range p.entries {
-			scratch = e.withSeq(scratch[:0], seq)
-			b.Add(e.ID, seq, scratch, e.ClientHash)
-			a.results = append(a.results, Result{ID: e.ID, Seq: seq, Epoch: w.epoch, Generation: gen})
-			seq++
-		}
-	}
-	data, footer, footerOff, footerLen, err := b.Finish()
-	if err != nil {
-		return a, nextManifest{}, err
-	}
-	name := format.GenerationName(w.shard, w.epoch, gen)
-	if err := w.putWithRetry(ctx, name, data, blob.PutOptions{IfNoneMatch: true, PutID: w.nextPutID()}); err != nil {
-		return a, nextManifest{}, fmt.Errorf("shard %q: write generation %s: %w", w.shard, name, err)
-	}
-	w.opts.Cache.add(name, newIndex(footer))
-
 	now := w.opts.Clock.Now().UnixNano()
 	next := proto.CloneOf(cur)
-	next.Generations = append(next.Generations, &storagepb.Generation{
-		Number:           gen,
-		Epoch:            w.epoch,
-		FirstSeq:         cur.GetNextSeq(),
-		LastSeq:          seq - 1,
-		Records:          uint32(len(a.results)),
-		Bytes:            uint64(len(data)),
-		FooterOffset:     footerOff,
-		FooterLength:     footerLen,
-		CreatedUnixNanos: now,
-	})
-	next.NextGeneration = gen + 1
-	next.NextSeq = seq
-	next.RecordCount += uint64(len(a.results))
+	a := attempt{out: commitOut{results: map[*pending][]Result{}, errs: map[*pending]error{}, editErrs: map[*edit]error{}}}
+	changed := false
+	for _, e := range edits {
+		if err := e.apply(next, now); err != nil {
+			a.out.editErrs[e] = err
+			continue
+		}
+		changed = true
+		if e.merge != nil {
+			a.marker = e.merge.output.GetNumber()
+		}
+	}
+
+	// Entries found committed after a resync are acknowledged as present,
+	// not written again.
+	var size, fresh int
+	for _, p := range batch {
+		rs := make([]Result, len(p.entries))
+		for i, e := range p.entries {
+			f, ok := present[e.ID]
+			switch {
+			case !ok:
+				size += len(e.Data) + 16
+				fresh++
+				continue
+			case f.entry.GetClientHash() != e.ClientHash:
+				a.out.errs[p] = fmt.Errorf("shard %q: id %q: %w (committed at seq %d)", w.shard, e.ID, ErrIDConflict, f.entry.GetSeq())
+			}
+			rs[i] = Result{ID: e.ID, Seq: f.entry.GetSeq(), Epoch: f.gen.GetEpoch(), Generation: f.gen.GetNumber(), AlreadyPresent: true}
+		}
+		a.out.results[p] = rs
+	}
+	if fresh > 0 {
+		gen := w.allocGen()
+		seq := cur.GetNextSeq()
+		b := format.NewGenerationBuilder(w.shard, w.epoch, gen, size)
+		var scratch []byte
+		for _, p := range batch {
+			if a.out.errs[p] != nil {
+				continue
+			}
+			for i, e := range p.entries {
+				if _, ok := present[e.ID]; ok {
+					continue
+				}
+				scratch = e.withSeq(scratch[:0], seq)
+				b.Add(e.ID, seq, scratch, e.ClientHash)
+				a.out.results[p][i] = Result{ID: e.ID, Seq: seq, Epoch: w.epoch, Generation: gen}
+				seq++
+			}
+		}
+		if b.Len() > 0 {
+			l, err := b.Finish()
+			if err != nil {
+				return a, nil, err
+			}
+			name := format.GenerationName(w.shard, w.epoch, gen)
+			if err := w.putWithRetry(ctx, name, l.Data, blob.PutOptions{IfNoneMatch: true, PutID: w.nextPutID()}); err != nil {
+				return a, nil, fmt.Errorf("shard %q: write generation %s: %w", w.shard, name, err)
+			}
+			w.opts.Cache.addIndex(name, newIndex(l.Footer))
+			next.Generations = append(next.Generations, &storagepb.Generation{
+				Number:           gen,
+				Epoch:            w.epoch,
+				FirstSeq:         cur.GetNextSeq(),
+				LastSeq:          seq - 1,
+				Records:          uint32(b.Len()),
+				Bytes:            uint64(len(l.Data)),
+				FooterOffset:     l.FooterOffset,
+				FooterLength:     l.FooterLength,
+				FilterLength:     l.FilterLength,
+				FilterCrc32C:     l.FilterCRC,
+				CreatedUnixNanos: now,
+			})
+			next.NextSeq = seq
+			next.RecordCount += uint64(b.Len())
+			a.marker = gen
+		}
+	}
+	if !changed && a.marker == 0 {
+		return a, nil, nil // every entry was already present: nothing to commit
+	}
+	w.mu.Lock()
+	next.NextGeneration = max(next.GetNextGeneration(), w.minGen)
+	w.mu.Unlock()
+	if a.marker != 0 {
+		epochRecord(next, w.epoch).LastGeneration = a.marker
+	}
 	next.UpdatedUnixNanos = now
 	next.CommitId = w.nextPutID()
-	epochRecord(next, w.epoch).LastGeneration = gen
-	enc, err := format.EncodeManifest(next)
-	if err != nil {
-		return a, nextManifest{}, err
-	}
-	return a, nextManifest{m: next, data: enc, putID: next.CommitId}, nil
+	return a, next, nil
 }
 
 // putWithRetry retries a put that failed retryably, with the same put id, so
@@ -155,14 +207,11 @@ func (w *writer) putWithRetry(ctx context.Context, name string, data []byte, opt
 }
 
 // resolve decides an unclear or lost manifest CAS by re-reading the
-// manifest: the batch was committed if any attempt landed; the writer is
-// fenced if a higher epoch holds the shard and no attempt landed.
-func (w *writer) resolve(ctx context.Context, attempts []attempt, casErr error) ([]Result, error) {
+// manifest: the commit landed if any attempt's marker generation did; the
+// writer is fenced if a higher epoch holds the shard and none did.
+func (w *writer) resolve(ctx context.Context, attempts []attempt, casErr error) (commitOut, error) {
 	b := newBackoff(w.opts)
-	for {
-		if ctx.Err() != nil {
-			break
-		}
+	for ctx.Err() == nil {
 		m, etag, err := readManifest(ctx, w.store, w.shard)
 		if err != nil {
 			if retryable(err) && b.wait(ctx) == nil {
@@ -171,38 +220,43 @@ func (w *writer) resolve(ctx context.Context, attempts []attempt, casErr error) 
 			break
 		}
 		for i := len(attempts) - 1; i >= 0; i-- {
-			switch commitStatus(m, w.epoch, attempts[i].gen) {
+			if attempts[i].marker == 0 {
+				continue
+			}
+			switch commitStatus(m, w.epoch, attempts[i].marker) {
 			case committed:
 				if m.GetEpoch() == w.epoch {
-					w.m, w.etag, w.stale = m, etag, false
+					w.setManifest(m, etag)
 				} else {
 					// Committed, then another writer claimed the shard:
 					// the ack stands, and the next commit finds the fence.
 					w.stale = true
 				}
-				return attempts[i].results, nil
+				return attempts[i].out, nil
 			case undecidable:
 				w.stale = true
-				return nil, fmt.Errorf("shard %q: commit of generation %d by epoch %d cannot be decided: epoch records pruned by epoch %d: %w", w.shard, attempts[i].gen, w.epoch, m.GetEpoch(), ErrOutcomeUnknown)
+				return commitOut{}, fmt.Errorf("shard %q: commit of generation %d by epoch %d cannot be decided: epoch records pruned by epoch %d: %w", w.shard, attempts[i].marker, w.epoch, m.GetEpoch(), ErrOutcomeUnknown)
 			}
 		}
 		if m.GetEpoch() != w.epoch {
-			return nil, &FencedError{Shard: w.shard, Local: w.epoch, Stored: m.GetEpoch()}
+			return commitOut{}, &FencedError{Shard: w.shard, Local: w.epoch, Stored: m.GetEpoch()}
 		}
 		w.log.Warn("manifest changed under this writer's own epoch; rebasing the commit",
-			zap.Uint64("generation", attempts[len(attempts)-1].gen), zap.Error(casErr))
-		w.m, w.etag, w.stale = m, etag, false
-		return nil, errRebase
+			zap.Uint64("generation", attempts[len(attempts)-1].marker), zap.Error(casErr))
+		w.setManifest(m, etag)
+		return commitOut{}, errRebase
 	}
 	w.stale = true
 	if w.ctx.Err() != nil {
-		return nil, fmt.Errorf("shard %q epoch %d: aborted while its commit was in flight: %w; retry with the same ids", w.shard, w.epoch, ErrOutcomeUnknown)
+		return commitOut{}, fmt.Errorf("shard %q epoch %d: aborted while its commit was in flight: %w; retry with the same ids", w.shard, w.epoch, ErrOutcomeUnknown)
 	}
-	return nil, fmt.Errorf("shard %q epoch %d: manifest CAS failed (%w) and the manifest could not be re-read: %w; retry with the same ids", w.shard, w.epoch, casErr, ErrOutcomeUnknown)
+	return commitOut{}, fmt.Errorf("shard %q epoch %d: manifest CAS failed (%w) and the manifest could not be re-read: %w; retry with the same ids", w.shard, w.epoch, casErr, ErrOutcomeUnknown)
 }
 
-// resync re-reads the manifest after an unclear commit.
-func (w *writer) resync(ctx context.Context) error {
+// resync re-reads the manifest after an unclear commit, and finds which of
+// the batch's ids a landed commit had already stored, since the appends
+// checked for them against the stale manifest.
+func (w *writer) resync(ctx context.Context, batch []*pending, present map[string]found) error {
 	m, etag, err := readManifest(ctx, w.store, w.shard)
 	if err != nil {
 		return fmt.Errorf("shard %q: re-read manifest: %w", w.shard, err)
@@ -210,6 +264,28 @@ func (w *writer) resync(ctx context.Context) error {
 	if m.GetEpoch() != w.epoch {
 		return &FencedError{Shard: w.shard, Local: w.epoch, Stored: m.GetEpoch()}
 	}
-	w.m, w.etag, w.stale = m, etag, false
+	known := map[uint64]bool{}
+	for _, g := range w.m.GetGenerations() {
+		known[g.GetNumber()] = true
+	}
+	var added []*storagepb.Generation
+	for _, g := range m.GetGenerations() {
+		if !known[g.GetNumber()] {
+			added = append(added, g)
+		}
+	}
+	if len(added) > 0 {
+		var ids []string
+		for _, p := range batch {
+			for _, e := range p.entries {
+				ids = append(ids, e.ID)
+			}
+		}
+		if err := lookupCommitted(ctx, w.store, w.opts.Cache, w.shard, added, ids, present); err != nil {
+			return err
+		}
+	}
+	w.setManifest(m, etag)
+	w.stale = false
 	return nil
 }

@@ -21,6 +21,9 @@ var (
 	ErrBackpressure = errors.New("shard writer queue full")
 	// ErrTooLarge: a record or batch exceeds the configured maximum.
 	ErrTooLarge = errors.New("record or batch too large")
+	// ErrIDConflict: the id is already committed (or in flight) in the shard
+	// with different client-set content.
+	ErrIDConflict = errors.New("id already exists with different content")
 	// ErrShardNotFound: the shard has never been written.
 	ErrShardNotFound = errors.New("shard not found")
 	// ErrRecordNotFound: the shard has no record with that id.

@@ -27,7 +27,7 @@ func (s *hookStore) Put(ctx context.Context, name string, data []byte, opts blob
 	s.mu.Lock()
 	delay, hook := s.delay, s.afterPut
 	kind := "generation"
-	if strings.HasSuffix(name, "/manifest") {
+	if strings.HasSuffix(name, "/_manifest") {
 		kind = "manifest"
 	}
 	s.puts[kind]++

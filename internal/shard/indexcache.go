@@ -3,6 +3,7 @@ package shard
 import (
 	"sync"
 
+	"github.com/bits-and-blooms/bloom/v3"
 	"github.com/hashicorp/golang-lru/v2/simplelru"
 
 	"github.com/rolloutd/rolloutd/internal/shard/storagepb"
@@ -12,7 +13,6 @@ import (
 type index struct {
 	footer *storagepb.Footer
 	byID   map[string]*storagepb.FooterEntry
-	bytes  int64
 }
 
 // perEntryOverhead approximates the heap cost of one footer entry plus its
@@ -23,26 +23,46 @@ func newIndex(f *storagepb.Footer) *index {
 	idx := &index{footer: f, byID: make(map[string]*storagepb.FooterEntry, len(f.GetEntries()))}
 	for _, e := range f.GetEntries() {
 		idx.byID[e.GetId()] = e
-		idx.bytes += int64(len(e.GetId())) + perEntryOverhead
 	}
 	return idx
 }
 
-// IndexCache holds generation footer indexes, bounded in bytes. Generations
-// are immutable, so an index cached by blob name never goes stale. One cache
-// is meant to be shared by every writer and reader of a process.
+func (idx *index) size() int64 {
+	var n int64
+	for _, e := range idx.footer.GetEntries() {
+		n += int64(len(e.GetId())) + perEntryOverhead
+	}
+	return n
+}
+
+// cacheKey separates a generation's two cached parts.
+type cacheKey struct {
+	blob   string
+	filter bool
+}
+
+type cacheEntry struct {
+	idx    *index
+	filter *bloom.BloomFilter
+	bytes  int64
+}
+
+// IndexCache holds generation footer indexes and id filters, bounded in
+// bytes. Generations are immutable, so an entry cached by blob name never
+// goes stale. One cache is meant to be shared by every writer and reader of
+// a process.
 type IndexCache struct {
 	mu    sync.Mutex
-	lru   *simplelru.LRU[string, *index]
+	lru   *simplelru.LRU[cacheKey, cacheEntry]
 	bytes int64
 	max   int64
 }
 
-// NewIndexCache returns a cache that holds at most maxBytes of indexes.
+// NewIndexCache returns a cache that holds at most maxBytes.
 func NewIndexCache(maxBytes int64) *IndexCache {
 	c := &IndexCache{max: maxBytes}
 	// The LRU's own count limit is never the binding one; bytes are.
-	lru, err := simplelru.NewLRU[string, *index](1<<30, func(_ string, v *index) { c.bytes -= v.bytes })
+	lru, err := simplelru.NewLRU[cacheKey, cacheEntry](1<<30, func(_ cacheKey, v cacheEntry) { c.bytes -= v.bytes })
 	if err != nil {
 		panic(err) // only for a non-positive size
 	}
@@ -50,23 +70,39 @@ func NewIndexCache(maxBytes int64) *IndexCache {
 	return c
 }
 
-func (c *IndexCache) get(name string) (*index, bool) {
+func (c *IndexCache) getIndex(name string) (*index, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.lru.Get(name)
+	e, ok := c.lru.Get(cacheKey{blob: name})
+	return e.idx, ok
 }
 
-func (c *IndexCache) add(name string, idx *index) {
-	if idx.bytes > c.max {
+func (c *IndexCache) getFilter(name string) (*bloom.BloomFilter, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e, ok := c.lru.Get(cacheKey{blob: name, filter: true})
+	return e.filter, ok
+}
+
+func (c *IndexCache) addIndex(name string, idx *index) {
+	c.add(cacheKey{blob: name}, cacheEntry{idx: idx, bytes: idx.size()})
+}
+
+func (c *IndexCache) addFilter(name string, f *bloom.BloomFilter) {
+	c.add(cacheKey{blob: name, filter: true}, cacheEntry{filter: f, bytes: int64(f.Cap()/8) + 64})
+}
+
+func (c *IndexCache) add(k cacheKey, v cacheEntry) {
+	if v.bytes > c.max {
 		return
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if old, ok := c.lru.Peek(name); ok {
+	if old, ok := c.lru.Peek(k); ok {
 		c.bytes -= old.bytes
 	}
-	c.lru.Add(name, idx)
-	c.bytes += idx.bytes
+	c.lru.Add(k, v)
+	c.bytes += v.bytes
 	for c.bytes > c.max {
 		c.lru.RemoveOldest()
 	}

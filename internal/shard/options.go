@@ -32,6 +32,35 @@ type Options struct {
 	// MaxEpochRecords bounds the per-epoch commit records kept in the
 	// manifest. Default 64.
 	MaxEpochRecords int
+
+	// Merge policy; see merge.go. DisableMerge turns merging and GC off.
+	DisableMerge bool
+	// MergeRun: this many contiguous generations of one size tier are
+	// merged. Default 4.
+	MergeRun int
+	// MergeMaxGenerations is the count trigger: with this many live
+	// generations, the cheapest run is merged. Default 16.
+	MergeMaxGenerations int
+	// MergeAge is the time trigger: a generation never merged and older
+	// than this is merged with its neighbours. Default 1 minute.
+	MergeAge time.Duration
+	// MergeTierBytes is the size of the smallest tier; tiers grow by
+	// MergeRun. Default 64 KiB.
+	MergeTierBytes int64
+	// MergeMaxBytes and MergeMaxSources cap one merge pass. Defaults 64 MiB
+	// and 32.
+	MergeMaxBytes   int64
+	MergeMaxSources int
+	// MergeInterval is how often the merger checks its time trigger and GC
+	// when no commit wakes it. Default 5 s.
+	MergeInterval time.Duration
+	// RetireGrace is how long a generation replaced by a merge is kept for
+	// readers holding an older manifest. Default 1 minute.
+	RetireGrace time.Duration
+	// OrphanScanInterval is how often GC lists the shard's blobs for orphans
+	// of earlier epochs; the first scan runs soon after Open. Default 10
+	// minutes.
+	OrphanScanInterval time.Duration
 }
 
 func (o Options) withDefaults() Options {
@@ -58,6 +87,33 @@ func (o Options) withDefaults() Options {
 	}
 	if o.MaxEpochRecords <= 0 {
 		o.MaxEpochRecords = 64
+	}
+	if o.MergeRun < 2 {
+		o.MergeRun = 4
+	}
+	if o.MergeMaxGenerations <= 0 {
+		o.MergeMaxGenerations = 16
+	}
+	if o.MergeAge <= 0 {
+		o.MergeAge = time.Minute
+	}
+	if o.MergeTierBytes <= 0 {
+		o.MergeTierBytes = 64 << 10
+	}
+	if o.MergeMaxBytes <= 0 {
+		o.MergeMaxBytes = 64 << 20
+	}
+	if o.MergeMaxSources < 2 {
+		o.MergeMaxSources = 32
+	}
+	if o.MergeInterval <= 0 {
+		o.MergeInterval = 5 * time.Second
+	}
+	if o.RetireGrace <= 0 {
+		o.RetireGrace = time.Minute
+	}
+	if o.OrphanScanInterval <= 0 {
+		o.OrphanScanInterval = 10 * time.Minute
 	}
 	return o
 }

@@ -123,6 +123,13 @@ func (r *Reader) find(ctx context.Context, shard string, m *storagepb.Manifest, 
 	gens := m.GetGenerations()
 	for i := len(gens) - 1; i >= 0; i-- {
 		g := gens[i]
+		f, err := loadFilter(ctx, r.store, r.cache, shard, g)
+		if err != nil {
+			return nil, err
+		}
+		if !f.TestString(id) {
+			continue
+		}
 		idx, err := loadIndex(ctx, r.store, r.cache, shard, g)
 		if err != nil {
 			return nil, err
@@ -146,27 +153,4 @@ func (r *Reader) find(ctx context.Context, shard string, m *storagepb.Manifest, 
 		return rec, nil
 	}
 	return nil, fmt.Errorf("shard %q: id %q: %w", shard, id, ErrRecordNotFound)
-}
-
-// loadIndex returns the footer index of generation g, from the cache or with
-// one ranged GET of its footer.
-func loadIndex(ctx context.Context, store blob.Store, cache *IndexCache, shard string, g *storagepb.Generation) (*index, error) {
-	name := format.GenerationName(shard, g.GetEpoch(), g.GetNumber())
-	if idx, ok := cache.get(name); ok {
-		return idx, nil
-	}
-	tail, _, err := store.Get(ctx, name, blob.GetOptions{Offset: int64(g.GetFooterOffset())})
-	if err != nil {
-		return nil, fmt.Errorf("shard %q: read footer of %s: %w", shard, name, err)
-	}
-	f, err := format.DecodeFooter(tail, g.GetFooterOffset())
-	if err != nil {
-		return nil, fmt.Errorf("%w: blob %s: %w", ErrCorrupt, name, err)
-	}
-	if f.GetShard() != shard || f.GetEpoch() != g.GetEpoch() || f.GetGeneration() != g.GetNumber() {
-		return nil, fmt.Errorf("%w: blob %s: footer names shard %q epoch %d generation %d", ErrCorrupt, name, f.GetShard(), f.GetEpoch(), f.GetGeneration())
-	}
-	idx := newIndex(f)
-	cache.add(name, idx)
-	return idx, nil
 }

@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"runtime"
 	"sync"
+	"sync/atomic"
+	"time"
 
 	"go.uber.org/zap"
 
@@ -44,7 +46,7 @@ const (
 	stateFenced
 )
 
-// pending is one Append waiting for its commit.
+// pending is one Append's new entries waiting for their commit.
 type pending struct {
 	ctx     context.Context
 	entries []Entry
@@ -67,24 +69,45 @@ type writer struct {
 	log   *zap.Logger
 	id    string // random, identifies this writer instance in the manifest
 	epoch uint64
+	puts  atomic.Uint64 // numbers this writer's conditional puts
+
+	merges     atomic.Int64 // merges committed
+	mergeNanos atomic.Int64 // time spent in committed merges
+	gcDeleted  atomic.Int64 // blobs deleted by GC
 
 	ctx    context.Context // cancelled by Abort; bounds all of the writer's I/O
 	cancel context.CancelFunc
 	kick   chan struct{} // wakes the committer; capacity 1
 	done   chan struct{} // closed when the committer has exited
 
+	// The merger runs beside the committer and stops first on Close.
+	mergeCtx    context.Context
+	mergeCancel context.CancelFunc
+	mergeKick   chan struct{}
+	mergeDone   chan struct{}
+
 	mu       sync.Mutex
 	state    state
 	queue    []*pending
 	queued   int64 // bytes queued or in flight
 	fenceErr error // sticky once fenced
+	inflight map[string]inflightRef
+	edits    []*edit // manifest edits waiting for the next commit
+	minGen   uint64  // lowest generation number not yet used by this writer
+	// m is the last manifest this writer committed or read. The committer
+	// replaces it (under mu) and never mutates it, so others may read a
+	// snapshot of the pointer.
+	m    *storagepb.Manifest
+	etag blob.ETag
 
-	// Owned by the committer goroutine (and by Open before it starts).
-	m      *storagepb.Manifest
-	etag   blob.ETag
-	stale  bool   // m and etag must be re-read before the next commit
-	puts   uint64 // numbers this writer's conditional puts
-	minGen uint64 // lowest generation number not yet used by this writer
+	stale bool // committer-only: m and etag must be re-read before the next commit
+}
+
+// inflightRef points at an entry queued or being committed.
+type inflightRef struct {
+	p    *pending
+	i    int
+	hash uint64
 }
 
 // Open claims the next epoch of shard and returns its resident writer. The
@@ -99,6 +122,10 @@ func Open(ctx context.Context, store blob.Store, shard string, opts Options) (*W
 		id:    newWriterID(),
 		kick:  make(chan struct{}, 1),
 		done:  make(chan struct{}),
+
+		mergeKick: make(chan struct{}, 1),
+		mergeDone: make(chan struct{}),
+		inflight:  map[string]inflightRef{},
 	}
 	if err := w.claim(ctx); err != nil {
 		return nil, err
@@ -108,7 +135,9 @@ func Open(ctx context.Context, store blob.Store, shard string, opts Options) (*W
 	// The writer's context is not derived from ctx: ctx bounds Open, while
 	// the writer lives until Close or Abort.
 	w.ctx, w.cancel = context.WithCancel(context.Background())
+	w.mergeCtx, w.mergeCancel = context.WithCancel(w.ctx)
 	go w.run()
+	go w.mergeLoop()
 	h := &Writer{w: w}
 	runtime.AddCleanup(h, func(w *writer) { w.dropped() }, w)
 	return h, nil
@@ -131,6 +160,37 @@ func (h *Writer) QueuedBytes() int64 {
 	h.w.mu.Lock()
 	defer h.w.mu.Unlock()
 	return h.w.queued
+}
+
+// Stats is a snapshot of a writer's bounded resources and work, for metrics.
+type Stats struct {
+	Epoch          uint64
+	QueuedBytes    int64
+	Generations    int // live generations in the manifest
+	Retired        int // retired generations awaiting deletion
+	EpochRecords   int
+	Records        uint64
+	Merges         int64
+	MergeDuration  time.Duration
+	GCDeletedBlobs int64
+}
+
+// Stats returns the writer's current figures.
+func (h *Writer) Stats() Stats {
+	w := h.w
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return Stats{
+		Epoch:          w.epoch,
+		QueuedBytes:    w.queued,
+		Generations:    len(w.m.GetGenerations()),
+		Retired:        len(w.m.GetRetired()),
+		EpochRecords:   len(w.m.GetEpochs()),
+		Records:        w.m.GetRecordCount(),
+		Merges:         w.merges.Load(),
+		MergeDuration:  time.Duration(w.mergeNanos.Load()),
+		GCDeletedBlobs: w.gcDeleted.Load(),
+	}
 }
 
 // Append commits entries as one unit of the shard's next generation and
@@ -162,6 +222,28 @@ func (h *Writer) Close(ctx context.Context) error { return h.w.close(ctx) }
 func (h *Writer) Abort() { h.w.abort() }
 
 func (w *writer) append(ctx context.Context, entries []Entry) ([]Result, error) {
+	for {
+		results, err := w.appendOnce(ctx, entries)
+		if !errors.Is(err, errWithdrawn) {
+			return results, err
+		}
+		// An append this one shared an id with was withdrawn by its own
+		// caller; try again on our own.
+	}
+}
+
+// errWithdrawn settles a pending append whose caller gave up before it was
+// sent. Appends that shared its ids retry; its own caller sees ctx's error.
+var errWithdrawn = errors.New("append withdrawn")
+
+// shared is an entry of this append that another, unsettled append is
+// already committing.
+type shared struct {
+	ref inflightRef
+	i   int // index in this append
+}
+
+func (w *writer) appendOnce(ctx context.Context, entries []Entry) ([]Result, error) {
 	if len(entries) == 0 {
 		return nil, nil
 	}
@@ -172,44 +254,158 @@ func (w *writer) append(ctx context.Context, entries []Entry) ([]Result, error) 
 	if size > w.opts.MaxGenerationBytes {
 		return nil, fmt.Errorf("%w: batch of %d bytes exceeds the %d-byte generation limit", ErrTooLarge, size, w.opts.MaxGenerationBytes)
 	}
-	p := &pending{ctx: ctx, entries: entries, bytes: size, done: make(chan struct{})}
-	w.mu.Lock()
-	if err := w.refuseLocked(); err != nil {
-		w.mu.Unlock()
-		return nil, err
-	}
-	if w.queued > 0 && w.queued+size > w.opts.MaxQueuedBytes {
-		queued := w.queued
-		w.mu.Unlock()
-		return nil, fmt.Errorf("%w: shard %q has %d bytes queued (limit %d); retry later", ErrBackpressure, w.shard, queued, w.opts.MaxQueuedBytes)
-	}
-	w.queue = append(w.queue, p)
-	w.queued += size
-	w.mu.Unlock()
-	select {
-	case w.kick <- struct{}{}:
-	default:
+	results := make([]Result, len(entries))
+	ids := make([]string, len(entries))
+	for i, e := range entries {
+		ids[i] = e.ID
 	}
 
+	// Find ids that are already committed. The loop ends holding mu with
+	// every generation of the current manifest checked, so an id committed
+	// after that is still in inflight below.
+	present := map[string]found{}
+	var checked map[uint64]bool
+	for {
+		w.mu.Lock()
+		if err := w.refuseLocked(); err != nil {
+			w.mu.Unlock()
+			return nil, err
+		}
+		m := w.m
+		var todo []*storagepb.Generation
+		for _, g := range m.GetGenerations() {
+			if !checked[g.GetNumber()] {
+				todo = append(todo, g)
+			}
+		}
+		if len(todo) == 0 {
+			break
+		}
+		w.mu.Unlock()
+		if err := lookupCommitted(ctx, w.store, w.opts.Cache, w.shard, todo, ids, present); err != nil {
+			return nil, err
+		}
+		if checked == nil {
+			checked = map[uint64]bool{}
+		}
+		for _, g := range todo {
+			checked[g.GetNumber()] = true
+		}
+	}
+	// mu is held.
+	var fresh []Entry
+	var freshIdx []int
+	var waits []shared
+	for i, e := range entries {
+		if f, ok := present[e.ID]; ok {
+			if f.entry.GetClientHash() != e.ClientHash {
+				w.mu.Unlock()
+				return nil, fmt.Errorf("shard %q: id %q: %w (committed at seq %d)", w.shard, e.ID, ErrIDConflict, f.entry.GetSeq())
+			}
+			results[i] = Result{ID: e.ID, Seq: f.entry.GetSeq(), Epoch: f.gen.GetEpoch(), Generation: f.gen.GetNumber(), AlreadyPresent: true}
+			continue
+		}
+		if ref, ok := w.inflight[e.ID]; ok {
+			if ref.hash != e.ClientHash {
+				w.mu.Unlock()
+				return nil, fmt.Errorf("shard %q: id %q: %w (an append of it is in flight)", w.shard, e.ID, ErrIDConflict)
+			}
+			waits = append(waits, shared{ref: ref, i: i})
+			continue
+		}
+		fresh = append(fresh, e)
+		freshIdx = append(freshIdx, i)
+	}
+	var p *pending
+	if len(fresh) > 0 {
+		var freshSize int64
+		for _, e := range fresh {
+			freshSize += int64(len(e.Data)) + int64(len(e.ID))
+		}
+		if w.queued > 0 && w.queued+freshSize > w.opts.MaxQueuedBytes {
+			queued := w.queued
+			w.mu.Unlock()
+			return nil, fmt.Errorf("%w: shard %q has %d bytes queued (limit %d); retry later", ErrBackpressure, w.shard, queued, w.opts.MaxQueuedBytes)
+		}
+		p = &pending{ctx: ctx, entries: fresh, bytes: freshSize, done: make(chan struct{})}
+		for i, e := range fresh {
+			w.inflight[e.ID] = inflightRef{p: p, i: i, hash: e.ClientHash}
+		}
+		w.queue = append(w.queue, p)
+		w.queued += freshSize
+	}
+	w.mu.Unlock()
+	if p != nil {
+		select {
+		case w.kick <- struct{}{}:
+		default:
+		}
+		rs, err := w.await(ctx, p)
+		if err != nil {
+			return nil, err
+		}
+		for k, i := range freshIdx {
+			results[i] = rs[k]
+		}
+	}
+	for _, s := range waits {
+		select {
+		case <-s.ref.p.done:
+		case <-ctx.Done():
+			return nil, fmt.Errorf("append to shard %q: %w while waiting for an in-flight append of id %q; retry with the same ids (%w)", w.shard, ctx.Err(), entries[s.i].ID, ErrOutcomeUnknown)
+		}
+		if s.ref.p.err != nil {
+			return nil, s.ref.p.err
+		}
+		r := s.ref.p.results[s.ref.i]
+		r.AlreadyPresent = true
+		results[s.i] = r
+	}
+	return results, nil
+}
+
+// await waits for p's commit, or for ctx.
+func (w *writer) await(ctx context.Context, p *pending) ([]Result, error) {
 	select {
 	case <-p.done:
-		return p.results, p.err
+		return w.own(ctx, p)
 	case <-ctx.Done():
 	}
 	w.mu.Lock()
 	select {
 	case <-p.done:
 		w.mu.Unlock()
-		return p.results, p.err
+		return w.own(ctx, p)
 	default:
 	}
 	if !p.taken {
 		w.withdrawLocked(p)
 		w.mu.Unlock()
+		w.settle(p, nil, errWithdrawn)
 		return nil, fmt.Errorf("append to shard %q not sent: %w", w.shard, ctx.Err())
 	}
 	w.mu.Unlock()
 	return nil, fmt.Errorf("append to shard %q: %w; its commit was in flight and may still land, retry with the same ids (%w)", w.shard, ctx.Err(), ErrOutcomeUnknown)
+}
+
+// own turns a settled pending into its caller's answer.
+func (w *writer) own(ctx context.Context, p *pending) ([]Result, error) {
+	if errors.Is(p.err, errWithdrawn) {
+		return nil, fmt.Errorf("append to shard %q not sent: %w", w.shard, context.Cause(ctx))
+	}
+	return p.results, p.err
+}
+
+// settle finishes p and forgets its ids.
+func (w *writer) settle(p *pending, results []Result, err error) {
+	w.mu.Lock()
+	for _, e := range p.entries {
+		if ref, ok := w.inflight[e.ID]; ok && ref.p == p {
+			delete(w.inflight, e.ID)
+		}
+	}
+	w.mu.Unlock()
+	p.finish(results, err)
 }
 
 // refuseLocked returns why the writer takes no appends, or nil.
@@ -249,6 +445,10 @@ func (w *writer) close(ctx context.Context) error {
 		return fmt.Errorf("shard %q epoch %d: %w", w.shard, w.epoch, ErrAborted)
 	}
 	w.mu.Unlock()
+	// A merge in progress is abandoned: its output, if written, is an orphan
+	// that GC removes under a later epoch.
+	w.mergeCancel()
+	<-w.mergeDone
 	select {
 	case w.kick <- struct{}{}:
 	default:
@@ -280,19 +480,16 @@ func (w *writer) abort() {
 		w.state = stateAborted
 	}
 	for _, p := range queued {
-		if !p.taken {
-			w.queued -= p.bytes
-		}
+		w.queued -= p.bytes
 	}
 	w.mu.Unlock()
 	w.cancel()
 	err := fmt.Errorf("shard %q epoch %d: %w before the append was sent; retry with the same ids", w.shard, w.epoch, ErrAborted)
 	for _, p := range queued {
-		if !p.taken {
-			p.finish(nil, err)
-		}
+		w.settle(p, nil, err)
 	}
 	<-w.done
+	<-w.mergeDone
 	if wasOpen {
 		w.log.Info("shard writer aborted", zap.Int("discarded_appends", len(queued)))
 	}
@@ -314,23 +511,29 @@ func (w *writer) dropped() {
 func (w *writer) run() {
 	defer close(w.done)
 	for {
-		batch, ok := w.take()
+		batch, edits, ok := w.take()
 		if !ok {
 			return
 		}
-		w.commit(batch)
+		w.commit(batch, edits)
 	}
 }
 
-// take waits for queued appends and takes as many as fit one generation.
-func (w *writer) take() ([]*pending, bool) {
+// take waits for queued appends or manifest edits, and takes as many
+// appends as fit one generation, and every edit.
+func (w *writer) take() ([]*pending, []*edit, bool) {
 	for {
 		w.mu.Lock()
 		switch {
 		case w.state == stateAborted || w.state == stateFenced:
+			edits := w.edits
+			w.edits = nil
 			w.mu.Unlock()
-			return nil, false
-		case len(w.queue) > 0:
+			for _, e := range edits {
+				e.settle(ErrAborted)
+			}
+			return nil, nil, false
+		case len(w.queue) > 0 || (len(w.edits) > 0 && w.state == stateOpen):
 			var n int
 			var size int64
 			for n < len(w.queue) && (n == 0 || size+w.queue[n].bytes <= w.opts.MaxGenerationBytes) {
@@ -341,11 +544,18 @@ func (w *writer) take() ([]*pending, bool) {
 			batch := make([]*pending, n)
 			copy(batch, w.queue)
 			w.queue = append(w.queue[:0], w.queue[n:]...)
+			edits := w.edits
+			w.edits = nil
 			w.mu.Unlock()
-			return batch, true
+			return batch, edits, true
 		case w.state == stateClosing:
+			edits := w.edits
+			w.edits = nil
 			w.mu.Unlock()
-			return nil, false
+			for _, e := range edits {
+				e.settle(ErrClosed)
+			}
+			return nil, nil, false
 		}
 		w.mu.Unlock()
 		select {
@@ -355,44 +565,50 @@ func (w *writer) take() ([]*pending, bool) {
 	}
 }
 
-// commit commits one batch and settles every pending append in it.
-func (w *writer) commit(batch []*pending) {
+// commit commits one batch and the waiting manifest edits, and settles every
+// pending append and edit in it.
+func (w *writer) commit(batch []*pending, edits []*edit) {
 	// Appends whose callers gave up before the batch was taken are not sent.
-	live := batch[:0]
-	var dropped int64
+	var live []*pending
+	var size int64
 	for _, p := range batch {
+		size += p.bytes
 		if p.ctx.Err() != nil {
-			p.finish(nil, fmt.Errorf("append to shard %q not sent: %w", w.shard, p.ctx.Err()))
-			dropped += p.bytes
+			w.settle(p, nil, errWithdrawn)
 			continue
 		}
 		live = append(live, p)
 	}
-	var size int64
-	for _, p := range live {
-		size += p.bytes
-	}
-	if len(live) > 0 {
+	if len(live) > 0 || len(edits) > 0 {
 		ctx, cancel := context.WithTimeout(w.ctx, w.opts.CommitTimeout)
-		results, err := w.commitBatch(ctx, live)
+		out, err := w.commitBatch(ctx, live, edits)
 		cancel()
 		var fenced *FencedError
 		if errors.As(err, &fenced) {
 			w.fence(fenced)
 		}
-		off := 0
 		for _, p := range live {
 			if err != nil {
-				p.finish(nil, err)
+				w.settle(p, nil, err)
 				continue
 			}
-			p.finish(results[off:off+len(p.entries)], nil)
-			off += len(p.entries)
+			w.settle(p, out.results[p], out.errs[p])
+		}
+		for _, e := range edits {
+			if err != nil {
+				e.settle(err)
+			} else {
+				e.settle(out.editErrs[e])
+			}
 		}
 	}
 	w.mu.Lock()
-	w.queued -= size + dropped
+	w.queued -= size
 	w.mu.Unlock()
+	select {
+	case w.mergeKick <- struct{}{}:
+	default:
+	}
 }
 
 // fence marks the writer dead: every queued and future append fails with
@@ -412,7 +628,32 @@ func (w *writer) fence(err *FencedError) {
 	}
 	w.mu.Unlock()
 	for _, p := range queued {
-		p.finish(nil, err)
+		w.settle(p, nil, err)
 	}
+	w.mergeCancel()
 	w.log.Warn("shard writer fenced", zap.Uint64("stored_epoch", err.Stored))
+}
+
+// allocGen returns a generation number no commit or merge of this writer
+// has used.
+func (w *writer) allocGen() uint64 {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	gen := max(w.m.GetNextGeneration(), w.minGen)
+	w.minGen = gen + 1
+	return gen
+}
+
+// setManifest publishes a manifest the committer committed or read.
+func (w *writer) setManifest(m *storagepb.Manifest, etag blob.ETag) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.m, w.etag = m, etag
+}
+
+// manifest returns the last published manifest; it must not be modified.
+func (w *writer) manifest() *storagepb.Manifest {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.m
 }

@@ -155,7 +155,7 @@ func TestLostManifestResponseIsNotAFence(t *testing.T) {
 			var lose atomic.Bool
 			lose.Store(true)
 			store.setAfterPut(func(name string, attrs blob.Attrs, err error) (blob.Attrs, error) {
-				if err == nil && strings.HasSuffix(name, "/manifest") && lose.CompareAndSwap(true, false) {
+				if err == nil && strings.HasSuffix(name, "/_manifest") && lose.CompareAndSwap(true, false) {
 					return blob.Attrs{}, fmt.Errorf("response lost: %w", lostAs)
 				}
 				return attrs, err
@@ -185,7 +185,7 @@ func TestLostResponseThenClaimIsSuccess(t *testing.T) {
 	var lose atomic.Bool
 	lose.Store(true)
 	store.setAfterPut(func(name string, attrs blob.Attrs, err error) (blob.Attrs, error) {
-		if err == nil && strings.HasSuffix(name, "/manifest") && lose.CompareAndSwap(true, false) {
+		if err == nil && strings.HasSuffix(name, "/_manifest") && lose.CompareAndSwap(true, false) {
 			o, oerr := Open(context.Background(), store.Store, "s", testOptions(t))
 			if oerr != nil {
 				t.Errorf("competing Open: %v", oerr)

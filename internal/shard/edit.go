@@ -1,0 +1,72 @@
+package shard
+
+import (
+	"fmt"
+
+	"github.com/rolloutd/rolloutd/internal/shard/storagepb"
+)
+
+// edit is a change to the manifest that the merger or GC hands to the
+// committer, so that it joins the next CAS instead of racing it.
+type edit struct {
+	// merge replaces the contiguous generations sources (by number) with
+	// output, and retires the sources.
+	merge *mergeEdit
+	// forget removes these generations (by number) from the retired list
+	// once GC has deleted their blobs.
+	forget map[uint64]bool
+	done   chan error // receives the outcome once; capacity 1
+}
+
+type mergeEdit struct {
+	sources []uint64
+	output  *storagepb.Generation
+}
+
+func newEdit() *edit { return &edit{done: make(chan error, 1)} }
+
+func (e *edit) settle(err error) { e.done <- err }
+
+// errStaleEdit: the manifest changed so that the edit no longer applies.
+var errStaleEdit = fmt.Errorf("manifest edit no longer applies")
+
+// apply makes the edit on next, a private copy of the manifest. now stamps
+// retirements.
+func (e *edit) apply(next *storagepb.Manifest, now int64) error {
+	if m := e.merge; m != nil {
+		gens := next.GetGenerations()
+		at := -1
+		for i, g := range gens {
+			if g.GetNumber() == m.sources[0] {
+				at = i
+				break
+			}
+		}
+		if at < 0 || at+len(m.sources) > len(gens) {
+			return errStaleEdit
+		}
+		for k, num := range m.sources {
+			if gens[at+k].GetNumber() != num {
+				return errStaleEdit
+			}
+		}
+		for _, g := range gens[at : at+len(m.sources)] {
+			next.Retired = append(next.Retired, &storagepb.Retired{Number: g.GetNumber(), Epoch: g.GetEpoch(), RetiredUnixNanos: now})
+		}
+		merged := make([]*storagepb.Generation, 0, len(gens)-len(m.sources)+1)
+		merged = append(merged, gens[:at]...)
+		merged = append(merged, m.output)
+		merged = append(merged, gens[at+len(m.sources):]...)
+		next.Generations = merged
+	}
+	if len(e.forget) > 0 {
+		kept := next.Retired[:0:0]
+		for _, r := range next.GetRetired() {
+			if !e.forget[r.GetNumber()] {
+				kept = append(kept, r)
+			}
+		}
+		next.Retired = kept
+	}
+	return nil
+}

@@ -1,0 +1,114 @@
+package shard
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/rolloutd/rolloutd/internal/blob"
+	"github.com/rolloutd/rolloutd/internal/shard/format"
+)
+
+// maxDeletesPerPass bounds one GC pass's cost.
+const maxDeletesPerPass = 256
+
+// collector deletes blobs that no manifest will ever reference again. It
+// never acts on a local belief that a write failed, only on the manifest:
+//
+//   - Retired generations (replaced by a merge) are deleted once RetireGrace
+//     has passed since their retirement, because a reader may still hold the
+//     manifest that listed them; the manifest forgets them only after the
+//     delete, in a later CAS. Pending deletes therefore live in the
+//     manifest, and an Abort loses none of them.
+//   - Orphans are decided by name: a generation of an epoch below the
+//     manifest's that the manifest neither lists nor retires. Its writer can
+//     never commit again (its CAS names a manifest version that is gone), so
+//     nothing can ever reference it. Generations of the current epoch are
+//     never treated as orphans: they may be in flight.
+//
+// Fencing depends on the manifest alone, and GC never deletes the manifest.
+type collector struct {
+	w        *writer
+	nextScan time.Time
+}
+
+func (c *collector) run(ctx context.Context) {
+	w := c.w
+	m := w.manifest()
+	now := w.opts.Clock.Now()
+	forget := map[uint64]bool{}
+	for _, r := range m.GetRetired() {
+		if len(forget) == maxDeletesPerPass {
+			break
+		}
+		if now.Sub(time.Unix(0, r.GetRetiredUnixNanos())) < w.opts.RetireGrace {
+			continue
+		}
+		name := format.GenerationName(w.shard, r.GetEpoch(), r.GetNumber())
+		if err := w.store.Delete(ctx, name, blob.DeleteOptions{}); err != nil && !errors.Is(err, blob.ErrNotFound) {
+			w.log.Warn("gc: delete retired generation failed; will retry", zap.Uint64("generation", r.GetNumber()), zap.Error(err))
+			continue
+		}
+		forget[r.GetNumber()] = true
+	}
+	if len(forget) > 0 {
+		e := newEdit()
+		e.forget = forget
+		if err := w.submit(ctx, e); err != nil && ctx.Err() == nil {
+			w.log.Warn("gc: forgetting deleted generations failed; will retry", zap.Error(err))
+		}
+		w.gcDeleted.Add(int64(len(forget)))
+	}
+	if now.Before(c.nextScan) {
+		return
+	}
+	c.nextScan = now.Add(w.opts.OrphanScanInterval)
+	w.gcDeleted.Add(int64(c.orphans(ctx)))
+}
+
+// orphans lists the shard's generation blobs and deletes those of earlier
+// epochs that the manifest does not reference. It returns how many it
+// deleted.
+func (c *collector) orphans(ctx context.Context) int {
+	w := c.w
+	m := w.manifest()
+	type key struct{ epoch, gen uint64 }
+	referenced := map[key]bool{}
+	for _, g := range m.GetGenerations() {
+		referenced[key{g.GetEpoch(), g.GetNumber()}] = true
+	}
+	for _, r := range m.GetRetired() {
+		referenced[key{r.GetEpoch(), r.GetNumber()}] = true
+	}
+	deleted := 0
+	token := ""
+	for {
+		page, err := w.store.List(ctx, format.GenerationPrefix(w.shard), token, 1000)
+		if err != nil {
+			if ctx.Err() == nil {
+				w.log.Warn("gc: list generations failed", zap.Error(err))
+			}
+			return deleted
+		}
+		for _, it := range page.Items {
+			epoch, gen, ok := format.ParseGenerationName(w.shard, it.Name)
+			if !ok || epoch >= m.GetEpoch() || referenced[key{epoch, gen}] {
+				continue
+			}
+			if err := w.store.Delete(ctx, it.Name, blob.DeleteOptions{}); err != nil && !errors.Is(err, blob.ErrNotFound) {
+				w.log.Warn("gc: delete orphan failed", zap.String("blob", it.Name), zap.Error(err))
+				continue
+			}
+			w.log.Info("gc: deleted orphan generation", zap.Uint64("epoch", epoch), zap.Uint64("generation", gen))
+			if deleted++; deleted == maxDeletesPerPass {
+				return deleted
+			}
+		}
+		if page.Next == "" {
+			return deleted
+		}
+		token = page.Next
+	}
+}

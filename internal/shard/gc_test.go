@@ -1,0 +1,114 @@
+package shard
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/rolloutd/rolloutd/internal/blob"
+	"github.com/rolloutd/rolloutd/internal/blob/memstore"
+	"github.com/rolloutd/rolloutd/internal/clock"
+	"github.com/rolloutd/rolloutd/internal/shard/format"
+)
+
+func exists(t *testing.T, s blob.Store, name string) bool {
+	t.Helper()
+	_, err := s.Head(context.Background(), name)
+	if err != nil && !errors.Is(err, blob.ErrNotFound) {
+		t.Fatal(err)
+	}
+	return err == nil
+}
+
+// waitFor polls cond; the writer's goroutines act on their own schedule.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(5 * time.Second); !cond(); {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+func TestGCDeletesOnlyUnreferencedBlobsPastGrace(t *testing.T) {
+	store := memstore.New()
+	ctx := context.Background()
+	fake := clock.NewFake(time.Unix(1_700_000_000, 0))
+	opts := testOptions(t)
+	opts.Clock = fake
+	opts.MergeRun = 4
+	opts.MergeInterval = time.Second
+	opts.RetireGrace = time.Minute
+	opts.OrphanScanInterval = time.Hour
+
+	// Epoch 1 leaves an orphan: a generation it wrote but never committed.
+	w1, err := Open(ctx, store, "s", opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	orphan := format.GenerationName("s", w1.Epoch(), 999)
+	if _, err := store.Put(ctx, orphan, []byte("never committed"), blob.PutOptions{IfNoneMatch: true}); err != nil {
+		t.Fatal(err)
+	}
+	w1.Abort()
+
+	w, err := Open(ctx, store, "s", opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Abort()
+	// The current epoch's own uncommitted blob may be in flight: never an orphan.
+	inflight := format.GenerationName("s", w.Epoch(), 998)
+	if _, err := store.Put(ctx, inflight, []byte("in flight"), blob.PutOptions{IfNoneMatch: true}); err != nil {
+		t.Fatal(err)
+	}
+	l := newLedger()
+	for i := range 4 {
+		rs, err := w.Append(ctx, entries(t, ids(string(rune('a'+i)), 2)...))
+		if err != nil {
+			t.Fatal(err)
+		}
+		l.add(t, rs)
+	}
+	waitFor(t, "a merge", func() bool { return w.Stats().Merges >= 1 })
+	m := w.w.manifest()
+	if len(m.GetRetired()) != 4 {
+		t.Fatalf("%d retired generations after merging 4", len(m.GetRetired()))
+	}
+	var retired []string
+	for _, r := range m.GetRetired() {
+		retired = append(retired, format.GenerationName("s", r.GetEpoch(), r.GetNumber()))
+	}
+	// Within the grace period nothing is deleted, however often GC runs.
+	for range 5 {
+		fake.Advance(10 * time.Second)
+		time.Sleep(5 * time.Millisecond)
+	}
+	for _, name := range retired {
+		if !exists(t, store, name) {
+			t.Fatalf("retired %s deleted within the grace period", name)
+		}
+	}
+	l.verify(t, store, "s")
+	// Past the grace period the retired blobs go, and the manifest forgets them.
+	fake.Advance(20 * time.Second)
+	waitFor(t, "retired generations to be deleted and forgotten", func() bool {
+		fake.Advance(time.Second)
+		return len(w.w.manifest().GetRetired()) == 0
+	})
+	for _, name := range retired {
+		if exists(t, store, name) {
+			t.Fatalf("retired %s survived GC past its grace period", name)
+		}
+	}
+	// The orphan scan runs one MergeInterval after Open.
+	if exists(t, store, orphan) {
+		t.Fatal("orphan of epoch 1 was not deleted")
+	}
+	if !exists(t, store, inflight) {
+		t.Fatal("an unreferenced generation of the current epoch was deleted")
+	}
+	l.verify(t, store, "s")
+}

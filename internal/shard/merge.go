@@ -1,0 +1,233 @@
+package shard
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/rolloutd/rolloutd/internal/blob"
+	"github.com/rolloutd/rolloutd/internal/shard/format"
+	"github.com/rolloutd/rolloutd/internal/shard/storagepb"
+)
+
+// Merging keeps a long-lived shard's generation count, and so the cost of a
+// Get or an id lookup, bounded. It runs in the owning writer under its own
+// epoch (it never claims one): the merger goroutine reads the sources and
+// writes the merged generation beside the commit path, and only its
+// manifest edit joins the committer's next CAS, so appends never wait on it.
+//
+// Policy, checked after every commit and every MergeInterval:
+//  1. Size tiers. Tier t holds generations of MergeTierBytes·MergeRun^(t-1)
+//     up to MergeTierBytes·MergeRun^t bytes. MergeRun contiguous
+//     generations of one tier are merged, lowest tier first, so a
+//     generation is rewritten about once per tier rather than on every pass.
+//  2. Count. At MergeMaxGenerations live generations, the cheapest
+//     contiguous window is merged, wide enough to come back to half that.
+//  3. Age. A generation never merged and older than MergeAge is merged with
+//     its cheapest neighbours.
+//
+// Only contiguous runs are merged, so the per-generation sequence ranges
+// never overlap. Each pass is capped by MergeMaxSources and MergeMaxBytes.
+
+// pickMerge returns the contiguous generations to merge next, or nil.
+func pickMerge(gens []*storagepb.Generation, now time.Time, o Options) []*storagepb.Generation {
+	n := len(gens)
+	if n < 2 {
+		return nil
+	}
+	tier := func(g *storagepb.Generation) int {
+		t := 0
+		for lim := o.MergeTierBytes; int64(g.GetBytes()) >= lim && t < 40; lim *= int64(o.MergeRun) {
+			t++
+		}
+		return t
+	}
+	var best []*storagepb.Generation
+	bestTier := int(^uint(0) >> 1)
+	for i := 0; i < n; {
+		t := tier(gens[i])
+		j := i + 1
+		for j < n && tier(gens[j]) == t {
+			j++
+		}
+		if j-i >= o.MergeRun && t < bestTier {
+			best, bestTier = gens[i:j], t
+		}
+		i = j
+	}
+	if best != nil {
+		if run := capRun(best, o); run != nil {
+			return run
+		}
+	}
+	if n >= o.MergeMaxGenerations {
+		return cheapestWindow(gens, max(o.MergeRun, n-o.MergeMaxGenerations/2), -1, o)
+	}
+	for i, g := range gens {
+		if g.GetLevel() == 0 && now.Sub(time.Unix(0, g.GetCreatedUnixNanos())) >= o.MergeAge {
+			return cheapestWindow(gens, o.MergeRun, i, o)
+		}
+	}
+	return nil
+}
+
+// capRun trims a run from its newest end to the pass caps.
+func capRun(run []*storagepb.Generation, o Options) []*storagepb.Generation {
+	var bytes int64
+	for i, g := range run {
+		bytes += int64(g.GetBytes())
+		if i == o.MergeMaxSources || bytes > o.MergeMaxBytes {
+			run = run[:i]
+			break
+		}
+	}
+	if len(run) < 2 {
+		return nil
+	}
+	return run
+}
+
+// cheapestWindow returns the contiguous window of up to k generations with
+// the fewest bytes, containing index must when must >= 0, within the caps.
+func cheapestWindow(gens []*storagepb.Generation, k, must int, o Options) []*storagepb.Generation {
+	k = min(k, len(gens), o.MergeMaxSources)
+	for ; k >= 2; k-- {
+		var best []*storagepb.Generation
+		var bestBytes int64
+		for i := 0; i+k <= len(gens); i++ {
+			if must >= 0 && (must < i || must >= i+k) {
+				continue
+			}
+			var b int64
+			for _, g := range gens[i : i+k] {
+				b += int64(g.GetBytes())
+			}
+			if b <= o.MergeMaxBytes && (best == nil || b < bestBytes) {
+				best, bestBytes = gens[i:i+k], b
+			}
+		}
+		if best != nil {
+			return best
+		}
+	}
+	return nil
+}
+
+// mergeLoop is the merger goroutine: it merges while the policy asks for it
+// and collects garbage, until Close or Abort.
+func (w *writer) mergeLoop() {
+	defer close(w.mergeDone)
+	if w.opts.DisableMerge {
+		<-w.mergeCtx.Done()
+		return
+	}
+	gc := &collector{w: w, nextScan: w.opts.Clock.Now().Add(w.opts.MergeInterval)}
+	for {
+		select {
+		case <-w.mergeCtx.Done():
+			return
+		case <-w.mergeKick:
+		case <-w.opts.Clock.After(w.opts.MergeInterval):
+		}
+		for w.mergeCtx.Err() == nil {
+			plan := pickMerge(w.manifest().GetGenerations(), w.opts.Clock.Now(), w.opts)
+			if plan == nil {
+				break
+			}
+			if err := w.merge(w.mergeCtx, plan); err != nil {
+				if w.mergeCtx.Err() == nil {
+					w.log.Warn("merge failed; will retry", zap.Error(err))
+				}
+				break
+			}
+		}
+		gc.run(w.mergeCtx)
+	}
+}
+
+// merge rewrites plan as one generation and waits until the committer has
+// committed (or rejected) the manifest edit that swaps it in.
+func (w *writer) merge(ctx context.Context, plan []*storagepb.Generation) error {
+	start := w.opts.Clock.Now()
+	var size int
+	var level uint32
+	for _, g := range plan {
+		size += int(g.GetBytes())
+		level = max(level, g.GetLevel())
+	}
+	gen := w.allocGen()
+	b := format.NewGenerationBuilder(w.shard, w.epoch, gen, size)
+	for _, g := range plan {
+		name := format.GenerationName(w.shard, g.GetEpoch(), g.GetNumber())
+		data, _, err := w.store.Get(ctx, name, blob.GetOptions{})
+		if err != nil {
+			return fmt.Errorf("merge: read %s: %w", name, err)
+		}
+		f, err := format.DecodeGeneration(data)
+		if err != nil {
+			return fmt.Errorf("merge: %w: blob %s: %w", ErrCorrupt, name, err)
+		}
+		if f.GetShard() != w.shard || f.GetEpoch() != g.GetEpoch() || f.GetGeneration() != g.GetNumber() || len(f.GetEntries()) != int(g.GetRecords()) {
+			return fmt.Errorf("merge: %w: blob %s: footer does not match the manifest", ErrCorrupt, name)
+		}
+		for _, e := range f.GetEntries() {
+			b.Add(e.GetId(), e.GetSeq(), data[e.GetOffset():e.GetOffset()+uint64(e.GetLength())], e.GetClientHash())
+		}
+	}
+	l, err := b.Finish()
+	if err != nil {
+		return err
+	}
+	name := format.GenerationName(w.shard, w.epoch, gen)
+	if err := w.putWithRetry(ctx, name, l.Data, blob.PutOptions{IfNoneMatch: true, PutID: w.nextPutID()}); err != nil {
+		return fmt.Errorf("merge: write %s: %w", name, err)
+	}
+	e := newEdit()
+	e.merge = &mergeEdit{output: &storagepb.Generation{
+		Number:           gen,
+		Epoch:            w.epoch,
+		FirstSeq:         plan[0].GetFirstSeq(),
+		LastSeq:          plan[len(plan)-1].GetLastSeq(),
+		Records:          uint32(b.Len()),
+		Bytes:            uint64(len(l.Data)),
+		FooterOffset:     l.FooterOffset,
+		FooterLength:     l.FooterLength,
+		FilterLength:     l.FilterLength,
+		FilterCrc32C:     l.FilterCRC,
+		CreatedUnixNanos: w.opts.Clock.Now().UnixNano(),
+		Level:            level + 1,
+	}}
+	for _, g := range plan {
+		e.merge.sources = append(e.merge.sources, g.GetNumber())
+	}
+	if err := w.submit(ctx, e); err != nil {
+		return fmt.Errorf("merge into generation %d: %w", gen, err)
+	}
+	w.merges.Add(1)
+	w.mergeNanos.Add(int64(w.opts.Clock.Now().Sub(start)))
+	w.log.Debug("merged generations", zap.Uint64("generation", gen), zap.Int("sources", len(plan)), zap.Int("records", b.Len()))
+	return nil
+}
+
+// submit hands an edit to the committer and waits for its outcome.
+func (w *writer) submit(ctx context.Context, e *edit) error {
+	w.mu.Lock()
+	if err := w.refuseLocked(); err != nil {
+		w.mu.Unlock()
+		return err
+	}
+	w.edits = append(w.edits, e)
+	w.mu.Unlock()
+	select {
+	case w.kick <- struct{}{}:
+	default:
+	}
+	select {
+	case err := <-e.done:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}

@@ -1,0 +1,184 @@
+package shard
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/rolloutd/rolloutd/internal/blob/faultstore"
+	"github.com/rolloutd/rolloutd/internal/blob/memstore"
+	"github.com/rolloutd/rolloutd/internal/shard/format"
+	"github.com/rolloutd/rolloutd/internal/shard/storagepb"
+)
+
+func mergeOptions(t testing.TB) Options {
+	o := testOptions(t)
+	o.MergeRun = 4
+	o.MergeMaxGenerations = 8
+	o.MergeInterval = 5 * time.Millisecond
+	o.RetireGrace = 50 * time.Millisecond
+	return o
+}
+
+func TestPickMerge(t *testing.T) {
+	o := Options{MergeRun: 4, MergeMaxGenerations: 8, MergeTierBytes: 1000, MergeAge: time.Minute}.withDefaults()
+	now := time.Unix(1000, 0)
+	gen := func(n uint64, bytes uint64, level uint32, age time.Duration) *storagepb.Generation {
+		return &storagepb.Generation{Number: n, Bytes: bytes, Level: level, CreatedUnixNanos: now.Add(-age).UnixNano()}
+	}
+	nums := func(gs []*storagepb.Generation) []uint64 {
+		var out []uint64
+		for _, g := range gs {
+			out = append(out, g.GetNumber())
+		}
+		return out
+	}
+	for _, tc := range []struct {
+		name string
+		gens []*storagepb.Generation
+		want []uint64
+	}{
+		{"one generation", []*storagepb.Generation{gen(1, 10, 0, time.Hour)}, nil},
+		{"young small run below the run length", []*storagepb.Generation{gen(1, 10, 0, 0), gen(2, 10, 0, 0), gen(3, 10, 0, 0)}, nil},
+		{"run of four in tier 0", []*storagepb.Generation{gen(1, 50000, 2, 0), gen(2, 10, 0, 0), gen(3, 10, 0, 0), gen(4, 10, 0, 0), gen(5, 10, 0, 0)}, []uint64{2, 3, 4, 5}},
+		{"lowest tier first", []*storagepb.Generation{gen(1, 2000, 1, 0), gen(2, 2000, 1, 0), gen(3, 2000, 1, 0), gen(4, 2000, 1, 0), gen(5, 10, 0, 0), gen(6, 10, 0, 0), gen(7, 10, 0, 0), gen(8, 10, 0, 0)}, []uint64{5, 6, 7, 8}},
+		{"age trigger merges the old unmerged generation with its cheapest neighbours", []*storagepb.Generation{gen(1, 900000, 3, time.Hour), gen(2, 10, 0, 2*time.Minute), gen(3, 20000, 1, 0)}, []uint64{1, 2, 3}},
+		{"count trigger", []*storagepb.Generation{gen(1, 4000, 1, 0), gen(2, 20000, 2, 0), gen(3, 4000, 1, 0), gen(4, 20000, 2, 0), gen(5, 4000, 1, 0), gen(6, 20000, 2, 0), gen(7, 4000, 1, 0), gen(8, 20000, 2, 0)}, []uint64{1, 2, 3, 4}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := nums(pickMerge(tc.gens, now, o))
+			if fmt.Sprint(got) != fmt.Sprint(tc.want) {
+				t.Fatalf("pickMerge = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
+// Merges under continuous appends, read throughout by another instance's
+// reader: every acked record stays readable, exactly once, and no Get fails.
+func TestMergeUnderLoadKeepsEveryRecordReadable(t *testing.T) {
+	store := memstore.New()
+	w, err := Open(context.Background(), store, "s", mergeOptions(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Abort()
+	l := newLedger()
+	reader := NewReader(store, ReaderOptions{})
+	ctx := context.Background()
+	var stop atomic.Bool
+	var wg sync.WaitGroup
+	var acked sync.Map
+	for c := range 4 {
+		wg.Go(func() {
+			for i := 0; !stop.Load(); i++ {
+				id := fmt.Sprintf("c%d-%d", c, i)
+				rs, err := w.Append(ctx, entries(t, id))
+				if err != nil {
+					t.Errorf("append: %v", err)
+					return
+				}
+				l.add(t, rs)
+				acked.Store(id, rs[0].Seq)
+			}
+		})
+	}
+	var reads atomic.Int64
+	wg.Go(func() {
+		for !stop.Load() {
+			acked.Range(func(k, v any) bool {
+				rec, err := reader.Get(ctx, "s", k.(string))
+				if err != nil {
+					t.Errorf("Get(%q) during merges: %v", k, err)
+					return false
+				}
+				if rec.GetSeq() != v.(uint64) {
+					t.Errorf("Get(%q) seq %d, acked %d", k, rec.GetSeq(), v)
+				}
+				reads.Add(1)
+				return !stop.Load()
+			})
+		}
+	})
+	deadline := time.Now().Add(3 * time.Second)
+	for w.Stats().Merges < 10 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	stop.Store(true)
+	wg.Wait()
+	st := w.Stats()
+	t.Logf("%d acked, %d reads, %d merges, %d live generations, %d retired, %d deleted by GC", len(l.acks), reads.Load(), st.Merges, st.Generations, st.Retired, st.GCDeletedBlobs)
+	if st.Merges < 10 {
+		t.Fatalf("only %d merges ran", st.Merges)
+	}
+	if st.Generations > 2*8 {
+		t.Errorf("%d live generations, want <= 2x the count trigger", st.Generations)
+	}
+	l.verify(t, store, "s")
+}
+
+// A fault at each step of a merge (reading a source, writing the merged
+// generation, the CAS that swaps it in, deleting the retired sources),
+// followed by a reopen, loses and duplicates nothing.
+func TestMergeFaultsThenReopen(t *testing.T) {
+	genPrefix := format.GenerationPrefix("s")
+	for _, tc := range []struct {
+		name string
+		rule faultstore.Rule
+	}{
+		{"source read fails", faultstore.Rule{Ops: []faultstore.Op{faultstore.OpGet}, Prefix: genPrefix, Fault: faultstore.Fail, Prob: 0.5}},
+		{"merged write fails", faultstore.Rule{Ops: []faultstore.Op{faultstore.OpPut}, Prefix: genPrefix, Fault: faultstore.Fail, Prob: 0.3}},
+		{"merged write response lost", faultstore.Rule{Ops: []faultstore.Op{faultstore.OpPut}, Prefix: genPrefix, Fault: faultstore.LoseResponse, Prob: 0.3}},
+		{"manifest CAS fails", faultstore.Rule{Ops: []faultstore.Op{faultstore.OpPut}, Prefix: format.ManifestName("s"), Fault: faultstore.Fail, Prob: 0.3}},
+		{"manifest CAS response lost", faultstore.Rule{Ops: []faultstore.Op{faultstore.OpPut}, Prefix: format.ManifestName("s"), Fault: faultstore.LoseResponse, Prob: 0.3}},
+		{"delete fails", faultstore.Rule{Ops: []faultstore.Op{faultstore.OpDelete}, Fault: faultstore.Fail, Prob: 0.5}},
+		{"delete response lost", faultstore.Rule{Ops: []faultstore.Op{faultstore.OpDelete}, Fault: faultstore.LoseResponse, Prob: 0.5}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			fs := faultstore.New(memstore.New(), 7)
+			w, err := Open(context.Background(), fs, "s", mergeOptions(t))
+			if err != nil {
+				t.Fatal(err)
+			}
+			fs.Add(tc.rule)
+			l := newLedger()
+			ctx := context.Background()
+			for i := range 60 {
+				batch := ids(fmt.Sprintf("b%d", i), 3)
+				// A client retries an unclear append with the same ids.
+				for try := 0; ; try++ {
+					rs, err := w.Append(ctx, entries(t, batch...))
+					if err == nil {
+						l.add(t, rs)
+						break
+					}
+					if !errors.Is(err, ErrOutcomeUnknown) && !errors.Is(err, ErrFenced) && try > 20 {
+						t.Fatalf("append %d keeps failing: %v", i, err)
+					}
+					if errors.Is(err, ErrFenced) {
+						t.Fatalf("false fence: %v", err)
+					}
+				}
+			}
+			time.Sleep(30 * time.Millisecond) // let a merge and GC run into the faults
+			w.Abort()
+			fs.Clear()
+			// Whatever the merge left behind, a new writer sees each acked
+			// record exactly once, and its GC finishes the job.
+			w2, err := Open(ctx, fs, "s", mergeOptions(t))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer w2.Abort()
+			if _, err := w2.Append(ctx, entries(t, "after")); err != nil {
+				t.Fatal(err)
+			}
+			l.verify(t, fs.Inner(), "s")
+			t.Logf("merges before reopen %d; injected faults: get %d, put %d, delete %d", w.Stats().Merges, fs.Injected(faultstore.OpGet), fs.Injected(faultstore.OpPut), fs.Injected(faultstore.OpDelete))
+		})
+	}
+}
