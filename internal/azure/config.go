@@ -135,7 +135,7 @@ func ValidateContainerName(name string) error {
 			"(Azure allows 3-63 lowercase letters, digits and single hyphens, starting and ending with a letter or digit)", name, why)
 	}
 	if len(name) < 3 || len(name) > 63 {
-		return bad(fmt.Sprintf("%d characters", len(name)))
+		return bad(fmt.Sprintf("length %d", len(name)))
 	}
 	for i := 0; i < len(name); i++ {
 		c := name[i]

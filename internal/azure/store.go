@@ -90,6 +90,11 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 			return nil, fmt.Errorf("azure: the storage connection string is invalid (not shown: it holds a secret): %w", err)
 		}
 	} else {
+		u, err := checkURL(cfg.AccountURL)
+		if err != nil {
+			tr.CloseIdleConnections()
+			return nil, fmt.Errorf("azure: account URL %q: %w", cfg.AccountURL, err)
+		}
 		cred := cfg.Credential
 		if cred == nil {
 			cred, err = azidentity.NewDefaultAzureCredential(&azidentity.DefaultAzureCredentialOptions{
@@ -99,10 +104,6 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 				tr.CloseIdleConnections()
 				return nil, fmt.Errorf("azure: building the default Azure credential: %w", err)
 			}
-		}
-		u, err := checkURL(cfg.AccountURL)
-		if err != nil {
-			return nil, fmt.Errorf("azure: account URL %q: %w", cfg.AccountURL, err)
 		}
 		client, err = container.NewClient(runtime.JoinPaths(u, cfg.Container), cred, opts)
 		if err != nil {
@@ -160,13 +161,19 @@ func (s *Store) ensureContainer(ctx context.Context) error {
 	if gerr == nil {
 		return nil
 	}
-	if bloberror.HasCode(err, bloberror.AuthenticationFailed) || bloberror.HasCode(gerr, bloberror.AuthenticationFailed) {
-		return fmt.Errorf("azure: container %q: the service rejected the credentials (%w); "+
-			"check the account key or SAS in the connection string, or the identity behind the account URL", s.container, native(err))
-	}
-	if bloberror.HasCode(gerr, bloberror.ContainerNotFound) {
+	switch {
+	case bloberror.HasCode(gerr, bloberror.ContainerNotFound):
 		return fmt.Errorf("azure: container %q does not exist and creating it was not permitted (%w): "+
 			"create it, or grant the identity the \"Storage Blob Data Contributor\" role on the storage account", s.container, native(err))
+	case bloberror.HasCode(err, bloberror.AuthenticationFailed), bloberror.HasCode(gerr, bloberror.AuthenticationFailed):
+		return fmt.Errorf("azure: container %q: the service rejected the credentials (%w); "+
+			"check the account key or SAS in the connection string, or the identity used with the account URL", s.container, native(gerr))
+	case bloberror.HasCode(err, bloberror.AuthorizationFailure), bloberror.HasCode(gerr, bloberror.AuthorizationFailure):
+		// Real Azure says this for network rules and SAS permissions;
+		// Azurite for a wrong account key.
+		return fmt.Errorf("azure: container %q: the request was not authorized (%w); check the credentials "+
+			"(account key, SAS permissions, or the identity's \"Storage Blob Data Contributor\" role on the account or container) "+
+			"and the storage account's network rules", s.container, native(gerr))
 	}
 	return fmt.Errorf("azure: container %q: creating it was not permitted (%w) and reading it failed (%w): "+
 		"grant the identity the \"Storage Blob Data Contributor\" role on the storage account or on the container", s.container, native(err), native(gerr))
@@ -219,8 +226,8 @@ func (s *Store) fullName(name string) (string, error) {
 	return full, nil
 }
 
-// The put id lives in blob metadata. Azure lowercases nothing and Azurite
-// capitalizes keys, so keys are matched case-insensitively. A caller's
+// The put id lives in blob metadata. Metadata keys are case-insensitive and
+// Azurite changes their case, so they are matched case-insensitively. A caller's
 // PutID and one the Store generated use different keys, so that Head
 // reports only the caller's.
 const (
