@@ -2,6 +2,7 @@ package shard
 
 import (
 	"fmt"
+	"time"
 
 	"github.com/rolloutd/rolloutd/internal/shard/storagepb"
 )
@@ -12,9 +13,9 @@ type edit struct {
 	// merge replaces the contiguous generations sources (by number) with
 	// output, and retires the sources.
 	merge *mergeEdit
-	// forget removes these generations (by number) from the retired list
-	// once GC has deleted their blobs.
-	forget map[uint64]bool
+	// forget removes these generations from the retired list once GC has
+	// deleted their blobs.
+	forget map[genKey]bool
 	done   chan error // receives the outcome once; capacity 1
 }
 
@@ -50,9 +51,7 @@ func (e *edit) apply(next *storagepb.Manifest, now int64) error {
 				return errStaleEdit
 			}
 		}
-		for _, g := range gens[at : at+len(m.sources)] {
-			next.Retired = append(next.Retired, &storagepb.Retired{Number: g.GetNumber(), Epoch: g.GetEpoch(), RetiredUnixNanos: now})
-		}
+		retire(next, gens[at:at+len(m.sources)], now)
 		merged := make([]*storagepb.Generation, 0, len(gens)-len(m.sources)+1)
 		merged = append(merged, gens[:at]...)
 		merged = append(merged, m.output)
@@ -60,13 +59,51 @@ func (e *edit) apply(next *storagepb.Manifest, now int64) error {
 		next.Generations = merged
 	}
 	if len(e.forget) > 0 {
-		kept := next.Retired[:0:0]
-		for _, r := range next.GetRetired() {
-			if !e.forget[r.GetNumber()] {
-				kept = append(kept, r)
+		kept := next.RetiredBatches[:0:0]
+		for _, b := range next.GetRetiredBatches() {
+			var epochs, numbers []uint64
+			for i, num := range b.GetNumbers() {
+				if !e.forget[genKey{b.GetEpochs()[i], num}] {
+					epochs, numbers = append(epochs, b.GetEpochs()[i]), append(numbers, num)
+				}
+			}
+			if len(numbers) > 0 {
+				b.Epochs, b.Numbers = epochs, numbers
+				kept = append(kept, b)
 			}
 		}
-		next.Retired = kept
+		next.RetiredBatches = kept
 	}
 	return nil
+}
+
+// genKey names a generation.
+type genKey struct{ epoch, number uint64 }
+
+// retireBatchWindow groups retirements this close in time into one batch.
+const retireBatchWindow = int64(time.Second)
+
+// retire adds gens to the retired list, stamped now.
+func retire(m *storagepb.Manifest, gens []*storagepb.Generation, now int64) {
+	bs := m.GetRetiredBatches()
+	var b *storagepb.RetiredBatch
+	if n := len(bs); n > 0 && now-bs[n-1].GetRetiredUnixNanos() < retireBatchWindow {
+		b = bs[n-1]
+	} else {
+		b = &storagepb.RetiredBatch{RetiredUnixNanos: now}
+		m.RetiredBatches = append(m.RetiredBatches, b)
+	}
+	for _, g := range gens {
+		b.Epochs = append(b.Epochs, g.GetEpoch())
+		b.Numbers = append(b.Numbers, g.GetNumber())
+	}
+}
+
+// retiredCount is the number of generations awaiting deletion.
+func retiredCount(m *storagepb.Manifest) int {
+	n := 0
+	for _, b := range m.GetRetiredBatches() {
+		n += len(b.GetNumbers())
+	}
+	return n
 }

@@ -38,20 +38,26 @@ func (c *collector) run(ctx context.Context) {
 	w := c.w
 	m := w.manifest()
 	now := w.opts.Clock.Now()
-	forget := map[uint64]bool{}
-	for _, r := range m.GetRetired() {
-		if len(forget) == maxDeletesPerPass {
-			break
+	forget := map[genKey]bool{}
+batches:
+	for _, b := range m.GetRetiredBatches() {
+		if now.Sub(time.Unix(0, b.GetRetiredUnixNanos())) < w.opts.RetireGrace {
+			break // batches are in time order
 		}
-		if now.Sub(time.Unix(0, r.GetRetiredUnixNanos())) < w.opts.RetireGrace {
-			continue
+		for i, num := range b.GetNumbers() {
+			if len(forget) == maxDeletesPerPass {
+				break batches
+			}
+			epoch := b.GetEpochs()[i]
+			name := format.GenerationName(w.shard, epoch, num)
+			if err := w.store.Delete(ctx, name, blob.DeleteOptions{}); err != nil && !errors.Is(err, blob.ErrNotFound) {
+				if ctx.Err() == nil {
+					w.log.Warn("gc: delete retired generation failed; will retry", zap.Uint64("generation", num), zap.Error(err))
+				}
+				continue
+			}
+			forget[genKey{epoch, num}] = true
 		}
-		name := format.GenerationName(w.shard, r.GetEpoch(), r.GetNumber())
-		if err := w.store.Delete(ctx, name, blob.DeleteOptions{}); err != nil && !errors.Is(err, blob.ErrNotFound) {
-			w.log.Warn("gc: delete retired generation failed; will retry", zap.Uint64("generation", r.GetNumber()), zap.Error(err))
-			continue
-		}
-		forget[r.GetNumber()] = true
 	}
 	if len(forget) > 0 {
 		e := newEdit()
@@ -74,13 +80,14 @@ func (c *collector) run(ctx context.Context) {
 func (c *collector) orphans(ctx context.Context) int {
 	w := c.w
 	m := w.manifest()
-	type key struct{ epoch, gen uint64 }
-	referenced := map[key]bool{}
+	referenced := map[genKey]bool{}
 	for _, g := range m.GetGenerations() {
-		referenced[key{g.GetEpoch(), g.GetNumber()}] = true
+		referenced[genKey{g.GetEpoch(), g.GetNumber()}] = true
 	}
-	for _, r := range m.GetRetired() {
-		referenced[key{r.GetEpoch(), r.GetNumber()}] = true
+	for _, b := range m.GetRetiredBatches() {
+		for i, num := range b.GetNumbers() {
+			referenced[genKey{b.GetEpochs()[i], num}] = true
+		}
 	}
 	deleted := 0
 	token := ""
@@ -94,7 +101,7 @@ func (c *collector) orphans(ctx context.Context) int {
 		}
 		for _, it := range page.Items {
 			epoch, gen, ok := format.ParseGenerationName(w.shard, it.Name)
-			if !ok || epoch >= m.GetEpoch() || referenced[key{epoch, gen}] {
+			if !ok || epoch >= m.GetEpoch() || referenced[genKey{epoch, gen}] {
 				continue
 			}
 			if err := w.store.Delete(ctx, it.Name, blob.DeleteOptions{}); err != nil && !errors.Is(err, blob.ErrNotFound) {

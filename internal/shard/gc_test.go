@@ -74,12 +74,14 @@ func TestGCDeletesOnlyUnreferencedBlobsPastGrace(t *testing.T) {
 	}
 	waitFor(t, "a merge", func() bool { return w.Stats().Merges >= 1 })
 	m := w.w.manifest()
-	if len(m.GetRetired()) != 4 {
-		t.Fatalf("%d retired generations after merging 4", len(m.GetRetired()))
+	if n := retiredCount(m); n != 4 {
+		t.Fatalf("%d retired generations after merging 4", n)
 	}
 	var retired []string
-	for _, r := range m.GetRetired() {
-		retired = append(retired, format.GenerationName("s", r.GetEpoch(), r.GetNumber()))
+	for _, b := range m.GetRetiredBatches() {
+		for i, num := range b.GetNumbers() {
+			retired = append(retired, format.GenerationName("s", b.GetEpochs()[i], num))
+		}
 	}
 	// Within the grace period nothing is deleted, however often GC runs.
 	for range 5 {
@@ -96,7 +98,7 @@ func TestGCDeletesOnlyUnreferencedBlobsPastGrace(t *testing.T) {
 	fake.Advance(20 * time.Second)
 	waitFor(t, "retired generations to be deleted and forgotten", func() bool {
 		fake.Advance(time.Second)
-		return len(w.w.manifest().GetRetired()) == 0
+		return retiredCount(w.w.manifest()) == 0
 	})
 	for _, name := range retired {
 		if exists(t, store, name) {

@@ -55,7 +55,10 @@ type Options struct {
 	// when no commit wakes it. Default 5 s.
 	MergeInterval time.Duration
 	// RetireGrace is how long a generation replaced by a merge is kept for
-	// readers holding an older manifest. Default 1 minute.
+	// readers holding an older manifest. A reader that still finds it gone
+	// re-reads the manifest and retries, so this need only cover one Get;
+	// it is kept short because the retired list rides in every manifest
+	// write. Default 10 s.
 	RetireGrace time.Duration
 	// OrphanScanInterval is how often GC lists the shard's blobs for orphans
 	// of earlier epochs; the first scan runs soon after Open. Default 10
@@ -110,7 +113,7 @@ func (o Options) withDefaults() Options {
 		o.MergeInterval = 5 * time.Second
 	}
 	if o.RetireGrace <= 0 {
-		o.RetireGrace = time.Minute
+		o.RetireGrace = 10 * time.Second
 	}
 	if o.OrphanScanInterval <= 0 {
 		o.OrphanScanInterval = 10 * time.Minute

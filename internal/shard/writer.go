@@ -184,7 +184,7 @@ func (h *Writer) Stats() Stats {
 		Epoch:          w.epoch,
 		QueuedBytes:    w.queued,
 		Generations:    len(w.m.GetGenerations()),
-		Retired:        len(w.m.GetRetired()),
+		Retired:        retiredCount(w.m),
 		EpochRecords:   len(w.m.GetEpochs()),
 		Records:        w.m.GetRecordCount(),
 		Merges:         w.merges.Load(),

@@ -42,8 +42,9 @@ type Manifest struct {
 	NextSeq uint64 `protobuf:"varint,4,opt,name=next_seq,json=nextSeq,proto3" json:"next_seq,omitempty"`
 	// Live generations in ascending, non-overlapping sequence order.
 	Generations []*Generation `protobuf:"bytes,5,rep,name=generations,proto3" json:"generations,omitempty"`
-	// Generations replaced by a merge, awaiting deletion after a grace period.
-	Retired []*Retired `protobuf:"bytes,6,rep,name=retired,proto3" json:"retired,omitempty"`
+	// Generations replaced by merges, awaiting deletion after a grace period,
+	// grouped by time of retirement so that the list stays compact.
+	RetiredBatches []*RetiredBatch `protobuf:"bytes,11,rep,name=retired_batches,json=retiredBatches,proto3" json:"retired_batches,omitempty"`
 	// For each recent epoch, the last generation it committed. This decides an
 	// unclear commit, and marks a generation as an orphan, by name and not age.
 	Epochs []*EpochRecord `protobuf:"bytes,7,rep,name=epochs,proto3" json:"epochs,omitempty"`
@@ -124,9 +125,9 @@ func (x *Manifest) GetGenerations() []*Generation {
 	return nil
 }
 
-func (x *Manifest) GetRetired() []*Retired {
+func (x *Manifest) GetRetiredBatches() []*RetiredBatch {
 	if x != nil {
-		return x.Retired
+		return x.RetiredBatches
 	}
 	return nil
 }
@@ -305,33 +306,35 @@ func (x *Generation) GetFilterCrc32C() uint32 {
 	return 0
 }
 
-// Retired is a generation replaced by a merge and no longer referenced.
-type Retired struct {
+// RetiredBatch is a set of generations replaced by merges at about the same
+// time and no longer referenced. Readers holding an older manifest may still
+// fetch them until the grace period has passed.
+type RetiredBatch struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Generation number of the retired blob.
-	Number uint64 `protobuf:"varint,1,opt,name=number,proto3" json:"number,omitempty"`
-	// Epoch under which the retired blob was written.
-	Epoch uint64 `protobuf:"varint,2,opt,name=epoch,proto3" json:"epoch,omitempty"`
-	// Unix nanoseconds when the merge that replaced it was committed.
-	RetiredUnixNanos int64 `protobuf:"varint,3,opt,name=retired_unix_nanos,json=retiredUnixNanos,proto3" json:"retired_unix_nanos,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// Unix nanoseconds when the first merge of the batch was committed.
+	RetiredUnixNanos int64 `protobuf:"varint,1,opt,name=retired_unix_nanos,json=retiredUnixNanos,proto3" json:"retired_unix_nanos,omitempty"`
+	// Epochs of the retired generations, parallel to numbers.
+	Epochs []uint64 `protobuf:"varint,2,rep,packed,name=epochs,proto3" json:"epochs,omitempty"`
+	// Numbers of the retired generations, parallel to epochs.
+	Numbers       []uint64 `protobuf:"varint,3,rep,packed,name=numbers,proto3" json:"numbers,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
-func (x *Retired) Reset() {
-	*x = Retired{}
+func (x *RetiredBatch) Reset() {
+	*x = RetiredBatch{}
 	mi := &file_rolloutd_storage_v1_storage_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
 
-func (x *Retired) String() string {
+func (x *RetiredBatch) String() string {
 	return protoimpl.X.MessageStringOf(x)
 }
 
-func (*Retired) ProtoMessage() {}
+func (*RetiredBatch) ProtoMessage() {}
 
-func (x *Retired) ProtoReflect() protoreflect.Message {
+func (x *RetiredBatch) ProtoReflect() protoreflect.Message {
 	mi := &file_rolloutd_storage_v1_storage_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
@@ -343,30 +346,30 @@ func (x *Retired) ProtoReflect() protoreflect.Message {
 	return mi.MessageOf(x)
 }
 
-// Deprecated: Use Retired.ProtoReflect.Descriptor instead.
-func (*Retired) Descriptor() ([]byte, []int) {
+// Deprecated: Use RetiredBatch.ProtoReflect.Descriptor instead.
+func (*RetiredBatch) Descriptor() ([]byte, []int) {
 	return file_rolloutd_storage_v1_storage_proto_rawDescGZIP(), []int{2}
 }
 
-func (x *Retired) GetNumber() uint64 {
-	if x != nil {
-		return x.Number
-	}
-	return 0
-}
-
-func (x *Retired) GetEpoch() uint64 {
-	if x != nil {
-		return x.Epoch
-	}
-	return 0
-}
-
-func (x *Retired) GetRetiredUnixNanos() int64 {
+func (x *RetiredBatch) GetRetiredUnixNanos() int64 {
 	if x != nil {
 		return x.RetiredUnixNanos
 	}
 	return 0
+}
+
+func (x *RetiredBatch) GetEpochs() []uint64 {
+	if x != nil {
+		return x.Epochs
+	}
+	return nil
+}
+
+func (x *RetiredBatch) GetNumbers() []uint64 {
+	if x != nil {
+		return x.Numbers
+	}
+	return nil
 }
 
 // EpochRecord says what one epoch committed.
@@ -593,19 +596,19 @@ var File_rolloutd_storage_v1_storage_proto protoreflect.FileDescriptor
 
 const file_rolloutd_storage_v1_storage_proto_rawDesc = "" +
 	"\n" +
-	"!rolloutd/storage/v1/storage.proto\x12\x13rolloutd.storage.v1\"\x9d\x03\n" +
+	"!rolloutd/storage/v1/storage.proto\x12\x13rolloutd.storage.v1\"\xc0\x03\n" +
 	"\bManifest\x12\x14\n" +
 	"\x05epoch\x18\x01 \x01(\x04R\x05epoch\x12\x14\n" +
 	"\x05owner\x18\x02 \x01(\tR\x05owner\x12'\n" +
 	"\x0fnext_generation\x18\x03 \x01(\x04R\x0enextGeneration\x12\x19\n" +
 	"\bnext_seq\x18\x04 \x01(\x04R\anextSeq\x12A\n" +
-	"\vgenerations\x18\x05 \x03(\v2\x1f.rolloutd.storage.v1.GenerationR\vgenerations\x126\n" +
-	"\aretired\x18\x06 \x03(\v2\x1c.rolloutd.storage.v1.RetiredR\aretired\x128\n" +
+	"\vgenerations\x18\x05 \x03(\v2\x1f.rolloutd.storage.v1.GenerationR\vgenerations\x12J\n" +
+	"\x0fretired_batches\x18\v \x03(\v2!.rolloutd.storage.v1.RetiredBatchR\x0eretiredBatches\x128\n" +
 	"\x06epochs\x18\a \x03(\v2 .rolloutd.storage.v1.EpochRecordR\x06epochs\x12\x1b\n" +
 	"\tcommit_id\x18\b \x01(\tR\bcommitId\x12,\n" +
 	"\x12updated_unix_nanos\x18\t \x01(\x03R\x10updatedUnixNanos\x12!\n" +
 	"\frecord_count\x18\n" +
-	" \x01(\x04R\vrecordCount\"\xfa\x02\n" +
+	" \x01(\x04R\vrecordCountJ\x04\b\x06\x10\aR\aretired\"\xfa\x02\n" +
 	"\n" +
 	"Generation\x12\x16\n" +
 	"\x06number\x18\x01 \x01(\x04R\x06number\x12\x14\n" +
@@ -620,11 +623,11 @@ const file_rolloutd_storage_v1_storage_proto_rawDesc = "" +
 	"\x05level\x18\n" +
 	" \x01(\rR\x05level\x12#\n" +
 	"\rfilter_length\x18\v \x01(\rR\ffilterLength\x12#\n" +
-	"\rfilter_crc32c\x18\f \x01(\aR\ffilterCrc32c\"e\n" +
-	"\aRetired\x12\x16\n" +
-	"\x06number\x18\x01 \x01(\x04R\x06number\x12\x14\n" +
-	"\x05epoch\x18\x02 \x01(\x04R\x05epoch\x12,\n" +
-	"\x12retired_unix_nanos\x18\x03 \x01(\x03R\x10retiredUnixNanos\"L\n" +
+	"\rfilter_crc32c\x18\f \x01(\aR\ffilterCrc32c\"n\n" +
+	"\fRetiredBatch\x12,\n" +
+	"\x12retired_unix_nanos\x18\x01 \x01(\x03R\x10retiredUnixNanos\x12\x16\n" +
+	"\x06epochs\x18\x02 \x03(\x04R\x06epochs\x12\x18\n" +
+	"\anumbers\x18\x03 \x03(\x04R\anumbers\"L\n" +
 	"\vEpochRecord\x12\x14\n" +
 	"\x05epoch\x18\x01 \x01(\x04R\x05epoch\x12'\n" +
 	"\x0flast_generation\x18\x02 \x01(\x04R\x0elastGeneration\"\x90\x01\n" +
@@ -658,16 +661,16 @@ func file_rolloutd_storage_v1_storage_proto_rawDescGZIP() []byte {
 
 var file_rolloutd_storage_v1_storage_proto_msgTypes = make([]protoimpl.MessageInfo, 6)
 var file_rolloutd_storage_v1_storage_proto_goTypes = []any{
-	(*Manifest)(nil),    // 0: rolloutd.storage.v1.Manifest
-	(*Generation)(nil),  // 1: rolloutd.storage.v1.Generation
-	(*Retired)(nil),     // 2: rolloutd.storage.v1.Retired
-	(*EpochRecord)(nil), // 3: rolloutd.storage.v1.EpochRecord
-	(*Footer)(nil),      // 4: rolloutd.storage.v1.Footer
-	(*FooterEntry)(nil), // 5: rolloutd.storage.v1.FooterEntry
+	(*Manifest)(nil),     // 0: rolloutd.storage.v1.Manifest
+	(*Generation)(nil),   // 1: rolloutd.storage.v1.Generation
+	(*RetiredBatch)(nil), // 2: rolloutd.storage.v1.RetiredBatch
+	(*EpochRecord)(nil),  // 3: rolloutd.storage.v1.EpochRecord
+	(*Footer)(nil),       // 4: rolloutd.storage.v1.Footer
+	(*FooterEntry)(nil),  // 5: rolloutd.storage.v1.FooterEntry
 }
 var file_rolloutd_storage_v1_storage_proto_depIdxs = []int32{
 	1, // 0: rolloutd.storage.v1.Manifest.generations:type_name -> rolloutd.storage.v1.Generation
-	2, // 1: rolloutd.storage.v1.Manifest.retired:type_name -> rolloutd.storage.v1.Retired
+	2, // 1: rolloutd.storage.v1.Manifest.retired_batches:type_name -> rolloutd.storage.v1.RetiredBatch
 	3, // 2: rolloutd.storage.v1.Manifest.epochs:type_name -> rolloutd.storage.v1.EpochRecord
 	5, // 3: rolloutd.storage.v1.Footer.entries:type_name -> rolloutd.storage.v1.FooterEntry
 	4, // [4:4] is the sub-list for method output_type
