@@ -159,6 +159,7 @@ func (w *writer) prepare(ctx context.Context, batch []*pending, edits []*edit, p
 				return a, nil, fmt.Errorf("shard %q: write generation %s: %w", w.shard, name, err)
 			}
 			w.opts.Cache.addIndex(name, newIndex(l.Footer))
+			w.opts.Cache.addFilter(name, l.Filter)
 			next.Generations = append(next.Generations, &storagepb.Generation{
 				Number:           gen,
 				Epoch:            w.epoch,

@@ -3,6 +3,7 @@ package shard
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -14,39 +15,41 @@ import (
 )
 
 func TestReappendIsAlreadyPresent(t *testing.T) {
-	store := memstore.New()
-	w := open(t, store, "s")
-	ctx := context.Background()
-	first, err := w.Append(ctx, entries(t, "a", "b"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	again, err := w.Append(ctx, entries(t, "b", "c", "a"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !again[0].AlreadyPresent || again[0].Seq != first[1].Seq || again[0].Generation != first[1].Generation {
-		t.Errorf("re-append of b = %+v, want already present as %+v", again[0], first[1])
-	}
-	if again[1].AlreadyPresent || again[1].Seq != 3 {
-		t.Errorf("new id c = %+v, want seq 3, not present", again[1])
-	}
-	if !again[2].AlreadyPresent || again[2].Seq != first[0].Seq {
-		t.Errorf("re-append of a = %+v, want already present as %+v", again[2], first[0])
-	}
-	// A record whose created_at the server filled is still the same record
-	// when retried: Prepare hashes the client's encoding.
-	late, err := Prepare(record("a"), time.Now().Add(time.Hour))
-	if err != nil {
-		t.Fatal(err)
-	}
-	rs, err := w.Append(ctx, []Entry{late})
-	if err != nil || !rs[0].AlreadyPresent {
-		t.Fatalf("retry with a different server-filled created_at: %+v, %v", rs, err)
-	}
-	if n := countRecords(t, store, "s"); n["a"] != 1 || n["b"] != 1 || n["c"] != 1 {
-		t.Fatalf("stored counts %v, want each once", n)
-	}
+	backends(t, func(t *testing.T, newStore func(testing.TB) blob.Store) {
+		store := newStore(t)
+		w := open(t, store, "s")
+		ctx := context.Background()
+		first, err := w.Append(ctx, entries(t, "a", "b"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		again, err := w.Append(ctx, entries(t, "b", "c", "a"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !again[0].AlreadyPresent || again[0].Seq != first[1].Seq || again[0].Generation != first[1].Generation {
+			t.Errorf("re-append of b = %+v, want already present as %+v", again[0], first[1])
+		}
+		if again[1].AlreadyPresent || again[1].Seq != 3 {
+			t.Errorf("new id c = %+v, want seq 3, not present", again[1])
+		}
+		if !again[2].AlreadyPresent || again[2].Seq != first[0].Seq {
+			t.Errorf("re-append of a = %+v, want already present as %+v", again[2], first[0])
+		}
+		// A record whose created_at the server filled is still the same record
+		// when retried: Prepare hashes the client's encoding.
+		late, err := Prepare(record("a"), time.Now().Add(time.Hour))
+		if err != nil {
+			t.Fatal(err)
+		}
+		rs, err := w.Append(ctx, []Entry{late})
+		if err != nil || !rs[0].AlreadyPresent {
+			t.Fatalf("retry with a different server-filled created_at: %+v, %v", rs, err)
+		}
+		if n := countRecords(t, store, "s"); n["a"] != 1 || n["b"] != 1 || n["c"] != 1 {
+			t.Fatalf("stored counts %v, want each once", n)
+		}
+	})
 }
 
 func TestSameIDDifferentContentConflicts(t *testing.T) {
@@ -199,5 +202,27 @@ func TestCommitAfterUnknownOutcomeRechecksIDs(t *testing.T) {
 		if n != 1 {
 			t.Errorf("%q stored %d times", id, n)
 		}
+	}
+}
+
+// Checking ids costs no read on the common path: the writer caches the
+// filters of the generations it wrote, and they rule new ids out.
+func TestAppendOfNewIDsReadsNothing(t *testing.T) {
+	fs := faultstore.New(memstore.New(), 1)
+	opts := testOptions(t)
+	opts.DisableMerge = true // merges read their sources
+	w, err := Open(context.Background(), fs, "s", opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Abort()
+	fs.ResetCounts()
+	for i := range 50 {
+		if _, err := w.Append(context.Background(), entries(t, ids(fmt.Sprint("n", i), 4)...)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if g, h, p := fs.Calls(faultstore.OpGet), fs.Calls(faultstore.OpHead), fs.Calls(faultstore.OpPut); g != 0 || h != 0 || p != 100 {
+		t.Fatalf("50 appends of new ids made %d gets, %d heads, %d puts; want 0, 0, 100", g, h, p)
 	}
 }

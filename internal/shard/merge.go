@@ -184,6 +184,8 @@ func (w *writer) merge(ctx context.Context, plan []*storagepb.Generation) error 
 	if err := w.putWithRetry(ctx, name, l.Data, blob.PutOptions{IfNoneMatch: true, PutID: w.nextPutID()}); err != nil {
 		return fmt.Errorf("merge: write %s: %w", name, err)
 	}
+	w.opts.Cache.addIndex(name, newIndex(l.Footer))
+	w.opts.Cache.addFilter(name, l.Filter)
 	e := newEdit()
 	e.merge = &mergeEdit{output: &storagepb.Generation{
 		Number:           gen,

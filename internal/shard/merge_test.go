@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rolloutd/rolloutd/internal/blob"
 	"github.com/rolloutd/rolloutd/internal/blob/faultstore"
 	"github.com/rolloutd/rolloutd/internal/blob/memstore"
 	"github.com/rolloutd/rolloutd/internal/shard/format"
@@ -61,64 +62,66 @@ func TestPickMerge(t *testing.T) {
 // Merges under continuous appends, read throughout by another instance's
 // reader: every acked record stays readable, exactly once, and no Get fails.
 func TestMergeUnderLoadKeepsEveryRecordReadable(t *testing.T) {
-	store := memstore.New()
-	w, err := Open(context.Background(), store, "s", mergeOptions(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer w.Abort()
-	l := newLedger()
-	reader := NewReader(store, ReaderOptions{})
-	ctx := context.Background()
-	var stop atomic.Bool
-	var wg sync.WaitGroup
-	var acked sync.Map
-	for c := range 4 {
-		wg.Go(func() {
-			for i := 0; !stop.Load(); i++ {
-				id := fmt.Sprintf("c%d-%d", c, i)
-				rs, err := w.Append(ctx, entries(t, id))
-				if err != nil {
-					t.Errorf("append: %v", err)
-					return
+	backends(t, func(t *testing.T, newStore func(testing.TB) blob.Store) {
+		store := newStore(t)
+		w, err := Open(context.Background(), store, "s", mergeOptions(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer w.Abort()
+		l := newLedger()
+		reader := NewReader(store, ReaderOptions{})
+		ctx := context.Background()
+		var stop atomic.Bool
+		var wg sync.WaitGroup
+		var acked sync.Map
+		for c := range 4 {
+			wg.Go(func() {
+				for i := 0; !stop.Load(); i++ {
+					id := fmt.Sprintf("c%d-%d", c, i)
+					rs, err := w.Append(ctx, entries(t, id))
+					if err != nil {
+						t.Errorf("append: %v", err)
+						return
+					}
+					l.add(t, rs)
+					acked.Store(id, rs[0].Seq)
 				}
-				l.add(t, rs)
-				acked.Store(id, rs[0].Seq)
-			}
-		})
-	}
-	var reads atomic.Int64
-	wg.Go(func() {
-		for !stop.Load() {
-			acked.Range(func(k, v any) bool {
-				rec, err := reader.Get(ctx, "s", k.(string))
-				if err != nil {
-					t.Errorf("Get(%q) during merges: %v", k, err)
-					return false
-				}
-				if rec.GetSeq() != v.(uint64) {
-					t.Errorf("Get(%q) seq %d, acked %d", k, rec.GetSeq(), v)
-				}
-				reads.Add(1)
-				return !stop.Load()
 			})
 		}
+		var reads atomic.Int64
+		wg.Go(func() {
+			for !stop.Load() {
+				acked.Range(func(k, v any) bool {
+					rec, err := reader.Get(ctx, "s", k.(string))
+					if err != nil {
+						t.Errorf("Get(%q) during merges: %v", k, err)
+						return false
+					}
+					if rec.GetSeq() != v.(uint64) {
+						t.Errorf("Get(%q) seq %d, acked %d", k, rec.GetSeq(), v)
+					}
+					reads.Add(1)
+					return !stop.Load()
+				})
+			}
+		})
+		deadline := time.Now().Add(3 * time.Second)
+		for w.Stats().Merges < 10 && time.Now().Before(deadline) {
+			time.Sleep(10 * time.Millisecond)
+		}
+		stop.Store(true)
+		wg.Wait()
+		st := w.Stats()
+		t.Logf("%d acked, %d reads, %d merges, %d live generations, %d retired, %d deleted by GC", len(l.acks), reads.Load(), st.Merges, st.Generations, st.Retired, st.GCDeletedBlobs)
+		if st.Merges < 10 {
+			t.Fatalf("only %d merges ran", st.Merges)
+		}
+		if st.Generations > 2*8 {
+			t.Errorf("%d live generations, want <= 2x the count trigger", st.Generations)
+		}
+		l.verify(t, store, "s")
 	})
-	deadline := time.Now().Add(3 * time.Second)
-	for w.Stats().Merges < 10 && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-	}
-	stop.Store(true)
-	wg.Wait()
-	st := w.Stats()
-	t.Logf("%d acked, %d reads, %d merges, %d live generations, %d retired, %d deleted by GC", len(l.acks), reads.Load(), st.Merges, st.Generations, st.Retired, st.GCDeletedBlobs)
-	if st.Merges < 10 {
-		t.Fatalf("only %d merges ran", st.Merges)
-	}
-	if st.Generations > 2*8 {
-		t.Errorf("%d live generations, want <= 2x the count trigger", st.Generations)
-	}
-	l.verify(t, store, "s")
 }
 
 // A fault at each step of a merge (reading a source, writing the merged

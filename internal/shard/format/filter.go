@@ -14,16 +14,16 @@ const filterFalsePositiveRate = 0.01
 // maxFilterHashes bounds k in a decoded filter; the library picks far fewer.
 const maxFilterHashes = 64
 
-func encodeFilter(ids []string) ([]byte, error) {
+func encodeFilter(ids []string) (*bloom.BloomFilter, []byte, error) {
 	f := bloom.NewWithEstimates(uint(max(len(ids), 1)), filterFalsePositiveRate)
 	for _, id := range ids {
 		f.AddString(id)
 	}
 	b, err := f.MarshalBinary()
 	if err != nil {
-		return nil, fmt.Errorf("encode id filter: %w", err)
+		return nil, nil, fmt.Errorf("encode id filter: %w", err)
 	}
-	return b, nil
+	return f, b, nil
 }
 
 // DecodeFilter verifies and parses a generation's id filter. It checks the

@@ -4,6 +4,8 @@ import (
 	"encoding/binary"
 	"fmt"
 
+	"github.com/bits-and-blooms/bloom/v3"
+
 	"google.golang.org/protobuf/proto"
 
 	"github.com/rolloutd/rolloutd/internal/shard/storagepb"
@@ -75,6 +77,8 @@ type Layout struct {
 	FooterLength uint32
 	FilterLength uint32
 	FilterCRC    uint32
+	// Filter is the id filter, decoded, for the writer's cache.
+	Filter *bloom.BloomFilter
 }
 
 // FilterOffset is where the id filter starts.
@@ -86,7 +90,7 @@ func (b *GenerationBuilder) Finish() (Layout, error) {
 	for i, e := range b.footer.Entries {
 		ids[i] = e.Id
 	}
-	filter, err := encodeFilter(ids)
+	bf, filter, err := encodeFilter(ids)
 	if err != nil {
 		return Layout{}, err
 	}
@@ -94,7 +98,7 @@ func (b *GenerationBuilder) Finish() (Layout, error) {
 	if err != nil {
 		return Layout{}, fmt.Errorf("encode footer: %w", err)
 	}
-	l := Layout{Footer: &b.footer, FilterLength: uint32(len(filter)), FilterCRC: Checksum(filter), FooterLength: uint32(len(fb))}
+	l := Layout{Footer: &b.footer, Filter: bf, FilterLength: uint32(len(filter)), FilterCRC: Checksum(filter), FooterLength: uint32(len(fb))}
 	out := append(b.buf, filter...)
 	l.FooterOffset = uint64(len(out))
 	out = append(out, fb...)
