@@ -116,6 +116,7 @@ func checkBlob(t *testing.T, s *Store, name string, data []byte, a blob.Attrs, p
 func TestLostResponseThenCompetingWrite(t *testing.T) {
 	ctx := t.Context()
 	other := newTestStore(t, testConfig("competing"))
+	name := uniqueContainer("m") + "/manifest"
 	var armed atomic.Bool
 	var competitorErr error
 	cfg := testConfig("competing")
@@ -123,19 +124,18 @@ func TestLostResponseThenCompetingWrite(t *testing.T) {
 		resp, err := next.RoundTrip(req)
 		if err == nil && isBlobPut(req) && armed.CompareAndSwap(true, false) {
 			drain(resp)
-			name := "m/manifest"
 			_, competitorErr = other.Put(req.Context(), name, []byte("competitor"), blob.PutOptions{PutID: "competitor"})
 			return nil, resetErr()
 		}
 		return resp, err
 	})
 	s := newTestStore(t, cfg)
-	a0, err := s.Put(ctx, "m/manifest", []byte("v0"), blob.PutOptions{IfNoneMatch: true})
+	a0, err := s.Put(ctx, name, []byte("v0"), blob.PutOptions{IfNoneMatch: true})
 	if err != nil {
 		t.Fatal(err)
 	}
 	armed.Store(true)
-	_, err = s.Put(ctx, "m/manifest", []byte("v1"), blob.PutOptions{IfMatch: a0.ETag, PutID: "mine"})
+	_, err = s.Put(ctx, name, []byte("v1"), blob.PutOptions{IfMatch: a0.ETag, PutID: "mine"})
 	if competitorErr != nil {
 		t.Fatal(competitorErr)
 	}
@@ -161,12 +161,13 @@ func TestLostResponseHeadFails(t *testing.T) {
 		return resp, err
 	})
 	s := newTestStore(t, cfg)
+	name := uniqueContainer("g") + "/1"
 	armed.Store(true)
 	failHeads.Store(true)
-	_, err := s.Put(ctx, "g/1", []byte("x"), blob.PutOptions{IfNoneMatch: true, PutID: "p"})
+	_, err := s.Put(ctx, name, []byte("x"), blob.PutOptions{IfNoneMatch: true, PutID: "p"})
 	wantClass(t, err, blob.ErrOutcomeUnknown, "create-only put whose check failed")
 	failHeads.Store(false)
-	if h, err := s.Head(ctx, "g/1"); err != nil || h.PutID != "p" {
+	if h, err := s.Head(ctx, name); err != nil || h.PutID != "p" {
 		t.Fatalf("Head = %+v, %v: the first try should have landed", h, err)
 	}
 }
@@ -189,19 +190,20 @@ func TestEveryResponseLost(t *testing.T) {
 		return resp, err
 	})
 	s := newTestStore(t, cfg)
+	name := uniqueContainer("all-lost")
 	on.Store(true)
-	a, err := s.Put(ctx, "all-lost", []byte("data"), blob.PutOptions{IfNoneMatch: true, PutID: "k"})
+	a, err := s.Put(ctx, name, []byte("data"), blob.PutOptions{IfNoneMatch: true, PutID: "k"})
 	if err != nil {
 		t.Fatalf("Put: %v (wire: %s)", err, log)
 	}
 	if got, want := log.String(), "PUT 201, PUT 409, PUT 409, PUT 409, HEAD 200"; got != want {
 		t.Fatalf("wire = %q, want %q", got, want)
 	}
-	checkBlob(t, s, "all-lost", []byte("data"), a, "k")
+	checkBlob(t, s, name, []byte("data"), a, "k")
 
 	// Without a key, an unconditional put whose responses are all lost
 	// cannot be resolved.
-	_, err = s.Put(ctx, "all-lost-unconditional", []byte("data"), blob.PutOptions{})
+	_, err = s.Put(ctx, name+"-unconditional", []byte("data"), blob.PutOptions{})
 	wantClass(t, err, blob.ErrOutcomeUnknown, "unconditional put, every response lost")
 }
 
@@ -223,16 +225,17 @@ func TestHungTryIsAbandoned(t *testing.T) {
 		return resp, err
 	})
 	s := newTestStore(t, cfg)
+	name := uniqueContainer("hung")
 	armed.Store(true)
 	start := time.Now()
-	a, err := s.Put(ctx, "hung", []byte("payload"), blob.PutOptions{IfNoneMatch: true, PutID: "h"})
+	a, err := s.Put(ctx, name, []byte("payload"), blob.PutOptions{IfNoneMatch: true, PutID: "h"})
 	if err != nil {
 		t.Fatalf("Put: %v", err)
 	}
 	if d := time.Since(start); d > 5*time.Second {
 		t.Fatalf("Put took %v with a 300ms try timeout", d)
 	}
-	checkBlob(t, s, "hung", []byte("payload"), a, "h")
+	checkBlob(t, s, name, []byte("payload"), a, "h")
 }
 
 // TestDeleteLostResponse: a delete that landed but whose response was lost

@@ -316,6 +316,7 @@ func TestConnectionReuse(t *testing.T) {
 		}
 		s := newTestStore(t, cfg)
 		data := make([]byte, 1024)
+		prefix := uniqueContainer("reuse")
 		dials.Store(0) // count only the operations' connections
 		for r := range rounds {
 			var wg sync.WaitGroup
@@ -324,7 +325,7 @@ func TestConnectionReuse(t *testing.T) {
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
-					name := fmt.Sprintf("reuse-%d/%d/%d", idlePerHost, r, w)
+					name := fmt.Sprintf("%s/%d/%d", prefix, r, w)
 					if _, err := s.Put(t.Context(), name, data, blob.PutOptions{IfNoneMatch: true}); err != nil {
 						errs <- err
 					}
@@ -368,8 +369,9 @@ func TestHTTPS(t *testing.T) {
 func TestPutIDEncoding(t *testing.T) {
 	ctx := t.Context()
 	s := newTestStore(t, testConfig("put-ids"))
+	prefix := uniqueContainer("id")
 	for i, id := range []string{"plain", "with space", "ünï/cödé:%41?&=", "  padded  ", "a\tb"} {
-		n := fmt.Sprintf("id-%d", i)
+		n := fmt.Sprintf("%s/%d", prefix, i)
 		a, err := s.Put(ctx, n, []byte("x"), blob.PutOptions{IfNoneMatch: true, PutID: id})
 		if err != nil {
 			t.Fatalf("Put with PutID %q: %v", id, err)
