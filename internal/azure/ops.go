@@ -259,7 +259,7 @@ func (s *Store) Put(ctx context.Context, name string, data []byte, opts blob.Put
 	// Did this put land on an earlier try (or in an earlier call)?
 	h, herr := s.head(ctx, full, "")
 	if herr == nil && h.hasPutID(id, auto) {
-		s.log.Info("put landed on an earlier try; its response was lost",
+		s.log.Info("an earlier attempt of this put landed; its response was lost",
 			zap.String("blob", full), zap.Int32("tries", st.tries.Load()), zap.NamedError("lastError", native(err)))
 		return blob.Attrs{
 			Name:         name,
