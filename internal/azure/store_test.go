@@ -2,6 +2,8 @@ package azure
 
 import (
 	"context"
+	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -12,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/Azure/azure-sdk-for-go/sdk/azcore"
+	"github.com/Azure/azure-sdk-for-go/sdk/azcore/policy"
 	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob/bloberror"
 
 	"github.com/rolloutd/rolloutd/internal/blob"
@@ -385,5 +389,47 @@ func TestPutIDEncoding(t *testing.T) {
 		if err != nil || r.ETag != a.ETag {
 			t.Fatalf("retry with PutID %q: %+v, %v", id, r, err)
 		}
+	}
+}
+
+// fakeEntraToken is an azcore.TokenCredential issuing unsigned JWTs that
+// Azurite's --oauth basic accepts, standing in for workload identity.
+type fakeEntraToken struct{ calls atomic.Int32 }
+
+func (f *fakeEntraToken) GetToken(_ context.Context, o policy.TokenRequestOptions) (azcore.AccessToken, error) {
+	f.calls.Add(1)
+	now := time.Now()
+	enc := base64.RawURLEncoding.EncodeToString
+	header := enc([]byte(`{"alg":"none","typ":"JWT"}`))
+	claims, _ := json.Marshal(map[string]any{
+		"aud": "https://storage.azure.com",
+		"iss": "https://sts.windows.net/00000000-0000-0000-0000-000000000000/",
+		"iat": now.Add(-time.Minute).Unix(),
+		"nbf": now.Add(-time.Minute).Unix(),
+		"exp": now.Add(time.Hour).Unix(),
+		"oid": "rolloutd-test",
+	})
+	return azcore.AccessToken{Token: header + "." + enc(claims) + ".", ExpiresOn: now.Add(time.Hour)}, nil
+}
+
+// TestAccountURLWithTokenCredential exercises the production auth path
+// (account URL plus a token credential, as workload identity gives) against
+// an HTTPS Azurite that checks bearer tokens.
+func TestAccountURLWithTokenCredential(t *testing.T) {
+	inst := azurite.Start(t, azurite.Options{HTTPS: true, OAuth: true})
+	cred := &fakeEntraToken{}
+	cfg := testConfig(uniqueContainer("entra"))
+	cfg.ConnectionString = ""
+	cfg.AccountURL = inst.BlobEndpoint
+	cfg.Credential = cred
+	cfg.RootCAs = inst.RootCAs
+	s := newTestStore(t, cfg)
+	a, err := s.Put(t.Context(), "x", []byte("with a token"), blob.PutOptions{IfNoneMatch: true, PutID: "t"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkBlob(t, s, "x", []byte("with a token"), a, "t")
+	if cred.calls.Load() == 0 {
+		t.Fatal("the credential was never asked for a token")
 	}
 }

@@ -67,6 +67,10 @@ type Options struct {
 	// (--cert/--key), as for benchmarks where connection setup matters.
 	// Instance.RootCAs trusts it.
 	HTTPS bool
+	// OAuth accepts bearer tokens (--oauth basic): any unexpired JWT with a
+	// storage audience and an Entra issuer, signature unchecked, as the
+	// azcore.TokenCredential path of a client needs. It requires HTTPS.
+	OAuth bool
 
 	// ExtentMemoryLimitMB bounds in-memory blob content (--extentMemoryLimit).
 	// 0 means 256. Ignored with OnDisk.
@@ -129,6 +133,9 @@ func Start(tb testing.TB, opts Options) *Instance {
 // StartMain starts Azurite outside any test, typically from TestMain so that
 // a whole package shares one instance. The caller must call Stop.
 func StartMain(opts Options) (*Instance, error) {
+	if opts.OAuth && !opts.HTTPS {
+		return nil, errors.New("azurite: OAuth needs HTTPS (Azurite refuses bearer tokens over HTTP)")
+	}
 	timeout := opts.StartTimeout
 	if timeout <= 0 {
 		timeout = 60 * time.Second
@@ -173,6 +180,9 @@ func StartMain(opts Options) (*Instance, error) {
 	if opts.KeepAliveTimeout > 0 {
 		secs := max(1, int(opts.KeepAliveTimeout/time.Second))
 		args = append(args, "--blobKeepAliveTimeout", strconv.Itoa(secs))
+	}
+	if opts.OAuth {
+		args = append(args, "--oauth", "basic")
 	}
 	if opts.HTTPS {
 		certDir, err := os.MkdirTemp("", "azurite-tls-")

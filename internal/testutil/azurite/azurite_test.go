@@ -285,3 +285,10 @@ func alive(pid int) bool {
 	}
 	return true
 }
+
+func TestOAuthNeedsHTTPS(t *testing.T) {
+	if inst, err := StartMain(Options{OAuth: true}); err == nil {
+		_ = inst.Stop()
+		t.Fatal("StartMain accepted OAuth over HTTP")
+	}
+}
