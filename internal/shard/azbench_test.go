@@ -1,0 +1,145 @@
+package shard
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/rolloutd/rolloutd/internal/blob"
+	"github.com/rolloutd/rolloutd/internal/blob/faultstore"
+	"github.com/rolloutd/rolloutd/internal/shard/format"
+)
+
+// These benchmarks measure the writer against Azurite and report ratios to
+// baselines taken in the same run, since absolute times on a shared 2-core
+// machine mean little.
+//
+//	go test -run '^$' -bench Azurite -benchtime 300x ./internal/shard
+
+func p50(d []time.Duration) time.Duration {
+	s := slices.Clone(d)
+	slices.Sort(s)
+	return s[len(s)/2]
+}
+
+func kib1Entry(tb testing.TB, id string) Entry {
+	rec := record(id)
+	rec.Content = string(make([]byte, 1024))
+	e, err := Prepare(rec, time.Now())
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return e
+}
+
+// BenchmarkAzuriteSingleAppend: one client appending one 1 KiB record at a
+// time, against the floor of any correct design: a create-only PUT of the
+// generation blob plus an If-Match PUT of the manifest, sequential, on the
+// same shared client. Each iteration measures one of each, interleaved.
+func BenchmarkAzuriteSingleAppend(b *testing.B) {
+	store := azureStore(b)
+	ctx := context.Background()
+	w, err := Open(ctx, store, "bench", Options{Logger: zap.NewNop()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer w.Abort()
+	// Blobs the size of what the writer writes for one record.
+	gb := format.NewGenerationBuilder("floor", 1, 1, 1100)
+	e := kib1Entry(b, "sizing")
+	gb.Add(e.ID, 1, e.Data, e.ClientHash)
+	l, err := gb.Finish()
+	if err != nil {
+		b.Fatal(err)
+	}
+	manifest, _, err := readManifest(ctx, store, "bench")
+	if err != nil {
+		b.Fatal(err)
+	}
+	mdata, err := format.EncodeManifest(manifest)
+	if err != nil {
+		b.Fatal(err)
+	}
+	attrs, err := store.Put(ctx, "floor/manifest", mdata, blob.PutOptions{IfNoneMatch: true})
+	if err != nil {
+		b.Fatal(err)
+	}
+	etag := attrs.ETag
+	var floor, resident []time.Duration
+	i := 0
+	for b.Loop() {
+		i++
+		start := time.Now()
+		if _, err := store.Put(ctx, fmt.Sprintf("floor/g/%d", i), l.Data, blob.PutOptions{IfNoneMatch: true, PutID: fmt.Sprint("g", i)}); err != nil {
+			b.Fatal(err)
+		}
+		a, err := store.Put(ctx, "floor/manifest", mdata, blob.PutOptions{IfMatch: etag, PutID: fmt.Sprint("m", i)})
+		if err != nil {
+			b.Fatal(err)
+		}
+		etag = a.ETag
+		floor = append(floor, time.Since(start))
+
+		ent := kib1Entry(b, fmt.Sprint("id-", i))
+		start = time.Now()
+		if _, err := w.Append(ctx, []Entry{ent}); err != nil {
+			b.Fatal(err)
+		}
+		resident = append(resident, time.Since(start))
+	}
+	b.ReportMetric(float64(p50(floor).Microseconds()), "floor-p50-µs")
+	b.ReportMetric(float64(p50(resident).Microseconds()), "append-p50-µs")
+	b.ReportMetric(float64(p50(resident))/float64(p50(floor)), "append/floor-p50")
+}
+
+// BenchmarkAzurite64Appenders: 64 clients on one shard against one client,
+// in the same run. Reports the throughput ratio and the blob writes (every
+// PUT: generations, manifest CASes, merges) per acknowledged append.
+func BenchmarkAzurite64Appenders(b *testing.B) {
+	fs := faultstore.New(azureStore(b), 1) // no faults: it counts calls
+	ctx := context.Background()
+	w, err := Open(ctx, fs, "bench", Options{Logger: zap.NewNop()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer w.Abort()
+	var n atomic.Int64
+	appendOne := func() {
+		if _, err := w.Append(ctx, []Entry{kib1Entry(b, fmt.Sprint("id-", n.Add(1)))}); err != nil {
+			b.Error(err)
+		}
+	}
+	const single, perClient, clients = 200, 20, 64
+	var singleRate, multiRate, writesPerAck float64
+	for b.Loop() {
+		start := time.Now()
+		for range single {
+			appendOne()
+		}
+		singleRate = single / time.Since(start).Seconds()
+
+		fs.ResetCounts()
+		start = time.Now()
+		var wg sync.WaitGroup
+		for range clients {
+			wg.Go(func() {
+				for range perClient {
+					appendOne()
+				}
+			})
+		}
+		wg.Wait()
+		multiRate = clients * perClient / time.Since(start).Seconds()
+		writesPerAck = float64(fs.InnerCalls(faultstore.OpPut)) / (clients * perClient)
+	}
+	b.ReportMetric(singleRate, "single-appends/s")
+	b.ReportMetric(multiRate, "64-appends/s")
+	b.ReportMetric(multiRate/singleRate, "64/single")
+	b.ReportMetric(writesPerAck, "writes/ack")
+}
