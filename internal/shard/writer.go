@@ -197,12 +197,19 @@ func (h *Writer) Stats() Stats {
 // returns one Result per entry, in order. It returns only after the
 // generation is written and the manifest CAS that adds it has succeeded.
 //
+// Appends are idempotent by record id: an id already committed is not stored
+// again; its Result has AlreadyPresent and the stored Seq. An id committed
+// with different client-set content fails the append with ErrIDConflict, and
+// an id that another append is committing shares that commit's outcome.
+//
 // Errors: ErrFenced, ErrClosed, ErrAborted (not sent), ErrOutcomeUnknown
-// (may have landed), ErrBackpressure, ErrTooLarge, or a storage error. If
-// ctx ends first, Append returns promptly with ctx's error; if the commit had
-// already been sent, the error also matches ErrOutcomeUnknown, and the
-// records may still land. In every unclear case the caller learns the outcome
-// by retrying with the same ids.
+// (may have landed), ErrIDConflict, ErrBackpressure, ErrTooLarge, or a
+// storage error. If ctx ends first, Append returns promptly with ctx's
+// error; if the commit had already been sent, the error also matches
+// ErrOutcomeUnknown, and the records may still land. In every unclear case
+// the caller learns the outcome by appending again with the same ids (and
+// the same Entries): each id then comes back either newly committed or
+// AlreadyPresent, never stored twice.
 func (h *Writer) Append(ctx context.Context, entries []Entry) ([]Result, error) {
 	return h.w.append(ctx, entries)
 }
