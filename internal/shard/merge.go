@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/rolloutd/rolloutd/internal/blob"
 	"github.com/rolloutd/rolloutd/internal/shard/format"
@@ -19,17 +20,22 @@ import (
 // manifest edit joins the committer's next CAS, so appends never wait on it.
 //
 // Policy, checked after every commit and every MergeInterval:
-//  1. Size tiers. Tier t holds generations of MergeTierBytes·MergeRun^(t-1)
+//  1. Count. At MergeMaxGenerations live generations, the cheapest
+//     contiguous window is merged, wide enough to come back to half that.
+//     It goes first: tier runs alone can leave same-tier generations
+//     interleaved with others, where no run ever forms.
+//  2. Size tiers. Tier t holds generations of MergeTierBytes·MergeRun^(t-1)
 //     up to MergeTierBytes·MergeRun^t bytes. MergeRun contiguous
 //     generations of one tier are merged, lowest tier first, so a
 //     generation is rewritten about once per tier rather than on every pass.
-//  2. Count. At MergeMaxGenerations live generations, the cheapest
-//     contiguous window is merged, wide enough to come back to half that.
 //  3. Age. A generation never merged and older than MergeAge is merged with
 //     its cheapest neighbours.
 //
 // Only contiguous runs are merged, so the per-generation sequence ranges
 // never overlap. Each pass is capped by MergeMaxSources and MergeMaxBytes.
+
+// mergeReadParallelism bounds the source reads of one merge in flight.
+const mergeReadParallelism = 4
 
 // pickMerge returns the contiguous generations to merge next, or nil.
 func pickMerge(gens []*storagepb.Generation, now time.Time, o Options) []*storagepb.Generation {
@@ -43,6 +49,9 @@ func pickMerge(gens []*storagepb.Generation, now time.Time, o Options) []*storag
 			t++
 		}
 		return t
+	}
+	if n >= o.MergeMaxGenerations {
+		return cheapestWindow(gens, max(o.MergeRun, n-o.MergeMaxGenerations/2), -1, o)
 	}
 	var best []*storagepb.Generation
 	bestTier := int(^uint(0) >> 1)
@@ -61,9 +70,6 @@ func pickMerge(gens []*storagepb.Generation, now time.Time, o Options) []*storag
 		if run := capRun(best, o); run != nil {
 			return run
 		}
-	}
-	if n >= o.MergeMaxGenerations {
-		return cheapestWindow(gens, max(o.MergeRun, n-o.MergeMaxGenerations/2), -1, o)
 	}
 	for i, g := range gens {
 		if g.GetLevel() == 0 && now.Sub(time.Unix(0, g.GetCreatedUnixNanos())) >= o.MergeAge {
@@ -157,23 +163,37 @@ func (w *writer) merge(ctx context.Context, plan []*storagepb.Generation) error 
 		size += int(g.GetBytes())
 		level = max(level, g.GetLevel())
 	}
+	// Read the sources a few at a time: a merge must keep up with commits.
+	datas := make([][]byte, len(plan))
+	footers := make([]*storagepb.Footer, len(plan))
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(mergeReadParallelism)
+	for i, src := range plan {
+		g.Go(func() error {
+			name := format.GenerationName(w.shard, src.GetEpoch(), src.GetNumber())
+			data, _, err := w.store.Get(gctx, name, blob.GetOptions{})
+			if err != nil {
+				return fmt.Errorf("merge: read %s: %w", name, err)
+			}
+			f, err := format.DecodeGeneration(data)
+			if err != nil {
+				return fmt.Errorf("merge: %w: blob %s: %w", ErrCorrupt, name, err)
+			}
+			if f.GetShard() != w.shard || f.GetEpoch() != src.GetEpoch() || f.GetGeneration() != src.GetNumber() || len(f.GetEntries()) != int(src.GetRecords()) {
+				return fmt.Errorf("merge: %w: blob %s: footer does not match the manifest", ErrCorrupt, name)
+			}
+			datas[i], footers[i] = data, f
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return err
+	}
 	gen := w.allocGen()
 	b := format.NewGenerationBuilder(w.shard, w.epoch, gen, size)
-	for _, g := range plan {
-		name := format.GenerationName(w.shard, g.GetEpoch(), g.GetNumber())
-		data, _, err := w.store.Get(ctx, name, blob.GetOptions{})
-		if err != nil {
-			return fmt.Errorf("merge: read %s: %w", name, err)
-		}
-		f, err := format.DecodeGeneration(data)
-		if err != nil {
-			return fmt.Errorf("merge: %w: blob %s: %w", ErrCorrupt, name, err)
-		}
-		if f.GetShard() != w.shard || f.GetEpoch() != g.GetEpoch() || f.GetGeneration() != g.GetNumber() || len(f.GetEntries()) != int(g.GetRecords()) {
-			return fmt.Errorf("merge: %w: blob %s: footer does not match the manifest", ErrCorrupt, name)
-		}
+	for i, f := range footers {
 		for _, e := range f.GetEntries() {
-			b.Add(e.GetId(), e.GetSeq(), data[e.GetOffset():e.GetOffset()+uint64(e.GetLength())], e.GetClientHash())
+			b.Add(e.GetId(), e.GetSeq(), datas[i][e.GetOffset():e.GetOffset()+uint64(e.GetLength())], e.GetClientHash())
 		}
 	}
 	l, err := b.Finish()

@@ -272,6 +272,7 @@ func (w *writer) appendOnce(ctx context.Context, entries []Entry) ([]Result, err
 	// after that is still in inflight below.
 	present := map[string]found{}
 	var checked map[uint64]bool
+	vanished := 0
 	for {
 		w.mu.Lock()
 		if err := w.refuseLocked(); err != nil {
@@ -289,7 +290,15 @@ func (w *writer) appendOnce(ctx context.Context, entries []Entry) ([]Result, err
 			break
 		}
 		w.mu.Unlock()
-		if err := lookupCommitted(ctx, w.store, w.opts.Cache, w.shard, todo, ids, present); err != nil {
+		err := lookupCommitted(ctx, w.store, w.opts.Cache, w.shard, todo, ids, present)
+		if errors.Is(err, blob.ErrNotFound) && vanished < maxReadRetries {
+			// A merge retired a generation and GC deleted it meanwhile;
+			// its records are in the merged one. Look again.
+			vanished++
+			checked = nil
+			continue
+		}
+		if err != nil {
 			return nil, err
 		}
 		if checked == nil {
