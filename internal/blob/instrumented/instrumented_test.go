@@ -1,0 +1,83 @@
+package instrumented
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/rolloutd/rolloutd/internal/blob"
+	"github.com/rolloutd/rolloutd/internal/blob/memstore"
+)
+
+func TestCountsByKindAndOutcome(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m := NewMetrics(reg)
+	s := New(memstore.New(), m)
+	ctx := context.Background()
+
+	a, err := s.Put(ctx, "x", []byte("1"), blob.PutOptions{IfNoneMatch: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Put(ctx, "x", []byte("2"), blob.PutOptions{IfNoneMatch: true}); !errors.Is(err, blob.ErrConditionFailed) {
+		t.Fatalf("second create: %v", err)
+	}
+	if _, err := s.Put(ctx, "x", []byte("3"), blob.PutOptions{IfMatch: a.ETag}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Put(ctx, "y", []byte("4"), blob.PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := s.Get(ctx, "missing", blob.GetOptions{}); !errors.Is(err, blob.ErrNotFound) {
+		t.Fatalf("get missing: %v", err)
+	}
+	if _, err := s.Head(ctx, "x"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.List(ctx, "", "", 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Delete(ctx, "y", blob.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
+	want := map[[2]string]float64{
+		{"put_create", "ok"}:               1,
+		{"put_create", "condition_failed"}: 1,
+		{"put_cas", "ok"}:                  1,
+		{"put", "ok"}:                      1,
+		{"get", "not_found"}:               1,
+		{"head", "ok"}:                     1,
+		{"list", "ok"}:                     1,
+		{"delete", "ok"}:                   1,
+	}
+	for k, v := range want {
+		if got := testutil.ToFloat64(m.ops.WithLabelValues(k[0], k[1])); got != v {
+			t.Errorf("ops{op=%s,outcome=%s} = %v, want %v", k[0], k[1], got, v)
+		}
+	}
+	if n := testutil.CollectAndCount(m.duration); n != 7 {
+		t.Errorf("duration series: %d, want 7 (one per op kind)", n)
+	}
+}
+
+func TestOutcome(t *testing.T) {
+	for err, want := range map[error]string{
+		nil:                      "ok",
+		blob.ErrNotModified:      "not_modified",
+		blob.ErrUnavailable:      "unavailable",
+		blob.ErrOutcomeUnknown:   "outcome_unknown",
+		blob.ErrInvalidName:      "invalid_name",
+		blob.ErrClosed:           "closed",
+		context.Canceled:         "canceled",
+		context.DeadlineExceeded: "deadline",
+		errors.New("x"):          "error",
+	} {
+		if got := Outcome(err); got != want {
+			t.Errorf("Outcome(%v) = %q, want %q", err, got, want)
+		}
+	}
+}
