@@ -1,0 +1,315 @@
+// Package server is rolloutd's gRPC front end: the RolloutService handlers,
+// the set of resident shard writers they share, the mapping of errors to
+// gRPC codes, the interceptors (recovery, default deadline, sampled access
+// log), health and reflection, metrics, and the ordered shutdown.
+//
+// The package does not know which storage backend it runs on: it gets one
+// blob.Store, shared by every writer and the reader.
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/reflection"
+
+	rolloutv1 "github.com/rolloutd/rolloutd/gen/rollout/v1"
+	"github.com/rolloutd/rolloutd/internal/blob"
+	"github.com/rolloutd/rolloutd/internal/clock"
+	"github.com/rolloutd/rolloutd/internal/shard"
+)
+
+// Config configures a Server. Zero values take the defaults below.
+type Config struct {
+	// Store is the one blob store shared by every writer and the reader.
+	// Required.
+	Store blob.Store
+	// Logger receives lifecycle events and the sampled access log; nil
+	// means no logging.
+	Logger *zap.Logger
+	// Registerer receives the server's metrics; nil means they are not
+	// registered.
+	Registerer prometheus.Registerer
+	// Clock stamps created_at; nil means the wall clock.
+	Clock clock.Clock
+
+	// MaxWriters bounds the resident shard writers (the LRU's size).
+	// Default 1024.
+	MaxWriters int
+	// Writer configures every shard writer. Its Logger and Cache are set by
+	// the server. MaxGenerationBytes defaults to fit the largest message.
+	Writer shard.Options
+	// IndexCacheBytes bounds the footer-index cache shared by every writer
+	// and the reader. Default 64 MiB.
+	IndexCacheBytes int64
+	// OpenTimeout bounds opening one writer (claiming its epoch). Default
+	// 30 s.
+	OpenTimeout time.Duration
+
+	// MaxMessageBytes is the largest request the server receives. Default
+	// 64 MiB.
+	MaxMessageBytes int
+	// MaxBatchRecords bounds the records of one Append. Default 10000.
+	MaxBatchRecords int
+	// MaxRecordBytes bounds one encoded record. Default 16 MiB.
+	MaxRecordBytes int
+	// DefaultDeadline applies to RPCs that carry none. Default 30 s;
+	// negative means none.
+	DefaultDeadline time.Duration
+	// AppendAttempts bounds the tries of one Append on writers that were
+	// fenced (or closed) under it, first try included. Default 4.
+	AppendAttempts int
+	// RetryBackoff is the base of the jittered delay between those tries;
+	// it doubles per try. Default 10 ms.
+	RetryBackoff time.Duration
+	// DrainDelay is how long Shutdown keeps serving after reporting
+	// NOT_SERVING, so that load balancers stop sending. Default 0.
+	DrainDelay time.Duration
+	// ServerOptions are added to the gRPC server's options (TLS, …).
+	ServerOptions []grpc.ServerOption
+}
+
+// Defaults.
+const (
+	DefaultMaxWriters      = 1024
+	DefaultIndexCacheBytes = 64 << 20
+	DefaultOpenTimeout     = 30 * time.Second
+	DefaultMaxMessageBytes = 64 << 20
+	DefaultMaxBatchRecords = 10000
+	DefaultMaxRecordBytes  = 16 << 20
+	DefaultDeadline        = 30 * time.Second
+	DefaultAppendAttempts  = 4
+	DefaultRetryBackoff    = 10 * time.Millisecond
+)
+
+// recordOverhead bounds what shard.Prepare adds to a record beyond the
+// client's encoding (an id and created_at), plus the writer's per-entry
+// accounting; it sizes the default generation limit.
+const recordOverhead = 256
+
+func (c Config) withDefaults() Config {
+	if c.Logger == nil {
+		c.Logger = zap.NewNop()
+	}
+	if c.Clock == nil {
+		c.Clock = clock.Real{}
+	}
+	if c.MaxWriters == 0 {
+		c.MaxWriters = DefaultMaxWriters
+	}
+	if c.IndexCacheBytes == 0 {
+		c.IndexCacheBytes = DefaultIndexCacheBytes
+	}
+	if c.OpenTimeout == 0 {
+		c.OpenTimeout = DefaultOpenTimeout
+	}
+	if c.MaxMessageBytes == 0 {
+		c.MaxMessageBytes = DefaultMaxMessageBytes
+	}
+	if c.MaxBatchRecords == 0 {
+		c.MaxBatchRecords = DefaultMaxBatchRecords
+	}
+	if c.MaxRecordBytes == 0 {
+		c.MaxRecordBytes = DefaultMaxRecordBytes
+	}
+	if c.DefaultDeadline == 0 {
+		c.DefaultDeadline = DefaultDeadline
+	}
+	if c.AppendAttempts == 0 {
+		c.AppendAttempts = DefaultAppendAttempts
+	}
+	if c.RetryBackoff == 0 {
+		c.RetryBackoff = DefaultRetryBackoff
+	}
+	if c.Writer.MaxGenerationBytes == 0 {
+		// A batch that the server accepts must fit one generation.
+		c.Writer.MaxGenerationBytes = int64(c.MaxMessageBytes) + int64(c.MaxBatchRecords)*recordOverhead
+	}
+	return c
+}
+
+func (c Config) validate() error {
+	switch {
+	case c.Store == nil:
+		return errors.New("server: Config.Store is required")
+	case c.MaxWriters < 1:
+		return fmt.Errorf("server: MaxWriters must be at least 1, got %d", c.MaxWriters)
+	case c.IndexCacheBytes < 0:
+		return fmt.Errorf("server: IndexCacheBytes must not be negative, got %d", c.IndexCacheBytes)
+	case c.MaxMessageBytes < 1, c.MaxBatchRecords < 1, c.MaxRecordBytes < 1:
+		return fmt.Errorf("server: message, batch and record limits must be positive, got %d, %d, %d", c.MaxMessageBytes, c.MaxBatchRecords, c.MaxRecordBytes)
+	case c.MaxRecordBytes > c.MaxMessageBytes:
+		return fmt.Errorf("server: MaxRecordBytes (%d) exceeds MaxMessageBytes (%d)", c.MaxRecordBytes, c.MaxMessageBytes)
+	case c.AppendAttempts < 1:
+		return fmt.Errorf("server: AppendAttempts must be at least 1, got %d", c.AppendAttempts)
+	case c.DrainDelay < 0, c.OpenTimeout < 0, c.RetryBackoff < 0:
+		return errors.New("server: durations must not be negative")
+	}
+	return nil
+}
+
+// Server is a rolloutd gRPC server: RolloutService, grpc.health.v1 and
+// reflection on one grpc.Server.
+type Server struct {
+	cfg     Config
+	log     *zap.Logger
+	access  *zap.Logger
+	metrics *Metrics
+	grpc    *grpc.Server
+	health  *health.Server
+	writers *writerSet
+
+	streams       context.Context // parent of every streaming RPC's context
+	cancelStreams context.CancelFunc
+}
+
+// New builds a Server over cfg.Store and registers its metrics with
+// cfg.Registerer. It starts nothing; call Serve.
+func New(cfg Config) (*Server, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	s := &Server{
+		cfg:     cfg,
+		log:     cfg.Logger,
+		metrics: NewMetrics(),
+		health:  health.NewServer(),
+	}
+	s.access = cfg.Logger.Named("access").WithOptions(zap.WrapCore(func(c zapcore.Core) zapcore.Core {
+		return zapcore.NewSamplerWithOptions(c, time.Second, 10, 100)
+	}))
+	s.streams, s.cancelStreams = context.WithCancel(context.Background())
+
+	cache := shard.NewIndexCache(cfg.IndexCacheBytes)
+	wopts := cfg.Writer
+	wopts.Logger = cfg.Logger
+	wopts.Cache = cache
+	if wopts.Clock == nil {
+		wopts.Clock = cfg.Clock
+	}
+	open := func(ctx context.Context, shardName string) (*shard.Writer, error) {
+		return shard.Open(ctx, cfg.Store, shardName, wopts)
+	}
+	s.writers = newWriterSet(cfg.MaxWriters, open, cfg.OpenTimeout, cfg.Logger, s.metrics)
+	svc := &service{
+		writers:         s.writers,
+		reader:          shard.NewReader(cfg.Store, shard.ReaderOptions{Logger: cfg.Logger, Cache: cache}),
+		clock:           cfg.Clock,
+		metrics:         s.metrics,
+		maxBatchRecords: cfg.MaxBatchRecords,
+		maxRecordBytes:  cfg.MaxRecordBytes,
+		appendAttempts:  cfg.AppendAttempts,
+		retryBackoff:    cfg.RetryBackoff,
+	}
+
+	if reg := cfg.Registerer; reg != nil {
+		for _, c := range s.metrics.collectors {
+			if err := reg.Register(c); err != nil {
+				return nil, fmt.Errorf("server: register metrics: %w", err)
+			}
+		}
+		gauges := []prometheus.Collector{
+			prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+				Name: "rolloutd_writer_queued_bytes",
+				Help: "Bytes of records queued or in flight on this instance's shard writers.",
+			}, func() float64 { return float64(s.writers.queuedBytes()) }),
+			prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+				Name: "rolloutd_index_cache_bytes",
+				Help: "Bytes held by the shared generation footer-index cache.",
+			}, func() float64 { return float64(cache.Bytes()) }),
+		}
+		for _, c := range gauges {
+			if err := reg.Register(c); err != nil {
+				return nil, fmt.Errorf("server: register metrics: %w", err)
+			}
+		}
+	}
+
+	opts := append([]grpc.ServerOption{
+		grpc.MaxRecvMsgSize(cfg.MaxMessageBytes),
+		grpc.MaxSendMsgSize(cfg.MaxMessageBytes),
+		grpc.ChainUnaryInterceptor(s.accessLog, s.recoverUnary, s.defaultDeadline),
+		grpc.ChainStreamInterceptor(s.recoverStream, s.cancelOnShutdown),
+		// Stop waits for handlers to return, so that no append is still
+		// using a writer when Shutdown closes the writers.
+		grpc.WaitForHandlers(true),
+	}, cfg.ServerOptions...)
+	s.grpc = grpc.NewServer(opts...)
+	rolloutv1.RegisterRolloutServiceServer(s.grpc, svc)
+	healthpb.RegisterHealthServer(s.grpc, s.health)
+	reflection.Register(s.grpc)
+	s.health.SetServingStatus(rolloutv1.RolloutService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
+	return s, nil
+}
+
+// Serve serves gRPC on lis until Shutdown. It returns nil after Shutdown.
+func (s *Server) Serve(lis net.Listener) error {
+	s.log.Info("serving gRPC", zap.String("addr", lis.Addr().String()))
+	return s.grpc.Serve(lis)
+}
+
+// Shutdown stops the server in order, bounded by ctx:
+//
+//  1. health reports NOT_SERVING;
+//  2. it keeps serving for the drain delay, so load balancers stop sending;
+//  3. streaming RPCs are cancelled;
+//  4. GracefulStop lets in-flight RPCs finish, for up to half of the time
+//     left; then Stop cancels the rest and waits for their handlers;
+//  5. every resident writer is closed gracefully, committing what is
+//     queued, with the time left;
+//  6. a writer whose Close does not finish in time is aborted, and logged.
+//
+// No acknowledged append is lost on any path: an ack is only given once the
+// append is durable. Shutdown returns when all of that is done.
+func (s *Server) Shutdown(ctx context.Context) {
+	start := time.Now()
+	s.health.Shutdown()
+	s.log.Info("shutdown: health NOT_SERVING", zap.Duration("drain_delay", s.cfg.DrainDelay))
+	if d := s.cfg.DrainDelay; d > 0 {
+		t := time.NewTimer(d)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+		}
+		t.Stop()
+	}
+
+	s.cancelStreams()
+	stopped := make(chan struct{})
+	go func() {
+		s.grpc.GracefulStop()
+		close(stopped)
+	}()
+	var budget <-chan time.Time
+	if dl, ok := ctx.Deadline(); ok {
+		t := time.NewTimer(time.Until(dl) / 2)
+		defer t.Stop()
+		budget = t.C
+	}
+	select {
+	case <-stopped:
+	case <-budget:
+	case <-ctx.Done():
+	}
+	select {
+	case <-stopped:
+		s.log.Info("shutdown: gRPC stopped gracefully")
+	default:
+		s.log.Warn("shutdown: graceful stop ran out of time; cancelling the RPCs still in flight")
+		s.grpc.Stop()
+		<-stopped
+	}
+
+	closed, failed := s.writers.closeAll(ctx)
+	s.log.Info("shutdown: writers closed", zap.Int("closed", closed), zap.Int("aborted", failed), zap.Duration("elapsed", time.Since(start)))
+}

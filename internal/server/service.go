@@ -1,0 +1,162 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	rolloutv1 "github.com/rolloutd/rolloutd/gen/rollout/v1"
+	"github.com/rolloutd/rolloutd/internal/clock"
+	"github.com/rolloutd/rolloutd/internal/shard"
+	"github.com/rolloutd/rolloutd/internal/validate"
+)
+
+// service implements rollout.v1.RolloutService. Its handlers are thin:
+// validate, prepare, call the writer set or the reader, map the error.
+type service struct {
+	rolloutv1.UnimplementedRolloutServiceServer
+
+	writers *writerSet
+	reader  *shard.Reader
+	clock   clock.Clock
+	metrics *Metrics
+
+	maxBatchRecords int
+	maxRecordBytes  int
+	appendAttempts  int
+	retryBackoff    time.Duration
+}
+
+var _ rolloutv1.RolloutServiceServer = (*service)(nil)
+
+// Append validates the request, prepares its records once, and appends them
+// to the shard's resident writer, replacing the writer when it was fenced.
+func (s *service) Append(ctx context.Context, req *rolloutv1.AppendRequest) (*rolloutv1.AppendResponse, error) {
+	if err := s.checkAppend(req); err != nil {
+		return nil, toStatus(err)
+	}
+	now := s.clock.Now()
+	entries := make([]shard.Entry, len(req.GetRecords()))
+	var size int
+	for i, rec := range req.GetRecords() {
+		e, err := shard.Prepare(rec, now)
+		if err != nil {
+			return nil, toStatus(&validate.FieldError{Field: fmt.Sprintf("records[%d]", i), Rule: "must encode", Detail: err.Error()})
+		}
+		entries[i] = e
+		size += len(e.Data)
+	}
+	results, err := s.append(ctx, req.GetShard(), entries)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+
+	resp := &rolloutv1.AppendResponse{Results: make([]*rolloutv1.AppendResult, len(results))}
+	gens := map[uint64]struct{}{}
+	for i, r := range results {
+		resp.Results[i] = &rolloutv1.AppendResult{
+			Id:             r.ID,
+			Seq:            r.Seq,
+			AlreadyPresent: r.AlreadyPresent,
+			Epoch:          r.Epoch,
+			Generation:     r.Generation,
+		}
+		gens[r.Generation] = struct{}{}
+		if r.AlreadyPresent {
+			s.metrics.alreadyPresent.Inc()
+		}
+	}
+	s.metrics.recordsAppended.Add(float64(len(results)))
+	s.metrics.bytesAppended.Add(float64(size))
+	s.metrics.generationsPerRPC.Observe(float64(len(gens)))
+	return resp, nil
+}
+
+// checkAppend validates the request and checks it against the server's
+// limits.
+func (s *service) checkAppend(req *rolloutv1.AppendRequest) error {
+	if err := validate.AppendRequest(req); err != nil {
+		return err
+	}
+	if n := len(req.GetRecords()); n > s.maxBatchRecords {
+		return fmt.Errorf("%w: the batch has %d records, the server takes at most %d per Append", ErrLimitExceeded, n, s.maxBatchRecords)
+	}
+	for i, rec := range req.GetRecords() {
+		if n := proto.Size(rec); n > s.maxRecordBytes {
+			return fmt.Errorf("%w: records[%d] encodes to %d bytes, the server takes at most %d per record", ErrLimitExceeded, i, n, s.maxRecordBytes)
+		}
+	}
+	return nil
+}
+
+// append appends entries to the shard's writer. A writer that failed for
+// good under the request (fenced by another instance's epoch, or closed or
+// aborted) is retired and the append retried on its replacement, with a few
+// jittered attempts within ctx. Those failures prove the append was not
+// committed, so retrying cannot duplicate it.
+func (s *service) append(ctx context.Context, shardName string, entries []shard.Entry) ([]shard.Result, error) {
+	for attempt := 1; ; attempt++ {
+		h, err := s.writers.acquire(ctx, shardName)
+		if err != nil {
+			return nil, err
+		}
+		results, err := h.w.Append(ctx, entries)
+		if err == nil {
+			s.writers.release(h)
+			if attempt > 1 {
+				s.metrics.selfHeals.Inc()
+			}
+			return results, nil
+		}
+		replace := ctx.Err() == nil && (errors.Is(err, shard.ErrFenced) || errors.Is(err, shard.ErrClosed) || errors.Is(err, shard.ErrAborted))
+		if replace {
+			s.writers.retire(h, err)
+		}
+		s.writers.release(h)
+		if !replace {
+			return nil, err
+		}
+		if attempt == s.appendAttempts || !s.pause(ctx, attempt) {
+			var fenced *shard.FencedError
+			if errors.As(err, &fenced) {
+				return nil, fmt.Errorf("still fenced after %d attempts (another instance keeps claiming this shard): %w", attempt, err)
+			}
+			return nil, fmt.Errorf("writer failed on %d attempts: %w", attempt, err)
+		}
+	}
+}
+
+// pause waits a jittered, growing delay before retry number attempt. It
+// reports false, at once, when ctx would end first.
+func (s *service) pause(ctx context.Context, attempt int) bool {
+	d := s.retryBackoff << (attempt - 1)
+	d = d/2 + rand.N(d/2+1)
+	if dl, ok := ctx.Deadline(); ok && time.Until(dl) < d {
+		return false
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// Get reads one record, always through the shard's current manifest, so it
+// sees every append acknowledged before it started, by any instance.
+func (s *service) Get(ctx context.Context, req *rolloutv1.GetRequest) (*rolloutv1.GetResponse, error) {
+	if err := validate.GetRequest(req); err != nil {
+		return nil, toStatus(err)
+	}
+	rec, err := s.reader.Get(ctx, req.GetShard(), req.GetId())
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return &rolloutv1.GetResponse{Record: rec}, nil
+}

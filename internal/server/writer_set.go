@@ -1,0 +1,354 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/golang-lru/v2/simplelru"
+	"go.uber.org/zap"
+
+	"github.com/rolloutd/rolloutd/internal/shard"
+)
+
+// ErrShuttingDown: the server is stopping and takes no new appends.
+var ErrShuttingDown = errors.New("server shutting down")
+
+// openFunc opens the resident writer of one shard.
+type openFunc func(ctx context.Context, shardName string) (*shard.Writer, error)
+
+// writerSet holds this instance's resident shard writers: at most one per
+// shard, the least recently used evicted past a bound, and none aborted while
+// a request uses it.
+//
+// One mutex guards the map, the LRU and the pin counts together. The LRU is
+// golang-lru's simplelru, which has no lock and no callbacks of its own; the
+// set evicts explicitly, under its mutex, and calls Abort only after releasing
+// it.
+//
+// A writer is pinned while a request uses it. Eviction of a pinned writer is
+// deferred to its last unpin: until then it stays in byShard (not in the LRU),
+// and new requests for its shard reuse it, which makes it resident again. This
+// instance therefore never opens a second writer for a shard it holds, which
+// would fence the first.
+//
+// A writer that failed for good (fenced, or aborted or closed under a request)
+// is retired: it leaves byShard at once, so the next request opens a
+// replacement, and it is aborted at its last unpin.
+type writerSet struct {
+	open        openFunc
+	openTimeout time.Duration
+	log         *zap.Logger
+	metrics     *Metrics
+
+	ctx    context.Context // bounds background opens; cancelled by closeAll
+	cancel context.CancelFunc
+	opens  sync.WaitGroup // background opens in flight
+
+	mu      sync.Mutex
+	lru     *simplelru.LRU[string, *held] // resident writers
+	max     int
+	byShard map[string]*held    // the writer handed out for each shard
+	all     map[*held]struct{}  // every writer not yet aborted or closed
+	opening map[string]*opening // single-flight opens, by shard
+	closed  bool
+}
+
+// held is one writer of the set.
+type held struct {
+	shard    string
+	w        *shard.Writer
+	pins     int
+	resident bool // in the LRU
+	dead     bool // retired: never handed out again
+}
+
+// opening is one open in flight. Its waiters are pinned on the new writer
+// when it is installed, so that an LRU smaller than the number of shards in
+// use cannot evict a writer between its open and its first use.
+type opening struct {
+	done    chan struct{}
+	waiters int
+	h       *held // set, and pinned once per waiter, when done
+	err     error
+}
+
+func newWriterSet(maxWriters int, open openFunc, openTimeout time.Duration, log *zap.Logger, m *Metrics) *writerSet {
+	lru, err := simplelru.NewLRU[string, *held](maxWriters, nil)
+	if err != nil {
+		panic(fmt.Sprintf("writer set: %v", err)) // only for maxWriters < 1, which Config.validate rejects
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	return &writerSet{
+		open:        open,
+		openTimeout: openTimeout,
+		log:         log,
+		metrics:     m,
+		ctx:         ctx,
+		cancel:      cancel,
+		lru:         lru,
+		max:         maxWriters,
+		byShard:     map[string]*held{},
+		all:         map[*held]struct{}{},
+		opening:     map[string]*opening{},
+	}
+}
+
+// acquire returns the shard's writer, pinned; the caller must release it.
+// It opens the writer when the set holds none, once however many requests
+// ask at the same time. It fails with ErrShuttingDown once closeAll began,
+// with ctx's error, or with the open's error.
+func (s *writerSet) acquire(ctx context.Context, shardName string) (*held, error) {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil, fmt.Errorf("shard %q: %w", shardName, ErrShuttingDown)
+	}
+	if h, ok := s.byShard[shardName]; ok {
+		h.pins++
+		victims := s.touchLocked(h)
+		s.mu.Unlock()
+		s.abort(victims, "evicted")
+		return h, nil
+	}
+	op, ok := s.opening[shardName]
+	if !ok {
+		op = &opening{done: make(chan struct{})}
+		s.opening[shardName] = op
+		s.opens.Add(1)
+		go s.openInBackground(shardName, op)
+	}
+	op.waiters++
+	s.mu.Unlock()
+
+	select {
+	case <-op.done:
+		if op.err != nil {
+			return nil, op.err
+		}
+		return op.h, nil // pinned for this waiter by install
+	case <-ctx.Done():
+	}
+	s.mu.Lock()
+	select {
+	case <-op.done:
+		// Installed meanwhile, with a pin for this waiter: give it back.
+		s.mu.Unlock()
+		if op.err == nil {
+			s.release(op.h)
+		}
+	default:
+		op.waiters--
+		s.mu.Unlock()
+	}
+	return nil, fmt.Errorf("shard %q: waiting for its writer to open: %w", shardName, ctx.Err())
+}
+
+// openInBackground opens a writer for shardName, detached from the requests
+// waiting for it: a request that gives up does not fail the others, and a
+// writer opened after every waiter left still serves the next request.
+func (s *writerSet) openInBackground(shardName string, op *opening) {
+	defer s.opens.Done()
+	ctx, cancel := context.WithTimeout(s.ctx, s.openTimeout)
+	start := time.Now()
+	w, err := s.safeOpen(ctx, shardName)
+	cancel()
+	s.metrics.writerOpens.Inc()
+	s.metrics.openDuration.Observe(time.Since(start).Seconds())
+
+	s.mu.Lock()
+	delete(s.opening, shardName)
+	var victims []*held
+	switch {
+	case err != nil:
+		op.err = fmt.Errorf("open writer: %w", err)
+	case s.closed:
+		op.err = fmt.Errorf("shard %q: %w", shardName, ErrShuttingDown)
+	default:
+		h := &held{shard: shardName, w: w, pins: op.waiters}
+		s.byShard[shardName] = h
+		s.all[h] = struct{}{}
+		victims = s.touchLocked(h)
+		op.h = h
+	}
+	close(op.done)
+	s.mu.Unlock()
+	if err == nil && op.err != nil {
+		w.Abort() // opened after closeAll began
+	}
+	s.abort(victims, "evicted")
+}
+
+// safeOpen calls open, turning a panic into an error: the open runs on its
+// own goroutine, where no interceptor would recover it.
+func (s *writerSet) safeOpen(ctx context.Context, shardName string) (w *shard.Writer, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			s.metrics.panics.Inc()
+			s.log.Error("opening a writer panicked", zap.String("shard", shardName), zap.Any("panic", p), zap.Stack("stack"))
+			w, err = nil, fmt.Errorf("shard %q: opening its writer panicked (the server logged it): %v", shardName, p)
+		}
+	}()
+	return s.open(ctx, shardName)
+}
+
+// touchLocked makes h the most recently used writer, making it resident
+// again if it was evicted, and returns the writers that this evicted and
+// that no request pins. The caller aborts them after unlocking.
+func (s *writerSet) touchLocked(h *held) (victims []*held) {
+	if h.resident {
+		s.lru.Get(h.shard)
+		return nil
+	}
+	for s.lru.Len() >= s.max {
+		_, v, _ := s.lru.RemoveOldest()
+		v.resident = false
+		s.metrics.evictions.Inc()
+		if v.pins == 0 {
+			s.dropLocked(v)
+			victims = append(victims, v)
+		}
+	}
+	s.lru.Add(h.shard, h)
+	h.resident = true
+	s.metrics.residentWriters.Set(float64(len(s.all)))
+	return victims
+}
+
+// dropLocked forgets v, which no request pins, so it can be aborted.
+func (s *writerSet) dropLocked(v *held) {
+	if s.byShard[v.shard] == v {
+		delete(s.byShard, v.shard)
+	}
+	delete(s.all, v)
+	s.metrics.residentWriters.Set(float64(len(s.all)))
+}
+
+// release unpins h. At its last unpin a writer that was evicted or retired
+// meanwhile is aborted; nothing is queued on it then, because every append
+// holds a pin.
+func (s *writerSet) release(h *held) {
+	s.mu.Lock()
+	h.pins--
+	if h.pins > 0 || (h.resident && !h.dead) || s.closed {
+		// Still in use, still resident, or closeAll owns it now.
+		s.mu.Unlock()
+		return
+	}
+	s.dropLocked(h)
+	s.mu.Unlock()
+	why := "evicted"
+	if h.dead {
+		why = "retired"
+	}
+	s.abort([]*held{h}, why)
+}
+
+// retire marks h dead because it failed for good with cause, so that the
+// next acquire opens a replacement. The caller must hold a pin on h; h is
+// aborted at its last unpin. It reports whether this call retired h: of many
+// requests that failed together on one writer, exactly one does, so a fenced
+// writer is replaced once per (shard, epoch), not once per request.
+func (s *writerSet) retire(h *held, cause error) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if h.dead {
+		return false
+	}
+	h.dead = true
+	if s.byShard[h.shard] == h {
+		delete(s.byShard, h.shard)
+	}
+	if h.resident {
+		s.lru.Remove(h.shard)
+		h.resident = false
+	}
+	var fenced *shard.FencedError
+	if errors.As(cause, &fenced) {
+		s.metrics.fences.Inc()
+		s.log.Warn("replacing fenced writer", zap.String("shard", h.shard),
+			zap.Uint64("epoch", fenced.Local), zap.Uint64("stored_epoch", fenced.Stored))
+	} else {
+		s.log.Warn("replacing failed writer", zap.String("shard", h.shard),
+			zap.Uint64("epoch", h.w.Epoch()), zap.Error(cause))
+	}
+	return true
+}
+
+// abort aborts writers that the set no longer holds.
+func (s *writerSet) abort(hs []*held, why string) {
+	for _, h := range hs {
+		h.w.Abort()
+		s.log.Info("writer "+why, zap.String("shard", h.shard), zap.Uint64("epoch", h.w.Epoch()))
+	}
+}
+
+// resident returns the number of writers the set holds, resident or
+// evicted but pinned.
+func (s *writerSet) resident() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.all)
+}
+
+// queuedBytes sums the bytes queued on every writer the set holds.
+func (s *writerSet) queuedBytes() int64 {
+	s.mu.Lock()
+	ws := make([]*shard.Writer, 0, len(s.all))
+	for h := range s.all {
+		ws = append(ws, h.w)
+	}
+	s.mu.Unlock()
+	var n int64
+	for _, w := range ws {
+		n += w.QueuedBytes()
+	}
+	return n
+}
+
+// closeAll stops the set: later acquires fail with ErrShuttingDown, opens in
+// flight are cancelled, and every writer is closed gracefully (committing
+// what is queued) in parallel, bounded by ctx. A writer whose Close does not
+// finish in time is aborted by Close itself. It returns how many writers
+// closed cleanly and how many did not.
+func (s *writerSet) closeAll(ctx context.Context) (closed, failed int) {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return 0, 0
+	}
+	s.closed = true
+	s.cancel()
+	hs := make([]*held, 0, len(s.all))
+	for h := range s.all {
+		hs = append(hs, h)
+	}
+	s.lru.Purge()
+	clear(s.byShard)
+	clear(s.all)
+	s.metrics.residentWriters.Set(0)
+	s.mu.Unlock()
+	s.opens.Wait()
+
+	errs := make([]error, len(hs))
+	var wg sync.WaitGroup
+	for i, h := range hs {
+		wg.Go(func() { errs[i] = h.w.Close(ctx) })
+	}
+	wg.Wait()
+	for i, h := range hs {
+		fields := []zap.Field{zap.String("shard", h.shard), zap.Uint64("epoch", h.w.Epoch())}
+		switch err := errs[i]; {
+		case err == nil:
+			closed++
+		case errors.Is(err, shard.ErrFenced) && h.dead:
+			closed++ // retired already; nothing of it was ever going to commit
+		default:
+			failed++
+			s.log.Warn("writer did not close cleanly; un-acknowledged appends were discarded", append(fields, zap.Error(err))...)
+		}
+	}
+	return closed, failed
+}
