@@ -36,10 +36,8 @@ func toStatus(err error) error {
 	case errors.Is(err, shard.ErrShardNotFound), errors.Is(err, shard.ErrRecordNotFound):
 		return status.Error(codes.NotFound, msg)
 
-	// TODO(shard.ErrIDConflict): the shard package has no "same id, different
-	// content" error yet. When it lands, map it here:
-	//	case errors.Is(err, shard.ErrIDConflict):
-	//		return status.Error(codes.AlreadyExists, msg)
+	case errors.Is(err, shard.ErrIDConflict):
+		return status.Error(codes.AlreadyExists, msg)
 
 	case errors.Is(err, shard.ErrBackpressure):
 		return status.Error(codes.ResourceExhausted, msg+"; back off, then retry with the same ids")

@@ -25,6 +25,7 @@ func TestToStatus(t *testing.T) {
 		{&validate.FieldError{Field: "shard", Rule: "must not be empty"}, codes.InvalidArgument, "shard: must not be empty"},
 		{wrap(shard.ErrShardNotFound), codes.NotFound, "shard not found"},
 		{wrap(shard.ErrRecordNotFound), codes.NotFound, "record not found"},
+		{wrap(shard.ErrIDConflict), codes.AlreadyExists, "different content"},
 		{wrap(shard.ErrBackpressure), codes.ResourceExhausted, "retry with the same ids"},
 		{wrap(shard.ErrTooLarge), codes.ResourceExhausted, "split the batch"},
 		{wrap(ErrLimitExceeded), codes.ResourceExhausted, "split the batch"},

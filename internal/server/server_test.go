@@ -372,3 +372,27 @@ func TestDebugHandler(t *testing.T) {
 		t.Errorf("/debug/pprof/: %d", rec.Code)
 	}
 }
+
+// Appending an id again is idempotent with the same content, and refused
+// AlreadyExists with different content.
+func TestAppendSameIDAgain(t *testing.T) {
+	ts := startServer(t, Config{Store: memstore.New()})
+	ctx := context.Background()
+	first, err := appendOne(ctx, ts.client, "idem", "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, err := appendOne(ctx, ts.client, "idem", "a")
+	if err != nil {
+		t.Fatalf("same id, same content: %v", err)
+	}
+	if !again.GetAlreadyPresent() || again.GetSeq() != first.GetSeq() {
+		t.Errorf("retry of a landed append: %v, want already_present with seq %d", again, first.GetSeq())
+	}
+	changed := record("a")
+	changed.Content = "something else"
+	_, err = ts.client.Append(ctx, &rolloutv1.AppendRequest{Shard: "idem", Records: []*rolloutv1.Record{changed}})
+	if st := status.Convert(err); st.Code() != codes.AlreadyExists || !strings.Contains(st.Message(), `"a"`) {
+		t.Errorf("same id, different content: %v %q, want AlreadyExists naming the id", st.Code(), st.Message())
+	}
+}
