@@ -30,3 +30,10 @@ go vet ./...
 
 echo "== go test -race"
 go test -race -count=1 -timeout 15m ./... "$@"
+
+# deploy/check is its own Go module, so that its heavy tool dependencies
+# (k8s.io/api, kustomize, buildkit) stay out of the root go.mod; `./...` above
+# does not enter it. It checks the deployment artifacts offline with their
+# real parsers (see deploy/check/doc.go).
+echo "== deploy/check: go vet and go test -race"
+(cd deploy/check && go vet ./... && go test -race -count=1 -timeout 10m ./...)
