@@ -1,0 +1,296 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/url"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"go.uber.org/zap/zapcore"
+
+	"github.com/rolloutd/rolloutd/internal/azure"
+	"github.com/rolloutd/rolloutd/internal/server"
+)
+
+// envPrefix prefixes the environment variable of every flag:
+// --max-writers is also ROLLOUTD_MAX_WRITERS.
+const envPrefix = "ROLLOUTD_"
+
+// Environment variables that supply Azure credentials and endpoints only.
+const (
+	envConnectionString = "AZURE_STORAGE_CONNECTION_STRING"
+	envAccountURL       = "AZURE_STORAGE_ACCOUNT_URL"
+)
+
+// config is everything rolloutd is configured with. Flags fill it, then
+// ROLLOUTD_* environment variables for flags not given, then defaults.
+type config struct {
+	Listen        string
+	MetricsListen string
+
+	Store           string
+	AzureAccountURL string
+	AzureMaxConns   int
+
+	MaxWriters       int
+	WriterQueueBytes byteSize
+	IndexCacheBytes  byteSize
+	DisableMerge     bool
+
+	MaxMessageBytes byteSize
+	MaxBatchRecords int
+	MaxRecordBytes  byteSize
+	DefaultDeadline time.Duration
+
+	ShutdownTimeout time.Duration
+	DrainDelay      time.Duration
+
+	LogFormat string
+	LogLevel  string
+
+	// Derived by validate.
+	store     storeLocation
+	logLevel  zapcore.Level
+	azureConn string // from AZURE_STORAGE_CONNECTION_STRING; never logged
+}
+
+// storeLocation is a parsed --store.
+type storeLocation struct {
+	Dir       string // local directory, absolute
+	Container string // azblob container
+	Prefix    string // azblob name prefix, may be empty
+}
+
+func (l storeLocation) String() string {
+	if l.Container != "" {
+		return "azblob://" + strings.TrimSuffix(l.Container+"/"+l.Prefix, "/")
+	}
+	return "file://" + l.Dir
+}
+
+// parseConfig parses args (without the program name) and the environment
+// (getenv) into a validated config. It writes usage to out for --help and
+// returns flag.ErrHelp then. A bad value fails with a message naming the
+// flag.
+func parseConfig(args []string, getenv func(string) string, out io.Writer) (*config, error) {
+	c := &config{
+		WriterQueueBytes: 64 << 20,
+		IndexCacheBytes:  server.DefaultIndexCacheBytes,
+		MaxMessageBytes:  server.DefaultMaxMessageBytes,
+		MaxRecordBytes:   server.DefaultMaxRecordBytes,
+	}
+	fs := flag.NewFlagSet("rolloutd", flag.ContinueOnError)
+	fs.SetOutput(out)
+	fs.Usage = func() {
+		fmt.Fprintf(out, `rolloutd serves rollout.v1.RolloutService (Append, Get) over gRPC and stores
+records durably in blob storage: a local directory by default, or Azure Blob
+Storage. Every flag can also be set with the environment variable
+%s<FLAG_IN_CAPS> (--max-writers: %sMAX_WRITERS); a flag wins over
+its variable, which wins over the default.
+
+Usage: rolloutd [flags]
+
+`, envPrefix, envPrefix)
+		fs.PrintDefaults()
+	}
+
+	fs.StringVar(&c.Listen, "listen", ":50051", "`address` of the gRPC listener (RolloutService, grpc.health.v1, reflection)")
+	fs.StringVar(&c.MetricsListen, "metrics-listen", ":9090", "`address` of the HTTP listener for /metrics (Prometheus) and /debug/pprof/")
+	fs.StringVar(&c.Store, "store", "./rolloutd-data", "where records are stored: a local `directory` (also file:///abs/path), or azblob://CONTAINER[/PREFIX] for Azure\n"+
+		"Blob Storage, authenticated by "+envConnectionString+" (Azurite, development) or\n"+
+		"by --azure-account-url with workload identity")
+	fs.StringVar(&c.AzureAccountURL, "azure-account-url", "", "Azure Blob account `URL` (https://ACCOUNT.blob.core.windows.net/) for Microsoft Entra ID auth\n"+
+		"(workload identity on AKS); default "+envAccountURL)
+	fs.IntVar(&c.AzureMaxConns, "azure-max-conns", azure.DefaultMaxConns, "maximum concurrent requests to Azure, and the size of the one shared connection pool")
+	fs.IntVar(&c.MaxWriters, "max-writers", server.DefaultMaxWriters, "maximum resident shard writers; the least recently used is evicted past it")
+	fs.Var(&c.WriterQueueBytes, "writer-queue-bytes", "`bytes` of appends one shard writer may hold queued; past it Append fails ResourceExhausted (backpressure)")
+	fs.Var(&c.IndexCacheBytes, "index-cache-bytes", "`bytes` of generation indexes cached for all shards, shared by writers and reads")
+	fs.BoolVar(&c.DisableMerge, "disable-merge", false, "turn off merging small generations and garbage collection (for debugging only)")
+	fs.Var(&c.MaxMessageBytes, "max-message-bytes", "largest gRPC request in `bytes`; sized to the largest Append batch")
+	fs.IntVar(&c.MaxBatchRecords, "max-batch-records", server.DefaultMaxBatchRecords, "maximum records in one Append")
+	fs.Var(&c.MaxRecordBytes, "max-record-bytes", "largest encoded record in `bytes`")
+	fs.DurationVar(&c.DefaultDeadline, "default-deadline", server.DefaultDeadline, "deadline of RPCs whose client set none")
+	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", 30*time.Second, "budget for the whole shutdown on SIGTERM/SIGINT; rolloutd exits within it")
+	fs.DurationVar(&c.DrainDelay, "drain-delay", 2*time.Second, "how long to keep serving after reporting NOT_SERVING on shutdown, so load balancers stop sending")
+	fs.StringVar(&c.LogFormat, "log-format", "json", "log `format`: json or console")
+	fs.StringVar(&c.LogLevel, "log-level", "info", "log `level`: debug, info, warn or error")
+
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("unexpected argument %q: rolloutd takes flags only (see --help)", fs.Arg(0))
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	var envErr error
+	fs.VisitAll(func(f *flag.Flag) {
+		if set[f.Name] || envErr != nil {
+			return
+		}
+		name := envPrefix + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
+		if v := getenv(name); v != "" {
+			if err := fs.Set(f.Name, v); err != nil {
+				envErr = fmt.Errorf("invalid value %q for --%s (from %s): %w", v, f.Name, name, err)
+			}
+		}
+	})
+	if envErr != nil {
+		return nil, envErr
+	}
+	if c.AzureAccountURL == "" {
+		c.AzureAccountURL = getenv(envAccountURL)
+	}
+	c.azureConn = getenv(envConnectionString)
+	if err := c.validate(); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// validate checks every value and derives the parsed forms. Each error
+// names the flag.
+func (c *config) validate() error {
+	for _, a := range []struct{ flag, addr string }{{"listen", c.Listen}, {"metrics-listen", c.MetricsListen}} {
+		if _, _, err := net.SplitHostPort(a.addr); err != nil {
+			return fmt.Errorf("--%s %q: want host:port or :port: %w", a.flag, a.addr, err)
+		}
+	}
+	loc, err := parseStore(c.Store)
+	if err != nil {
+		return fmt.Errorf("--store %q: %w", c.Store, err)
+	}
+	c.store = loc
+	if loc.Container != "" {
+		switch {
+		case c.azureConn == "" && c.AzureAccountURL == "":
+			return fmt.Errorf("--store %s needs credentials: set %s (Azurite, development) or --azure-account-url / %s (workload identity)", c.Store, envConnectionString, envAccountURL)
+		case c.azureConn != "" && c.AzureAccountURL != "":
+			return fmt.Errorf("--azure-account-url %q and %s are both set: set one (the account URL for workload identity, the connection string for Azurite or development)", c.AzureAccountURL, envConnectionString)
+		case c.AzureAccountURL != "":
+			u, err := url.Parse(c.AzureAccountURL)
+			if err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" {
+				return fmt.Errorf("--azure-account-url %q: want https://ACCOUNT.blob.core.windows.net/", c.AzureAccountURL)
+			}
+		}
+		if c.AzureMaxConns < 1 {
+			return fmt.Errorf("--azure-max-conns %d: must be at least 1", c.AzureMaxConns)
+		}
+	}
+	positive := []struct {
+		flag string
+		v    int64
+	}{
+		{"max-writers", int64(c.MaxWriters)},
+		{"writer-queue-bytes", int64(c.WriterQueueBytes)},
+		{"index-cache-bytes", int64(c.IndexCacheBytes)},
+		{"max-message-bytes", int64(c.MaxMessageBytes)},
+		{"max-batch-records", int64(c.MaxBatchRecords)},
+		{"max-record-bytes", int64(c.MaxRecordBytes)},
+		{"default-deadline", int64(c.DefaultDeadline)},
+		{"shutdown-timeout", int64(c.ShutdownTimeout)},
+	}
+	for _, p := range positive {
+		if p.v <= 0 {
+			return fmt.Errorf("--%s: must be positive", p.flag)
+		}
+	}
+	switch {
+	case int64(c.MaxMessageBytes) > 2<<30-1:
+		return fmt.Errorf("--max-message-bytes %s: at most 2GiB-1, gRPC's limit", c.MaxMessageBytes)
+	case c.MaxRecordBytes > c.MaxMessageBytes:
+		return fmt.Errorf("--max-record-bytes %s exceeds --max-message-bytes %s: no such record could be sent", c.MaxRecordBytes, c.MaxMessageBytes)
+	case c.DrainDelay < 0:
+		return fmt.Errorf("--drain-delay %s: must not be negative", c.DrainDelay)
+	case c.DrainDelay >= c.ShutdownTimeout/2:
+		return fmt.Errorf("--drain-delay %s must be under half of --shutdown-timeout %s, to leave time for in-flight appends and closing writers", c.DrainDelay, c.ShutdownTimeout)
+	}
+	switch c.LogFormat {
+	case "json", "console":
+	default:
+		return fmt.Errorf("--log-format %q: want json or console", c.LogFormat)
+	}
+	lvl, err := zapcore.ParseLevel(c.LogLevel)
+	if err != nil {
+		return fmt.Errorf("--log-level %q: want debug, info, warn or error", c.LogLevel)
+	}
+	c.logLevel = lvl
+	return nil
+}
+
+// parseStore parses --store: azblob://CONTAINER[/PREFIX], file:///abs/path,
+// or a local directory.
+func parseStore(s string) (storeLocation, error) {
+	switch {
+	case s == "":
+		return storeLocation{}, errors.New("must not be empty")
+	case strings.HasPrefix(s, "azblob://"):
+		container, prefix, _ := strings.Cut(strings.TrimPrefix(s, "azblob://"), "/")
+		if err := azure.ValidateContainerName(container); err != nil {
+			return storeLocation{}, err
+		}
+		return storeLocation{Container: container, Prefix: strings.TrimSuffix(prefix, "/")}, nil
+	case strings.HasPrefix(s, "file://"):
+		u, err := url.Parse(s)
+		if err != nil {
+			return storeLocation{}, err
+		}
+		if u.Host != "" && u.Host != "localhost" {
+			return storeLocation{}, fmt.Errorf("file URL with host %q: want file:///abs/path", u.Host)
+		}
+		if !filepath.IsAbs(u.Path) {
+			return storeLocation{}, errors.New("file URL path must be absolute: want file:///abs/path")
+		}
+		return storeLocation{Dir: filepath.Clean(u.Path)}, nil
+	case strings.Contains(s, "://"):
+		return storeLocation{}, errors.New("unknown scheme: want a directory, file:///abs/path or azblob://CONTAINER[/PREFIX]")
+	}
+	dir, err := filepath.Abs(s)
+	if err != nil {
+		return storeLocation{}, err
+	}
+	return storeLocation{Dir: dir}, nil
+}
+
+// byteSize is a flag value in bytes that also takes KiB, MiB and GiB
+// suffixes: 65536, 64KiB, 64MiB, 1GiB.
+type byteSize int64
+
+func (b byteSize) String() string {
+	n := int64(b)
+	for _, u := range []struct {
+		suffix string
+		size   int64
+	}{{"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10}} {
+		if n != 0 && n%u.size == 0 {
+			return strconv.FormatInt(n/u.size, 10) + u.suffix
+		}
+	}
+	return strconv.FormatInt(n, 10)
+}
+
+func (b *byteSize) Set(s string) error {
+	mult := int64(1)
+	num := s
+	for _, u := range []struct {
+		suffix string
+		size   int64
+	}{{"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10}, {"B", 1}} {
+		if rest, ok := strings.CutSuffix(s, u.suffix); ok {
+			num, mult = rest, u.size
+			break
+		}
+	}
+	n, err := strconv.ParseInt(strings.TrimSpace(num), 10, 64)
+	if err != nil || n < 0 || n > (1<<62)/mult {
+		return errors.New("want a byte count such as 1048576, 64KiB, 64MiB or 1GiB")
+	}
+	*b = byteSize(n * mult)
+	return nil
+}

@@ -1,0 +1,172 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+
+	"github.com/rolloutd/rolloutd/internal/azure"
+	"github.com/rolloutd/rolloutd/internal/blob"
+	"github.com/rolloutd/rolloutd/internal/blob/instrumented"
+	"github.com/rolloutd/rolloutd/internal/blob/localstore"
+	"github.com/rolloutd/rolloutd/internal/server"
+	"github.com/rolloutd/rolloutd/internal/shard"
+)
+
+// storeOpenTimeout bounds opening the store at startup (Azure: checking or
+// creating the container).
+const storeOpenTimeout = 30 * time.Second
+
+// serve runs rolloutd until ctx ends (a signal), then shuts it down within
+// cfg.ShutdownTimeout. stopSignals restores the default signal handling, so
+// that a second signal during shutdown kills the process.
+func serve(ctx context.Context, stopSignals func(), cfg *config) error {
+	log, err := newLogger(cfg)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = log.Sync() }()
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+
+	store, closeStore, err := openStore(ctx, cfg, log)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err := closeStore(); err != nil {
+			log.Warn("closing the store", zap.Error(err))
+		}
+	}()
+
+	srv, err := server.New(server.Config{
+		Store:      instrumented.New(store, instrumented.NewMetrics(reg)),
+		Logger:     log,
+		Registerer: reg,
+		MaxWriters: cfg.MaxWriters,
+		Writer: shard.Options{
+			MaxQueuedBytes: int64(cfg.WriterQueueBytes),
+			DisableMerge:   cfg.DisableMerge,
+		},
+		IndexCacheBytes: int64(cfg.IndexCacheBytes),
+		MaxMessageBytes: int(cfg.MaxMessageBytes),
+		MaxBatchRecords: cfg.MaxBatchRecords,
+		MaxRecordBytes:  int(cfg.MaxRecordBytes),
+		DefaultDeadline: cfg.DefaultDeadline,
+		DrainDelay:      cfg.DrainDelay,
+	})
+	if err != nil {
+		return err
+	}
+
+	lis, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("--listen %s: %w", cfg.Listen, err)
+	}
+	mlis, err := net.Listen("tcp", cfg.MetricsListen)
+	if err != nil {
+		lis.Close()
+		return fmt.Errorf("--metrics-listen %s: %w", cfg.MetricsListen, err)
+	}
+	metrics := &http.Server{Handler: server.DebugHandler(reg), ReadHeaderTimeout: 10 * time.Second}
+
+	errc := make(chan error, 2)
+	go func() {
+		if err := srv.Serve(lis); err != nil {
+			errc <- fmt.Errorf("gRPC server: %w", err)
+		}
+	}()
+	go func() {
+		log.Info("serving metrics", zap.String("addr", mlis.Addr().String()))
+		if err := metrics.Serve(mlis); !errors.Is(err, http.ErrServerClosed) {
+			errc <- fmt.Errorf("metrics server: %w", err)
+		}
+	}()
+	log.Info("rolloutd started", zap.String("store", cfg.store.String()), zap.Int("max_writers", cfg.MaxWriters))
+
+	var failed error
+	select {
+	case <-ctx.Done():
+		log.Info("shutdown: signal received", zap.Duration("timeout", cfg.ShutdownTimeout))
+	case failed = <-errc:
+		log.Error("shutdown: a listener failed", zap.Error(failed))
+	}
+	stopSignals()
+
+	// The whole sequence fits cfg.ShutdownTimeout: the server gets 90% of
+	// it, the rest is for the metrics listener, the store and exiting.
+	start := time.Now()
+	sctx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout*9/10)
+	defer cancel()
+	srv.Shutdown(sctx)
+	mctx, mcancel := context.WithTimeout(context.Background(), max(cfg.ShutdownTimeout-time.Since(start), 0)/2)
+	defer mcancel()
+	if err := metrics.Shutdown(mctx); err != nil {
+		metrics.Close()
+	}
+	log.Info("rolloutd stopped", zap.Duration("shutdown", time.Since(start)))
+	return failed
+}
+
+// openStore opens the one blob store of the process, the only place that
+// knows which backend is in use. Every writer and the reader share it; for
+// Azure that is one client over one connection pool.
+func openStore(ctx context.Context, cfg *config, log *zap.Logger) (blob.Store, func() error, error) {
+	if cfg.store.Container == "" {
+		s, err := localstore.Open(cfg.store.Dir)
+		if err != nil {
+			return nil, nil, fmt.Errorf("--store %s: %w", cfg.Store, err)
+		}
+		log.Info("store opened", zap.String("backend", "local"), zap.String("dir", s.Dir()))
+		return s, s.Close, nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, storeOpenTimeout)
+	defer cancel()
+	s, err := azure.New(ctx, azure.Config{
+		Container:        cfg.store.Container,
+		Prefix:           cfg.store.Prefix,
+		ConnectionString: cfg.azureConn,
+		AccountURL:       cfg.AzureAccountURL,
+		MaxConns:         cfg.AzureMaxConns,
+		Logger:           log.Named("azure"),
+	})
+	if err != nil {
+		return nil, nil, fmt.Errorf("--store %s: %w", cfg.Store, err)
+	}
+	auth := "connection string"
+	if cfg.AzureAccountURL != "" {
+		auth = "account URL " + cfg.AzureAccountURL
+	}
+	log.Info("store opened", zap.String("backend", "azblob"), zap.String("container", cfg.store.Container),
+		zap.String("prefix", cfg.store.Prefix), zap.String("auth", auth), zap.Int("max_conns", cfg.AzureMaxConns))
+	return s, s.Close, nil
+}
+
+// newLogger builds the process logger: JSON lines, or a console encoder
+// for people, at the configured level, to stderr.
+func newLogger(cfg *config) (*zap.Logger, error) {
+	zc := zap.NewProductionConfig()
+	zc.Sampling = nil // lifecycle lines are never sampled; the access log samples itself
+	if cfg.LogFormat == "console" {
+		zc = zap.NewDevelopmentConfig()
+		zc.EncoderConfig.EncodeLevel = zapcore.CapitalLevelEncoder
+		zc.DisableStacktrace = true
+	}
+	zc.Level = zap.NewAtomicLevelAt(cfg.logLevel)
+	zc.EncoderConfig.TimeKey = "ts"
+	zc.EncoderConfig.EncodeTime = zapcore.ISO8601TimeEncoder
+	log, err := zc.Build()
+	if err != nil {
+		return nil, fmt.Errorf("build logger: %w", err)
+	}
+	return log, nil
+}
