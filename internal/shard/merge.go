@@ -95,30 +95,34 @@ func capRun(run []*storagepb.Generation, o Options) []*storagepb.Generation {
 	return run
 }
 
-// cheapestWindow returns the contiguous window of up to k generations with
-// the fewest bytes, containing index must when must >= 0, within the caps.
+// cheapestWindow returns the contiguous window of 2 to k generations that
+// removes generations at the lowest cost, bytes rewritten per generation
+// removed, containing index must when must >= 0, within the caps. Measuring
+// cost per generation removed makes a pass prefer many small generations
+// to dragging a large one along, which keeps write amplification bounded
+// while still bringing the count down.
 func cheapestWindow(gens []*storagepb.Generation, k, must int, o Options) []*storagepb.Generation {
 	k = min(k, len(gens), o.MergeMaxSources)
-	for ; k >= 2; k-- {
-		var best []*storagepb.Generation
-		var bestBytes int64
-		for i := 0; i+k <= len(gens); i++ {
-			if must >= 0 && (must < i || must >= i+k) {
+	var best []*storagepb.Generation
+	var bestCost float64
+	for i := range gens {
+		var bytes int64
+		for j := i; j < len(gens) && j-i < k; j++ {
+			bytes += int64(gens[j].GetBytes())
+			if bytes > o.MergeMaxBytes {
+				break
+			}
+			size := j - i + 1
+			if size < 2 || (must >= 0 && (must < i || must > j)) {
 				continue
 			}
-			var b int64
-			for _, g := range gens[i : i+k] {
-				b += int64(g.GetBytes())
+			cost := float64(bytes) / float64(size-1)
+			if best == nil || cost < bestCost || (cost == bestCost && size > len(best)) {
+				best, bestCost = gens[i:j+1], cost
 			}
-			if b <= o.MergeMaxBytes && (best == nil || b < bestBytes) {
-				best, bestBytes = gens[i:i+k], b
-			}
-		}
-		if best != nil {
-			return best
 		}
 	}
-	return nil
+	return best
 }
 
 // mergeLoop is the merger goroutine: it merges while the policy asks for it
