@@ -162,10 +162,11 @@ func (s *writerSet) openInBackground(shardName string, op *opening) {
 	delete(s.opening, shardName)
 	var victims []*held
 	switch {
+	case s.closed:
+		// closeAll cancelled this open, or it finished too late.
+		op.err = fmt.Errorf("shard %q: %w", shardName, ErrShuttingDown)
 	case err != nil:
 		op.err = fmt.Errorf("open writer: %w", err)
-	case s.closed:
-		op.err = fmt.Errorf("shard %q: %w", shardName, ErrShuttingDown)
 	default:
 		h := &held{shard: shardName, w: w, pins: op.waiters}
 		s.byShard[shardName] = h

@@ -288,3 +288,26 @@ func waitFor(t testing.TB, cond func() bool) {
 		time.Sleep(time.Millisecond)
 	}
 }
+
+// A request waiting for a writer to open when shutdown begins is told the
+// server is shutting down (Unavailable, retry elsewhere), not Canceled.
+func TestWriterSetCloseAllDuringOpen(t *testing.T) {
+	store := memstore.New()
+	opener := &slowOpen{countingOpen: countingOpen{store: store, opts: testWriterOptions(t)}, release: make(chan struct{})}
+	ws := newWriterSet(4, opener.open, 10*time.Second, zaptest.NewLogger(t), NewMetrics())
+	errc := make(chan error, 1)
+	go func() {
+		_, err := ws.acquire(context.Background(), "s")
+		errc <- err
+	}()
+	waitFor(t, func() bool {
+		ws.mu.Lock()
+		defer ws.mu.Unlock()
+		op := ws.opening["s"]
+		return op != nil && op.waiters == 1
+	})
+	ws.closeAll(context.Background())
+	if err := <-errc; !errors.Is(err, ErrShuttingDown) {
+		t.Errorf("acquire during closeAll: %v, want ErrShuttingDown", err)
+	}
+}
