@@ -468,8 +468,9 @@ func (b *bundle) rolloutdProblems(d *appsv1.Deployment, prod bool) []string {
 			add("terminationGracePeriodSeconds %d does not exceed --shutdown-timeout=%s (from %s)", grace, st, src)
 		}
 		if dd, _, ok := b.flagValue(c, "drain-delay"); ok {
-			if delay, err := time.ParseDuration(dd); err != nil || delay >= timeout {
-				add("--drain-delay=%s must be shorter than --shutdown-timeout=%s (which includes it)", dd, st)
+			// rolloutd itself refuses a drain delay of half the budget or more.
+			if delay, err := time.ParseDuration(dd); err != nil || delay >= timeout/2 {
+				add("--drain-delay=%s must be under half of --shutdown-timeout=%s (which includes it)", dd, st)
 			}
 		}
 	}
