@@ -344,8 +344,13 @@ func (s *writerSet) closeAll(ctx context.Context) (closed, failed int) {
 		switch err := errs[i]; {
 		case err == nil:
 			closed++
-		case errors.Is(err, shard.ErrFenced) && h.dead:
-			closed++ // retired already; nothing of it was ever going to commit
+		case errors.Is(err, shard.ErrFenced):
+			// Another instance holds the shard. The fence already failed
+			// whatever was queued, so nothing is discarded here.
+			closed++
+			if !h.dead {
+				s.log.Info("writer was fenced by another instance; closed", append(fields, zap.Error(err))...)
+			}
 		default:
 			failed++
 			s.log.Warn("writer did not close cleanly; un-acknowledged appends were discarded", append(fields, zap.Error(err))...)
