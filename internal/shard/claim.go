@@ -17,9 +17,16 @@ import (
 func (w *writer) claim(ctx context.Context) error {
 	name := format.ManifestName(w.shard)
 	backoff := newBackoff(w.opts)
+	var last error // the last retryable storage error, reported if ctx ends
+	fail := func(err error) error {
+		if last != nil {
+			return fmt.Errorf("open shard %q: %w (last storage error: %w)", w.shard, err, last)
+		}
+		return fmt.Errorf("open shard %q: %w", w.shard, err)
+	}
 	for {
 		if err := ctx.Err(); err != nil {
-			return fmt.Errorf("open shard %q: %w", w.shard, err)
+			return fail(err)
 		}
 		cur, etag, err := readManifest(ctx, w.store, w.shard)
 		var next *storagepb.Manifest
@@ -29,8 +36,9 @@ func (w *writer) claim(ctx context.Context) error {
 			next = &storagepb.Manifest{Epoch: 1, NextGeneration: 1, NextSeq: 1}
 			put.IfNoneMatch = true
 		case err != nil && retryable(err):
+			last = err
 			if err := backoff.wait(ctx); err != nil {
-				return fmt.Errorf("open shard %q: %w", w.shard, err)
+				return fail(err)
 			}
 			continue
 		case err != nil:
@@ -57,6 +65,7 @@ func (w *writer) claim(ctx context.Context) error {
 		case errors.Is(err, blob.ErrConditionFailed):
 			// Another writer claimed first; claim the epoch after it.
 		case retryable(err):
+			last = err
 			// The claim may have landed. Re-reading decides: if it did,
 			// the manifest names this writer as owner.
 			m, etag, rerr := readManifest(ctx, w.store, w.shard)
@@ -65,7 +74,7 @@ func (w *writer) claim(ctx context.Context) error {
 				return nil
 			}
 			if err := backoff.wait(ctx); err != nil {
-				return fmt.Errorf("open shard %q: %w", w.shard, err)
+				return fail(err)
 			}
 		default:
 			return fmt.Errorf("open shard %q: claim epoch %d: %w", w.shard, next.GetEpoch(), err)

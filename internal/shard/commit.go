@@ -74,6 +74,7 @@ func (w *writer) commitBatch(ctx context.Context, batch []*pending, edits []*edi
 		}
 		if err == nil {
 			w.setManifest(next, attrs.ETag)
+			w.opts.Notifier.Publish(w.shard)
 			return a.out, nil
 		}
 		// The CAS lost, or its outcome is unclear. Only the stored manifest
@@ -226,6 +227,7 @@ func (w *writer) resolve(ctx context.Context, attempts []attempt, casErr error) 
 			}
 			switch commitStatus(m, w.epoch, attempts[i].marker) {
 			case committed:
+				w.opts.Notifier.Publish(w.shard)
 				if m.GetEpoch() == w.epoch {
 					w.setManifest(m, etag)
 				} else {

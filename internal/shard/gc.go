@@ -108,7 +108,7 @@ func (c *collector) orphans(ctx context.Context) int {
 				w.log.Warn("gc: delete orphan failed", zap.String("blob", it.Name), zap.Error(err))
 				continue
 			}
-			w.log.Info("gc: deleted orphan generation", zap.Uint64("epoch", epoch), zap.Uint64("generation", gen))
+			w.log.Info("gc: deleted orphan generation", zap.Uint64("orphan_epoch", epoch), zap.Uint64("generation", gen))
 			if deleted++; deleted == maxDeletesPerPass {
 				return deleted
 			}

@@ -231,8 +231,12 @@ func (w *writer) merge(ctx context.Context, plan []*storagepb.Generation) error 
 	if err := w.submit(ctx, e); err != nil {
 		return fmt.Errorf("merge into generation %d: %w", gen, err)
 	}
+	took := w.opts.Clock.Now().Sub(start)
 	w.merges.Add(1)
-	w.mergeNanos.Add(int64(w.opts.Clock.Now().Sub(start)))
+	w.mergeNanos.Add(int64(took))
+	if w.opts.OnMerge != nil {
+		w.opts.OnMerge(len(plan), b.Len(), took)
+	}
 	w.log.Debug("merged generations", zap.Uint64("generation", gen), zap.Int("sources", len(plan)), zap.Int("records", b.Len()))
 	return nil
 }

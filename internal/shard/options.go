@@ -17,6 +17,10 @@ type Options struct {
 	// Cache holds generation footer indexes; share one per process. Nil
 	// gives the writer a small private cache.
 	Cache *IndexCache
+	// Notifier, when set, is told of every commit, to wake following scans.
+	Notifier *Notifier
+	// OnMerge, when set, is called after each committed merge, for metrics.
+	OnMerge func(sources, records int, took time.Duration)
 	// MaxQueuedBytes caps the bytes of records waiting to be committed.
 	// Past it, Append fails with ErrBackpressure. Default 64 MiB.
 	MaxQueuedBytes int64

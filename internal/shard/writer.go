@@ -162,9 +162,19 @@ func (h *Writer) QueuedBytes() int64 {
 	return h.w.queued
 }
 
+// Err returns why the writer takes no more appends (ErrFenced, ErrClosed or
+// ErrAborted), or nil while it is open. A holder can drop a dead writer
+// without waiting for an append to fail.
+func (h *Writer) Err() error {
+	h.w.mu.Lock()
+	defer h.w.mu.Unlock()
+	return h.w.refuseLocked()
+}
+
 // Stats is a snapshot of a writer's bounded resources and work, for metrics.
 type Stats struct {
 	Epoch          uint64
+	NextGeneration uint64
 	QueuedBytes    int64
 	Generations    int // live generations in the manifest
 	Retired        int // retired generations awaiting deletion
@@ -182,6 +192,7 @@ func (h *Writer) Stats() Stats {
 	defer w.mu.Unlock()
 	return Stats{
 		Epoch:          w.epoch,
+		NextGeneration: w.m.GetNextGeneration(),
 		QueuedBytes:    w.queued,
 		Generations:    len(w.m.GetGenerations()),
 		Retired:        retiredCount(w.m),

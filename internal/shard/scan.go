@@ -1,0 +1,243 @@
+package shard
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	rolloutv1 "github.com/rolloutd/rolloutd/gen/rollout/v1"
+	"github.com/rolloutd/rolloutd/internal/blob"
+	"github.com/rolloutd/rolloutd/internal/shard/format"
+	"github.com/rolloutd/rolloutd/internal/shard/storagepb"
+)
+
+// ScanOptions select what Scan delivers.
+type ScanOptions struct {
+	// AfterSeq is the exclusive cursor: Scan delivers records with a higher
+	// seq. 0 starts at the beginning.
+	AfterSeq uint64
+	// Limit stops the scan after this many delivered records; 0 means none.
+	Limit int
+	// Filter, when set, keeps only the records it accepts. It sees every
+	// record once, in seq order, and must not keep it.
+	Filter func(*rolloutv1.Record) bool
+	// Follow keeps the scan going after the last committed record, delivering
+	// new commits as they land, until ctx ends.
+	Follow bool
+	// Notifier wakes a following scan when a writer of this process commits
+	// to the shard; a scan also polls the manifest, because another instance
+	// may be the writer. Nil means polling only.
+	Notifier *Notifier
+	// PollMin and PollMax bound the manifest polling interval of a following
+	// scan; it backs off while the shard is idle. Defaults 50 ms and 2 s.
+	PollMin, PollMax time.Duration
+	// BatchRecords and BatchBytes bound one delivered batch. Defaults 256
+	// records and 1 MiB.
+	BatchRecords int
+	BatchBytes   int
+	// ReadBytes bounds one ranged GET of record bytes. Default 4 MiB.
+	ReadBytes int64
+}
+
+func (o ScanOptions) withDefaults() ScanOptions {
+	if o.PollMin <= 0 {
+		o.PollMin = 50 * time.Millisecond
+	}
+	if o.PollMax < o.PollMin {
+		o.PollMax = max(o.PollMin, 2*time.Second)
+	}
+	if o.BatchRecords <= 0 {
+		o.BatchRecords = 256
+	}
+	if o.BatchBytes <= 0 {
+		o.BatchBytes = 1 << 20
+	}
+	if o.ReadBytes <= 0 {
+		o.ReadBytes = 4 << 20
+	}
+	return o
+}
+
+// Batch is a run of records in seq order. Cursor is where to resume: every
+// record up to and including it has been delivered or filtered out. A batch
+// may carry no records, only a cursor that moved past filtered ones.
+type Batch struct {
+	Records []*rolloutv1.Record
+	Cursor  uint64
+}
+
+// errScanDone stops a scan at its limit.
+var errScanDone = errors.New("scan limit reached")
+
+// Scan delivers the shard's records in seq order, after opts.AfterSeq, in
+// batches, to emit. It reads the manifest afresh for each pass, skips
+// generations wholly before the cursor by their sequence ranges, and reads
+// records with large ranged GETs. Because it resumes from its cursor, a
+// merge that rewrites generations mid-scan neither skips nor repeats a
+// record. With Follow it then waits for new commits until ctx ends.
+//
+// emit's error stops the scan and is returned. Errors: ErrShardNotFound,
+// ErrCorrupt naming the blob, a storage error, or ctx's error (Follow ends
+// only that way).
+func (r *Reader) Scan(ctx context.Context, shard string, opts ScanOptions, emit func(Batch) error) error {
+	opts = opts.withDefaults()
+	s := &scanner{r: r, shard: shard, opts: opts, emit: emit, cursor: opts.AfterSeq, emitted: opts.AfterSeq}
+	var wait func() <-chan struct{}
+	if opts.Follow && opts.Notifier != nil {
+		var cancel func()
+		wait, cancel = opts.Notifier.Subscribe(shard)
+		defer cancel()
+	}
+	poll := opts.PollMin
+	for {
+		var woken <-chan struct{}
+		if wait != nil {
+			woken = wait() // taken before the pass, so no commit is missed
+		}
+		moved, err := s.pass(ctx)
+		if errors.Is(err, errScanDone) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if !opts.Follow {
+			return nil
+		}
+		if moved {
+			poll = opts.PollMin
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-woken:
+		case <-time.After(poll):
+			poll = min(2*poll, opts.PollMax)
+		}
+	}
+}
+
+type scanner struct {
+	r         *Reader
+	shard     string
+	opts      ScanOptions
+	emit      func(Batch) error
+	cursor    uint64 // last seq examined
+	emitted   uint64 // cursor of the last batch emitted
+	delivered int
+	batch     Batch
+	batchSize int
+}
+
+// pass reads everything committed after the cursor in the current manifest.
+// It reports whether the cursor moved.
+func (s *scanner) pass(ctx context.Context) (bool, error) {
+	start := s.cursor
+	for attempt := 0; ; attempt++ {
+		m, err := s.r.Manifest(ctx, s.shard)
+		if errors.Is(err, ErrShardNotFound) && s.opts.Follow {
+			return false, nil // not written yet: a follower waits for it
+		}
+		if err != nil {
+			return false, err
+		}
+		err = s.generations(ctx, m)
+		if errors.Is(err, blob.ErrNotFound) && attempt < maxReadRetries {
+			// A merge replaced a generation and GC deleted it; the new
+			// manifest has its records, and the cursor says where we were.
+			continue
+		}
+		if err != nil {
+			return s.cursor != start, err
+		}
+		return s.cursor != start, s.flush()
+	}
+}
+
+func (s *scanner) generations(ctx context.Context, m *storagepb.Manifest) error {
+	for _, g := range m.GetGenerations() {
+		if g.GetLastSeq() <= s.cursor {
+			continue
+		}
+		if err := s.generation(ctx, g); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (s *scanner) generation(ctx context.Context, g *storagepb.Generation) error {
+	idx, err := loadIndex(ctx, s.r.store, s.r.cache, s.shard, g)
+	if err != nil {
+		return err
+	}
+	entries := idx.footer.GetEntries()
+	i := sort.Search(len(entries), func(i int) bool { return entries[i].GetSeq() > s.cursor })
+	name := format.GenerationName(s.shard, g.GetEpoch(), g.GetNumber())
+	for i < len(entries) {
+		// One ranged GET covers a run of adjacent records.
+		j := i + 1
+		first := entries[i].GetOffset()
+		for j < len(entries) && int64(entries[j].GetOffset()+uint64(entries[j].GetLength())-first) <= s.opts.ReadBytes {
+			j++
+		}
+		end := entries[j-1].GetOffset() + uint64(entries[j-1].GetLength())
+		data, _, err := s.r.store.Get(ctx, name, blob.GetOptions{Offset: int64(first), Length: int64(end - first)})
+		if err != nil {
+			return fmt.Errorf("shard %q: scan %s: %w", s.shard, name, err)
+		}
+		if uint64(len(data)) != end-first {
+			return fmt.Errorf("%w: blob %s: ranged read returned %d bytes, want %d", ErrCorrupt, name, len(data), end-first)
+		}
+		for _, e := range entries[i:j] {
+			b, err := format.Record(data[e.GetOffset()-first:e.GetOffset()-first+uint64(e.GetLength())], e)
+			if err != nil {
+				return fmt.Errorf("%w: blob %s: %w", ErrCorrupt, name, err)
+			}
+			rec := &rolloutv1.Record{}
+			if err := proto.Unmarshal(b, rec); err != nil {
+				return fmt.Errorf("%w: blob %s: record %q: %w", ErrCorrupt, name, e.GetId(), err)
+			}
+			if err := s.add(rec, e.GetSeq(), len(b)); err != nil {
+				return err
+			}
+		}
+		i = j
+	}
+	return nil
+}
+
+// add puts one record (or, filtered out, just its seq) into the batch.
+func (s *scanner) add(rec *rolloutv1.Record, seq uint64, size int) error {
+	s.cursor = seq
+	s.batch.Cursor = seq
+	if s.opts.Filter == nil || s.opts.Filter(rec) {
+		s.batch.Records = append(s.batch.Records, rec)
+		s.batchSize += size
+		s.delivered++
+	}
+	if s.opts.Limit > 0 && s.delivered >= s.opts.Limit {
+		if err := s.flush(); err != nil {
+			return err
+		}
+		return errScanDone
+	}
+	if len(s.batch.Records) >= s.opts.BatchRecords || s.batchSize >= s.opts.BatchBytes {
+		return s.flush()
+	}
+	return nil
+}
+
+func (s *scanner) flush() error {
+	if len(s.batch.Records) == 0 && s.batch.Cursor <= s.emitted {
+		return nil
+	}
+	b := s.batch
+	s.batch, s.batchSize = Batch{}, 0
+	s.emitted = b.Cursor
+	return s.emit(b)
+}
