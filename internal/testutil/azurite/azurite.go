@@ -67,6 +67,10 @@ type Options struct {
 	// (--cert/--key), as for benchmarks where connection setup matters.
 	// Instance.RootCAs trusts it.
 	HTTPS bool
+	// RSA makes the HTTPS certificate's key RSA-2048, like Azure's, instead
+	// of ECDSA P-256, so that a client's TLS handshakes cost what they cost
+	// against Azure (the server's RSA signature dominates a handshake).
+	RSA bool
 	// OAuth accepts bearer tokens (--oauth basic): any unexpired JWT with a
 	// storage audience and an Entra issuer, signature unchecked, as the
 	// azcore.TokenCredential path of a client needs. It requires HTTPS.
@@ -136,6 +140,9 @@ func StartMain(opts Options) (*Instance, error) {
 	if opts.OAuth && !opts.HTTPS {
 		return nil, errors.New("azurite: OAuth needs HTTPS (Azurite refuses bearer tokens over HTTP)")
 	}
+	if opts.RSA && !opts.HTTPS {
+		return nil, errors.New("azurite: RSA selects the HTTPS certificate's key; it needs HTTPS")
+	}
 	timeout := opts.StartTimeout
 	if timeout <= 0 {
 		timeout = 60 * time.Second
@@ -190,7 +197,7 @@ func StartMain(opts Options) (*Instance, error) {
 			return nil, fmt.Errorf("azurite: %w", err)
 		}
 		inst.cleanup = append(inst.cleanup, func() { _ = os.RemoveAll(certDir) })
-		certFile, keyFile, pool, err := writeSelfSignedCert(certDir)
+		certFile, keyFile, pool, err := writeSelfSignedCert(certDir, opts.RSA)
 		if err != nil {
 			return nil, fmt.Errorf("azurite: generating a TLS certificate: %w", err)
 		}

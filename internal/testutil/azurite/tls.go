@@ -1,9 +1,11 @@
 package azurite
 
 import (
+	"crypto"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
+	"crypto/rsa"
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
@@ -15,12 +17,22 @@ import (
 )
 
 // writeSelfSignedCert writes a self-signed certificate for 127.0.0.1 and
-// localhost, and its key, as PEM files in dir, and returns a pool that
-// trusts the certificate.
-func writeSelfSignedCert(dir string) (certFile, keyFile string, pool *x509.CertPool, err error) {
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return "", "", nil, err
+// localhost, and its key (RSA-2048 when useRSA, else ECDSA P-256), as PEM
+// files in dir, and returns a pool that trusts the certificate.
+func writeSelfSignedCert(dir string, useRSA bool) (certFile, keyFile string, pool *x509.CertPool, err error) {
+	var (
+		key    crypto.Signer
+		usage  = x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign
+		keyErr error
+	)
+	if useRSA {
+		key, keyErr = rsa.GenerateKey(rand.Reader, 2048)
+		usage |= x509.KeyUsageKeyEncipherment
+	} else {
+		key, keyErr = ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	}
+	if keyErr != nil {
+		return "", "", nil, keyErr
 	}
 	serial, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 120))
 	if err != nil {
@@ -32,14 +44,14 @@ func writeSelfSignedCert(dir string) (certFile, keyFile string, pool *x509.CertP
 		Subject:               pkix.Name{CommonName: "azurite test"},
 		NotBefore:             now.Add(-time.Hour),
 		NotAfter:              now.Add(7 * 24 * time.Hour),
-		KeyUsage:              x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
+		KeyUsage:              usage,
 		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
 		BasicConstraintsValid: true,
 		IsCA:                  true,
 		IPAddresses:           []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback},
 		DNSNames:              []string{"localhost"},
 	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, key.Public(), key)
 	if err != nil {
 		return "", "", nil, err
 	}
