@@ -119,9 +119,11 @@ func TestMergeUnderLoadKeepsEveryRecordReadable(t *testing.T) {
 		if st.Merges < 10 {
 			t.Fatalf("only %d merges ran", st.Merges)
 		}
-		if st.Generations > 2*8 {
-			t.Errorf("%d live generations, want <= 2x the count trigger", st.Generations)
-		}
+		// Under load the count may overshoot while a merge is in flight;
+		// once appends stop, merging must bring it under the bound.
+		waitFor(t, "live generations to come under 2x the count trigger", func() bool {
+			return w.Stats().Generations <= 2*8
+		})
 		l.verify(t, store, "s")
 	})
 }
