@@ -1,0 +1,263 @@
+package authz
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"go.uber.org/goleak"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
+
+	"github.com/rolloutd/rolloutd/internal/testutil/testpki"
+	"github.com/rolloutd/rolloutd/internal/validate"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+const (
+	trainerA = "spiffe://cluster.local/ns/team-a/sa/trainer"
+	readerB  = "eval-reader.team-b.example"
+	admin    = "rolloutd-admin"
+)
+
+const policyYAML = `
+# team-a's trainer owns team-a; team-b's reader reads team-a's evals and
+# team-b; the admin reads everything.
+grants:
+  - identities: ["spiffe://cluster.local/ns/team-a/sa/trainer"]
+    shardPrefixes: ["team-a/"]
+    verbs: [append, get, scan]
+  - identities: [eval-reader.team-b.example]
+    shardPrefixes: [team-a/eval, team-b]
+    verbs: [get, scan]
+  - identities: [rolloutd-admin]
+    shardPrefixes: ["*"]
+    verbs: [get, scan]
+`
+
+// The same policy as JSON.
+const policyJSON = `{"grants": [
+	{"identities": ["spiffe://cluster.local/ns/team-a/sa/trainer"], "shardPrefixes": ["team-a/"], "verbs": ["append", "get", "scan"]},
+	{"identities": ["eval-reader.team-b.example"], "shardPrefixes": ["team-a/eval", "team-b"], "verbs": ["get", "scan"]},
+	{"identities": ["rolloutd-admin"], "shardPrefixes": ["*"], "verbs": ["get", "scan"]}
+]}`
+
+// The authorization table: every identity × verb × shard, including shards
+// that share a prefix but not a path boundary with a grant.
+func TestAuthorizeTable(t *testing.T) {
+	shards := []string{"team-a", "team-a/run1", "team-a/eval", "team-a/eval/x", "team-a/evaluation", "team-ab", "team-ab/run1", "team-b/run1", "team-c"}
+	allowed := map[string]map[Verb][]string{
+		trainerA: {
+			Append: {"team-a", "team-a/run1", "team-a/eval", "team-a/eval/x", "team-a/evaluation"},
+			Get:    {"team-a", "team-a/run1", "team-a/eval", "team-a/eval/x", "team-a/evaluation"},
+			Scan:   {"team-a", "team-a/run1", "team-a/eval", "team-a/eval/x", "team-a/evaluation"},
+		},
+		readerB: {
+			Get:  {"team-a/eval", "team-a/eval/x", "team-b/run1"},
+			Scan: {"team-a/eval", "team-a/eval/x", "team-b/run1"},
+		},
+		admin: {
+			Get:  shards,
+			Scan: shards,
+		},
+		"spiffe://cluster.local/ns/team-a/sa/trainer/": {}, // not the trainer
+		"SPIFFE://cluster.local/ns/team-a/sa/trainer":  {},
+		"": {}, // no identity
+	}
+	for name, src := range map[string]string{"yaml": policyYAML, "json": policyJSON} {
+		p, err := Parse([]byte(src))
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		a := NewStatic(p)
+		for id, verbs := range allowed {
+			for _, verb := range Verbs {
+				for _, s := range shards {
+					err := a.Authorize(id, verb, s)
+					want := contains(verbs[verb], s)
+					if (err == nil) != want {
+						t.Errorf("%s: %q %s %q: got %v, want allowed=%v", name, id, verb, s, err, want)
+					}
+					if err != nil {
+						var d *DeniedError
+						if !errors.As(err, &d) || !errors.Is(err, ErrDenied) || !strings.Contains(err.Error(), string(verb)) ||
+							(id != "" && !strings.Contains(err.Error(), id)) {
+							t.Errorf("%s: %q %s %q: error %v does not name the identity and verb", name, id, verb, s, err)
+						}
+					}
+				}
+			}
+		}
+	}
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+// A shard that is not a valid name is never authorized, even under "*":
+// "team-a/../team-b" must not pass as team-a's.
+func TestAuthorizeInvalidShard(t *testing.T) {
+	p, err := Parse([]byte(policyYAML))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := NewStatic(p)
+	for _, s := range []string{"team-a/../team-b", "team-a/", "/team-a", "team-a//x", "TEAM-A", ""} {
+		for _, id := range []string{trainerA, admin} {
+			if err := a.Authorize(id, Get, s); !errors.Is(err, validate.ErrInvalid) {
+				t.Errorf("%q get %q: %v, want a validation error", id, s, err)
+			}
+		}
+	}
+}
+
+func TestParseRejects(t *testing.T) {
+	for name, src := range map[string]string{
+		"empty":              "",
+		"comments only":      "# nothing\n",
+		"no grants":          "grants: []\n",
+		"unknown field":      "grants:\n  - identities: [a]\n    shardPrefixes: [s]\n    verbs: [get]\n    verb: [append]\n",
+		"misspelled top":     "grant:\n  - identities: [a]\n",
+		"unknown verb":       "grants:\n  - identities: [a]\n    shardPrefixes: [s]\n    verbs: [delete]\n",
+		"no verbs":           "grants:\n  - identities: [a]\n    shardPrefixes: [s]\n",
+		"no prefixes":        "grants:\n  - identities: [a]\n    verbs: [get]\n",
+		"no identities":      "grants:\n  - shardPrefixes: [s]\n    verbs: [get]\n",
+		"empty identity":     "grants:\n  - identities: ['']\n    shardPrefixes: [s]\n    verbs: [get]\n",
+		"bad prefix":         "grants:\n  - identities: [a]\n    shardPrefixes: [Team-A]\n    verbs: [get]\n",
+		"dotdot prefix":      "grants:\n  - identities: [a]\n    shardPrefixes: [a/..]\n    verbs: [get]\n",
+		"empty prefix":       "grants:\n  - identities: [a]\n    shardPrefixes: ['']\n    verbs: [get]\n",
+		"wildcard in prefix": "grants:\n  - identities: [a]\n    shardPrefixes: [team-*]\n    verbs: [get]\n",
+		"two documents":      "grants:\n  - identities: [a]\n    shardPrefixes: [s]\n    verbs: [get]\n---\ngrants: []\n",
+		"json unknown field": `{"grants": [{"identities": ["a"], "shardPrefixes": ["s"], "verbs": ["get"], "extra": 1}]}`,
+		"json trailing data": `{"grants": [{"identities": ["a"], "shardPrefixes": ["s"], "verbs": ["get"]}]} {}`,
+		"json truncated":     `{"grants": [{"identities": ["a"], "shardPrefixes": ["s"]`,
+		"duplicate key":      "grants:\n  - identities: [a]\n    identities: [b]\n    shardPrefixes: [s]\n    verbs: [get]\n",
+	} {
+		if _, err := Parse([]byte(src)); !errors.Is(err, ErrInvalidPolicy) {
+			t.Errorf("%s: %v, want ErrInvalidPolicy", name, err)
+		} else {
+			t.Logf("%s: %v", name, err)
+		}
+	}
+}
+
+// Reloading: a valid change applies; a broken one is rejected with a log
+// line and the old policy stays in force (never fail open, never fail
+// closed on a typo).
+func TestReloadKeepsOldPolicyOnBrokenFile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "policy.yaml")
+	testpki.WriteFile(t, path, []byte(policyYAML))
+	core, logs := observer.New(zap.InfoLevel)
+	a, err := Load(path, -1, zap.New(core))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	if err := a.Authorize(trainerA, Append, "team-a/run1"); err != nil {
+		t.Fatal(err)
+	}
+
+	// Broken: a misspelled field. The trainer keeps its grant; nobody new
+	// gets one.
+	testpki.WriteFile(t, path, []byte(strings.Replace(policyYAML, "shardPrefixes: [team-a/eval", "shardPrefix: [team-a/eval", 1)))
+	if changed, err := a.Check(); changed || !errors.Is(err, ErrInvalidPolicy) {
+		t.Fatalf("broken policy: changed %v, %v", changed, err)
+	}
+	if err := a.Authorize(trainerA, Append, "team-a/run1"); err != nil {
+		t.Errorf("after a broken reload: %v", err)
+	}
+	if err := a.Authorize(readerB, Get, "team-b/run1"); err != nil {
+		t.Errorf("after a broken reload the reader lost its grant: %v", err)
+	}
+	if logs.FilterMessageSnippet("rejected").Len() != 1 {
+		t.Errorf("no log line for the rejected policy: %v", logs.All())
+	}
+	// Truncated to nothing: also rejected.
+	testpki.WriteFile(t, path, nil)
+	if _, err := a.Check(); !errors.Is(err, ErrInvalidPolicy) {
+		t.Errorf("empty policy file: %v", err)
+	}
+	if err := a.Authorize(trainerA, Append, "team-a/run1"); err != nil {
+		t.Errorf("after an empty file: %v", err)
+	}
+
+	// A valid change that revokes the trainer's append applies at once.
+	testpki.WriteFile(t, path, []byte(strings.Replace(policyYAML, "verbs: [append, get, scan]", "verbs: [get]", 1)))
+	if changed, err := a.Check(); !changed || err != nil {
+		t.Fatalf("valid change: changed %v, %v", changed, err)
+	}
+	if err := a.Authorize(trainerA, Append, "team-a/run1"); !errors.Is(err, ErrDenied) {
+		t.Errorf("append after revocation: %v", err)
+	}
+	if loads, failures := a.Stats(); loads != 2 || failures != 2 {
+		t.Errorf("stats %d loads, %d failures; want 2, 2", loads, failures)
+	}
+}
+
+func TestLoadRejectsBadFile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "policy.yaml")
+	if err := os.WriteFile(path, []byte("grants: []\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Load(path, -1, nil); !errors.Is(err, ErrInvalidPolicy) || !strings.Contains(err.Error(), "--authz-file") {
+		t.Errorf("Load of an invalid policy: %v", err)
+	}
+}
+
+func TestIdentity(t *testing.T) {
+	ca := testpki.NewCA(t, "CA")
+	for _, tc := range []struct {
+		leaf *testpki.Leaf
+		want string
+	}{
+		{ca.ClientURI(t, trainerA), trainerA},
+		{ca.ClientDNS(t, readerB), readerB},
+		{ca.ClientCN(t, admin), admin},
+	} {
+		if got := Identity(tc.leaf.Cert); got != tc.want {
+			t.Errorf("Identity = %q, want %q", got, tc.want)
+		}
+	}
+	if Identity(nil) != "" {
+		t.Error("Identity(nil) not empty")
+	}
+}
+
+func FuzzParse(f *testing.F) {
+	f.Add([]byte(policyYAML))
+	f.Add([]byte(policyJSON))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		p, err := Parse(data)
+		if err != nil {
+			return
+		}
+		// Whatever parses, grants only what its prefixes cover: no
+		// identity may touch a shard outside every prefix it was given.
+		for _, id := range p.Identities() {
+			for _, v := range Verbs {
+				for _, prefix := range p.grants[id][v] {
+					if prefix != AllShards && p.Allows(id, v, prefix+"x") && !p.Allows(id, v, AllShards) {
+						allowedElsewhere := false
+						for _, other := range p.grants[id][v] {
+							if covers(other, prefix+"x") {
+								allowedElsewhere = true
+							}
+						}
+						if !allowedElsewhere {
+							t.Errorf("%q %s %q allowed by no prefix", id, v, prefix+"x")
+						}
+					}
+				}
+			}
+		}
+	})
+}

@@ -1,0 +1,202 @@
+// Package authz decides which client identity may do what to which shards.
+//
+// A Policy maps identities (from client certificates, see Identity) to shard
+// prefixes and verbs. It is default-deny: a call is allowed only when a
+// grant names the caller's identity, the verb, and a prefix that covers the
+// shard on whole path segments ("team-a" covers "team-a" and "team-a/run1",
+// never "team-ab"). An Authorizer holds the policy in force and reloads it
+// from its file on change; a file that does not parse or validate is
+// rejected and the policy in force stays, so a bad edit never opens access.
+package authz
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"sort"
+	"strings"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/rolloutd/rolloutd/internal/validate"
+)
+
+// Verb is what a call does to a shard.
+type Verb string
+
+// The verbs a grant can allow.
+const (
+	Append Verb = "append"
+	Get    Verb = "get"
+	Scan   Verb = "scan"
+)
+
+// Verbs are all verbs, in a stable order.
+var Verbs = []Verb{Append, Get, Scan}
+
+// AllShards is the prefix that covers every shard.
+const AllShards = "*"
+
+// File is the policy file's format, YAML or JSON:
+//
+//	grants:
+//	  - identities: ["spiffe://cluster.local/ns/team-a/sa/trainer"]
+//	    shardPrefixes: ["team-a"]
+//	    verbs: [append, get, scan]
+//	  - identities: ["eval-reader.team-b.example"]
+//	    shardPrefixes: ["team-a/eval", "team-b"]
+//	    verbs: [get, scan]
+type File struct {
+	Grants []FileGrant `yaml:"grants" json:"grants"`
+}
+
+// FileGrant allows each of Identities to do each of Verbs on every shard
+// that one of ShardPrefixes covers.
+type FileGrant struct {
+	// Identities are matched exactly against the client certificate's
+	// identity (see Identity).
+	Identities []string `yaml:"identities" json:"identities"`
+	// ShardPrefixes cover shards on whole '/'-separated segments: "team-a"
+	// (or "team-a/") covers "team-a" and "team-a/anything", not "team-ab".
+	// "*" covers every shard.
+	ShardPrefixes []string `yaml:"shardPrefixes" json:"shardPrefixes"`
+	// Verbs are append, get and scan.
+	Verbs []Verb `yaml:"verbs" json:"verbs"`
+}
+
+// Policy is a validated, compiled policy. The zero Policy denies
+// everything.
+type Policy struct {
+	// grants: identity → verb → shard prefixes.
+	grants map[string]map[Verb][]string
+}
+
+// ErrInvalidPolicy wraps every reason a policy is rejected.
+var ErrInvalidPolicy = errors.New("invalid authorization policy")
+
+// Parse parses and validates a policy file: JSON when its first non-space
+// byte is '{', YAML otherwise. Unknown fields, unknown verbs, invalid
+// prefixes, empty lists and an empty file are errors.
+func Parse(data []byte) (*Policy, error) {
+	var f File
+	trimmed := bytes.TrimSpace(data)
+	if len(trimmed) == 0 {
+		return nil, fmt.Errorf("%w: the file is empty", ErrInvalidPolicy)
+	}
+	if trimmed[0] == '{' {
+		dec := json.NewDecoder(bytes.NewReader(trimmed))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&f); err != nil {
+			return nil, fmt.Errorf("%w: JSON: %v", ErrInvalidPolicy, err)
+		}
+		if _, err := dec.Token(); err != io.EOF {
+			return nil, fmt.Errorf("%w: JSON: data after the policy object", ErrInvalidPolicy)
+		}
+	} else {
+		dec := yaml.NewDecoder(bytes.NewReader(data))
+		dec.KnownFields(true)
+		if err := dec.Decode(&f); err != nil {
+			return nil, fmt.Errorf("%w: YAML: %v", ErrInvalidPolicy, err)
+		}
+		var extra any
+		if err := dec.Decode(&extra); err != io.EOF {
+			return nil, fmt.Errorf("%w: YAML: more than one document", ErrInvalidPolicy)
+		}
+	}
+	return Compile(f)
+}
+
+// Compile validates f and compiles it into a Policy.
+func Compile(f File) (*Policy, error) {
+	if len(f.Grants) == 0 {
+		return nil, fmt.Errorf("%w: no grants (a policy that allows nothing is almost certainly a truncated file)", ErrInvalidPolicy)
+	}
+	p := &Policy{grants: map[string]map[Verb][]string{}}
+	for i, g := range f.Grants {
+		bad := func(format string, args ...any) error {
+			return fmt.Errorf("%w: grants[%d]: %s", ErrInvalidPolicy, i, fmt.Sprintf(format, args...))
+		}
+		if len(g.Identities) == 0 || len(g.ShardPrefixes) == 0 || len(g.Verbs) == 0 {
+			return nil, bad("identities, shardPrefixes and verbs must each list at least one entry")
+		}
+		prefixes := make([]string, 0, len(g.ShardPrefixes))
+		for _, sp := range g.ShardPrefixes {
+			norm, err := normalizePrefix(sp)
+			if err != nil {
+				return nil, bad("shard prefix %q: %v", sp, err)
+			}
+			prefixes = append(prefixes, norm)
+		}
+		for _, v := range g.Verbs {
+			if !slices.Contains(Verbs, v) {
+				return nil, bad("unknown verb %q (want append, get or scan)", v)
+			}
+		}
+		for _, id := range g.Identities {
+			if id == "" || strings.TrimSpace(id) != id {
+				return nil, bad("identity %q: must be non-empty, without surrounding spaces", id)
+			}
+			byVerb := p.grants[id]
+			if byVerb == nil {
+				byVerb = map[Verb][]string{}
+				p.grants[id] = byVerb
+			}
+			for _, v := range g.Verbs {
+				for _, sp := range prefixes {
+					if !slices.Contains(byVerb[v], sp) {
+						byVerb[v] = append(byVerb[v], sp)
+					}
+				}
+			}
+		}
+	}
+	return p, nil
+}
+
+// normalizePrefix checks a shard prefix: "*", or a valid shard name with an
+// optional trailing '/', which it drops.
+func normalizePrefix(s string) (string, error) {
+	if s == AllShards {
+		return s, nil
+	}
+	trimmed := strings.TrimSuffix(s, "/")
+	if err := validate.Shard(trimmed); err != nil {
+		return "", fmt.Errorf("not a shard name or %q: %v", AllShards, err)
+	}
+	return trimmed, nil
+}
+
+// covers reports whether prefix covers shard on whole segments.
+func covers(prefix, shard string) bool {
+	if prefix == AllShards || shard == prefix {
+		return true
+	}
+	return len(shard) > len(prefix) && shard[len(prefix)] == '/' && strings.HasPrefix(shard, prefix)
+}
+
+// Allows reports whether identity may do verb on shard. It does not check
+// that shard is a valid name; Authorizer.Authorize does.
+func (p *Policy) Allows(identity string, verb Verb, shard string) bool {
+	if p == nil || identity == "" {
+		return false
+	}
+	for _, prefix := range p.grants[identity][verb] {
+		if covers(prefix, shard) {
+			return true
+		}
+	}
+	return false
+}
+
+// Identities lists the identities that have grants, sorted.
+func (p *Policy) Identities() []string {
+	ids := make([]string, 0, len(p.grants))
+	for id := range p.grants {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	return ids
+}
