@@ -12,9 +12,29 @@
 //     ConfigMap), no image is :latest, workload identity is wired up, no
 //     Secret and no key-like env var or ConfigMap value, a locked-down
 //     securityContext, NetworkPolicy and HPA targets; each rule is also shown
-//     to fire on a broken copy.
+//     to fire on a broken copy;
+//   - the Dockerfile passes buildkit's own lint rules
+//     (dockerfile2llb.DockerfileLint with a stub MetaResolver, no network),
+//     its final stage is non-root with an exec-form ENTRYPOINT, and every
+//     COPY --from names an earlier stage (testdata/bad.Dockerfile shows each
+//     rule firing);
+//   - the Dockerfile's build stage runs: its RUN lines execute on a copy of
+//     the build context filtered by .dockerignore, and make a static,
+//     stripped, -trimpath binary at the path the final stage copies to its
+//     ENTRYPOINT;
+//   - that binary starts with the rendered Deployment's args and ConfigMap
+//     environment against Azurite (credentials from
+//     AZURE_STORAGE_CONNECTION_STRING, since workload identity cannot
+//     authenticate to Azurite), answers grpc.health.v1 SERVING, lists its
+//     services by reflection, serves Append and Get through the published
+//     shard-affine client config, exports every metric the Grafana dashboard
+//     queries, and on SIGTERM reports NOT_SERVING and exits 0 within the
+//     grace period; every flag and ROLLOUTD_* key in the manifests is one
+//     that `rolloutd --help` lists;
+//   - every query of deploy/grafana/rolloutd-dashboard.json parses with
+//     Prometheus' own PromQL parser.
 //
 // The package is its own Go module (deploy/check/go.mod) so that the heavy
-// tool dependencies (k8s.io/api, kustomize, buildkit) stay out of the root
+// tool dependencies (k8s.io/api, kustomize, buildkit, prometheus) stay out of the root
 // module; scripts/test.sh runs it. It has no non-test code.
 package check

@@ -22,5 +22,9 @@ func TestMain(m *testing.M) {
 		os.Exit(2)
 	}
 	repoRoot = root
-	goleak.VerifyTestMain(m)
+	goleak.VerifyTestMain(m, goleak.Cleanup(func(int) {
+		if imageBuild.dir != "" {
+			_ = os.RemoveAll(imageBuild.dir)
+		}
+	}))
 }
