@@ -5,7 +5,9 @@
 //     (apimachinery's serializer with Strict: true), and every
 //     kustomization.yaml strictly into kustomize's types; a misspelled field
 //     fails (testdata/misspelled-deployment.yaml shows it);
-//   - the base and the dev overlay render in-process with kustomize's krusty, and the rendered
+//   - the base, the dev overlay and the overlay that docs/operations.md
+//     writes (its heredoc, with the shell variables filled in) render
+//     in-process with kustomize's krusty, and the rendered
 //     objects pass cross-field rules: selectors match template labels, probe
 //     and Service ports match container ports, terminationGracePeriodSeconds
 //     exceeds the effective --shutdown-timeout (from the args or the
@@ -31,6 +33,15 @@
 //     queries, and on SIGTERM reports NOT_SERVING and exits 0 within the
 //     grace period; every flag and ROLLOUTD_* key in the manifests is one
 //     that `rolloutd --help` lists;
+//   - the same binary serves the dev overlay's settings against Azurite
+//     3.35.0 started with the overlay's own command line, through the
+//     connection string of the Secret that docs/operations.md creates;
+//   - docs/operations.md matches the manifests: its grpcurl session is
+//     replayed against the running binary and must print what the doc
+//     shows, its kubectl namespaces, object names and port-forwards exist,
+//     the federated credential names the rendered service account, the
+//     timeouts it quotes are the Deployment's, and every ROLLOUTD_* key it
+//     suggests is a real flag;
 //   - every query of deploy/grafana/rolloutd-dashboard.json parses with
 //     Prometheus' own PromQL parser.
 //

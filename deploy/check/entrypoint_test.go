@@ -30,6 +30,8 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	reflectionpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/rolloutd/rolloutd/examples/affine"
@@ -312,6 +314,13 @@ func TestManifestSettingsAreRealFlags(t *testing.T) {
 			}
 		}
 	}
+	// The tuning keys docs/operations.md suggests are real flags too.
+	for _, k := range regexp.MustCompile(`ROLLOUTD_[A-Z][A-Z_]*[A-Z]`).FindAllString(string(readRepoFile(t, opsDoc)), -1) {
+		flag := strings.ToLower(strings.ReplaceAll(strings.TrimPrefix(k, "ROLLOUTD_"), "_", "-"))
+		if !slices.Contains(flags, flag) {
+			t.Errorf("%s mentions %s, which names no rolloutd flag", opsDoc, k)
+		}
+	}
 	t.Logf("rolloutd --help flags: %v", flags)
 }
 
@@ -534,6 +543,45 @@ func runEntrypoint(t *testing.T, b *bundle, connectionString string) {
 	}
 	t.Logf("Append: %v; Get turn-2: seq %d content %q", app.GetResults(), got.GetRecord().GetSeq(), got.GetRecord().GetContent())
 
+	// The grpcurl session of docs/operations.md: the same calls, and the
+	// same answers (but for server-assigned timestamps).
+	calls, listOutput := docGrpcurlCalls(t)
+	if got := strings.Join(services, "\n"); got != listOutput {
+		t.Errorf("%s shows `grpcurl list` printing\n%s\nthe server lists\n%s", opsDoc, listOutput, got)
+	}
+	for _, call := range calls {
+		var resp proto.Message
+		var err error
+		if call.method == "grpc.health.v1.Health/Check" {
+			req := &healthpb.HealthCheckRequest{}
+			if call.payload != "" {
+				err = protojson.Unmarshal([]byte(call.payload), req)
+			}
+			if err == nil {
+				resp, err = health.Check(ctx, req)
+			}
+		} else {
+			var req proto.Message
+			req, err = newRequest(call.method, call.payload)
+			if err == nil {
+				resp = map[string]proto.Message{
+					"rollout.v1.RolloutService/Append": &rolloutv1.AppendResponse{},
+					"rollout.v1.RolloutService/Get":    &rolloutv1.GetResponse{},
+				}[call.method]
+				err = cc.Invoke(ctx, "/"+call.method, req, resp)
+			}
+		}
+		if err != nil {
+			t.Errorf("%s: grpcurl ... %s: %v", opsDoc, call.method, err)
+			continue
+		}
+		got := protojson.Format(resp)
+		if same, err := jsonEqualIgnoring(got, call.output, "createdAt"); err != nil || !same {
+			t.Errorf("%s: grpcurl ... %s shows\n%s\nthe server answers\n%s (%v)", opsDoc, call.method, call.output, got, err)
+		}
+	}
+	t.Logf("%s: grpcurl list and %d calls replayed; the server's answers match the transcript", opsDoc, len(calls))
+
 	// Every metric the dashboard queries is exported.
 	exported := scrapeMetricNames(t, "http://"+metricsAddr+"/metrics")
 	var missing []string
@@ -642,4 +690,68 @@ func TestEntrypointServesOnAzurite(t *testing.T) {
 	az := azurite.Start(t, azurite.Options{})
 	_, b := renderOnDisk(t, "base")
 	runEntrypoint(t, b, az.ConnectionString)
+}
+
+// TestDevOverlayServesOnItsAzurite starts Azurite 3.35.0 (the version the
+// repository pins) with the dev overlay's own command line, then the
+// image's binary with the dev overlay's args and ConfigMap, and the
+// connection string of the Secret that docs/operations.md creates, pointed
+// at that Azurite.
+func TestDevOverlayServesOnItsAzurite(t *testing.T) {
+	_, dev := renderOnDisk(t, "overlays/dev")
+	endpoint := startOverlayAzurite(t, dev)
+	conn := docConnectionString(t, string(readRepoFile(t, opsDoc)), dev)
+	inCluster := regexp.MustCompile(`BlobEndpoint=http://[^/;]+/`).FindString(conn)
+	if inCluster == "" {
+		t.Fatalf("no BlobEndpoint in %s", conn)
+	}
+	conn = strings.Replace(conn, inCluster, "BlobEndpoint="+endpoint+"/", 1)
+	t.Logf("the docs' connection string, with %s replaced by %s", inCluster, endpoint)
+	runEntrypoint(t, dev, conn)
+}
+
+// startOverlayAzurite runs the dev overlay's Azurite container command with
+// the local Azurite install, moved to a free loopback port, and returns
+// its endpoint (http://127.0.0.1:PORT).
+func startOverlayAzurite(t *testing.T, dev *bundle) string {
+	t.Helper()
+	d := dev.deployment("azurite")
+	if d == nil {
+		t.Fatal("the dev overlay has no Deployment/azurite")
+	}
+	c := container(&d.Spec.Template.Spec, "azurite")
+	if c == nil || len(c.Command) != 1 || c.Command[0] != "azurite-blob" {
+		t.Fatalf("the azurite container should run azurite-blob; got %v", c)
+	}
+	bin := filepath.Join(repoRoot, "test", "azurite", "node_modules", ".bin", "azurite-blob")
+	if _, err := os.Stat(bin); err != nil {
+		azurite.Start(t, azurite.Options{}) // installs the pinned Azurite (npm ci)
+	}
+	var args []string
+	for _, a := range c.Args {
+		switch name, _, _ := strings.Cut(a, "="); name {
+		case "--blobHost":
+			a = "--blobHost=127.0.0.1"
+		case "--blobPort":
+			a = "--blobPort=0"
+		}
+		args = append(args, a)
+	}
+	home := t.TempDir()
+	p := startProc(t, home, []string{"HOME=" + home, "PATH=" + os.Getenv("PATH")}, append([]string{bin}, args...)...)
+	listening := regexp.MustCompile(`successfully listens on (http://127\.0\.0\.1:\d+)`)
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		if m := listening.FindStringSubmatch(p.out.String()); m != nil {
+			t.Logf("azurite-blob %s: listening on %s", strings.Join(args, " "), m[1])
+			return m[1]
+		}
+		if p.exited() {
+			t.Fatalf("Azurite rejected the dev overlay's args %q (%v):\n%s", args, p.err, p.out.String())
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("Azurite not listening after 60s:\n%s", p.out.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }
