@@ -175,8 +175,9 @@ func TestBreakingCatchesRemovedField(t *testing.T) {
 	}
 }
 
-// copyModule writes buf.yaml and the given rollout.proto into a new
-// temporary directory laid out like the repository, and returns it.
+// copyModule writes buf.yaml, the given rollout.proto and the storage protos
+// into a new temporary directory laid out like the repository, and returns
+// it.
 func copyModule(t *testing.T, rolloutProto []byte) string {
 	t.Helper()
 	dir := t.TempDir()
@@ -193,6 +194,17 @@ func copyModule(t *testing.T, rolloutProto []byte) string {
 	}
 	if err := os.WriteFile(filepath.Join(protoDir, "rollout.proto"), rolloutProto, 0o644); err != nil {
 		t.Fatal(err)
+	}
+	// The baseline guards the storage formats too, so they come along as
+	// they are.
+	for rel, b := range readTree(t, filepath.Join(root, "proto", "rolloutd")) {
+		p := filepath.Join(dir, "proto", "rolloutd", filepath.FromSlash(rel))
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
 	}
 	return dir
 }

@@ -97,9 +97,20 @@ func (s *Server) cancelOnShutdown(srv any, ss grpc.ServerStream, _ *grpc.StreamS
 	case err := <-errc:
 		return err
 	case <-s.streams.Done():
+	}
+	// A handler that watches its context (Scan) answers with where to
+	// resume; give it a moment before answering for it.
+	select {
+	case err := <-errc:
+		return err
+	case <-time.After(streamShutdownGrace):
 		return status.Error(codes.Unavailable, "server shutting down; reconnect to another instance")
 	}
 }
+
+// streamShutdownGrace is how long a cancelled stream handler gets to answer
+// for itself at shutdown.
+const streamShutdownGrace = 200 * time.Millisecond
 
 // serverStream is a grpc.ServerStream with its own context.
 type serverStream struct {

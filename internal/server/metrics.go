@@ -1,14 +1,15 @@
 package server
 
 import (
+	"time"
+
 	"github.com/prometheus/client_golang/prometheus"
 )
 
 // Metrics are the server's Prometheus collectors. Blob operations are counted
 // by the store decorator in package blob/instrumented.
 //
-// Merge counts and durations belong with the merge itself (internal/shard)
-// and are not reported here yet.
+// Merges are reported through the shard writers' OnMerge hook.
 type Metrics struct {
 	rpcDuration       *prometheus.HistogramVec
 	recordsAppended   prometheus.Counter
@@ -22,6 +23,10 @@ type Metrics struct {
 	fences            prometheus.Counter
 	selfHeals         prometheus.Counter
 	panics            prometheus.Counter
+	scannedRecords    prometheus.Counter
+	merges            prometheus.Counter
+	mergeDuration     prometheus.Histogram
+	mergeSources      prometheus.Counter
 
 	collectors []prometheus.Collector
 }
@@ -81,10 +86,35 @@ func NewMetrics() *Metrics {
 			Name: "rolloutd_rpc_panics_total",
 			Help: "RPC handlers that panicked (recovered, answered Internal).",
 		}),
+		scannedRecords: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "rolloutd_records_scanned_total",
+			Help: "Records delivered by Scan streams (after filtering).",
+		}),
+		merges: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "rolloutd_merges_total",
+			Help: "Merges committed by this instance's shard writers.",
+		}),
+		mergeDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "rolloutd_merge_duration_seconds",
+			Help:    "Time from starting a merge to committing it.",
+			Buckets: prometheus.ExponentialBuckets(0.001, 2, 16),
+		}),
+		mergeSources: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "rolloutd_merge_source_generations_total",
+			Help: "Generations replaced by merges (so merged-away minus merges is the net reduction).",
+		}),
 	}
 	m.collectors = []prometheus.Collector{
 		m.rpcDuration, m.recordsAppended, m.bytesAppended, m.alreadyPresent, m.generationsPerRPC,
 		m.residentWriters, m.writerOpens, m.openDuration, m.evictions, m.fences, m.selfHeals, m.panics,
+		m.scannedRecords, m.merges, m.mergeDuration, m.mergeSources,
 	}
 	return m
+}
+
+// observeMerge is the shard writers' OnMerge hook.
+func (m *Metrics) observeMerge(sources, _ int, took time.Duration) {
+	m.merges.Inc()
+	m.mergeSources.Add(float64(sources))
+	m.mergeDuration.Observe(took.Seconds())
 }

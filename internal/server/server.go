@@ -191,9 +191,13 @@ func New(cfg Config) (*Server, error) {
 	s.streams, s.cancelStreams = context.WithCancel(context.Background())
 
 	cache := shard.NewIndexCache(cfg.IndexCacheBytes)
+	notifier := shard.NewNotifier()
 	wopts := cfg.Writer
 	wopts.Logger = cfg.Logger
 	wopts.Cache = cache
+	wopts.Notifier = notifier
+	metrics := s.metrics
+	wopts.OnMerge = metrics.observeMerge
 	if wopts.Clock == nil {
 		wopts.Clock = cfg.Clock
 	}
@@ -204,6 +208,7 @@ func New(cfg Config) (*Server, error) {
 	svc := &service{
 		writers:         s.writers,
 		reader:          shard.NewReader(cfg.Store, shard.ReaderOptions{Logger: cfg.Logger, Cache: cache}),
+		notifier:        notifier,
 		clock:           cfg.Clock,
 		metrics:         s.metrics,
 		maxBatchRecords: cfg.MaxBatchRecords,

@@ -20,10 +20,11 @@ import (
 type service struct {
 	rolloutv1.UnimplementedRolloutServiceServer
 
-	writers *writerSet
-	reader  *shard.Reader
-	clock   clock.Clock
-	metrics *Metrics
+	writers  *writerSet
+	reader   *shard.Reader
+	notifier *shard.Notifier // wakes following scans on this instance's commits
+	clock    clock.Clock
+	metrics  *Metrics
 
 	maxBatchRecords int
 	maxRecordBytes  int

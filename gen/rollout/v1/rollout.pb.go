@@ -13,6 +13,7 @@ package rolloutv1
 import (
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
+	fieldmaskpb "google.golang.org/protobuf/types/known/fieldmaskpb"
 	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
 	reflect "reflect"
 	sync "sync"
@@ -716,12 +717,183 @@ func (x *Record) GetBinaryPayload() []byte {
 	return nil
 }
 
+// ScanRequest selects a shard's records after a cursor.
+type ScanRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The shard to scan (same grammar as AppendRequest.shard).
+	Shard string `protobuf:"bytes,1,opt,name=shard,proto3" json:"shard,omitempty"`
+	// Exclusive cursor: only records with a higher seq are returned. 0 starts
+	// at the beginning. Resume a broken stream with the last cursor received.
+	AfterSeq uint64 `protobuf:"varint,2,opt,name=after_seq,json=afterSeq,proto3" json:"after_seq,omitempty"`
+	// Stop after this many records (after filtering); 0 means no limit.
+	Limit uint32 `protobuf:"varint,3,opt,name=limit,proto3" json:"limit,omitempty"`
+	// When set, only records of this rollout are returned.
+	RolloutId string `protobuf:"bytes,4,opt,name=rollout_id,json=rolloutId,proto3" json:"rollout_id,omitempty"`
+	// When set, only records whose include_in_training equals it are returned.
+	IncludeInTraining *bool `protobuf:"varint,5,opt,name=include_in_training,json=includeInTraining,proto3,oneof" json:"include_in_training,omitempty"`
+	// When not ROLE_UNSPECIFIED, only records with this role are returned.
+	Role Role `protobuf:"varint,6,opt,name=role,proto3,enum=rollout.v1.Role" json:"role,omitempty"`
+	// Top-level Record fields to return, by proto name (for example "id",
+	// "seq", "content"); empty returns whole records. Leave out large payloads
+	// and logprobs this way. id and seq are always returned.
+	Fields *fieldmaskpb.FieldMask `protobuf:"bytes,7,opt,name=fields,proto3" json:"fields,omitempty"`
+	// Keep the stream open after the last committed record and deliver new
+	// commits as they land, until the client cancels or the server shuts down
+	// (UNAVAILABLE, naming the cursor to resume from).
+	Follow        bool `protobuf:"varint,8,opt,name=follow,proto3" json:"follow,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ScanRequest) Reset() {
+	*x = ScanRequest{}
+	mi := &file_rollout_v1_rollout_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ScanRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ScanRequest) ProtoMessage() {}
+
+func (x *ScanRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_rollout_v1_rollout_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ScanRequest.ProtoReflect.Descriptor instead.
+func (*ScanRequest) Descriptor() ([]byte, []int) {
+	return file_rollout_v1_rollout_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *ScanRequest) GetShard() string {
+	if x != nil {
+		return x.Shard
+	}
+	return ""
+}
+
+func (x *ScanRequest) GetAfterSeq() uint64 {
+	if x != nil {
+		return x.AfterSeq
+	}
+	return 0
+}
+
+func (x *ScanRequest) GetLimit() uint32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+func (x *ScanRequest) GetRolloutId() string {
+	if x != nil {
+		return x.RolloutId
+	}
+	return ""
+}
+
+func (x *ScanRequest) GetIncludeInTraining() bool {
+	if x != nil && x.IncludeInTraining != nil {
+		return *x.IncludeInTraining
+	}
+	return false
+}
+
+func (x *ScanRequest) GetRole() Role {
+	if x != nil {
+		return x.Role
+	}
+	return Role_ROLE_UNSPECIFIED
+}
+
+func (x *ScanRequest) GetFields() *fieldmaskpb.FieldMask {
+	if x != nil {
+		return x.Fields
+	}
+	return nil
+}
+
+func (x *ScanRequest) GetFollow() bool {
+	if x != nil {
+		return x.Follow
+	}
+	return false
+}
+
+// ScanResponse is one batch of records in seq order.
+type ScanResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The records, in increasing seq order, possibly none when every record
+	// the batch passed over was filtered out.
+	Records []*Record `protobuf:"bytes,1,rep,name=records,proto3" json:"records,omitempty"`
+	// Resume point: every record with seq <= cursor has been delivered or
+	// filtered out. Pass it as after_seq to continue.
+	Cursor        uint64 `protobuf:"varint,2,opt,name=cursor,proto3" json:"cursor,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ScanResponse) Reset() {
+	*x = ScanResponse{}
+	mi := &file_rollout_v1_rollout_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ScanResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ScanResponse) ProtoMessage() {}
+
+func (x *ScanResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_rollout_v1_rollout_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ScanResponse.ProtoReflect.Descriptor instead.
+func (*ScanResponse) Descriptor() ([]byte, []int) {
+	return file_rollout_v1_rollout_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *ScanResponse) GetRecords() []*Record {
+	if x != nil {
+		return x.Records
+	}
+	return nil
+}
+
+func (x *ScanResponse) GetCursor() uint64 {
+	if x != nil {
+		return x.Cursor
+	}
+	return 0
+}
+
 var File_rollout_v1_rollout_proto protoreflect.FileDescriptor
 
 const file_rollout_v1_rollout_proto_rawDesc = "" +
 	"\n" +
 	"\x18rollout/v1/rollout.proto\x12\n" +
-	"rollout.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"S\n" +
+	"rollout.v1\x1a google/protobuf/field_mask.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"S\n" +
 	"\rAppendRequest\x12\x14\n" +
 	"\x05shard\x18\x01 \x01(\tR\x05shard\x12,\n" +
 	"\arecords\x18\x02 \x03(\v2\x12.rollout.v1.RecordR\arecords\"D\n" +
@@ -780,7 +952,21 @@ const file_rollout_v1_rollout_proto_rawDesc = "" +
 	"\a_rewardB\f\n" +
 	"\n" +
 	"_advantageB\b\n" +
-	"\x06_score*\x82\x01\n" +
+	"\x06_score\"\xb4\x02\n" +
+	"\vScanRequest\x12\x14\n" +
+	"\x05shard\x18\x01 \x01(\tR\x05shard\x12\x1b\n" +
+	"\tafter_seq\x18\x02 \x01(\x04R\bafterSeq\x12\x14\n" +
+	"\x05limit\x18\x03 \x01(\rR\x05limit\x12\x1d\n" +
+	"\n" +
+	"rollout_id\x18\x04 \x01(\tR\trolloutId\x123\n" +
+	"\x13include_in_training\x18\x05 \x01(\bH\x00R\x11includeInTraining\x88\x01\x01\x12$\n" +
+	"\x04role\x18\x06 \x01(\x0e2\x10.rollout.v1.RoleR\x04role\x122\n" +
+	"\x06fields\x18\a \x01(\v2\x1a.google.protobuf.FieldMaskR\x06fields\x12\x16\n" +
+	"\x06follow\x18\b \x01(\bR\x06followB\x16\n" +
+	"\x14_include_in_training\"T\n" +
+	"\fScanResponse\x12,\n" +
+	"\arecords\x18\x01 \x03(\v2\x12.rollout.v1.RecordR\arecords\x12\x16\n" +
+	"\x06cursor\x18\x02 \x01(\x04R\x06cursor*\x82\x01\n" +
 	"\x04Role\x12\x14\n" +
 	"\x10ROLE_UNSPECIFIED\x10\x00\x12\x0f\n" +
 	"\vROLE_SYSTEM\x10\x01\x12\r\n" +
@@ -789,10 +975,11 @@ const file_rollout_v1_rollout_proto_rawDesc = "" +
 	"\tROLE_TOOL\x10\x04\x12\x0e\n" +
 	"\n" +
 	"ROLE_GRADE\x10\x05\x12\x11\n" +
-	"\rROLE_ARTIFACT\x10\x062\x89\x01\n" +
+	"\rROLE_ARTIFACT\x10\x062\xc6\x01\n" +
 	"\x0eRolloutService\x12?\n" +
 	"\x06Append\x12\x19.rollout.v1.AppendRequest\x1a\x1a.rollout.v1.AppendResponse\x126\n" +
-	"\x03Get\x12\x16.rollout.v1.GetRequest\x1a\x17.rollout.v1.GetResponseB7Z5github.com/rolloutd/rolloutd/gen/rollout/v1;rolloutv1b\x06proto3"
+	"\x03Get\x12\x16.rollout.v1.GetRequest\x1a\x17.rollout.v1.GetResponse\x12;\n" +
+	"\x04Scan\x12\x17.rollout.v1.ScanRequest\x1a\x18.rollout.v1.ScanResponse0\x01B7Z5github.com/rolloutd/rolloutd/gen/rollout/v1;rolloutv1b\x06proto3"
 
 var (
 	file_rollout_v1_rollout_proto_rawDescOnce sync.Once
@@ -807,7 +994,7 @@ func file_rollout_v1_rollout_proto_rawDescGZIP() []byte {
 }
 
 var file_rollout_v1_rollout_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_rollout_v1_rollout_proto_msgTypes = make([]protoimpl.MessageInfo, 8)
+var file_rollout_v1_rollout_proto_msgTypes = make([]protoimpl.MessageInfo, 10)
 var file_rollout_v1_rollout_proto_goTypes = []any{
 	(Role)(0),                     // 0: rollout.v1.Role
 	(*AppendRequest)(nil),         // 1: rollout.v1.AppendRequest
@@ -817,26 +1004,34 @@ var file_rollout_v1_rollout_proto_goTypes = []any{
 	(*GetResponse)(nil),           // 5: rollout.v1.GetResponse
 	(*Relationship)(nil),          // 6: rollout.v1.Relationship
 	(*Record)(nil),                // 7: rollout.v1.Record
-	nil,                           // 8: rollout.v1.Record.MetadataEntry
-	(*timestamppb.Timestamp)(nil), // 9: google.protobuf.Timestamp
+	(*ScanRequest)(nil),           // 8: rollout.v1.ScanRequest
+	(*ScanResponse)(nil),          // 9: rollout.v1.ScanResponse
+	nil,                           // 10: rollout.v1.Record.MetadataEntry
+	(*timestamppb.Timestamp)(nil), // 11: google.protobuf.Timestamp
+	(*fieldmaskpb.FieldMask)(nil), // 12: google.protobuf.FieldMask
 }
 var file_rollout_v1_rollout_proto_depIdxs = []int32{
-	7, // 0: rollout.v1.AppendRequest.records:type_name -> rollout.v1.Record
-	3, // 1: rollout.v1.AppendResponse.results:type_name -> rollout.v1.AppendResult
-	7, // 2: rollout.v1.GetResponse.record:type_name -> rollout.v1.Record
-	0, // 3: rollout.v1.Record.role:type_name -> rollout.v1.Role
-	9, // 4: rollout.v1.Record.created_at:type_name -> google.protobuf.Timestamp
-	6, // 5: rollout.v1.Record.relationships:type_name -> rollout.v1.Relationship
-	8, // 6: rollout.v1.Record.metadata:type_name -> rollout.v1.Record.MetadataEntry
-	1, // 7: rollout.v1.RolloutService.Append:input_type -> rollout.v1.AppendRequest
-	4, // 8: rollout.v1.RolloutService.Get:input_type -> rollout.v1.GetRequest
-	2, // 9: rollout.v1.RolloutService.Append:output_type -> rollout.v1.AppendResponse
-	5, // 10: rollout.v1.RolloutService.Get:output_type -> rollout.v1.GetResponse
-	9, // [9:11] is the sub-list for method output_type
-	7, // [7:9] is the sub-list for method input_type
-	7, // [7:7] is the sub-list for extension type_name
-	7, // [7:7] is the sub-list for extension extendee
-	0, // [0:7] is the sub-list for field type_name
+	7,  // 0: rollout.v1.AppendRequest.records:type_name -> rollout.v1.Record
+	3,  // 1: rollout.v1.AppendResponse.results:type_name -> rollout.v1.AppendResult
+	7,  // 2: rollout.v1.GetResponse.record:type_name -> rollout.v1.Record
+	0,  // 3: rollout.v1.Record.role:type_name -> rollout.v1.Role
+	11, // 4: rollout.v1.Record.created_at:type_name -> google.protobuf.Timestamp
+	6,  // 5: rollout.v1.Record.relationships:type_name -> rollout.v1.Relationship
+	10, // 6: rollout.v1.Record.metadata:type_name -> rollout.v1.Record.MetadataEntry
+	0,  // 7: rollout.v1.ScanRequest.role:type_name -> rollout.v1.Role
+	12, // 8: rollout.v1.ScanRequest.fields:type_name -> google.protobuf.FieldMask
+	7,  // 9: rollout.v1.ScanResponse.records:type_name -> rollout.v1.Record
+	1,  // 10: rollout.v1.RolloutService.Append:input_type -> rollout.v1.AppendRequest
+	4,  // 11: rollout.v1.RolloutService.Get:input_type -> rollout.v1.GetRequest
+	8,  // 12: rollout.v1.RolloutService.Scan:input_type -> rollout.v1.ScanRequest
+	2,  // 13: rollout.v1.RolloutService.Append:output_type -> rollout.v1.AppendResponse
+	5,  // 14: rollout.v1.RolloutService.Get:output_type -> rollout.v1.GetResponse
+	9,  // 15: rollout.v1.RolloutService.Scan:output_type -> rollout.v1.ScanResponse
+	13, // [13:16] is the sub-list for method output_type
+	10, // [10:13] is the sub-list for method input_type
+	10, // [10:10] is the sub-list for extension type_name
+	10, // [10:10] is the sub-list for extension extendee
+	0,  // [0:10] is the sub-list for field type_name
 }
 
 func init() { file_rollout_v1_rollout_proto_init() }
@@ -845,13 +1040,14 @@ func file_rollout_v1_rollout_proto_init() {
 		return
 	}
 	file_rollout_v1_rollout_proto_msgTypes[6].OneofWrappers = []any{}
+	file_rollout_v1_rollout_proto_msgTypes[7].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_rollout_v1_rollout_proto_rawDesc), len(file_rollout_v1_rollout_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   8,
+			NumMessages:   10,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -25,6 +25,7 @@ const _ = grpc.SupportPackageIsVersion9
 const (
 	RolloutService_Append_FullMethodName = "/rollout.v1.RolloutService/Append"
 	RolloutService_Get_FullMethodName    = "/rollout.v1.RolloutService/Get"
+	RolloutService_Scan_FullMethodName   = "/rollout.v1.RolloutService/Scan"
 )
 
 // RolloutServiceClient is the client API for RolloutService service.
@@ -44,6 +45,12 @@ type RolloutServiceClient interface {
 	// Get returns one record by id. It reads the shard's latest committed state
 	// (read-your-writes across instances). A missing record is NOT_FOUND.
 	Get(ctx context.Context, in *GetRequest, opts ...grpc.CallOption) (*GetResponse, error)
+	// Scan streams a shard's records in commit (seq) order, after a cursor, in
+	// batches. Each batch carries the cursor to resume from, so a client whose
+	// stream breaks resumes with after_seq set to the last cursor it received,
+	// and misses and repeats nothing, even across merges. With follow set, the
+	// stream stays open and delivers new commits as they land.
+	Scan(ctx context.Context, in *ScanRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[ScanResponse], error)
 }
 
 type rolloutServiceClient struct {
@@ -74,6 +81,25 @@ func (c *rolloutServiceClient) Get(ctx context.Context, in *GetRequest, opts ...
 	return out, nil
 }
 
+func (c *rolloutServiceClient) Scan(ctx context.Context, in *ScanRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[ScanResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &RolloutService_ServiceDesc.Streams[0], RolloutService_Scan_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[ScanRequest, ScanResponse]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type RolloutService_ScanClient = grpc.ServerStreamingClient[ScanResponse]
+
 // RolloutServiceServer is the server API for RolloutService service.
 // All implementations must embed UnimplementedRolloutServiceServer
 // for forward compatibility.
@@ -91,6 +117,12 @@ type RolloutServiceServer interface {
 	// Get returns one record by id. It reads the shard's latest committed state
 	// (read-your-writes across instances). A missing record is NOT_FOUND.
 	Get(context.Context, *GetRequest) (*GetResponse, error)
+	// Scan streams a shard's records in commit (seq) order, after a cursor, in
+	// batches. Each batch carries the cursor to resume from, so a client whose
+	// stream breaks resumes with after_seq set to the last cursor it received,
+	// and misses and repeats nothing, even across merges. With follow set, the
+	// stream stays open and delivers new commits as they land.
+	Scan(*ScanRequest, grpc.ServerStreamingServer[ScanResponse]) error
 	mustEmbedUnimplementedRolloutServiceServer()
 }
 
@@ -106,6 +138,9 @@ func (UnimplementedRolloutServiceServer) Append(context.Context, *AppendRequest)
 }
 func (UnimplementedRolloutServiceServer) Get(context.Context, *GetRequest) (*GetResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Get not implemented")
+}
+func (UnimplementedRolloutServiceServer) Scan(*ScanRequest, grpc.ServerStreamingServer[ScanResponse]) error {
+	return status.Error(codes.Unimplemented, "method Scan not implemented")
 }
 func (UnimplementedRolloutServiceServer) mustEmbedUnimplementedRolloutServiceServer() {}
 func (UnimplementedRolloutServiceServer) testEmbeddedByValue()                        {}
@@ -164,6 +199,17 @@ func _RolloutService_Get_Handler(srv interface{}, ctx context.Context, dec func(
 	return interceptor(ctx, in, info, handler)
 }
 
+func _RolloutService_Scan_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(ScanRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(RolloutServiceServer).Scan(m, &grpc.GenericServerStream[ScanRequest, ScanResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type RolloutService_ScanServer = grpc.ServerStreamingServer[ScanResponse]
+
 // RolloutService_ServiceDesc is the grpc.ServiceDesc for RolloutService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -180,6 +226,12 @@ var RolloutService_ServiceDesc = grpc.ServiceDesc{
 			Handler:    _RolloutService_Get_Handler,
 		},
 	},
-	Streams:  []grpc.StreamDesc{},
+	Streams: []grpc.StreamDesc{
+		{
+			StreamName:    "Scan",
+			Handler:       _RolloutService_Scan_Handler,
+			ServerStreams: true,
+		},
+	},
 	Metadata: "rollout/v1/rollout.proto",
 }

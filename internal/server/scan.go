@@ -1,0 +1,113 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/types/known/fieldmaskpb"
+
+	rolloutv1 "github.com/rolloutd/rolloutd/gen/rollout/v1"
+	"github.com/rolloutd/rolloutd/internal/shard"
+	"github.com/rolloutd/rolloutd/internal/validate"
+)
+
+// Scan streams the shard's records after the request's cursor, filtered and
+// projected, in batches that each carry the cursor to resume from. It reads
+// from storage, never from a writer's memory, and sends one batch at a time:
+// gRPC flow control holds a slow consumer's stream back without buffering
+// more than a batch, and without touching the appends.
+func (s *service) Scan(req *rolloutv1.ScanRequest, stream grpc.ServerStreamingServer[rolloutv1.ScanResponse]) error {
+	if err := validate.Shard(req.GetShard()); err != nil {
+		return toStatus(err)
+	}
+	project, err := projection(req.GetFields())
+	if err != nil {
+		return toStatus(err)
+	}
+	ctx := stream.Context()
+	cursor := req.GetAfterSeq()
+	opts := shard.ScanOptions{
+		AfterSeq: req.GetAfterSeq(),
+		Limit:    int(req.GetLimit()),
+		Filter:   scanFilter(req),
+		Follow:   req.GetFollow(),
+		Notifier: s.notifier,
+	}
+	err = s.reader.Scan(ctx, req.GetShard(), opts, func(b shard.Batch) error {
+		for _, r := range b.Records {
+			project(r)
+		}
+		if err := stream.Send(&rolloutv1.ScanResponse{Records: b.Records, Cursor: b.Cursor}); err != nil {
+			return err
+		}
+		cursor = b.Cursor
+		s.metrics.scannedRecords.Add(float64(len(b.Records)))
+		return nil
+	})
+	switch {
+	case err == nil:
+		return nil
+	case ctx.Err() != nil && errors.Is(err, ctx.Err()):
+		// The client went away, or the server is shutting down; either way
+		// the cursor says where to pick up.
+		return status.Errorf(codes.Unavailable, "scan of shard %q ended (%v); resume with after_seq=%d", req.GetShard(), context.Cause(ctx), cursor)
+	}
+	st := status.Convert(toStatus(err))
+	return status.Errorf(st.Code(), "%s (resume with after_seq=%d)", st.Message(), cursor)
+}
+
+// scanFilter returns the request's record filter, or nil for none.
+func scanFilter(req *rolloutv1.ScanRequest) func(*rolloutv1.Record) bool {
+	rollout, role := req.GetRolloutId(), req.GetRole()
+	training := req.IncludeInTraining
+	if rollout == "" && role == rolloutv1.Role_ROLE_UNSPECIFIED && training == nil {
+		return nil
+	}
+	return func(r *rolloutv1.Record) bool {
+		return (rollout == "" || r.GetRolloutId() == rollout) &&
+			(role == rolloutv1.Role_ROLE_UNSPECIFIED || r.GetRole() == role) &&
+			(training == nil || r.GetIncludeInTraining() == *training)
+	}
+}
+
+// projection returns a function that clears every Record field the mask
+// does not name. id and seq are always kept. Paths are top-level field
+// names, in proto or JSON form.
+func projection(mask *fieldmaskpb.FieldMask) (func(*rolloutv1.Record), error) {
+	if len(mask.GetPaths()) == 0 {
+		return func(*rolloutv1.Record) {}, nil
+	}
+	fields := (&rolloutv1.Record{}).ProtoReflect().Descriptor().Fields()
+	keep := map[protoreflect.FieldNumber]bool{
+		fields.ByName("id").Number():  true,
+		fields.ByName("seq").Number(): true,
+	}
+	for i, p := range mask.GetPaths() {
+		fd := fields.ByName(protoreflect.Name(p))
+		if fd == nil {
+			fd = fields.ByJSONName(p)
+		}
+		if fd == nil {
+			return nil, &validate.FieldError{Field: fmt.Sprintf("fields.paths[%d]", i), Rule: "must name a top-level Record field", Detail: fmt.Sprintf("got %q", p)}
+		}
+		keep[fd.Number()] = true
+	}
+	return func(r *rolloutv1.Record) {
+		m := r.ProtoReflect()
+		var drop []protoreflect.FieldDescriptor
+		m.Range(func(fd protoreflect.FieldDescriptor, _ protoreflect.Value) bool {
+			if !keep[fd.Number()] {
+				drop = append(drop, fd)
+			}
+			return true
+		})
+		for _, fd := range drop {
+			m.Clear(fd)
+		}
+	}, nil
+}
