@@ -13,8 +13,9 @@
 //     exceeds the effective --shutdown-timeout (from the args or the
 //     ConfigMap), no image is :latest, workload identity is wired up, no
 //     Secret and no key-like env var or ConfigMap value, a locked-down
-//     securityContext, NetworkPolicy and HPA targets; each rule is also shown
-//     to fire on a broken copy;
+//     securityContext, NetworkPolicy and HPA targets, a liveness probe that
+//     outlasts the shutdown, GOMEMLIMIT below the memory limit; each rule is
+//     also shown to fire on a broken copy;
 //   - the Dockerfile passes buildkit's own lint rules
 //     (dockerfile2llb.DockerfileLint with a stub MetaResolver, no network),
 //     its final stage is non-root with an exec-form ENTRYPOINT, and every

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 )
@@ -130,6 +131,12 @@ func TestRulesCatchBrokenManifests(t *testing.T) {
 		{"HPA on memory", func(b *bundle) {
 			b.hpas[0].Spec.Metrics[0].Resource.Name = corev1.ResourceMemory
 		}, "no HorizontalPodAutoscaler scales it on CPU"},
+		{"liveness gives up during shutdown", func(b *bundle) {
+			rolloutd(b).LivenessProbe.FailureThreshold = 3
+		}, "the liveness probe gives up after 30s"},
+		{"GOMEMLIMIT above the memory limit", func(b *bundle) {
+			rolloutd(b).Resources.Limits[corev1.ResourceMemory] = resource.MustParse("1Gi")
+		}, "GOMEMLIMIT=1800MiB is not below the memory limit 1Gi"},
 		{"PDB selects other pods", func(b *bundle) {
 			b.pdbs[0].Spec.Selector.MatchLabels["app.kubernetes.io/name"] = "other"
 		}, "no PodDisruptionBudget selects its pods"},

@@ -475,6 +475,27 @@ func (b *bundle) rolloutdProblems(d *appsv1.Deployment, prod bool) []string {
 		}
 	}
 
+	// rolloutd reports NOT_SERVING for its whole shutdown; a liveness probe
+	// that gives up sooner would kill a pod that is still closing writers.
+	if p := c.LivenessProbe; p != nil {
+		window := int64(max(p.PeriodSeconds, 10)) * int64(max(p.FailureThreshold, 3))
+		if window <= grace {
+			add("the liveness probe gives up after %ds, within terminationGracePeriodSeconds %d: it could kill a pod while it shuts down", window, grace)
+		}
+	}
+
+	// GOMEMLIMIT, if set, must leave room under the memory limit.
+	if v, ok := b.envValue(c, "GOMEMLIMIT"); ok {
+		limit, hasLimit := c.Resources.Limits[corev1.ResourceMemory]
+		soft, err := parseGoMemLimit(v)
+		switch {
+		case err != nil:
+			add("GOMEMLIMIT=%q: %v", v, err)
+		case hasLimit && soft >= limit.Value():
+			add("GOMEMLIMIT=%s is not below the memory limit %s", v, limit.String())
+		}
+	}
+
 	// Workload identity: the service account's client-id annotation and
 	// the pod label.
 	if tmpl.Labels[wiUseLabel] != "true" {
@@ -657,4 +678,24 @@ func (b *bundle) networkPolicyProblems(d *appsv1.Deployment, ports map[string]in
 		}
 	}
 	return out
+}
+
+// parseGoMemLimit parses a GOMEMLIMIT value as the Go runtime does: a byte
+// count with an optional B, KiB, MiB, GiB or TiB suffix.
+func parseGoMemLimit(v string) (int64, error) {
+	mult := int64(1)
+	for _, u := range []struct {
+		suffix string
+		size   int64
+	}{{"TiB", 1 << 40}, {"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10}, {"B", 1}} {
+		if rest, ok := strings.CutSuffix(v, u.suffix); ok {
+			v, mult = rest, u.size
+			break
+		}
+	}
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil || n < 0 {
+		return 0, fmt.Errorf("not a byte count with an optional B/KiB/MiB/GiB/TiB suffix")
+	}
+	return n * mult, nil
 }
