@@ -12,7 +12,8 @@
 //   - balance with gRPC's ring_hash policy, keyed on the ShardHeader request
 //     header (ServiceConfig, the same document as
 //     deploy/client/service-config.json);
-//   - set that header from each request's shard (UnaryShardInterceptor).
+//   - set that header from each request's shard (UnaryShardInterceptor for
+//     Append and Get, WithShard for the Scan stream).
 //
 // A pod that joins or leaves moves only the shards on its arcs of the ring.
 // Retries of UNAVAILABLE are in the service config; they resend the same
@@ -107,7 +108,21 @@ func NewClient(target string, opts ...grpc.DialOption) (*grpc.ClientConn, error)
 	return grpc.NewClient(target, append(defaults, opts...)...)
 }
 
-// shardRequest is implemented by rollout.v1's AppendRequest and GetRequest.
+// WithShard returns ctx carrying the ShardHeader for shard. The unary
+// interceptor sets it for Append and Get; a streaming call such as Scan opens
+// its stream (and picks its pod) before the request is sent, so pass the
+// shard this way:
+//
+//	stream, err := client.Scan(affine.WithShard(ctx, req.GetShard()), req)
+//
+// A following Scan on the shard's own pod wakes on each commit at once;
+// on another pod it polls the manifest (up to 2 s apart).
+func WithShard(ctx context.Context, shard string) context.Context {
+	return metadata.AppendToOutgoingContext(ctx, ShardHeader, shard)
+}
+
+// shardRequest is implemented by rollout.v1's AppendRequest, GetRequest and
+// ScanRequest.
 type shardRequest interface {
 	GetShard() string
 }

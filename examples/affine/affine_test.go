@@ -79,6 +79,11 @@ func (s *fakeServer) Get(ctx context.Context, req *rolloutv1.GetRequest) (*rollo
 	return &rolloutv1.GetResponse{Record: &rolloutv1.Record{Id: req.GetId()}}, nil
 }
 
+func (s *fakeServer) Scan(req *rolloutv1.ScanRequest, stream grpc.ServerStreamingServer[rolloutv1.ScanResponse]) error {
+	s.record(stream.Context(), req.GetShard())
+	return stream.Send(&rolloutv1.ScanResponse{})
+}
+
 func (s *fakeServer) served() map[string]int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -205,6 +210,31 @@ func TestEveryRequestForAShardLandsOnOneServer(t *testing.T) {
 	}
 	t.Logf("%d shards x %d rounds x (Append+Get): A owns %d shards, B owns %d; no shard reached both",
 		len(shards), rounds, perServer["A"], perServer["B"])
+
+	// A Scan stream, with the header from affine.WithShard, reaches the
+	// same server as the shard's Appends and Gets.
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for _, s := range shards[:20] {
+		stream, err := client.Scan(affine.WithShard(ctx, s), &rolloutv1.ScanRequest{Shard: s})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := stream.Recv(); err != nil {
+			t.Fatalf("Scan(%s): %v", s, err)
+		}
+		for {
+			if _, err := stream.Recv(); err != nil {
+				break
+			}
+		}
+	}
+	for _, s := range shards[:20] {
+		if got := a.served()[s] + b.served()[s]; got != 2*rounds+1 {
+			t.Errorf("shard %q: %d requests served after a Scan, want %d", s, got, 2*rounds+1)
+		}
+	}
+	owners(t, a, b) // fails the test if a Scan reached the other server
 	for _, name := range []string{"A", "B"} {
 		if perServer[name] < len(shards)/4 {
 			t.Errorf("server %s owns %d of %d shards; ring_hash should spread them", name, perServer[name], len(shards))
