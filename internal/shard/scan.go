@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"sync"
 	"time"
 
 	"google.golang.org/protobuf/proto"
@@ -177,24 +178,48 @@ func (s *scanner) generation(ctx context.Context, g *storagepb.Generation) error
 	}
 	entries := idx.footer.GetEntries()
 	i := sort.Search(len(entries), func(i int) bool { return entries[i].GetSeq() > s.cursor })
-	name := format.GenerationName(s.shard, g.GetEpoch(), g.GetNumber())
+	// Split the rest into runs of adjacent records, one ranged GET each.
+	var chunks []chunk
 	for i < len(entries) {
-		// One ranged GET covers a run of adjacent records.
 		j := i + 1
 		first := entries[i].GetOffset()
 		for j < len(entries) && int64(entries[j].GetOffset()+uint64(entries[j].GetLength())-first) <= s.opts.ReadBytes {
 			j++
 		}
-		end := entries[j-1].GetOffset() + uint64(entries[j-1].GetLength())
-		data, _, err := s.r.store.Get(ctx, name, blob.GetOptions{Offset: int64(first), Length: int64(end - first)})
-		if err != nil {
-			return fmt.Errorf("shard %q: scan %s: %w", s.shard, name, err)
+		chunks = append(chunks, chunk{entries: entries[i:j], first: first, end: entries[j-1].GetOffset() + uint64(entries[j-1].GetLength())})
+		i = j
+	}
+	name := format.GenerationName(s.shard, g.GetEpoch(), g.GetNumber())
+	// One goroutine reads the next run while this one decodes and delivers
+	// the last: at most two runs are in memory, and the scan waits for the
+	// reader before it returns.
+	rctx, cancel := context.WithCancel(ctx)
+	read := make(chan chunk, 1)
+	var wg sync.WaitGroup
+	defer func() { cancel(); wg.Wait() }()
+	wg.Go(func() {
+		defer close(read)
+		for _, c := range chunks {
+			c.data, _, c.err = s.r.store.Get(rctx, name, blob.GetOptions{Offset: int64(c.first), Length: int64(c.end - c.first)})
+			select {
+			case read <- c:
+			case <-rctx.Done():
+				return
+			}
+			if c.err != nil {
+				return
+			}
 		}
-		if uint64(len(data)) != end-first {
-			return fmt.Errorf("%w: blob %s: ranged read returned %d bytes, want %d", ErrCorrupt, name, len(data), end-first)
+	})
+	for c := range read {
+		if c.err != nil {
+			return fmt.Errorf("shard %q: scan %s: %w", s.shard, name, c.err)
 		}
-		for _, e := range entries[i:j] {
-			b, err := format.Record(data[e.GetOffset()-first:e.GetOffset()-first+uint64(e.GetLength())], e)
+		if uint64(len(c.data)) != c.end-c.first {
+			return fmt.Errorf("%w: blob %s: ranged read returned %d bytes, want %d", ErrCorrupt, name, len(c.data), c.end-c.first)
+		}
+		for _, e := range c.entries {
+			b, err := format.Record(c.data[e.GetOffset()-c.first:e.GetOffset()-c.first+uint64(e.GetLength())], e)
 			if err != nil {
 				return fmt.Errorf("%w: blob %s: %w", ErrCorrupt, name, err)
 			}
@@ -206,9 +231,16 @@ func (s *scanner) generation(ctx context.Context, g *storagepb.Generation) error
 				return err
 			}
 		}
-		i = j
 	}
 	return nil
+}
+
+// chunk is one ranged read of adjacent records.
+type chunk struct {
+	entries    []*storagepb.FooterEntry
+	first, end uint64
+	data       []byte
+	err        error
 }
 
 // add puts one record (or, filtered out, just its seq) into the batch.
