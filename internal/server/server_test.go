@@ -35,7 +35,7 @@ type testServer struct {
 	served chan error
 }
 
-func startServer(t *testing.T, cfg Config) *testServer {
+func startServer(t testing.TB, cfg Config) *testServer {
 	t.Helper()
 	if cfg.Logger == nil {
 		cfg.Logger = zaptest.NewLogger(t)
@@ -67,7 +67,7 @@ func startServer(t *testing.T, cfg Config) *testServer {
 }
 
 // stop shuts the server down (once) and waits for Serve to return.
-func (ts *testServer) stop(t *testing.T) {
+func (ts *testServer) stop(t testing.TB) {
 	if ts.conn == nil {
 		return
 	}
