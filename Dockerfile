@@ -18,13 +18,11 @@ ENV CGO_ENABLED=0 GOTOOLCHAIN=local GOFLAGS=-buildvcs=false
 COPY go.mod go.sum ./
 RUN --mount=type=cache,target=/go/pkg/mod go mod download
 COPY . .
-# cmd/rolloutd has no version variable yet, so the version is stamped as the
-# image's OCI label below. When main gains `var version string`, add
-# `ARG VERSION` here and -X main.version=${VERSION} to -ldflags (deploy/check
-# then requires it).
+# The version goes into the binary (main.version) and the image's OCI label.
+ARG VERSION=dev
 RUN --mount=type=cache,target=/go/pkg/mod \
     --mount=type=cache,target=/root/.cache/go-build \
-    go build -trimpath -ldflags="-s -w" -o bin/rolloutd ./cmd/rolloutd
+    go build -trimpath -ldflags="-s -w -X main.version=${VERSION}" -o bin/rolloutd ./cmd/rolloutd
 
 # distroless static, :nonroot: CA certificates and tzdata, uid/gid 65532,
 # nothing else.

@@ -91,7 +91,7 @@ func serve(ctx context.Context, stopSignals func(), cfg *config) error {
 			errc <- fmt.Errorf("metrics server: %w", err)
 		}
 	}()
-	log.Info("rolloutd started", zap.String("store", cfg.store.String()), zap.Int("max_writers", cfg.MaxWriters))
+	log.Info("rolloutd started", zap.String("version", version), zap.String("store", cfg.store.String()), zap.Int("max_writers", cfg.MaxWriters))
 
 	var failed error
 	select {
