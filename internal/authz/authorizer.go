@@ -31,7 +31,18 @@ func (e *DeniedError) Error() string {
 	if e.Identity == "" {
 		return fmt.Sprintf("permission denied: %s on shard %q: the client presented no certificate identity, and the authorization policy admits only named identities", e.Verb, e.Shard)
 	}
-	return fmt.Sprintf("permission denied: identity %q may not %s shard %q: no grant of the authorization policy covers it", e.Identity, e.Verb, e.Shard)
+	return fmt.Sprintf("permission denied: identity %q may not %s shard %q: no grant of the authorization policy covers it", e.Identity, verbPhrase(e.Verb), e.Shard)
+}
+
+// verbPhrase is verb as it reads before "shard".
+func verbPhrase(v Verb) string {
+	switch v {
+	case Append:
+		return "append to"
+	case Get:
+		return "get from"
+	}
+	return string(v)
 }
 
 // Is makes errors.Is(err, ErrDenied) true.

@@ -4,10 +4,14 @@ import (
 	"context"
 	"errors"
 
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/rolloutd/rolloutd/internal/authz"
 	"github.com/rolloutd/rolloutd/internal/blob"
+	"github.com/rolloutd/rolloutd/internal/ratelimit"
 	"github.com/rolloutd/rolloutd/internal/shard"
 	"github.com/rolloutd/rolloutd/internal/validate"
 )
@@ -38,6 +42,11 @@ func toStatus(err error) error {
 
 	case errors.Is(err, shard.ErrIDConflict):
 		return status.Error(codes.AlreadyExists, msg)
+
+	case errors.Is(err, authz.ErrDenied):
+		return status.Error(codes.PermissionDenied, msg)
+	case errors.Is(err, ratelimit.ErrLimited):
+		return rateLimited(err)
 
 	case errors.Is(err, shard.ErrBackpressure):
 		return status.Error(codes.ResourceExhausted, msg+"; back off, then retry with the same ids")
@@ -70,4 +79,21 @@ func toStatus(err error) error {
 	default:
 		return status.Error(codes.Internal, msg)
 	}
+}
+
+// rateLimited is ResourceExhausted for a call over its append rate limit,
+// with a google.rpc.RetryInfo detail that says when the same call will
+// fit. A call that never fits (larger than the burst) has no RetryInfo: it
+// must be split.
+func rateLimited(err error) error {
+	var le *ratelimit.LimitedError
+	st := status.New(codes.ResourceExhausted, err.Error())
+	if !errors.As(err, &le) || le.Retry <= 0 {
+		return st.Err()
+	}
+	withInfo, derr := st.WithDetails(&errdetails.RetryInfo{RetryDelay: durationpb.New(le.Retry)})
+	if derr != nil {
+		return st.Err()
+	}
+	return withInfo.Err()
 }

@@ -23,8 +23,10 @@ import (
 	"google.golang.org/grpc/reflection"
 
 	rolloutv1 "github.com/rolloutd/rolloutd/gen/rollout/v1"
+	"github.com/rolloutd/rolloutd/internal/authz"
 	"github.com/rolloutd/rolloutd/internal/blob"
 	"github.com/rolloutd/rolloutd/internal/clock"
+	"github.com/rolloutd/rolloutd/internal/ratelimit"
 	"github.com/rolloutd/rolloutd/internal/shard"
 )
 
@@ -76,6 +78,32 @@ type Config struct {
 	DrainDelay time.Duration
 	// ServerOptions are added to the gRPC server's options (TLS, …).
 	ServerOptions []grpc.ServerOption
+
+	// Security and connection limits (guard.go, connlimits.go).
+
+	// Authorizer decides which client identity may do which verb on which
+	// shards; nil admits every client that got through the transport (with
+	// mTLS, every client with a certificate from the client CA).
+	Authorizer *authz.Authorizer
+	// AppendLimiter bounds the bytes each client identity appends per
+	// second; nil means no limit.
+	AppendLimiter *ratelimit.Limiter
+	// MaxConcurrentStreams bounds the RPCs in flight on one connection.
+	// Default 1024.
+	MaxConcurrentStreams uint32
+	// KeepaliveMinTime is the shortest ping interval allowed to clients;
+	// a client that pings more often is disconnected. Default 10 s.
+	KeepaliveMinTime time.Duration
+	// KeepalivePermitWithoutStream allows client pings (no more often than
+	// KeepaliveMinTime) on a connection with no RPC in flight.
+	KeepalivePermitWithoutStream bool
+	// MaxConnectionAge is about how long a connection lives before the
+	// server asks its client to reconnect (GOAWAY), so that load spreads
+	// over new instances. Default 10 min; negative means forever.
+	MaxConnectionAge time.Duration
+	// MaxConnectionAgeGrace is how long RPCs in flight get to finish after
+	// that. Default 1 min.
+	MaxConnectionAgeGrace time.Duration
 }
 
 // Defaults.
@@ -134,7 +162,7 @@ func (c Config) withDefaults() Config {
 		// A batch that the server accepts must fit one generation.
 		c.Writer.MaxGenerationBytes = int64(c.MaxMessageBytes) + int64(c.MaxBatchRecords)*recordOverhead
 	}
-	return c
+	return c.withConnDefaults()
 }
 
 func (c Config) validate() error {
@@ -154,7 +182,7 @@ func (c Config) validate() error {
 	case c.DrainDelay < 0, c.OpenTimeout < 0, c.RetryBackoff < 0:
 		return errors.New("server: durations must not be negative")
 	}
-	return nil
+	return c.validateConn()
 }
 
 // Server is a rolloutd gRPC server: RolloutService, grpc.health.v1 and
@@ -170,6 +198,9 @@ type Server struct {
 
 	streams       context.Context // parent of every streaming RPC's context
 	cancelStreams context.CancelFunc
+
+	guard      *guard       // authorization and the append rate limit
+	healthOnly *grpc.Server // grpc.health.v1 alone, for ServeHealth
 }
 
 // New builds a Server over cfg.Store and registers its metrics with
@@ -189,6 +220,7 @@ func New(cfg Config) (*Server, error) {
 		return zapcore.NewSamplerWithOptions(c, time.Second, 10, 100)
 	}))
 	s.streams, s.cancelStreams = context.WithCancel(context.Background())
+	s.guard = newGuard(cfg, s.access)
 
 	cache := shard.NewIndexCache(cfg.IndexCacheBytes)
 	notifier := shard.NewNotifier()
@@ -238,18 +270,24 @@ func New(cfg Config) (*Server, error) {
 				return nil, fmt.Errorf("server: register metrics: %w", err)
 			}
 		}
+		for _, c := range s.guard.collectors() {
+			if err := reg.Register(c); err != nil {
+				return nil, fmt.Errorf("server: register metrics: %w", err)
+			}
+		}
 	}
 
 	opts := append([]grpc.ServerOption{
 		grpc.MaxRecvMsgSize(cfg.MaxMessageBytes),
 		grpc.MaxSendMsgSize(cfg.MaxMessageBytes),
-		grpc.ChainUnaryInterceptor(s.accessLog, s.recoverUnary, s.defaultDeadline),
-		grpc.ChainStreamInterceptor(s.recoverStream, s.cancelOnShutdown),
+		grpc.ChainUnaryInterceptor(s.accessLog, s.recoverUnary, s.guard.unary, s.defaultDeadline),
+		grpc.ChainStreamInterceptor(s.recoverStream, s.guard.stream, s.cancelOnShutdown),
 		// Stop waits for handlers to return, so that no append is still
 		// using a writer when Shutdown closes the writers.
 		grpc.WaitForHandlers(true),
-	}, cfg.ServerOptions...)
+	}, append(cfg.connOptions(), cfg.ServerOptions...)...)
 	s.grpc = grpc.NewServer(opts...)
+	s.healthOnly = newHealthOnly(cfg, s.health)
 	rolloutv1.RegisterRolloutServiceServer(s.grpc, svc)
 	healthpb.RegisterHealthServer(s.grpc, s.health)
 	reflection.Register(s.grpc)
@@ -314,6 +352,7 @@ func (s *Server) Shutdown(ctx context.Context) {
 		s.grpc.Stop()
 		<-stopped
 	}
+	s.healthOnly.Stop()
 
 	closed, failed := s.writers.closeAll(ctx)
 	s.log.Info("shutdown: writers closed", zap.Int("closed", closed), zap.Int("aborted", failed), zap.Duration("elapsed", time.Since(start)))
