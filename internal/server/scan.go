@@ -38,15 +38,23 @@ func (s *service) Scan(req *rolloutv1.ScanRequest, stream grpc.ServerStreamingSe
 		Follow:   req.GetFollow(),
 		Notifier: s.notifier,
 	}
+	// Without a filter or a projection, records go out as stored.
+	opts.Raw = opts.Filter == nil && len(req.GetFields().GetPaths()) == 0
 	err = s.reader.Scan(ctx, req.GetShard(), opts, func(b shard.Batch) error {
-		for _, r := range b.Records {
-			project(r)
+		var err error
+		if opts.Raw {
+			err = stream.SendMsg(newScanFrame(b.Raw, b.Cursor))
+		} else {
+			for _, r := range b.Records {
+				project(r)
+			}
+			err = stream.Send(&rolloutv1.ScanResponse{Records: b.Records, Cursor: b.Cursor})
 		}
-		if err := stream.Send(&rolloutv1.ScanResponse{Records: b.Records, Cursor: b.Cursor}); err != nil {
+		if err != nil {
 			return err
 		}
 		cursor = b.Cursor
-		s.metrics.scannedRecords.Add(float64(len(b.Records)))
+		s.metrics.scannedRecords.Add(float64(len(b.Records) + len(b.Raw)))
 		return nil
 	})
 	switch {

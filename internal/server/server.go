@@ -285,6 +285,8 @@ func New(cfg Config) (*Server, error) {
 		// Stop waits for handlers to return, so that no append is still
 		// using a writer when Shutdown closes the writers.
 		grpc.WaitForHandlers(true),
+		// Unfiltered scans forward stored records without re-encoding.
+		grpc.ForceServerCodecV2(newPassthroughCodec()),
 	}, append(cfg.connOptions(), cfg.ServerOptions...)...)
 	s.grpc = grpc.NewServer(opts...)
 	s.healthOnly = newHealthOnly(cfg, s.health)

@@ -42,6 +42,10 @@ type ScanOptions struct {
 	BatchBytes   int
 	// ReadBytes bounds one ranged GET of record bytes. Default 4 MiB.
 	ReadBytes int64
+	// Raw delivers each record's stored encoding (a checksum-verified
+	// rollout.v1.Record message) in Batch.Raw instead of decoding it, for a
+	// caller that only forwards records. It cannot be combined with Filter.
+	Raw bool
 }
 
 func (o ScanOptions) withDefaults() ScanOptions {
@@ -68,7 +72,9 @@ func (o ScanOptions) withDefaults() ScanOptions {
 // may carry no records, only a cursor that moved past filtered ones.
 type Batch struct {
 	Records []*rolloutv1.Record
-	Cursor  uint64
+	// Raw holds the records' encodings instead, with ScanOptions.Raw.
+	Raw    [][]byte
+	Cursor uint64
 }
 
 // errScanDone stops a scan at its limit.
@@ -85,6 +91,9 @@ var errScanDone = errors.New("scan limit reached")
 // ErrCorrupt naming the blob, a storage error, or ctx's error (Follow ends
 // only that way).
 func (r *Reader) Scan(ctx context.Context, shard string, opts ScanOptions, emit func(Batch) error) error {
+	if opts.Raw && opts.Filter != nil {
+		return errors.New("shard: a raw scan cannot filter")
+	}
 	opts = opts.withDefaults()
 	s := &scanner{r: r, shard: shard, opts: opts, emit: emit, cursor: opts.AfterSeq, emitted: opts.AfterSeq}
 	var wait func() <-chan struct{}
@@ -129,6 +138,7 @@ type scanner struct {
 	emit      func(Batch) error
 	cursor    uint64 // last seq examined
 	emitted   uint64 // cursor of the last batch emitted
+	sent      int    // records in batches already emitted
 	delivered int
 	batch     Batch
 	batchSize int
@@ -223,6 +233,12 @@ func (s *scanner) generation(ctx context.Context, g *storagepb.Generation) error
 			if err != nil {
 				return fmt.Errorf("%w: blob %s: %w", ErrCorrupt, name, err)
 			}
+			if s.opts.Raw {
+				if err := s.addRaw(b, e.GetSeq()); err != nil {
+					return err
+				}
+				continue
+			}
 			rec := &rolloutv1.Record{}
 			if err := proto.Unmarshal(b, rec); err != nil {
 				return fmt.Errorf("%w: blob %s: record %q: %w", ErrCorrupt, name, e.GetId(), err)
@@ -243,6 +259,15 @@ type chunk struct {
 	err        error
 }
 
+// addRaw puts one record's encoding into the batch.
+func (s *scanner) addRaw(b []byte, seq uint64) error {
+	s.cursor = seq
+	s.batch.Cursor = seq
+	s.batch.Raw = append(s.batch.Raw, b)
+	s.batchSize += len(b)
+	return s.after()
+}
+
 // add puts one record (or, filtered out, just its seq) into the batch.
 func (s *scanner) add(rec *rolloutv1.Record, seq uint64, size int) error {
 	s.cursor = seq
@@ -250,26 +275,33 @@ func (s *scanner) add(rec *rolloutv1.Record, seq uint64, size int) error {
 	if s.opts.Filter == nil || s.opts.Filter(rec) {
 		s.batch.Records = append(s.batch.Records, rec)
 		s.batchSize += size
-		s.delivered++
 	}
+	return s.after()
+}
+
+// after counts what add delivered and flushes a full batch.
+func (s *scanner) after() error {
+	s.delivered = s.sent + len(s.batch.Records) + len(s.batch.Raw)
 	if s.opts.Limit > 0 && s.delivered >= s.opts.Limit {
 		if err := s.flush(); err != nil {
 			return err
 		}
 		return errScanDone
 	}
-	if len(s.batch.Records) >= s.opts.BatchRecords || s.batchSize >= s.opts.BatchBytes {
+	if len(s.batch.Records)+len(s.batch.Raw) >= s.opts.BatchRecords || s.batchSize >= s.opts.BatchBytes {
 		return s.flush()
 	}
 	return nil
 }
 
 func (s *scanner) flush() error {
-	if len(s.batch.Records) == 0 && s.batch.Cursor <= s.emitted {
+	n := len(s.batch.Records) + len(s.batch.Raw)
+	if n == 0 && s.batch.Cursor <= s.emitted {
 		return nil
 	}
 	b := s.batch
 	s.batch, s.batchSize = Batch{}, 0
 	s.emitted = b.Cursor
+	s.sent += n
 	return s.emit(b)
 }

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/protobuf/proto"
+
 	rolloutv1 "github.com/rolloutd/rolloutd/gen/rollout/v1"
 	"github.com/rolloutd/rolloutd/internal/blob"
 	"github.com/rolloutd/rolloutd/internal/blob/memstore"
@@ -109,6 +111,46 @@ func TestScanResumesFromEveryCursor(t *testing.T) {
 				t.Fatalf("after %d: record %d is %q, want %q", cur, i, rec.GetId(), all[cur+i].GetId())
 			}
 		}
+	}
+}
+
+func TestScanRawMatchesDecoded(t *testing.T) {
+	store := memstore.New()
+	w := open(t, store, "s")
+	for i := range 30 {
+		if _, err := w.Append(context.Background(), entries(t, ids(fmt.Sprint("b", i), 2)...)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	reader := NewReader(store, ReaderOptions{})
+	want := scanAll(t, reader, "s", ScanOptions{AfterSeq: 5})
+	var got []*rolloutv1.Record
+	err := reader.Scan(context.Background(), "s", ScanOptions{AfterSeq: 5, Raw: true, Limit: 50, BatchRecords: 8}, func(b Batch) error {
+		if len(b.Records) != 0 {
+			t.Errorf("raw scan decoded %d records", len(b.Records))
+		}
+		for _, raw := range b.Raw {
+			r := &rolloutv1.Record{}
+			if err := proto.Unmarshal(raw, r); err != nil {
+				return err
+			}
+			got = append(got, r)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 50 {
+		t.Fatalf("raw scan with limit 50 gave %d records", len(got))
+	}
+	for i := range got {
+		if !proto.Equal(got[i], want[i]) {
+			t.Fatalf("raw record %d = %v, decoded %v", i, got[i], want[i])
+		}
+	}
+	if err := reader.Scan(context.Background(), "s", ScanOptions{Raw: true, Filter: func(*rolloutv1.Record) bool { return true }}, func(Batch) error { return nil }); err == nil {
+		t.Fatal("a raw scan with a filter was accepted")
 	}
 }
 
