@@ -54,10 +54,12 @@ type config struct {
 	LogFormat string
 	LogLevel  string
 
+	securityConfig // TLS, mTLS, authorization, limits (security.go)
+
 	// Derived by validate.
 	store     storeLocation
 	logLevel  zapcore.Level
-	azureConn string // from AZURE_STORAGE_CONNECTION_STRING; never logged
+	azureConn string // from AZURE_STORAGE_CONNECTION_STRING or --azure-connection-string-file; never logged
 }
 
 // storeLocation is a parsed --store.
@@ -120,6 +122,7 @@ Usage: rolloutd [flags]
 	fs.DurationVar(&c.DrainDelay, "drain-delay", 2*time.Second, "how long to keep serving after reporting NOT_SERVING on shutdown, so load balancers stop sending")
 	fs.StringVar(&c.LogFormat, "log-format", "json", "log `format`: json or console")
 	fs.StringVar(&c.LogLevel, "log-level", "info", "log `level`: debug, info, warn or error")
+	c.securityConfig.registerFlags(fs)
 
 	if err := fs.Parse(args); err != nil {
 		return nil, err
@@ -148,6 +151,9 @@ Usage: rolloutd [flags]
 		c.AzureAccountURL = getenv(envAccountURL)
 	}
 	c.azureConn = getenv(envConnectionString)
+	if err := c.readConnectionStringFile(); err != nil {
+		return nil, err
+	}
 	if err := c.validate(); err != nil {
 		return nil, err
 	}
@@ -170,9 +176,9 @@ func (c *config) validate() error {
 	if loc.Container != "" {
 		switch {
 		case c.azureConn == "" && c.AzureAccountURL == "":
-			return fmt.Errorf("--store %s needs credentials: set %s (Azurite, development) or --azure-account-url / %s (workload identity)", c.Store, envConnectionString, envAccountURL)
+			return fmt.Errorf("--store %s needs credentials: set %s or --azure-connection-string-file (Azurite, development) or --azure-account-url / %s (workload identity)", c.Store, envConnectionString, envAccountURL)
 		case c.azureConn != "" && c.AzureAccountURL != "":
-			return fmt.Errorf("--azure-account-url %q and %s are both set: set one (the account URL for workload identity, the connection string for Azurite or development)", c.AzureAccountURL, envConnectionString)
+			return fmt.Errorf("--azure-account-url %q and a connection string (%s or --azure-connection-string-file) are both set: set one (the account URL for workload identity, the connection string for Azurite or development)", c.AzureAccountURL, envConnectionString)
 		case c.AzureAccountURL != "":
 			u, err := url.Parse(c.AzureAccountURL)
 			if err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" {
@@ -221,7 +227,7 @@ func (c *config) validate() error {
 		return fmt.Errorf("--log-level %q: want debug, info, warn or error", c.LogLevel)
 	}
 	c.logLevel = lvl
-	return nil
+	return c.validateSecurity()
 }
 
 // parseStore parses --store: azblob://CONTAINER[/PREFIX], file:///abs/path,

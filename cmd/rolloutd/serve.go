@@ -38,6 +38,12 @@ func serve(ctx context.Context, stopSignals func(), cfg *config) error {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 
+	sec, err := newSecurity(cfg, log, reg)
+	if err != nil {
+		return err
+	}
+	defer sec.Close()
+
 	store, closeStore, err := openStore(ctx, cfg, log)
 	if err != nil {
 		return err
@@ -48,7 +54,7 @@ func serve(ctx context.Context, stopSignals func(), cfg *config) error {
 		}
 	}()
 
-	srv, err := server.New(server.Config{
+	scfg := server.Config{
 		Store:      instrumented.New(store, instrumented.NewMetrics(reg)),
 		Logger:     log,
 		Registerer: reg,
@@ -63,7 +69,9 @@ func serve(ctx context.Context, stopSignals func(), cfg *config) error {
 		MaxRecordBytes:  int(cfg.MaxRecordBytes),
 		DefaultDeadline: cfg.DefaultDeadline,
 		DrainDelay:      cfg.DrainDelay,
-	})
+	}
+	sec.apply(&scfg)
+	srv, err := server.New(scfg)
 	if err != nil {
 		return err
 	}
@@ -77,9 +85,25 @@ func serve(ctx context.Context, stopSignals func(), cfg *config) error {
 		lis.Close()
 		return fmt.Errorf("--metrics-listen %s: %w", cfg.MetricsListen, err)
 	}
+	mlis = sec.metricsListener(mlis, log)
+	var hlis net.Listener
+	if cfg.HealthListen != "" {
+		if hlis, err = net.Listen("tcp", cfg.HealthListen); err != nil {
+			lis.Close()
+			mlis.Close()
+			return fmt.Errorf("--health-listen %s: %w", cfg.HealthListen, err)
+		}
+	}
 	metrics := &http.Server{Handler: server.DebugHandler(reg), ReadHeaderTimeout: 10 * time.Second}
 
-	errc := make(chan error, 2)
+	errc := make(chan error, 3)
+	if hlis != nil {
+		go func() {
+			if err := srv.ServeHealth(hlis); err != nil {
+				errc <- fmt.Errorf("health server: %w", err)
+			}
+		}()
+	}
 	go func() {
 		if err := srv.Serve(lis); err != nil {
 			errc <- fmt.Errorf("gRPC server: %w", err)

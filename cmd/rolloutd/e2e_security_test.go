@@ -1,0 +1,251 @@
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/status"
+
+	rolloutv1 "github.com/rolloutd/rolloutd/gen/rollout/v1"
+	"github.com/rolloutd/rolloutd/internal/testutil/testpki"
+)
+
+// startBare starts rolloutd with args and env, on free loopback ports, and
+// waits for its listener lines; it checks no health (the caller knows which
+// transport to use). The inherited environment loses every AZURE_* variable,
+// so only env supplies credentials.
+func startBare(t *testing.T, env []string, args ...string) *proc {
+	t.Helper()
+	args = append([]string{"--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0", "--drain-delay", "100ms"}, args...)
+	p := &proc{t: t, cmd: exec.Command(binary, args...), exited: make(chan struct{})}
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "AZURE_") && !strings.HasPrefix(kv, envPrefix) {
+			p.cmd.Env = append(p.cmd.Env, kv)
+		}
+	}
+	p.cmd.Env = append(p.cmd.Env, env...)
+	stderr, err := p.cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	addrs := make(chan [2]string, 1)
+	go p.readLog(stderr, addrs)
+	t.Cleanup(p.kill)
+	select {
+	case a := <-addrs:
+		p.grpcAddr, p.metricsAddr = a[0], a[1]
+	case <-p.exited:
+		t.Fatalf("rolloutd exited at startup (%v):\n%s", p.exitErr, p.output())
+	case <-time.After(30 * time.Second):
+		t.Fatalf("rolloutd did not start:\n%s", p.output())
+	}
+	return p
+}
+
+// logAddr waits for a log line with message msg and returns its addr.
+func (p *proc) logAddr(msg string) string {
+	p.t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		for _, line := range strings.Split(p.output(), "\n") {
+			var e struct{ Msg, Addr string }
+			if json.Unmarshal([]byte(line), &e) == nil && e.Msg == msg && e.Addr != "" {
+				return e.Addr
+			}
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	p.t.Fatalf("no %q line:\n%s", msg, p.output())
+	return ""
+}
+
+// waitLog waits until the log matches re.
+func (p *proc) waitLog(re string) {
+	p.t.Helper()
+	r := regexp.MustCompile(re)
+	deadline := time.Now().Add(10 * time.Second)
+	for !r.MatchString(p.output()) {
+		if time.Now().After(deadline) {
+			p.t.Fatalf("the log never matched %q:\n%s", re, p.output())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func grpcClient(t *testing.T, addr string, creds credentials.TransportCredentials) *grpc.ClientConn {
+	t.Helper()
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(creds))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return conn
+}
+
+func ctx10s(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+const e2ePolicy = `grants:
+  - identities: ["spiffe://e2e/ns/team-a/sa/trainer"]
+    shardPrefixes: [team-a]
+    verbs: [append, get, scan]
+`
+
+// The real binary under mTLS with a policy: a plaintext health-only
+// listener for probes, TLS metrics, default-deny authorization, and TLS
+// material and policy reloaded from disk while it runs.
+func TestBinaryMutualTLS(t *testing.T) {
+	dir := t.TempDir()
+	serverCA, clientCA := testpki.NewCA(t, "server CA"), testpki.NewCA(t, "client CA")
+	certFile, keyFile := serverCA.Server(t, "server-1").Write(t, dir)
+	caFile, policyFile := filepath.Join(dir, "client-ca.pem"), filepath.Join(dir, "policy.yaml")
+	testpki.WriteFile(t, caFile, clientCA.PEM)
+	testpki.WriteFile(t, policyFile, []byte(e2ePolicy))
+
+	p := startBare(t, nil, "--store", filepath.Join(dir, "data"),
+		"--tls-cert", certFile, "--tls-key", keyFile, "--tls-client-ca", caFile, "--authz-file", policyFile,
+		"--health-listen", "127.0.0.1:0", "--metrics-tls", "tls", "--reload-interval", "50ms")
+	healthAddr := p.logAddr("serving health")
+
+	// Probes: plaintext health on the health port, no certificate.
+	resp, err := healthpb.NewHealthClient(grpcClient(t, healthAddr, insecure.NewCredentials())).Check(ctx10s(t), &healthpb.HealthCheckRequest{}, grpc.WaitForReady(true))
+	if err != nil || resp.GetStatus() != healthpb.HealthCheckResponse_SERVING {
+		t.Fatalf("health on --health-listen: %v %v", resp, err)
+	}
+	// The gRPC port refuses plaintext.
+	if _, err := healthpb.NewHealthClient(grpcClient(t, p.grpcAddr, insecure.NewCredentials())).Check(ctx10s(t), &healthpb.HealthCheckRequest{}); status.Code(err) != codes.Unavailable {
+		t.Errorf("plaintext on the mTLS port: %v", err)
+	}
+
+	clientCreds := func(leaf *testpki.Leaf) credentials.TransportCredentials {
+		c := leaf.TLS(t)
+		return credentials.NewTLS(&tls.Config{RootCAs: serverCA.Pool(), ServerName: "localhost", Certificates: []tls.Certificate{c}})
+	}
+	trainer := rolloutv1.NewRolloutServiceClient(grpcClient(t, p.grpcAddr, clientCreds(clientCA.ClientURI(t, "spiffe://e2e/ns/team-a/sa/trainer"))))
+	other := rolloutv1.NewRolloutServiceClient(grpcClient(t, p.grpcAddr, clientCreds(clientCA.ClientURI(t, "spiffe://e2e/ns/team-b/sa/trainer"))))
+
+	if _, err := appendOne(ctx10s(t), trainer, "team-a/run1", "a"); err != nil {
+		t.Fatalf("granted append: %v", err)
+	}
+	if _, err := appendOne(ctx10s(t), trainer, "team-ab/run1", "a"); status.Code(err) != codes.PermissionDenied {
+		t.Errorf("append to team-ab by team-a's trainer: %v", err)
+	}
+	_, err = appendOne(ctx10s(t), other, "team-a/run1", "b")
+	if status.Code(err) != codes.PermissionDenied || !strings.Contains(err.Error(), "spiffe://e2e/ns/team-b/sa/trainer") || !strings.Contains(err.Error(), "append") {
+		t.Errorf("append by an identity without a grant: %v", err)
+	}
+
+	// Metrics over TLS, trusted through the server CA; plaintext HTTP is
+	// turned away.
+	hc := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: serverCA.Pool(), ServerName: "localhost"}}}
+	mresp, err := hc.Get("https://" + p.metricsAddr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(mresp.Body)
+	mresp.Body.Close()
+	for _, m := range []string{`rolloutd_rpc_denied_total{verb="append"} 2`, "rolloutd_tls_certificate_expiry_timestamp_seconds", "rolloutd_authz_policy_reload_failures_total 0"} {
+		if !strings.Contains(string(body), m) {
+			t.Errorf("/metrics over TLS lacks %q", m)
+		}
+	}
+	if presp, err := http.Get("http://" + p.metricsAddr + "/metrics"); err == nil {
+		presp.Body.Close()
+		if presp.StatusCode != http.StatusBadRequest {
+			t.Errorf("plaintext /metrics on the TLS metrics port: %s", presp.Status)
+		}
+	}
+
+	// Rotation: a new server certificate on disk reaches new connections.
+	serverCA.Server(t, "server-2").Write(t, dir)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		var pr peer.Peer
+		c := rolloutv1.NewRolloutServiceClient(grpcClient(t, p.grpcAddr, clientCreds(clientCA.ClientURI(t, "spiffe://e2e/ns/team-a/sa/trainer"))))
+		_, err := c.Get(ctx10s(t), &rolloutv1.GetRequest{Shard: "team-a/run1", Id: "a"}, grpc.Peer(&pr))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if cn := pr.AuthInfo.(credentials.TLSInfo).State.PeerCertificates[0].Subject.CommonName; cn == "server-2" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the rotated server certificate was not served")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+
+	// A broken policy is rejected and logged; the old one stays.
+	testpki.WriteFile(t, policyFile, []byte(strings.Replace(e2ePolicy, "verbs:", "verb:", 1)))
+	p.waitLog(`config reload: rejected the changed files`)
+	if _, err := appendOne(ctx10s(t), trainer, "team-a/run1", "c"); err != nil {
+		t.Errorf("after a broken policy: %v", err)
+	}
+	// A valid one applies.
+	testpki.WriteFile(t, policyFile, []byte(strings.Replace(e2ePolicy, "team-a/sa/trainer", "team-b/sa/trainer", 1)))
+	p.waitLog(`authz: policy in force.*team-b/sa/trainer`)
+	if _, err := appendOne(ctx10s(t), other, "team-a/run1", "d"); err != nil {
+		t.Errorf("after granting team-b's trainer: %v", err)
+	}
+	if _, err := appendOne(ctx10s(t), trainer, "team-a/run1", "e"); status.Code(err) != codes.PermissionDenied {
+		t.Errorf("after revoking team-a's trainer: %v", err)
+	}
+
+	if code, took := p.signal(syscall.SIGTERM, 30*time.Second); code != 0 {
+		t.Errorf("exit code %d after SIGTERM (%v)", code, took)
+	}
+}
+
+// The Azure connection string can come from a file named by a flag; the
+// binary then works against Azurite and never logs the key.
+func TestBinaryConnectionStringFile(t *testing.T) {
+	_, store := azureEnv(t)
+	file := filepath.Join(t.TempDir(), "connection-string")
+	if err := os.WriteFile(file, []byte(az.ConnectionString+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	key := regexp.MustCompile(`AccountKey=([^;]+)`).FindStringSubmatch(az.ConnectionString)
+	if key == nil {
+		t.Fatalf("no AccountKey in %q", az.ConnectionString)
+	}
+	p := startBare(t, nil, "--store", store, "--azure-connection-string-file", file)
+	c := rolloutv1.NewRolloutServiceClient(grpcClient(t, p.grpcAddr, insecure.NewCredentials()))
+	if _, err := appendOne(ctx10s(t), c, "s", "a"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Get(ctx10s(t), &rolloutv1.GetRequest{Shard: "s", Id: "a"}); err != nil {
+		t.Fatal(err)
+	}
+	if code, _ := p.signal(syscall.SIGTERM, 30*time.Second); code != 0 {
+		t.Errorf("exit code %d", code)
+	}
+	if strings.Contains(p.output(), key[1]) {
+		t.Error("the log contains the account key")
+	}
+	if strings.Contains(strings.Join(p.cmd.Args, " "), key[1]) {
+		t.Error("the command line contains the account key")
+	}
+}

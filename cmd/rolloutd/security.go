@@ -1,0 +1,256 @@
+package main
+
+import (
+	"crypto/tls"
+	"errors"
+	"flag"
+	"fmt"
+	"net"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+
+	"github.com/rolloutd/rolloutd/internal/authz"
+	"github.com/rolloutd/rolloutd/internal/ratelimit"
+	"github.com/rolloutd/rolloutd/internal/server"
+	"github.com/rolloutd/rolloutd/internal/tlsreload"
+)
+
+// securityConfig is the part of the config about who may connect and what
+// they may do: TLS, mTLS, the authorization policy, the health-only
+// listener, the metrics listener's TLS, connection limits, the append rate
+// limit, and where the Azure connection string comes from.
+type securityConfig struct {
+	TLSCert        string
+	TLSKey         string
+	TLSClientCA    string
+	AuthzFile      string
+	ReloadInterval time.Duration
+	HealthListen   string
+	MetricsTLS     string
+
+	MaxConcurrentStreams         int
+	KeepaliveMinTime             time.Duration
+	KeepalivePermitWithoutStream bool
+	MaxConnectionAge             time.Duration
+	MaxConnectionAgeGrace        time.Duration
+
+	AppendRateLimit byteSize
+	AppendRateBurst byteSize
+
+	AzureConnectionStringFile string
+}
+
+// Values of --metrics-tls.
+const (
+	metricsTLSOff  = "off"
+	metricsTLSOn   = "tls"
+	metricsTLSMTLS = "mtls"
+)
+
+func (c *securityConfig) registerFlags(fs *flag.FlagSet) {
+	fs.StringVar(&c.TLSCert, "tls-cert", "", "PEM certificate `file` (chain, leaf first) for TLS on --listen; reloaded when it changes. With --tls-key; without both, gRPC is plaintext")
+	fs.StringVar(&c.TLSKey, "tls-key", "", "PEM private key `file` of --tls-cert; reloaded when it changes")
+	fs.StringVar(&c.TLSClientCA, "tls-client-ca", "", "PEM `file` of the CAs client certificates must chain to: mutual TLS. A client's identity is its certificate's\n"+
+		"first URI SAN (SPIFFE ID), else first DNS SAN, else CN; reloaded when it changes")
+	fs.StringVar(&c.AuthzFile, "authz-file", "", "YAML or JSON authorization policy `file`: which identities may append, get or scan which shard\n"+
+		"prefixes; default deny. Needs --tls-client-ca. Reloaded when it changes; an invalid change is logged and ignored")
+	fs.DurationVar(&c.ReloadInterval, "reload-interval", 10*time.Second, "how often the TLS files and the policy file are checked for changes")
+	fs.StringVar(&c.HealthListen, "health-listen", "", "`address` of a plaintext listener serving only grpc.health.v1, for kubelet gRPC probes under mTLS (empty: none)")
+	fs.StringVar(&c.MetricsTLS, "metrics-tls", metricsTLSOff, "serve --metrics-listen over TLS with --tls-cert: off, tls, or mtls (also require a client certificate from --tls-client-ca)")
+	fs.IntVar(&c.MaxConcurrentStreams, "max-concurrent-streams", server.DefaultMaxConcurrentStreams, "maximum RPCs in flight on one client connection")
+	fs.DurationVar(&c.KeepaliveMinTime, "keepalive-min-time", server.DefaultKeepaliveMinTime, "shortest interval at which clients may ping; a client that pings more often is disconnected")
+	fs.BoolVar(&c.KeepalivePermitWithoutStream, "keepalive-permit-without-stream", true, "let clients ping (no more often than --keepalive-min-time) while they have no RPC in flight")
+	fs.DurationVar(&c.MaxConnectionAge, "max-connection-age", server.DefaultMaxConnectionAge, "ask clients to reconnect after about this long, so load spreads over new instances (0: never)")
+	fs.DurationVar(&c.MaxConnectionAgeGrace, "max-connection-age-grace", server.DefaultMaxConnectionAgeGrace, "time RPCs in flight get to finish after that; longer Scan streams are cut and resume from their cursor")
+	fs.Var(&c.AppendRateLimit, "append-rate-limit", "`bytes` per second each client identity may append (by client address without mTLS); 0: no limit.\n"+
+		"Over it, Append fails RESOURCE_EXHAUSTED with a google.rpc.RetryInfo delay")
+	fs.Var(&c.AppendRateBurst, "append-rate-burst", "`bytes` an identity may append at once under --append-rate-limit (default: the larger of the limit and\n"+
+		"--max-message-bytes, so that every batch the server accepts can pass)")
+	fs.StringVar(&c.AzureConnectionStringFile, "azure-connection-string-file", "", "`file` holding the Azure Storage connection string (Azurite, development), as an alternative to\n"+
+		envConnectionString+"; there is no flag for the string itself, since flags show in ps")
+}
+
+// validateSecurity checks the security flags. Each error names the flag.
+func (c *config) validateSecurity() error {
+	s := &c.securityConfig
+	switch {
+	case (s.TLSCert == "") != (s.TLSKey == ""):
+		return errors.New("--tls-cert and --tls-key go together: set both, or neither for plaintext")
+	case s.TLSClientCA != "" && s.TLSCert == "":
+		return errors.New("--tls-client-ca needs --tls-cert and --tls-key: mutual TLS is TLS first")
+	case s.AuthzFile != "" && s.TLSClientCA == "":
+		return errors.New("--authz-file needs --tls-client-ca: the policy names identities, which come from client certificates")
+	case s.ReloadInterval <= 0:
+		return fmt.Errorf("--reload-interval %s: must be positive", s.ReloadInterval)
+	case s.MaxConcurrentStreams < 1:
+		return fmt.Errorf("--max-concurrent-streams %d: must be at least 1", s.MaxConcurrentStreams)
+	case s.KeepaliveMinTime <= 0:
+		return fmt.Errorf("--keepalive-min-time %s: must be positive", s.KeepaliveMinTime)
+	case s.MaxConnectionAge < 0 || s.MaxConnectionAgeGrace <= 0:
+		return errors.New("--max-connection-age must not be negative and --max-connection-age-grace must be positive")
+	case s.AppendRateBurst > 0 && s.AppendRateLimit == 0:
+		return errors.New("--append-rate-burst needs --append-rate-limit")
+	}
+	switch s.MetricsTLS {
+	case metricsTLSOff:
+	case metricsTLSOn, metricsTLSMTLS:
+		if s.TLSCert == "" {
+			return fmt.Errorf("--metrics-tls %s needs --tls-cert and --tls-key", s.MetricsTLS)
+		}
+		if s.MetricsTLS == metricsTLSMTLS && s.TLSClientCA == "" {
+			return errors.New("--metrics-tls mtls needs --tls-client-ca")
+		}
+	default:
+		return fmt.Errorf("--metrics-tls %q: want off, tls or mtls", s.MetricsTLS)
+	}
+	if s.HealthListen != "" {
+		if _, _, err := net.SplitHostPort(s.HealthListen); err != nil {
+			return fmt.Errorf("--health-listen %q: want host:port or :port: %w", s.HealthListen, err)
+		}
+	}
+	if s.AppendRateLimit > 0 && s.AppendRateBurst == 0 {
+		s.AppendRateBurst = max(s.AppendRateLimit, c.MaxMessageBytes)
+	}
+	return nil
+}
+
+// readConnectionStringFile reads --azure-connection-string-file into
+// azureConn. Setting it and AZURE_STORAGE_CONNECTION_STRING is ambiguous.
+// The string itself is never logged or put in an error.
+func (c *config) readConnectionStringFile() error {
+	f := c.AzureConnectionStringFile
+	if f == "" {
+		return nil
+	}
+	if c.azureConn != "" {
+		return fmt.Errorf("--azure-connection-string-file and %s are both set: set one", envConnectionString)
+	}
+	b, err := os.ReadFile(f)
+	if err != nil {
+		return fmt.Errorf("--azure-connection-string-file: %w", err)
+	}
+	s := strings.TrimSpace(string(b))
+	if s == "" {
+		return fmt.Errorf("--azure-connection-string-file %s: the file is empty", f)
+	}
+	c.azureConn = s
+	return nil
+}
+
+// security is what the security flags build: TLS material and the policy,
+// each reloaded from disk, and the rate limiter.
+type security struct {
+	cfg      *securityConfig
+	tls      *tlsreload.Reloader // nil without --tls-cert
+	authz    *authz.Authorizer   // nil without --authz-file
+	limiter  *ratelimit.Limiter  // nil without --append-rate-limit
+	grpcOpts []grpc.ServerOption
+}
+
+// newSecurity loads the TLS files and the policy (failing on invalid ones:
+// rolloutd never starts less protected than configured), starts watching
+// them, and registers their metrics with reg. Close stops the watching.
+func newSecurity(cfg *config, log *zap.Logger, reg prometheus.Registerer) (*security, error) {
+	s := &security{cfg: &cfg.securityConfig}
+	c := s.cfg
+	if c.TLSCert != "" {
+		r, err := tlsreload.New(tlsreload.Config{CertFile: c.TLSCert, KeyFile: c.TLSKey, ClientCAFile: c.TLSClientCA,
+			Interval: c.ReloadInterval, Logger: log})
+		if err != nil {
+			return nil, fmt.Errorf("--tls-cert/--tls-key/--tls-client-ca: %w", err)
+		}
+		s.tls = r
+		s.grpcOpts = append(s.grpcOpts, grpc.Creds(credentials.NewTLS(r.Config())))
+		reg.MustRegister(
+			prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+				Name: "rolloutd_tls_certificate_expiry_timestamp_seconds",
+				Help: "When the serving certificate in force expires (Unix time).",
+			}, func() float64 { return float64(r.NotAfter().Unix()) }),
+			prometheus.NewCounterFunc(prometheus.CounterOpts{
+				Name: "rolloutd_tls_reload_failures_total",
+				Help: "Changed TLS files that were rejected (the material in force stayed).",
+			}, func() float64 { _, f := r.Stats(); return float64(f) }),
+		)
+	}
+	if c.AuthzFile != "" {
+		a, err := authz.Load(c.AuthzFile, c.ReloadInterval, log)
+		if err != nil {
+			s.Close()
+			return nil, err
+		}
+		s.authz = a
+		reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "rolloutd_authz_policy_reload_failures_total",
+			Help: "Changed policy files that were rejected (the policy in force stayed).",
+		}, func() float64 { _, f := a.Stats(); return float64(f) }))
+	}
+	if c.AppendRateLimit > 0 {
+		l, err := ratelimit.New(float64(c.AppendRateLimit), int(c.AppendRateBurst))
+		if err != nil {
+			s.Close()
+			return nil, fmt.Errorf("--append-rate-limit: %w", err)
+		}
+		s.limiter = l
+	}
+	log.Info("security",
+		zap.Bool("tls", s.tls != nil), zap.Bool("mtls", c.TLSClientCA != ""), zap.String("authz_file", c.AuthzFile),
+		zap.String("health_listen", c.HealthListen), zap.String("metrics_tls", c.MetricsTLS),
+		zap.Int64("append_rate_limit_bytes", int64(c.AppendRateLimit)), zap.Int64("append_rate_burst_bytes", int64(c.AppendRateBurst)))
+	if s.tls == nil {
+		log.Warn("gRPC is plaintext: anyone who reaches --listen can read and write every shard; set --tls-cert, --tls-key and --tls-client-ca outside development")
+	}
+	return s, nil
+}
+
+// apply sets the server's security and connection-limit options.
+func (s *security) apply(sc *server.Config) {
+	sc.Authorizer = s.authz
+	sc.AppendLimiter = s.limiter
+	sc.ServerOptions = append(sc.ServerOptions, s.grpcOpts...)
+	sc.MaxConcurrentStreams = uint32(s.cfg.MaxConcurrentStreams)
+	sc.KeepaliveMinTime = s.cfg.KeepaliveMinTime
+	sc.KeepalivePermitWithoutStream = s.cfg.KeepalivePermitWithoutStream
+	sc.MaxConnectionAge = s.cfg.MaxConnectionAge
+	if sc.MaxConnectionAge == 0 {
+		sc.MaxConnectionAge = -1 // the flag's 0 is never; the server's 0 is its default
+	}
+	sc.MaxConnectionAgeGrace = s.cfg.MaxConnectionAgeGrace
+}
+
+// metricsListener wraps the metrics listener in TLS when --metrics-tls
+// asks for it, and warns when metrics and pprof are plaintext on an address
+// other than loopback while gRPC is protected.
+func (s *security) metricsListener(lis net.Listener, log *zap.Logger) net.Listener {
+	switch s.cfg.MetricsTLS {
+	case metricsTLSOn:
+		return tls.NewListener(lis, s.tls.ServerOnlyConfig())
+	case metricsTLSMTLS:
+		return tls.NewListener(lis, s.tls.Config())
+	}
+	if s.tls != nil && !isLoopback(lis.Addr()) {
+		log.Warn("metrics and /debug/pprof are served in plaintext on a non-loopback address; bind --metrics-listen to 127.0.0.1, restrict it by network policy, or set --metrics-tls",
+			zap.String("addr", lis.Addr().String()))
+	}
+	return lis
+}
+
+func isLoopback(a net.Addr) bool {
+	ta, ok := a.(*net.TCPAddr)
+	return ok && ta.IP.IsLoopback()
+}
+
+// Close stops watching the files.
+func (s *security) Close() {
+	if s.tls != nil {
+		s.tls.Close()
+	}
+	if s.authz != nil {
+		s.authz.Close()
+	}
+}
