@@ -261,6 +261,14 @@ func New(cfg Config) (*Server, error) {
 				Help: "Bytes of records queued or in flight on this instance's shard writers.",
 			}, func() float64 { return float64(s.writers.queuedBytes()) }),
 			prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+				Name: "rolloutd_shard_generations_max",
+				Help: "Most live generations of any shard this instance writes; merges keep it near the count trigger, so growth is a merge backlog.",
+			}, func() float64 { most, _ := s.writers.generations(); return float64(most) }),
+			prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+				Name: "rolloutd_shard_generations",
+				Help: "Live generations over every shard this instance writes.",
+			}, func() float64 { _, total := s.writers.generations(); return float64(total) }),
+			prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 				Name: "rolloutd_index_cache_bytes",
 				Help: "Bytes held by the shared generation footer-index cache.",
 			}, func() float64 { return float64(cache.Bytes()) }),

@@ -309,6 +309,23 @@ func (s *writerSet) queuedBytes() int64 {
 	return n
 }
 
+// generations reports the live generations of the set's writers: the most
+// any one shard has, and the total. A growing maximum is a merge backlog.
+func (s *writerSet) generations() (most, total int) {
+	s.mu.Lock()
+	ws := make([]*shard.Writer, 0, len(s.all))
+	for h := range s.all {
+		ws = append(ws, h.w)
+	}
+	s.mu.Unlock()
+	for _, w := range ws {
+		g := w.Stats().Generations
+		most = max(most, g)
+		total += g
+	}
+	return most, total
+}
+
 // closeAll stops the set: later acquires fail with ErrShuttingDown, opens in
 // flight are cancelled, and every writer is closed gracefully (committing
 // what is queued) in parallel, bounded by ctx. A writer whose Close does not
