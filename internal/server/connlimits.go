@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/reflection"
 )
 
 // Connection limits: what one client connection may hold or do. Each bounds
@@ -92,9 +93,10 @@ func (c Config) connOptions() []grpc.ServerOption {
 
 // newHealthOnly builds the health-only gRPC server: grpc.health.v1 over hs
 // (the main server's, so it reports the same status and goes NOT_SERVING on
-// Shutdown) and nothing else, with small limits. It is meant for a
-// plaintext listener that kubelet's gRPC probes can reach when the main
-// listener requires client certificates; it exposes only the status.
+// Shutdown), and reflection, which lists only that service (so that grpcurl
+// needs no proto files), with small limits. It is meant for a plaintext
+// listener that kubelet's gRPC probes can reach when the main listener
+// requires client certificates; it exposes only the status.
 func newHealthOnly(c Config, hs *health.Server) *grpc.Server {
 	g := grpc.NewServer(
 		grpc.MaxRecvMsgSize(healthMaxMessageBytes),
@@ -103,6 +105,7 @@ func newHealthOnly(c Config, hs *health.Server) *grpc.Server {
 		grpc.ConnectionTimeout(handshakeTimeout),
 	)
 	healthpb.RegisterHealthServer(g, hs)
+	reflection.Register(g)
 	return g
 }
 

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"sort"
 	"strings"
 	"sync"
 	"testing"
@@ -18,6 +19,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/peer"
+	reflectionpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
 	"google.golang.org/grpc/status"
 
 	rolloutv1 "github.com/rolloutd/rolloutd/gen/rollout/v1"
@@ -232,6 +234,27 @@ func TestHealthOnlyListener(t *testing.T) {
 	if _, err := rolloutv1.NewRolloutServiceClient(conn).Append(rpcCtx(t), appendReq("s", "a")); status.Code(err) != codes.Unimplemented {
 		t.Errorf("Append on the health port: %v, want Unimplemented", err)
 	}
+	// Reflection lists the health service and itself, nothing else.
+	rc, err := reflectionpb.NewServerReflectionClient(conn).ServerReflectionInfo(rpcCtx(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rc.Send(&reflectionpb.ServerReflectionRequest{MessageRequest: &reflectionpb.ServerReflectionRequest_ListServices{}}); err != nil {
+		t.Fatal(err)
+	}
+	lr, err := rc.Recv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, s := range lr.GetListServicesResponse().GetService() {
+		names = append(names, s.GetName())
+	}
+	sort.Strings(names)
+	if got := strings.Join(names, " "); got != "grpc.health.v1.Health grpc.reflection.v1.ServerReflection grpc.reflection.v1alpha.ServerReflection" {
+		t.Errorf("the health port lists %s", got)
+	}
+	rc.CloseSend()
 	if _, err := healthpb.NewHealthClient(dialConn(t, ts.addr, nil)).Check(rpcCtx(t), &healthpb.HealthCheckRequest{}); status.Code(err) != codes.Unavailable {
 		t.Errorf("plaintext health on the mTLS port: %v, want refused", err)
 	}
