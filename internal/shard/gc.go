@@ -3,9 +3,11 @@ package shard
 import (
 	"context"
 	"errors"
+	"sync"
 	"time"
 
 	"go.uber.org/zap"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/rolloutd/rolloutd/internal/blob"
 	"github.com/rolloutd/rolloutd/internal/shard/format"
@@ -13,6 +15,9 @@ import (
 
 // maxDeletesPerPass bounds one GC pass's cost.
 const maxDeletesPerPass = 256
+
+// gcDeleteParallelism bounds the deletes of one pass in flight.
+const gcDeleteParallelism = 8
 
 // collector deletes blobs that no manifest will ever reference again. It
 // never acts on a local belief that a write failed, only on the manifest:
@@ -38,27 +43,42 @@ func (c *collector) run(ctx context.Context) {
 	w := c.w
 	m := w.manifest()
 	now := w.opts.Clock.Now()
-	forget := map[genKey]bool{}
+	// Delete a few at a time: a backlog of retirements must drain faster
+	// than merges add to it.
+	var (
+		mu     sync.Mutex
+		forget = map[genKey]bool{}
+		g      errgroup.Group
+		queued int
+	)
+	g.SetLimit(gcDeleteParallelism)
 batches:
 	for _, b := range m.GetRetiredBatches() {
 		if now.Sub(time.Unix(0, b.GetRetiredUnixNanos())) < w.opts.RetireGrace {
 			break // batches are in time order
 		}
 		for i, num := range b.GetNumbers() {
-			if len(forget) == maxDeletesPerPass {
+			if queued == maxDeletesPerPass {
 				break batches
 			}
+			queued++
 			epoch := b.GetEpochs()[i]
-			name := format.GenerationName(w.shard, epoch, num)
-			if err := w.store.Delete(ctx, name, blob.DeleteOptions{}); err != nil && !errors.Is(err, blob.ErrNotFound) {
-				if ctx.Err() == nil {
-					w.log.Warn("gc: delete retired generation failed; will retry", zap.Uint64("generation", num), zap.Error(err))
+			g.Go(func() error {
+				name := format.GenerationName(w.shard, epoch, num)
+				if err := w.store.Delete(ctx, name, blob.DeleteOptions{}); err != nil && !errors.Is(err, blob.ErrNotFound) {
+					if ctx.Err() == nil {
+						w.log.Warn("gc: delete retired generation failed; will retry", zap.Uint64("generation", num), zap.Error(err))
+					}
+					return nil
 				}
-				continue
-			}
-			forget[genKey{epoch, num}] = true
+				mu.Lock()
+				forget[genKey{epoch, num}] = true
+				mu.Unlock()
+				return nil
+			})
 		}
 	}
+	_ = g.Wait()
 	if len(forget) > 0 {
 		e := newEdit()
 		e.forget = forget

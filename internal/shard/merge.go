@@ -133,7 +133,6 @@ func (w *writer) mergeLoop() {
 		<-w.mergeCtx.Done()
 		return
 	}
-	gc := &collector{w: w, nextScan: w.opts.Clock.Now().Add(w.opts.MergeInterval)}
 	for {
 		select {
 		case <-w.mergeCtx.Done():
@@ -152,6 +151,29 @@ func (w *writer) mergeLoop() {
 				}
 				break
 			}
+			select {
+			case w.gcKick <- struct{}{}:
+			default:
+			}
+		}
+	}
+}
+
+// gcLoop is the collector goroutine. It runs beside the merger, so that
+// deleting a backlog of retired generations never holds merging up.
+func (w *writer) gcLoop() {
+	defer close(w.gcDone)
+	if w.opts.DisableMerge {
+		<-w.mergeCtx.Done()
+		return
+	}
+	gc := &collector{w: w, nextScan: w.opts.Clock.Now().Add(w.opts.MergeInterval)}
+	for {
+		select {
+		case <-w.mergeCtx.Done():
+			return
+		case <-w.gcKick:
+		case <-w.opts.Clock.After(w.opts.MergeInterval):
 		}
 		gc.run(w.mergeCtx)
 	}

@@ -108,7 +108,7 @@ func TestMergeUnderLoadKeepsEveryRecordReadable(t *testing.T) {
 				})
 			}
 		})
-		deadline := time.Now().Add(3 * time.Second)
+		deadline := time.Now().Add(30 * time.Second)
 		for w.Stats().Merges < 10 && time.Now().Before(deadline) {
 			time.Sleep(10 * time.Millisecond)
 		}

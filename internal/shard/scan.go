@@ -148,6 +148,7 @@ type scanner struct {
 // It reports whether the cursor moved.
 func (s *scanner) pass(ctx context.Context) (bool, error) {
 	start := s.cursor
+	stuckAt := s.cursor
 	for attempt := 0; ; attempt++ {
 		m, err := s.r.Manifest(ctx, s.shard)
 		if errors.Is(err, ErrShardNotFound) && s.opts.Follow {
@@ -157,10 +158,17 @@ func (s *scanner) pass(ctx context.Context) (bool, error) {
 			return false, err
 		}
 		err = s.generations(ctx, m)
-		if errors.Is(err, blob.ErrNotFound) && attempt < maxReadRetries {
+		if errors.Is(err, blob.ErrNotFound) {
 			// A merge replaced a generation and GC deleted it; the new
 			// manifest has its records, and the cursor says where we were.
-			continue
+			// A long scan may meet this many times; give up only when it
+			// keeps happening without progress.
+			if s.cursor != stuckAt {
+				stuckAt, attempt = s.cursor, 0
+			}
+			if attempt < maxReadRetries {
+				continue
+			}
 		}
 		if err != nil {
 			return s.cursor != start, err

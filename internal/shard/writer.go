@@ -85,6 +85,8 @@ type writer struct {
 	mergeCancel context.CancelFunc
 	mergeKick   chan struct{}
 	mergeDone   chan struct{}
+	gcKick      chan struct{}
+	gcDone      chan struct{}
 
 	mu       sync.Mutex
 	state    state
@@ -125,6 +127,8 @@ func Open(ctx context.Context, store blob.Store, shard string, opts Options) (*W
 
 		mergeKick: make(chan struct{}, 1),
 		mergeDone: make(chan struct{}),
+		gcKick:    make(chan struct{}, 1),
+		gcDone:    make(chan struct{}),
 		inflight:  map[string]inflightRef{},
 	}
 	if err := w.claim(ctx); err != nil {
@@ -138,6 +142,7 @@ func Open(ctx context.Context, store blob.Store, shard string, opts Options) (*W
 	w.mergeCtx, w.mergeCancel = context.WithCancel(w.ctx)
 	go w.run()
 	go w.mergeLoop()
+	go w.gcLoop()
 	h := &Writer{w: w}
 	runtime.AddCleanup(h, func(w *writer) { w.dropped() }, w)
 	return h, nil
@@ -476,6 +481,7 @@ func (w *writer) close(ctx context.Context) error {
 	// that GC removes under a later epoch.
 	w.mergeCancel()
 	<-w.mergeDone
+	<-w.gcDone
 	select {
 	case w.kick <- struct{}{}:
 	default:
@@ -517,6 +523,7 @@ func (w *writer) abort() {
 	}
 	<-w.done
 	<-w.mergeDone
+	<-w.gcDone
 	if wasOpen {
 		w.log.Info("shard writer aborted", zap.Int("discarded_appends", len(queued)))
 	}
