@@ -1,0 +1,333 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/url"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/rolloutd/rolloutd/internal/azure"
+	"github.com/rolloutd/rolloutd/internal/server"
+)
+
+// Modes a run can measure. "resident" is the product path over gRPC (an
+// in-process server on loopback, or --target); "resident-shard" calls a
+// resident shard.Writer directly, in-process, without gRPC.
+const (
+	modeFloor         = "floor"
+	modeResident      = "resident"
+	modeResidentShard = "resident-shard"
+	modePerAppend     = "per-append"
+)
+
+var allModes = []string{modeFloor, modeResident, modeResidentShard, modePerAppend}
+
+const envConnectionString = "AZURE_STORAGE_CONNECTION_STRING"
+
+// config is everything a run is configured with.
+type config struct {
+	// Where the product path runs.
+	Target     string // a running rolloutd's gRPC address
+	TargetTLS  bool
+	TargetCA   string
+	MetricsURL string // the target's /metrics; derived from Target when empty
+	GetTarget  string // "another instance" for --compare's Get target
+	InProcess  bool
+
+	// The blob store: needed in-process, and for floor and per-append.
+	Store         string
+	Azurite       string // "", "http" or "https"
+	AzureMaxConns int
+	MaxWriters    int
+
+	// One load, run in each of Modes.
+	Modes        []string
+	Concurrency  int
+	Shards       int
+	Records      int
+	RecordBytes  int
+	Count        int64
+	Duration     time.Duration
+	ReadFraction float64
+
+	Compare bool
+	Targets []string // --targets: which of "1".."5" --compare runs; empty: all
+	// Diagnose adds diagnostic phases (merging off) to target 1 in-process.
+	Diagnose bool
+	sizes    compareSizes
+
+	JSON       string
+	CPUProfile string
+	Progress   string // auto, plain, off
+	Verbose    bool
+
+	// Derived by validate.
+	store     storeURL
+	azureConn string // from the environment or Azurite; never printed
+}
+
+// compareSizes sizes the phases of --compare. The defaults are the issue's
+// figures; the smoke test shrinks them.
+type compareSizes struct {
+	SingleAppends  int           // target 1: appends per mode, single client
+	PerAppendOps   int           // target 1: per-append appends (each mode)
+	ManyAppends    int64         // target 2: appends, 32 clients over 32 shards
+	ManyClients    int           // target 2
+	PerAppendCap   time.Duration // target 2: bound on the per-append phase's wall time
+	OneShardSingle int           // target 3: single-client appends
+	OneShardEach   int           // target 3: appends per client, 64 clients
+	OneShardConc   int           // target 3: 64
+	WideDuration   time.Duration // target 4
+	WideShards     int           // target 4: 1000
+	WideMaxWriters int           // target 4: 128
+	WideClients    int           // target 4: 32
+	Settle         time.Duration // target 2: socket sampling after the last append (Azurite's keep-alive is 5 s)
+	Gets           int           // target 5: Gets (and read floors)
+	GetRecords     int           // target 5: records in the read shard
+}
+
+var defaultSizes = compareSizes{
+	SingleAppends:  300,
+	PerAppendOps:   100,
+	ManyAppends:    5000,
+	ManyClients:    32,
+	PerAppendCap:   50 * time.Second,
+	OneShardSingle: 200,
+	OneShardEach:   40,
+	OneShardConc:   64,
+	WideDuration:   40 * time.Second,
+	WideShards:     1000,
+	WideMaxWriters: 128,
+	WideClients:    32,
+	Gets:           300,
+	GetRecords:     500,
+	Settle:         7 * time.Second,
+}
+
+// storeURL is a parsed --store.
+type storeURL struct {
+	Kind      string // "mem", "local", "azblob"
+	Dir       string // local: directory ("" = a temporary one)
+	Container string // azblob
+	Prefix    string // azblob
+}
+
+func (s storeURL) String() string {
+	switch s.Kind {
+	case "mem":
+		return "mem://"
+	case "local":
+		if s.Dir == "" {
+			return "file://(temporary directory)"
+		}
+		return "file://" + s.Dir
+	}
+	return "azblob://" + strings.TrimSuffix(s.Container+"/"+s.Prefix, "/")
+}
+
+const usageHead = `rolloutbench measures rolloutd against its floor and against the
+writer-per-append design it replaces, in one run.
+
+Usage:
+  rolloutbench --inprocess [--azurite https] --compare [--json out.json]
+  rolloutbench --target host:50051 [--store azblob://c] --mode resident,floor ...
+  rolloutbench --inprocess --store DIR --mode floor,resident,per-append --concurrency 8 --count 2000
+
+--compare runs the five targets of docs/performance.md back to back and prints
+their ratios. Otherwise each --mode runs the same load (--concurrency,
+--shards, --records, --record-bytes, --count or --duration, --read-fraction)
+and the table compares them. Azure credentials come from
+AZURE_STORAGE_CONNECTION_STRING (or from the Azurite that --azurite starts).
+
+Flags:
+`
+
+// parseConfig parses args (without the program name) into a validated
+// config. getenv reads the environment. It writes usage to out for --help
+// and returns flag.ErrHelp then.
+func parseConfig(args []string, getenv func(string) string, out io.Writer) (*config, error) {
+	c := &config{sizes: defaultSizes}
+	fs := flag.NewFlagSet("rolloutbench", flag.ContinueOnError)
+	fs.SetOutput(out)
+	fs.Usage = func() {
+		fmt.Fprint(out, usageHead)
+		fs.PrintDefaults()
+	}
+	fs.StringVar(&c.Target, "target", "", "gRPC address of a running rolloutd to measure (host:port)")
+	fs.BoolVar(&c.TargetTLS, "target-tls", false, "connect to --target (and --get-target) over TLS")
+	fs.StringVar(&c.TargetCA, "target-ca", "", "PEM file of CAs to trust for --target-tls (default: the system's)")
+	fs.StringVar(&c.MetricsURL, "metrics-url", "", "the target's Prometheus endpoint (default http://TARGET-HOST:9090/metrics)")
+	fs.StringVar(&c.GetTarget, "get-target", "", "another rolloutd serving the same store, for --compare's cross-instance Get (default --target)")
+	fs.BoolVar(&c.InProcess, "inprocess", false, "run rolloutd in this process, on --store")
+	fs.StringVar(&c.Store, "store", "", "blob store: mem://, a directory or file:///abs/dir (embedded local store), or azblob://CONTAINER[/PREFIX]\n"+
+		"(default: azblob://rolloutbench with --azurite, else a temporary directory)")
+	fs.StringVar(&c.Azurite, "azurite", "", "start Azurite for this run: http, or https (a runtime self-signed RSA-2048 certificate)")
+	fs.IntVar(&c.AzureMaxConns, "azure-max-conns", azure.DefaultMaxConns, "connection pool size of the shared Azure client (in-process)")
+	fs.IntVar(&c.MaxWriters, "max-writers", server.DefaultMaxWriters, "resident shard writers of the in-process server (its LRU)")
+	mode := fs.String("mode", modeResident, "comma-separated modes: "+strings.Join(allModes, ", "))
+	fs.IntVar(&c.Concurrency, "concurrency", 1, "concurrent clients")
+	fs.IntVar(&c.Shards, "shards", 1, "shards the clients append to")
+	fs.IntVar(&c.Records, "records", 1, "records per append")
+	fs.IntVar(&c.RecordBytes, "record-bytes", 1024, "content bytes per record")
+	fs.Int64Var(&c.Count, "count", 1000, "operations per mode (appends and gets), unless --duration is set")
+	fs.DurationVar(&c.Duration, "duration", 0, "run each mode this long instead of --count operations")
+	fs.Float64Var(&c.ReadFraction, "read-fraction", 0, "fraction of operations that are Gets of ids this run appended (0..1)")
+	fs.BoolVar(&c.Compare, "compare", false, "run the targets' phases (floor, resident, per-append) back to back and print their ratios")
+	targets := fs.String("targets", "1,2,3,4,5", "--compare: which targets to run")
+	fs.BoolVar(&c.Diagnose, "diagnose", true, "--compare in-process: also run target 1 with merging off, to show what merging costs a lone client")
+	fs.IntVar(&c.sizes.SingleAppends, "compare-single", defaultSizes.SingleAppends, "--compare: single-client appends per mode (target 1)")
+	fs.Int64Var(&c.sizes.ManyAppends, "compare-appends", defaultSizes.ManyAppends, "--compare: appends of the 32-client phases (target 2)")
+	fs.DurationVar(&c.sizes.WideDuration, "compare-wide-duration", defaultSizes.WideDuration, "--compare: length of the 1,000-shard phase (target 4)")
+	fs.IntVar(&c.sizes.Gets, "compare-gets", defaultSizes.Gets, "--compare: Gets and read floors (target 5)")
+	fs.DurationVar(&c.sizes.PerAppendCap, "compare-per-append-cap", defaultSizes.PerAppendCap, "--compare: wall-time bound of the 32-client per-append phase (TIME_WAIT lasts 60 s)")
+	fs.StringVar(&c.JSON, "json", "", "also write the figures to this file as JSON")
+	fs.StringVar(&c.CPUProfile, "cpuprofile", "", "write a CPU profile of this process (bench, and rolloutd when in-process) to this file")
+	fs.StringVar(&c.Progress, "progress", "auto", "live progress: auto (an updating line on a terminal, plain lines otherwise), plain, off")
+	fs.BoolVar(&c.Verbose, "v", false, "log rolloutd's (in-process) warnings to stderr")
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	for t := range strings.SplitSeq(*targets, ",") {
+		switch t = strings.TrimSpace(t); t {
+		case "":
+		case "1", "2", "3", "4", "5":
+			c.Targets = append(c.Targets, t)
+		default:
+			return nil, fmt.Errorf("--targets: %q is not one of 1, 2, 3, 4, 5", t)
+		}
+	}
+	for m := range strings.SplitSeq(*mode, ",") {
+		if m = strings.TrimSpace(m); m != "" {
+			c.Modes = append(c.Modes, m)
+		}
+	}
+	if err := c.validate(getenv); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+func (c *config) validate(getenv func(string) string) error {
+	switch {
+	case c.Target != "" && c.InProcess:
+		return errors.New("--target and --inprocess exclude each other")
+	case c.Target == "" && !c.InProcess:
+		return errors.New("give --target HOST:PORT (a running rolloutd) or --inprocess")
+	case c.Concurrency < 1, c.Shards < 1, c.Records < 1, c.RecordBytes < 0:
+		return errors.New("--concurrency, --shards and --records must be at least 1, --record-bytes at least 0")
+	case c.Count < 1 && c.Duration <= 0:
+		return errors.New("--count must be at least 1 (or set --duration)")
+	case c.ReadFraction < 0 || c.ReadFraction > 1:
+		return fmt.Errorf("--read-fraction %v: want 0..1", c.ReadFraction)
+	case c.MaxWriters < 1:
+		return errors.New("--max-writers must be at least 1")
+	case c.Azurite != "" && c.Azurite != "http" && c.Azurite != "https":
+		return fmt.Errorf("--azurite %q: want http or https", c.Azurite)
+	case c.Progress != "auto" && c.Progress != "plain" && c.Progress != "off":
+		return fmt.Errorf("--progress %q: want auto, plain or off", c.Progress)
+	}
+	for _, m := range c.Modes {
+		if !slices.Contains(allModes, m) {
+			return fmt.Errorf("--mode %q: want one or more of %s", m, strings.Join(allModes, ", "))
+		}
+		if m == modeResidentShard && !c.InProcess {
+			return fmt.Errorf("--mode %s calls the shard writer directly: it needs --inprocess", m)
+		}
+	}
+	if len(c.Modes) == 0 && !c.Compare {
+		return errors.New("--mode: give at least one mode")
+	}
+	for _, a := range []string{c.Target, c.GetTarget} {
+		if a == "" {
+			continue
+		}
+		if _, _, err := net.SplitHostPort(a); err != nil {
+			return fmt.Errorf("target %q: want host:port: %w", a, err)
+		}
+	}
+	if c.GetTarget != "" && c.Target == "" {
+		return errors.New("--get-target needs --target")
+	}
+
+	raw := c.Store
+	if raw == "" {
+		switch {
+		case c.Azurite != "":
+			raw = "azblob://rolloutbench"
+		case c.InProcess:
+			raw = "file://"
+		}
+	}
+	if raw != "" {
+		s, err := parseStoreURL(raw)
+		if err != nil {
+			return fmt.Errorf("--store %q: %w", raw, err)
+		}
+		c.store = s
+	}
+	if c.Azurite != "" && c.store.Kind != "azblob" {
+		return fmt.Errorf("--azurite serves Azure Blob: use --store azblob://CONTAINER (or leave --store empty)")
+	}
+	if c.store.Kind == "azblob" && c.Azurite == "" {
+		c.azureConn = getenv(envConnectionString)
+		if c.azureConn == "" {
+			return fmt.Errorf("--store %s needs %s (or --azurite to start one)", c.store, envConnectionString)
+		}
+	}
+	if c.Target != "" && c.store.Kind == "local" {
+		return errors.New("--store with a local directory is held by the rolloutd that serves it; a remote target's store must be azblob:// (or give none)")
+	}
+	needStore := c.Compare
+	for _, m := range c.Modes {
+		needStore = needStore || m == modeFloor || m == modePerAppend
+	}
+	if c.Target != "" && c.store.Kind == "" && needStore && !c.Compare {
+		return errors.New("modes floor and per-append talk to the blob store directly: give --store azblob://CONTAINER[/PREFIX] with " + envConnectionString)
+	}
+	if c.Target != "" && c.MetricsURL == "" {
+		host, _, _ := net.SplitHostPort(c.Target)
+		if host == "" {
+			host = "localhost"
+		}
+		c.MetricsURL = "http://" + net.JoinHostPort(host, "9090") + "/metrics"
+	}
+	return nil
+}
+
+func parseStoreURL(raw string) (storeURL, error) {
+	switch {
+	case raw == "mem://":
+		return storeURL{Kind: "mem"}, nil
+	case raw == "file://":
+		return storeURL{Kind: "local"}, nil
+	case strings.HasPrefix(raw, "file://"):
+		u, err := url.Parse(raw)
+		if err != nil || u.Host != "" || !filepath.IsAbs(u.Path) {
+			return storeURL{}, errors.New("want file:///absolute/path")
+		}
+		return storeURL{Kind: "local", Dir: u.Path}, nil
+	case strings.HasPrefix(raw, "azblob://"):
+		rest := strings.TrimPrefix(raw, "azblob://")
+		container, prefix, _ := strings.Cut(rest, "/")
+		if err := azure.ValidateContainerName(container); err != nil {
+			return storeURL{}, err
+		}
+		return storeURL{Kind: "azblob", Container: container, Prefix: strings.TrimSuffix(prefix, "/")}, nil
+	case strings.Contains(raw, "://"):
+		return storeURL{}, errors.New("want mem://, file:///dir, azblob://CONTAINER[/PREFIX] or a directory")
+	}
+	dir, err := filepath.Abs(raw)
+	if err != nil {
+		return storeURL{}, err
+	}
+	return storeURL{Kind: "local", Dir: dir}, nil
+}

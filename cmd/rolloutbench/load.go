@@ -1,0 +1,463 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"google.golang.org/grpc/status"
+
+	rolloutv1 "github.com/rolloutd/rolloutd/gen/rollout/v1"
+)
+
+// opTimeout bounds one append or get.
+const opTimeout = 60 * time.Second
+
+// clientOps is one simulated caller of a mode. Its functions are called from
+// one goroutine at a time.
+type clientOps struct {
+	append func(ctx context.Context, shard string, recs []*rolloutv1.Record) error
+	get    func(ctx context.Context, shard, id string) error // nil: the mode does not read
+	close  func()
+}
+
+// idRef names an appended record.
+type idRef struct{ shard, id string }
+
+// loadSpec is one phase's load: who appends (and reads) what, how much.
+type loadSpec struct {
+	Name string // "T1 floor", "resident", …
+	Mode string
+	Path string // how the operations reach storage, in words
+
+	Clients      int
+	Shards       []string
+	Records      int
+	RecordBytes  int
+	ReadFraction float64
+	// ReadIDs are ids to Get besides those this phase appends.
+	ReadIDs []idRef
+	// KeepIDs keeps every appended id (Acked returns them), not only a
+	// bounded sample for reads.
+	KeepIDs bool
+
+	NewClient func(i int) (clientOps, error)
+	// Figures reads the counters of the store (or server) this phase
+	// drives; nil when there are none.
+	Figures func() (serverFigures, error)
+	// RSS reads the resident memory of the process that serves the phase;
+	// nil when unknown.
+	RSS func() float64
+	// HTTP counts the HTTP requests and new connections of the Azure
+	// clients this phase uses; nil for other stores and remote targets.
+	HTTP *httpCounter
+	// Settle, after the last operation of a block, keeps sampling sockets
+	// this long: connections the blob service closes on its keep-alive
+	// timeout become TIME_WAIT only then.
+	Settle time.Duration
+	// Sockets counts this machine's TCP connections to the blob endpoint
+	// before, during (once a second, for the peak) and after the phase.
+	// Reading /proc/net/tcp costs real CPU when it lists thousands of
+	// sockets, so latency phases leave it off.
+	Sockets bool
+}
+
+// phase runs a loadSpec, possibly in several blocks interleaved with other
+// phases, and accumulates its figures.
+type phase struct {
+	b       *bench
+	spec    loadSpec
+	clients []clientOps
+	acked   [][]idRef // per client: ids it appended (a bounded ring)
+
+	appendLat, getLat histogram
+	appends, gets     atomic.Int64
+	records           atomic.Int64
+	errMu             sync.Mutex
+	errs              map[string]int64
+	firstErrs         []string
+
+	elapsed  time.Duration
+	figures  serverFigures
+	haveFigs bool
+	http     struct{ requests, conns int64 }
+	sockBase sockets // before the first block
+	sockEnd  sockets // after the last block
+	sockPeak sockets // the most seen while running
+	haveSock bool
+	emuCPU   float64 // CPU seconds the emulator used during the blocks
+	haveEmu  bool
+	rssQ     float64 // RSS when a quarter of the phase was done
+	rssEnd   float64
+	stopped  string
+	notes    []string
+	blocks   int
+}
+
+const ackedRing = 1024
+
+func (b *bench) newPhase(spec loadSpec) (*phase, error) {
+	p := &phase{b: b, spec: spec, errs: map[string]int64{}, figures: serverFigures{BlobOps: map[string]float64{}}}
+	for i := range spec.Clients {
+		c, err := spec.NewClient(i)
+		if err != nil {
+			p.close()
+			return nil, fmt.Errorf("%s: client %d: %w", spec.Name, i, err)
+		}
+		p.clients = append(p.clients, c)
+	}
+	p.acked = make([][]idRef, spec.Clients)
+	return p, nil
+}
+
+func (p *phase) close() {
+	for _, c := range p.clients {
+		if c.close != nil {
+			c.close()
+		}
+	}
+	p.clients = nil
+}
+
+// run runs one block: count operations, or for duration, or whichever
+// ends first when both are set (0 means no bound of that kind). Errors are
+// counted, not returned: a benchmark reports them.
+func (p *phase) run(ctx context.Context, count int64, duration time.Duration) {
+	spec := &p.spec
+	p.blocks++
+	var before serverFigures
+	haveBefore := false
+	if spec.Figures != nil {
+		if f, err := spec.Figures(); err == nil {
+			before, haveBefore = f, true
+		} else {
+			p.note("reading counters: " + err.Error())
+		}
+	}
+	emuBefore := -1.0
+	if p.b.azurite != nil {
+		emuBefore = emulatorCPU()
+	}
+	var httpBefore [2]int64
+	if spec.HTTP != nil {
+		httpBefore = spec.HTTP.snapshot()
+	}
+	if spec.Sockets && !p.haveSock {
+		if s, err := countSockets(p.b.ep); err == nil {
+			p.sockBase, p.sockPeak, p.haveSock = s, s, true
+		}
+	}
+
+	var started, finished atomic.Int64
+	var timeBound atomic.Bool
+	start := time.Now()
+	deadline := time.Time{}
+	if duration > 0 {
+		deadline = start.Add(duration)
+	}
+	runCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+
+	// The sampler: progress, peak sockets, RSS at a quarter.
+	sampled := make(chan struct{})
+	quarterDone := p.rssQ > 0 || spec.RSS == nil
+	go func() {
+		defer close(sampled)
+		tick := time.NewTicker(200 * time.Millisecond)
+		defer tick.Stop()
+		lastSock := time.Now()
+		for {
+			select {
+			case <-runCtx.Done():
+				return
+			case <-tick.C:
+			}
+			if time.Since(lastSock) >= time.Second {
+				p.samplePeak()
+				lastSock = time.Now()
+			}
+			frac := 0.0
+			if duration > 0 {
+				frac = float64(time.Since(start)) / float64(duration)
+			}
+			if count > 0 {
+				frac = max(frac, float64(finished.Load())/float64(count))
+			}
+			if !quarterDone && frac >= 0.25 {
+				p.rssQ = spec.RSS()
+				quarterDone = true
+			}
+			p.b.progress.show(p.progressLine(frac, time.Since(start)))
+		}
+	}()
+
+	var wg sync.WaitGroup
+	for i := range p.clients {
+		wg.Go(func() {
+			rng := rand.New(rand.NewPCG(uint64(start.UnixNano()), uint64(i)))
+			for runCtx.Err() == nil {
+				n := started.Add(1)
+				if count > 0 && n > count {
+					return
+				}
+				if duration > 0 && !time.Now().Before(deadline) {
+					timeBound.Store(true)
+					return
+				}
+				p.one(runCtx, i, rng)
+				finished.Add(1)
+			}
+		})
+	}
+	wg.Wait()
+	cancel()
+	<-sampled
+	p.elapsed += time.Since(start)
+	if emuBefore >= 0 {
+		if after := emulatorCPU(); after >= emuBefore {
+			p.emuCPU += after - emuBefore
+			p.haveEmu = true
+		}
+	}
+	if p.haveSock && spec.Settle > 0 && ctx.Err() == nil {
+		p.b.progress.show(fmt.Sprintf("%-30s settling %v: sockets the blob service closes late", spec.Name, spec.Settle))
+		for end := time.Now().Add(spec.Settle); time.Now().Before(end) && ctx.Err() == nil; {
+			time.Sleep(500 * time.Millisecond)
+			p.samplePeak()
+		}
+	}
+	p.b.progress.clear()
+
+	switch {
+	case ctx.Err() != nil:
+		p.stopped = "interrupted"
+	case count > 0 && timeBound.Load():
+		p.stopped = fmt.Sprintf("time bound %v reached before %d operations", duration, count)
+	}
+	if p.haveSock {
+		if s, err := countSockets(p.b.ep); err == nil {
+			p.sockEnd = s
+			p.sockPeak.TimeWait = max(p.sockPeak.TimeWait, s.TimeWait)
+			p.sockPeak.Established = max(p.sockPeak.Established, s.Established)
+			p.sockPeak.ServerTimeWait = max(p.sockPeak.ServerTimeWait, s.ServerTimeWait)
+		}
+	}
+	if spec.RSS != nil {
+		p.rssEnd = spec.RSS()
+		if p.rssQ == 0 {
+			p.rssQ = p.rssEnd
+		}
+	}
+	if haveBefore {
+		if after, err := spec.Figures(); err == nil {
+			d := after.since(before)
+			for op, n := range d.BlobOps {
+				p.figures.BlobOps[op] += n
+			}
+			p.figures.Evictions += d.Evictions
+			p.figures.Opens += d.Opens
+			p.figures.RSS = d.RSS
+			p.haveFigs = true
+		} else {
+			p.note("reading counters: " + err.Error())
+		}
+	}
+	if spec.HTTP != nil {
+		a := spec.HTTP.snapshot()
+		p.http.requests += a[0] - httpBefore[0]
+		p.http.conns += a[1] - httpBefore[1]
+	}
+}
+
+func (p *phase) samplePeak() {
+	if !p.haveSock {
+		return
+	}
+	if s, err := countSockets(p.b.ep); err == nil {
+		p.sockPeak.TimeWait = max(p.sockPeak.TimeWait, s.TimeWait)
+		p.sockPeak.Established = max(p.sockPeak.Established, s.Established)
+		p.sockPeak.ServerTimeWait = max(p.sockPeak.ServerTimeWait, s.ServerTimeWait)
+	}
+}
+
+// one does one operation of client i: a Get of an id appended earlier (with
+// probability ReadFraction, once there is one), else an append.
+func (p *phase) one(ctx context.Context, i int, rng *rand.Rand) {
+	spec := &p.spec
+	c := p.clients[i]
+	ctx, cancel := context.WithTimeout(ctx, opTimeout)
+	defer cancel()
+	if c.get != nil && spec.ReadFraction > 0 && rng.Float64() < spec.ReadFraction {
+		if ref, ok := p.pickRead(i, rng); ok {
+			t0 := time.Now()
+			err := c.get(ctx, ref.shard, ref.id)
+			d := time.Since(t0)
+			if err != nil {
+				p.fail(ctx, err)
+				return
+			}
+			p.getLat.record(d)
+			p.gets.Add(1)
+			return
+		}
+	}
+	sh := p.pickShard(i, rng)
+	recs := make([]*rolloutv1.Record, spec.Records)
+	for k := range recs {
+		recs[k] = p.b.newRecord(i)
+	}
+	t0 := time.Now()
+	err := c.append(ctx, sh, recs)
+	d := time.Since(t0)
+	if err != nil {
+		p.fail(ctx, err)
+		return
+	}
+	p.appendLat.record(d)
+	p.appends.Add(1)
+	p.records.Add(int64(len(recs)))
+	if spec.ReadFraction > 0 || spec.KeepIDs {
+		ring := p.acked[i]
+		ref := idRef{sh, recs[rng.IntN(len(recs))].GetId()}
+		if len(ring) < ackedRing || spec.KeepIDs {
+			p.acked[i] = append(ring, ref)
+		} else {
+			ring[rng.IntN(len(ring))] = ref
+		}
+	}
+}
+
+// pickShard spreads clients over shards. With at least as many shards as
+// clients, each client owns a disjoint subset (shards i, i+C, …) and picks
+// among them at random, so no two clients ever append to one shard at once;
+// that keeps per-append writers from fencing each other. With fewer shards
+// the clients share them round-robin.
+func (p *phase) pickShard(i int, rng *rand.Rand) string {
+	sh := p.spec.Shards
+	c := len(p.clients)
+	if len(sh) < c {
+		return sh[i%len(sh)]
+	}
+	owned := (len(sh) - i + c - 1) / c // shards i, i+c, … below len(sh)
+	return sh[i+c*rng.IntN(owned)]
+}
+
+func (p *phase) pickRead(i int, rng *rand.Rand) (idRef, bool) {
+	own := p.acked[i]
+	shared := p.spec.ReadIDs
+	n := len(own) + len(shared)
+	if n == 0 {
+		return idRef{}, false
+	}
+	k := rng.IntN(n)
+	if k < len(own) {
+		return own[k], true
+	}
+	return shared[k-len(own)], true
+}
+
+func (p *phase) fail(ctx context.Context, err error) {
+	code := errorCode(err)
+	p.errMu.Lock()
+	defer p.errMu.Unlock()
+	p.errs[code]++
+	if len(p.firstErrs) < 3 && ctx.Err() == nil {
+		p.firstErrs = append(p.firstErrs, err.Error())
+	}
+}
+
+func (p *phase) note(s string) {
+	p.errMu.Lock()
+	defer p.errMu.Unlock()
+	p.notes = append(p.notes, s)
+}
+
+func (p *phase) progressLine(frac float64, el time.Duration) string {
+	var errs int64
+	p.errMu.Lock()
+	for _, n := range p.errs {
+		errs += n
+	}
+	p.errMu.Unlock()
+	n := p.appends.Load() + p.gets.Load()
+	rate := float64(p.appends.Load()) / max((p.elapsed+el).Seconds(), 1e-9)
+	var b strings.Builder
+	fmt.Fprintf(&b, "%-30s %3.0f%%  %7d ops  %8.0f appends/s  p50 %s",
+		p.spec.Name, min(frac, 1)*100, n, rate, fmtDur(p.appendLat.quantile(0.5)))
+	if g := p.getLat.count(); g > 0 {
+		fmt.Fprintf(&b, "  get p50 %s", fmtDur(p.getLat.quantile(0.5)))
+	}
+	fmt.Fprintf(&b, "  errors %d", errs)
+	if p.haveSock {
+		fmt.Fprintf(&b, "  TIME_WAIT %d", p.sockPeak.TimeWait)
+	}
+	return b.String()
+}
+
+// errorCode names an error by its gRPC code. Errors of the in-process modes
+// (no gRPC in between) are mapped the way rolloutd's server maps them, and
+// prefixed "direct:" so nobody mistakes them for a server's answer.
+func errorCode(err error) string {
+	if s, ok := status.FromError(err); ok {
+		return s.Code().String()
+	}
+	return "direct:" + directCode(err).String()
+}
+
+func fmtDur(d time.Duration) string {
+	switch {
+	case d == 0:
+		return "-"
+	case d < time.Millisecond:
+		return fmt.Sprintf("%.0fµs", float64(d)/float64(time.Microsecond))
+	case d < 10*time.Second:
+		return fmt.Sprintf("%.2fms", float64(d)/float64(time.Millisecond))
+	}
+	return d.Round(time.Millisecond).String()
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	ks := make([]string, 0, len(m))
+	for k := range m {
+		ks = append(ks, k)
+	}
+	sort.Strings(ks)
+	return ks
+}
+
+// acked returns the ids the phase appended (all of them with KeepIDs).
+func (p *phase) ackedIDs() []idRef {
+	var out []idRef
+	for _, a := range p.acked {
+		out = append(out, a...)
+	}
+	return out
+}
+
+// reset forgets the figures so far (after a warm-up), keeping the clients
+// and what they appended.
+func (p *phase) reset() {
+	p.appendLat.reset()
+	p.getLat.reset()
+	p.appends.Store(0)
+	p.gets.Store(0)
+	p.records.Store(0)
+	p.errMu.Lock()
+	clear(p.errs)
+	p.firstErrs = nil
+	p.errMu.Unlock()
+	p.elapsed = 0
+	p.figures = serverFigures{BlobOps: map[string]float64{}}
+	p.haveFigs = false
+	p.http.requests, p.http.conns = 0, 0
+	p.haveSock = false
+	p.rssQ, p.rssEnd = 0, 0
+	p.emuCPU, p.haveEmu = 0, false
+	p.stopped = ""
+	p.blocks = 0
+}

@@ -1,0 +1,245 @@
+// Command rolloutbench is rolloutd's load generator. It measures the product
+// path (a resident, group-committing writer per shard behind one shared blob
+// client) against the floor of raw blob operations that any correct design
+// needs, and against the writer-per-append design it replaces, in one run,
+// and reports ratios: on a shared machine only ratios measured side by side
+// mean anything. See docs/performance.md.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"runtime/pprof"
+	"syscall"
+	"time"
+
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+
+	rolloutv1 "github.com/rolloutd/rolloutd/gen/rollout/v1"
+	"github.com/rolloutd/rolloutd/internal/shard"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr)
+	stop()
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+	case err != nil:
+		fmt.Fprintln(os.Stderr, "rolloutbench:", err)
+		os.Exit(1)
+	}
+}
+
+// run parses args and runs the benchmark, printing to stdout.
+func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	cfg, err := parseConfig(args, getenv, stderr)
+	if err != nil {
+		return err
+	}
+	return runConfig(ctx, cfg, args, stdout, stderr)
+}
+
+func runConfig(ctx context.Context, cfg *config, args []string, stdout, stderr io.Writer) (err error) {
+	log := zap.NewNop()
+	if cfg.Verbose {
+		zc := zap.NewDevelopmentConfig()
+		zc.Level = zap.NewAtomicLevelAt(zapcore.WarnLevel)
+		zc.OutputPaths, zc.ErrorOutputPaths = []string{"stderr"}, []string{"stderr"}
+		if log, err = zc.Build(); err != nil {
+			return err
+		}
+	}
+	if cfg.CPUProfile != "" {
+		f, err := os.Create(cfg.CPUProfile)
+		if err != nil {
+			return fmt.Errorf("--cpuprofile: %w", err)
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return fmt.Errorf("--cpuprofile: %w", err)
+		}
+		defer pprof.StopCPUProfile()
+	}
+	started := time.Now()
+	b := &bench{cfg: cfg, log: log, out: stdout, progress: newProgress(stdout, cfg.Progress), runID: newRunID()}
+	defer func() {
+		if cerr := b.close(); cerr != nil && err == nil {
+			err = cerr
+		}
+	}()
+	rep := &report{Started: started, Command: append([]string{"rolloutbench"}, args...), Machine: describeMachine()}
+	if err := b.setup(ctx); err != nil {
+		return err
+	}
+	rep.Store = b.storeDesc
+	if b.store == nil {
+		rep.Store = "none (remote target only)"
+	}
+	rep.Target = "in-process"
+	if cfg.Target != "" {
+		rep.Target = cfg.Target
+	}
+	m := rep.Machine
+	fmt.Fprintf(stdout, "rolloutbench run %s: target %s, store %s; %d CPUs (%s), load average %s at start\n",
+		b.runID, rep.Target, rep.Store, m.NumCPU, m.CPUModel, m.LoadAvg)
+
+	if cfg.Compare {
+		rep.Phases, rep.Targets, err = b.compareRun(ctx)
+	} else {
+		rep.Phases, rep.Ratios, err = b.modeRun(ctx)
+	}
+	if err != nil {
+		return err
+	}
+	rep.Duration = time.Since(started).Seconds()
+	rep.Diagnostics = b.diagnostics
+
+	fmt.Fprintln(stdout)
+	printPhases(stdout, rep.Phases)
+	if len(rep.Ratios) > 0 {
+		fmt.Fprintln(stdout)
+		printRatios(stdout, rep.Ratios)
+	}
+	if len(rep.Targets) > 0 {
+		fmt.Fprintln(stdout)
+		fmt.Fprintln(stdout, "Targets (ratios measured in this run; absolute times are this machine's):")
+		printChecks(stdout, rep.Targets)
+		for _, d := range b.diagnostics {
+			fmt.Fprintln(stdout, "  "+d)
+		}
+	}
+	fmt.Fprintf(stdout, "\n%s in %.0fs\n", map[bool]string{true: "interrupted", false: "done"}[ctx.Err() != nil], rep.Duration)
+	if cfg.JSON != "" {
+		if err := writeJSON(cfg.JSON, rep); err != nil {
+			return fmt.Errorf("--json: %w", err)
+		}
+		fmt.Fprintf(stdout, "wrote %s\n", cfg.JSON)
+	}
+	return nil
+}
+
+// modeRun runs the configured load once per mode, one after the other,
+// per-append last (its TIME_WAIT sockets outlive it), and compares each
+// with the floor when the floor ran.
+func (b *bench) modeRun(ctx context.Context) ([]phaseResult, []modeRatio, error) {
+	cfg := b.cfg
+	count, dur := cfg.Count, cfg.Duration
+	if dur > 0 {
+		count = 0
+	}
+	order := map[string]int{modeFloor: 0, modeResidentShard: 1, modeResident: 2, modePerAppend: 3}
+	modes := append([]string(nil), cfg.Modes...)
+	for i := range modes { // insertion sort by order: few modes
+		for j := i; j > 0 && order[modes[j]] < order[modes[j-1]]; j-- {
+			modes[j], modes[j-1] = modes[j-1], modes[j]
+		}
+	}
+	var results []phaseResult
+	for _, mode := range modes {
+		if ctx.Err() != nil {
+			break
+		}
+		shards := shardNames(b.base()+"/"+sanitize(mode), cfg.Shards)
+		s := loadSpec{Name: mode, Mode: mode, Clients: cfg.Concurrency, Shards: shards,
+			Records: cfg.Records, RecordBytes: cfg.RecordBytes, ReadFraction: cfg.ReadFraction, HTTP: b.http, Sockets: true}
+		var cleanup func()
+		switch mode {
+		case modeFloor:
+			fs := &floorSpec{prefix: b.base() + "/floor/run", readBytes: int64(cfg.RecordBytes)}
+			recs := make([]*rolloutv1.Record, cfg.Records)
+			for i := range recs {
+				recs[i] = b.newRecord(0)
+			}
+			var err error
+			if fs.generation, err = generationBlob(shards[0], recs); err != nil {
+				return nil, nil, err
+			}
+			if fs.manifest, err = freshManifest(); err != nil {
+				return nil, nil, err
+			}
+			c := newOpCounter()
+			fs.store = c.wrap(b.store)
+			s.Path = "raw blob ops: create-only PUT of the generation + If-Match PUT of the manifest (reads: manifest GET + ranged GET), sequential per client, shared client, on " + b.storeDesc
+			s.NewClient, s.Figures = floorClients(fs), c.figures
+		case modeResidentShard:
+			c := newOpCounter()
+			pool := newWriterPool(c.wrap(b.store), b.log, shard.Options{})
+			cleanup = func() { pool.close(context.Background()) }
+			s.Path = "resident shard.Writer called directly in-process (no gRPC), on " + b.storeDesc
+			s.NewClient, s.Figures, s.RSS = shardClients(pool), c.figures, selfRSS
+			s.ReadFraction = 0
+		case modeResident:
+			res, err := b.resident(b.store, cfg.MaxWriters, b.target)
+			if err != nil {
+				return nil, nil, err
+			}
+			cleanup = res.stop
+			s.Path = res.path
+			s.NewClient, s.Figures, s.RSS = grpcClients(res.conn), res.figures, res.rss
+			if cfg.Target != "" {
+				s.HTTP = nil
+			}
+		case modePerAppend:
+			c := newOpCounter()
+			s.Path = "per append: " + b.perAppendPath()
+			s.NewClient, s.Figures = perAppendClients(&perAppendSpec{newStore: b.newStoreForAppend, counter: c, log: b.log}), c.figures
+			s.ReadFraction = 0
+		}
+		b.progress.say("mode %s: %d clients, %d shards, %d×%d B records per append", mode, cfg.Concurrency, cfg.Shards, cfg.Records, cfg.RecordBytes)
+		p, err := b.newPhase(s)
+		if err != nil {
+			if cleanup != nil {
+				cleanup()
+			}
+			return nil, nil, err
+		}
+		if s.ReadFraction != cfg.ReadFraction {
+			p.note(fmt.Sprintf("mode %s does not read: --read-fraction ignored", mode))
+		}
+		p.run(ctx, count, dur)
+		p.close()
+		if cleanup != nil {
+			cleanup()
+		}
+		results = append(results, p.result())
+	}
+	var ratios []modeRatio
+	var floor *phaseResult
+	for i := range results {
+		if results[i].Mode == modeFloor {
+			floor = &results[i]
+		}
+	}
+	if floor != nil {
+		for _, r := range results {
+			if r.Mode == modeFloor {
+				continue
+			}
+			mr := modeRatio{Mode: r.Mode, P50VsFloor: p50(r) / p50(*floor), P99VsFloor: r.AppendLatency.P99ms / floor.AppendLatency.P99ms,
+				RateVsFloor: r.AppendsPerSec / floor.AppendsPerSec}
+			if getP50(*floor) > 0 && getP50(r) > 0 {
+				mr.GetP50VsRead = getP50(r) / getP50(*floor)
+			}
+			ratios = append(ratios, mr)
+		}
+	}
+	return results, ratios, nil
+}
+
+func printRatios(w io.Writer, rs []modeRatio) {
+	fmt.Fprintln(w, "Ratios to the floor of this run:")
+	for _, r := range rs {
+		fmt.Fprintf(w, "  %-15s p50 %.2fx  p99 %.2fx  appends/s %.2fx", r.Mode, r.P50VsFloor, r.P99VsFloor, r.RateVsFloor)
+		if r.GetP50VsRead > 0 {
+			fmt.Fprintf(w, "  get p50 %.2fx the read floor", r.GetP50VsRead)
+		}
+		fmt.Fprintln(w)
+	}
+}
