@@ -14,6 +14,10 @@
 //   - TestNetworkFaults: toxiproxy between an in-process rolloutd and
 //     Azurite (latency jitter, resets, timeouts, bandwidth limits, slow
 //     closes).
+//   - TestCrashRestart, TestContention, TestGracefulShutdown: the real
+//     binary (built once per run, with -race when the tests have it) on
+//     Azurite, killed with SIGKILL, run twice side by side, and stopped with
+//     SIGTERM under load.
 //   - TestBadInput and TestCorruptStoredBytes: every kind of bad value, per
 //     RPC field, over gRPC; damaged blobs read back as DataLoss or intact.
 //
