@@ -46,7 +46,13 @@ func BenchmarkAzuriteFill100k(b *testing.B) {
 		}
 		defer store.Close()
 		cache := NewIndexCache(64 << 20)
-		opts := Options{Logger: zap.NewNop(), Cache: cache}
+		// Warnings (a failing merge, say) are the first thing to read when
+		// the generation count climbs.
+		warn, err := zap.NewDevelopment(zap.IncreaseLevel(zap.WarnLevel))
+		if err != nil {
+			b.Fatal(err)
+		}
+		opts := Options{Logger: warn, Cache: cache}
 		big, err := Open(ctx, store, "big", opts)
 		if err != nil {
 			b.Fatal(err)

@@ -51,7 +51,12 @@ func pickMerge(gens []*storagepb.Generation, now time.Time, o Options) []*storag
 		return t
 	}
 	if n >= o.MergeMaxGenerations {
-		return cheapestWindow(gens, max(o.MergeRun, n-o.MergeMaxGenerations/2), -1, o)
+		// At least 2·MergeRun wide: with many generations of similar size,
+		// cost per generation removed is nearly flat in the width, and a
+		// narrow window would win by a hair while removing too few to keep
+		// up with commits.
+		k := max(o.MergeRun, n-o.MergeMaxGenerations/2)
+		return cheapestWindow(gens, min(k, 2*o.MergeRun), k, -1, o)
 	}
 	var best []*storagepb.Generation
 	bestTier := int(^uint(0) >> 1)
@@ -73,7 +78,7 @@ func pickMerge(gens []*storagepb.Generation, now time.Time, o Options) []*storag
 	}
 	for i, g := range gens {
 		if g.GetLevel() == 0 && now.Sub(time.Unix(0, g.GetCreatedUnixNanos())) >= o.MergeAge {
-			return cheapestWindow(gens, o.MergeRun, i, o)
+			return cheapestWindow(gens, 2, o.MergeRun, i, o)
 		}
 	}
 	return nil
@@ -95,14 +100,15 @@ func capRun(run []*storagepb.Generation, o Options) []*storagepb.Generation {
 	return run
 }
 
-// cheapestWindow returns the contiguous window of 2 to k generations that
+// cheapestWindow returns the contiguous window of lo to k generations that
 // removes generations at the lowest cost, bytes rewritten per generation
 // removed, containing index must when must >= 0, within the caps. Measuring
 // cost per generation removed makes a pass prefer many small generations
 // to dragging a large one along, which keeps write amplification bounded
 // while still bringing the count down.
-func cheapestWindow(gens []*storagepb.Generation, k, must int, o Options) []*storagepb.Generation {
+func cheapestWindow(gens []*storagepb.Generation, lo, k, must int, o Options) []*storagepb.Generation {
 	k = min(k, len(gens), o.MergeMaxSources)
+	lo = max(2, min(lo, k))
 	var best []*storagepb.Generation
 	var bestCost float64
 	for i := range gens {
@@ -113,7 +119,7 @@ func cheapestWindow(gens []*storagepb.Generation, k, must int, o Options) []*sto
 				break
 			}
 			size := j - i + 1
-			if size < 2 || (must >= 0 && (must < i || must > j)) {
+			if size < lo || (must >= 0 && (must < i || must > j)) {
 				continue
 			}
 			cost := float64(bytes) / float64(size-1)
