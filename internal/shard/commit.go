@@ -161,6 +161,7 @@ func (w *writer) prepare(ctx context.Context, batch []*pending, edits []*edit, p
 			}
 			w.opts.Cache.addIndex(name, newIndex(l.Footer))
 			w.opts.Cache.addFilter(name, l.Filter)
+			w.opts.Cache.addData(name, l.Data)
 			next.Generations = append(next.Generations, &storagepb.Generation{
 				Number:           gen,
 				Epoch:            w.epoch,

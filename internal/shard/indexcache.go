@@ -35,20 +35,34 @@ func (idx *index) size() int64 {
 	return n
 }
 
-// cacheKey separates a generation's two cached parts.
+// cacheKey separates a generation's cached parts.
 type cacheKey struct {
-	blob   string
-	filter bool
+	blob string
+	part cachePart
 }
+
+type cachePart int
+
+const (
+	partIndex cachePart = iota
+	partFilter
+	partData // a small generation's whole blob, for merges
+)
 
 type cacheEntry struct {
 	idx    *index
 	filter *bloom.BloomFilter
+	data   []byte
 	bytes  int64
 }
 
-// IndexCache holds generation footer indexes and id filters, bounded in
-// bytes. Generations are immutable, so an entry cached by blob name never
+// maxCachedGeneration is the largest generation blob kept whole: a small
+// generation is merged soon after it is written, and reading it back would
+// cost a GET per commit.
+const maxCachedGeneration = 256 << 10
+
+// IndexCache holds generation footer indexes, id filters and small recent
+// generation blobs, bounded in bytes. Generations are immutable, so an entry cached by blob name never
 // goes stale. One cache is meant to be shared by every writer and reader of
 // a process.
 type IndexCache struct {
@@ -73,23 +87,38 @@ func NewIndexCache(maxBytes int64) *IndexCache {
 func (c *IndexCache) getIndex(name string) (*index, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	e, ok := c.lru.Get(cacheKey{blob: name})
+	e, ok := c.lru.Get(cacheKey{blob: name, part: partIndex})
 	return e.idx, ok
 }
 
 func (c *IndexCache) getFilter(name string) (*bloom.BloomFilter, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	e, ok := c.lru.Get(cacheKey{blob: name, filter: true})
+	e, ok := c.lru.Get(cacheKey{blob: name, part: partFilter})
 	return e.filter, ok
 }
 
+func (c *IndexCache) getData(name string) ([]byte, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e, ok := c.lru.Get(cacheKey{blob: name, part: partData})
+	return e.data, ok
+}
+
+// addData keeps a small generation's bytes for the merge that will soon
+// read them; larger ones are not worth the memory.
+func (c *IndexCache) addData(name string, data []byte) {
+	if len(data) <= maxCachedGeneration {
+		c.add(cacheKey{blob: name, part: partData}, cacheEntry{data: data, bytes: int64(cap(data))})
+	}
+}
+
 func (c *IndexCache) addIndex(name string, idx *index) {
-	c.add(cacheKey{blob: name}, cacheEntry{idx: idx, bytes: idx.size()})
+	c.add(cacheKey{blob: name, part: partIndex}, cacheEntry{idx: idx, bytes: idx.size()})
 }
 
 func (c *IndexCache) addFilter(name string, f *bloom.BloomFilter) {
-	c.add(cacheKey{blob: name, filter: true}, cacheEntry{filter: f, bytes: int64(f.Cap()/8) + 64})
+	c.add(cacheKey{blob: name, part: partFilter}, cacheEntry{filter: f, bytes: int64(f.Cap()/8) + 64})
 }
 
 func (c *IndexCache) add(k cacheKey, v cacheEntry) {

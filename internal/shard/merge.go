@@ -210,9 +210,12 @@ func (w *writer) merge(ctx context.Context, plan []*storagepb.Generation) error 
 	for i, src := range plan {
 		g.Go(func() error {
 			name := format.GenerationName(w.shard, src.GetEpoch(), src.GetNumber())
-			data, _, err := w.store.Get(gctx, name, blob.GetOptions{})
-			if err != nil {
-				return fmt.Errorf("merge: read %s: %w", name, err)
+			data, ok := w.opts.Cache.getData(name)
+			if !ok {
+				var err error
+				if data, _, err = w.store.Get(gctx, name, blob.GetOptions{}); err != nil {
+					return fmt.Errorf("merge: read %s: %w", name, err)
+				}
 			}
 			f, err := format.DecodeGeneration(data)
 			if err != nil {
@@ -245,6 +248,7 @@ func (w *writer) merge(ctx context.Context, plan []*storagepb.Generation) error 
 	}
 	w.opts.Cache.addIndex(name, newIndex(l.Footer))
 	w.opts.Cache.addFilter(name, l.Filter)
+	w.opts.Cache.addData(name, l.Data)
 	e := newEdit()
 	e.merge = &mergeEdit{output: &storagepb.Generation{
 		Number:           gen,

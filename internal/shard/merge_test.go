@@ -192,3 +192,24 @@ func TestMergeFaultsThenReopen(t *testing.T) {
 		})
 	}
 }
+
+// Merging the small generations a writer just wrote reads nothing back: they
+// are still in the cache.
+func TestMergeOfRecentGenerationsReadsNothing(t *testing.T) {
+	fs := faultstore.New(memstore.New(), 1)
+	w, err := Open(context.Background(), fs, "s", mergeOptions(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Abort()
+	fs.ResetCounts()
+	for i := range 40 {
+		if _, err := w.Append(context.Background(), entries(t, fmt.Sprint("r", i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, "merges", func() bool { return w.Stats().Merges >= 5 })
+	if g := fs.Calls(faultstore.OpGet); g != 0 {
+		t.Fatalf("%d merges of recent generations made %d GETs, want 0", w.Stats().Merges, g)
+	}
+}
