@@ -314,6 +314,16 @@ func (w *writer) appendOnce(ctx context.Context, entries []Entry) ([]Result, err
 			checked = nil
 			continue
 		}
+		if errors.Is(err, blob.ErrNotFound) {
+			// Our own manifest keeps listing a generation that storage
+			// no longer has: another writer took the shard over, merged
+			// and collected. Storage says so.
+			if m, _, rerr := readManifest(ctx, w.store, w.shard); rerr == nil && m.GetEpoch() != w.epoch {
+				fe := &FencedError{Shard: w.shard, Local: w.epoch, Stored: m.GetEpoch()}
+				w.fence(fe)
+				return nil, fe
+			}
+		}
 		if err != nil {
 			return nil, err
 		}

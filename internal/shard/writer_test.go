@@ -15,6 +15,7 @@ import (
 
 	"github.com/rolloutd/rolloutd/internal/blob"
 	"github.com/rolloutd/rolloutd/internal/blob/memstore"
+	"github.com/rolloutd/rolloutd/internal/shard/format"
 )
 
 func TestEpochStableAcrossAppends(t *testing.T) {
@@ -452,4 +453,39 @@ func TestCloseAbortAppendRace(t *testing.T) {
 		wg.Wait()
 		l.verify(t, store, "s")
 	}
+}
+
+// A writer fenced without knowing it, whose manifest lists a generation the
+// new owner merged away and deleted, reports ErrFenced on its next append
+// instead of a storage not-found.
+func TestStaleWriterFindsItselfFencedWhenItsGenerationsVanish(t *testing.T) {
+	store := memstore.New()
+	ctx := context.Background()
+	a := open(t, store, "s")
+	if _, err := a.Append(ctx, entries(t, "x")); err != nil {
+		t.Fatal(err)
+	}
+	b := open(t, store, "s")
+	if _, err := b.Append(ctx, entries(t, "y")); err != nil {
+		t.Fatal(err)
+	}
+	// Delete every generation a knows of, as b's merge and GC would.
+	for _, g := range a.w.manifest().GetGenerations() {
+		if err := store.Delete(ctx, format.GenerationName("s", g.GetEpoch(), g.GetNumber()), blob.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a.w.opts.Cache.purge() // forget the cached filters and blobs
+	_, err := a.Append(ctx, entries(t, "x"))
+	var fe *FencedError
+	if !errors.As(err, &fe) || fe.Stored != b.Epoch() {
+		t.Fatalf("append on the stale writer: %v, want ErrFenced by epoch %d", err, b.Epoch())
+	}
+}
+
+// purge empties the cache (tests only).
+func (c *IndexCache) purge() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.lru.Purge()
 }
