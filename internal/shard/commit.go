@@ -159,9 +159,10 @@ func (w *writer) prepare(ctx context.Context, batch []*pending, edits []*edit, p
 			if err := w.putWithRetry(ctx, name, l.Data, blob.PutOptions{IfNoneMatch: true, PutID: w.nextPutID()}); err != nil {
 				return a, nil, fmt.Errorf("shard %q: write generation %s: %w", w.shard, name, err)
 			}
-			w.opts.Cache.addIndex(name, newIndex(l.Footer))
-			w.opts.Cache.addFilter(name, l.Filter)
-			w.opts.Cache.addData(name, l.Data)
+			ref := genRef{w.shard, w.epoch, gen}
+			w.opts.Cache.addIndex(ref, newIndex(l.Footer))
+			w.opts.Cache.addFilter(ref, l.Filter)
+			w.opts.Cache.addData(ref, l.Data)
 			next.Generations = append(next.Generations, &storagepb.Generation{
 				Number:           gen,
 				Epoch:            w.epoch,

@@ -1,7 +1,7 @@
 package shard
 
 import (
-	"fmt"
+	"errors"
 	"time"
 
 	"github.com/rolloutd/rolloutd/internal/shard/storagepb"
@@ -29,7 +29,7 @@ func newEdit() *edit { return &edit{done: make(chan error, 1)} }
 func (e *edit) settle(err error) { e.done <- err }
 
 // errStaleEdit: the manifest changed so that the edit no longer applies.
-var errStaleEdit = fmt.Errorf("manifest edit no longer applies")
+var errStaleEdit = errors.New("manifest edit no longer applies")
 
 // apply makes the edit on next, a private copy of the manifest. now stamps
 // retirements.

@@ -6,6 +6,7 @@ import (
 	"github.com/bits-and-blooms/bloom/v3"
 	"github.com/hashicorp/golang-lru/v2/simplelru"
 
+	"github.com/rolloutd/rolloutd/internal/shard/format"
 	"github.com/rolloutd/rolloutd/internal/shard/storagepb"
 )
 
@@ -35,9 +36,18 @@ func (idx *index) size() int64 {
 	return n
 }
 
+// genRef names a generation without formatting its blob name, which the
+// id lookups of every append would otherwise do once per live generation.
+type genRef struct {
+	shard         string
+	epoch, number uint64
+}
+
+func (g genRef) name() string { return format.GenerationName(g.shard, g.epoch, g.number) }
+
 // cacheKey separates a generation's cached parts.
 type cacheKey struct {
-	blob string
+	gen  genRef
 	part cachePart
 }
 
@@ -84,41 +94,41 @@ func NewIndexCache(maxBytes int64) *IndexCache {
 	return c
 }
 
-func (c *IndexCache) getIndex(name string) (*index, bool) {
+func (c *IndexCache) getIndex(g genRef) (*index, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	e, ok := c.lru.Get(cacheKey{blob: name, part: partIndex})
+	e, ok := c.lru.Get(cacheKey{gen: g, part: partIndex})
 	return e.idx, ok
 }
 
-func (c *IndexCache) getFilter(name string) (*bloom.BloomFilter, bool) {
+func (c *IndexCache) getFilter(g genRef) (*bloom.BloomFilter, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	e, ok := c.lru.Get(cacheKey{blob: name, part: partFilter})
+	e, ok := c.lru.Get(cacheKey{gen: g, part: partFilter})
 	return e.filter, ok
 }
 
-func (c *IndexCache) getData(name string) ([]byte, bool) {
+func (c *IndexCache) getData(g genRef) ([]byte, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	e, ok := c.lru.Get(cacheKey{blob: name, part: partData})
+	e, ok := c.lru.Get(cacheKey{gen: g, part: partData})
 	return e.data, ok
 }
 
 // addData keeps a small generation's bytes for the merge that will soon
 // read them; larger ones are not worth the memory.
-func (c *IndexCache) addData(name string, data []byte) {
+func (c *IndexCache) addData(g genRef, data []byte) {
 	if len(data) <= maxCachedGeneration {
-		c.add(cacheKey{blob: name, part: partData}, cacheEntry{data: data, bytes: int64(cap(data))})
+		c.add(cacheKey{gen: g, part: partData}, cacheEntry{data: data, bytes: int64(cap(data))})
 	}
 }
 
-func (c *IndexCache) addIndex(name string, idx *index) {
-	c.add(cacheKey{blob: name, part: partIndex}, cacheEntry{idx: idx, bytes: idx.size()})
+func (c *IndexCache) addIndex(g genRef, idx *index) {
+	c.add(cacheKey{gen: g, part: partIndex}, cacheEntry{idx: idx, bytes: idx.size()})
 }
 
-func (c *IndexCache) addFilter(name string, f *bloom.BloomFilter) {
-	c.add(cacheKey{blob: name, part: partFilter}, cacheEntry{filter: f, bytes: int64(f.Cap()/8) + 64})
+func (c *IndexCache) addFilter(g genRef, f *bloom.BloomFilter) {
+	c.add(cacheKey{gen: g, part: partFilter}, cacheEntry{filter: f, bytes: int64(f.Cap()/8) + 64})
 }
 
 func (c *IndexCache) add(k cacheKey, v cacheEntry) {

@@ -14,10 +14,11 @@ import (
 // loadIndex returns the footer index of generation g, from the cache or with
 // one ranged GET of its footer.
 func loadIndex(ctx context.Context, store blob.Store, cache *IndexCache, shard string, g *storagepb.Generation) (*index, error) {
-	name := format.GenerationName(shard, g.GetEpoch(), g.GetNumber())
-	if idx, ok := cache.getIndex(name); ok {
+	ref := genRef{shard, g.GetEpoch(), g.GetNumber()}
+	if idx, ok := cache.getIndex(ref); ok {
 		return idx, nil
 	}
+	name := ref.name()
 	tail, _, err := store.Get(ctx, name, blob.GetOptions{Offset: int64(g.GetFooterOffset())})
 	if err != nil {
 		return nil, fmt.Errorf("shard %q: read footer of %s: %w", shard, name, err)
@@ -30,17 +31,18 @@ func loadIndex(ctx context.Context, store blob.Store, cache *IndexCache, shard s
 		return nil, fmt.Errorf("%w: blob %s: footer names shard %q epoch %d generation %d", ErrCorrupt, name, f.GetShard(), f.GetEpoch(), f.GetGeneration())
 	}
 	idx := newIndex(f)
-	cache.addIndex(name, idx)
+	cache.addIndex(ref, idx)
 	return idx, nil
 }
 
 // loadFilter returns the id filter of generation g, from the cache or with
 // one ranged GET.
 func loadFilter(ctx context.Context, store blob.Store, cache *IndexCache, shard string, g *storagepb.Generation) (*bloom.BloomFilter, error) {
-	name := format.GenerationName(shard, g.GetEpoch(), g.GetNumber())
-	if f, ok := cache.getFilter(name); ok {
+	ref := genRef{shard, g.GetEpoch(), g.GetNumber()}
+	if f, ok := cache.getFilter(ref); ok {
 		return f, nil
 	}
+	name := ref.name()
 	n := int64(g.GetFilterLength())
 	b, _, err := store.Get(ctx, name, blob.GetOptions{Offset: int64(g.GetFooterOffset()) - n, Length: n})
 	if err != nil {
@@ -50,7 +52,7 @@ func loadFilter(ctx context.Context, store blob.Store, cache *IndexCache, shard 
 	if err != nil {
 		return nil, fmt.Errorf("%w: blob %s: %w", ErrCorrupt, name, err)
 	}
-	cache.addFilter(name, f)
+	cache.addFilter(ref, f)
 	return f, nil
 }
 

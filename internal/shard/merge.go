@@ -210,7 +210,7 @@ func (w *writer) merge(ctx context.Context, plan []*storagepb.Generation) error 
 	for i, src := range plan {
 		g.Go(func() error {
 			name := format.GenerationName(w.shard, src.GetEpoch(), src.GetNumber())
-			data, ok := w.opts.Cache.getData(name)
+			data, ok := w.opts.Cache.getData(genRef{w.shard, src.GetEpoch(), src.GetNumber()})
 			if !ok {
 				var err error
 				if data, _, err = w.store.Get(gctx, name, blob.GetOptions{}); err != nil {
@@ -246,9 +246,10 @@ func (w *writer) merge(ctx context.Context, plan []*storagepb.Generation) error 
 	if err := w.putWithRetry(ctx, name, l.Data, blob.PutOptions{IfNoneMatch: true, PutID: w.nextPutID()}); err != nil {
 		return fmt.Errorf("merge: write %s: %w", name, err)
 	}
-	w.opts.Cache.addIndex(name, newIndex(l.Footer))
-	w.opts.Cache.addFilter(name, l.Filter)
-	w.opts.Cache.addData(name, l.Data)
+	ref := genRef{w.shard, w.epoch, gen}
+	w.opts.Cache.addIndex(ref, newIndex(l.Footer))
+	w.opts.Cache.addFilter(ref, l.Filter)
+	w.opts.Cache.addData(ref, l.Data)
 	e := newEdit()
 	e.merge = &mergeEdit{output: &storagepb.Generation{
 		Number:           gen,
