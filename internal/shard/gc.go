@@ -39,7 +39,9 @@ type collector struct {
 	nextScan time.Time
 }
 
-func (c *collector) run(ctx context.Context) {
+// run is one GC pass. It reports whether it stopped at maxDeletesPerPass
+// with more retired generations due.
+func (c *collector) run(ctx context.Context) (more bool) {
 	w := c.w
 	m := w.manifest()
 	now := w.opts.Clock.Now()
@@ -59,6 +61,7 @@ batches:
 		}
 		for i, num := range b.GetNumbers() {
 			if queued == maxDeletesPerPass {
+				more = true
 				break batches
 			}
 			queued++
@@ -82,16 +85,22 @@ batches:
 	if len(forget) > 0 {
 		e := newEdit()
 		e.forget = forget
-		if err := w.submit(ctx, e); err != nil && ctx.Err() == nil {
-			w.log.Warn("gc: forgetting deleted generations failed; will retry", zap.Error(err))
+		if err := w.submit(ctx, e); err != nil {
+			if ctx.Err() == nil {
+				w.log.Warn("gc: forgetting deleted generations failed; will retry", zap.Error(err))
+			}
+			more = false // the next pass would only repeat this one
 		}
 		w.gcDeleted.Add(int64(len(forget)))
+	} else {
+		more = false // every delete failed: wait for the next interval
 	}
 	if now.Before(c.nextScan) {
-		return
+		return more
 	}
 	c.nextScan = now.Add(w.opts.OrphanScanInterval)
 	w.gcDeleted.Add(int64(c.orphans(ctx)))
+	return more
 }
 
 // orphans lists the shard's generation blobs and deletes those of earlier

@@ -39,6 +39,7 @@ func TestGCDeletesOnlyUnreferencedBlobsPastGrace(t *testing.T) {
 	opts := testOptions(t)
 	opts.Clock = fake
 	opts.MergeRun = 4
+	opts.MergeMaxGenerations = 4
 	opts.MergeInterval = time.Second
 	opts.RetireGrace = time.Minute
 	opts.OrphanScanInterval = time.Hour
@@ -72,7 +73,11 @@ func TestGCDeletesOnlyUnreferencedBlobsPastGrace(t *testing.T) {
 		}
 		l.add(t, rs)
 	}
-	waitFor(t, "a merge", func() bool { return w.Stats().Merges >= 1 })
+	// The merge's edit waits EditDelay (fake time) for an append to ride on.
+	waitFor(t, "a merge", func() bool {
+		fake.Advance(100 * time.Millisecond)
+		return w.Stats().Merges >= 1
+	})
 	m := w.w.manifest()
 	if n := retiredCount(m); n != 4 {
 		t.Fatalf("%d retired generations after merging 4", n)

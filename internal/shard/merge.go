@@ -28,6 +28,10 @@ import (
 //     up to MergeTierBytes·MergeRun^t bytes. MergeRun contiguous
 //     generations of one tier are merged, lowest tier first, so a
 //     generation is rewritten about once per tier rather than on every pass.
+//     Tier 0 (below MergeTierBytes) is left to the count and age triggers:
+//     merging its runs of MergeRun would rewrite a growing small generation
+//     every few commits, a blob write, a manifest edit and MergeRun deletes
+//     each time, which a lone client's appends pay for in store time.
 //  3. Age. A generation never merged and older than MergeAge is merged with
 //     its cheapest neighbours.
 //
@@ -73,7 +77,7 @@ func pickMerge(gens []*storagepb.Generation, now time.Time, o Options) []*storag
 		for j < n && tier(gens[j]) == t {
 			j++
 		}
-		if j-i >= o.MergeRun && t < bestTier {
+		if t > 0 && j-i >= o.MergeRun && t < bestTier {
 			best, bestTier = gens[i:j], t
 		}
 		i = j
@@ -164,16 +168,16 @@ func (w *writer) mergeLoop() {
 				}
 				break
 			}
-			select {
-			case w.gcKick <- struct{}{}:
-			default:
-			}
 		}
 	}
 }
 
 // gcLoop is the collector goroutine. It runs beside the merger, so that
-// deleting a backlog of retired generations never holds merging up.
+// deleting a backlog of retired generations never holds merging up. It
+// wakes every MergeInterval, not after each merge: deleting what fell due
+// in one burst costs the store the same deletes but one manifest edit, and
+// a lone client's appends meet the burst rather than a delete or two
+// beside nearly every commit.
 func (w *writer) gcLoop() {
 	defer close(w.gcDone)
 	if w.opts.DisableMerge {
@@ -185,10 +189,10 @@ func (w *writer) gcLoop() {
 		select {
 		case <-w.mergeCtx.Done():
 			return
-		case <-w.gcKick:
 		case <-w.opts.Clock.After(w.opts.MergeInterval):
 		}
-		gc.run(w.mergeCtx)
+		for gc.run(w.mergeCtx) && w.mergeCtx.Err() == nil {
+		}
 	}
 }
 
@@ -287,6 +291,9 @@ func (w *writer) submit(ctx context.Context, e *edit) error {
 	if err := w.refuseLocked(); err != nil {
 		w.mu.Unlock()
 		return err
+	}
+	if len(w.edits) == 0 {
+		w.editsAt = w.opts.Clock.Now()
 	}
 	w.edits = append(w.edits, e)
 	w.mu.Unlock()

@@ -12,6 +12,7 @@ import (
 	"github.com/rolloutd/rolloutd/internal/blob"
 	"github.com/rolloutd/rolloutd/internal/blob/faultstore"
 	"github.com/rolloutd/rolloutd/internal/blob/memstore"
+	"github.com/rolloutd/rolloutd/internal/clock"
 	"github.com/rolloutd/rolloutd/internal/shard/format"
 	"github.com/rolloutd/rolloutd/internal/shard/storagepb"
 )
@@ -24,6 +25,8 @@ func mergeOptions(t testing.TB) Options {
 	// Long enough to cover one Get on a loaded machine, short enough that
 	// GC deletes retired generations while the tests run.
 	o.RetireGrace = 500 * time.Millisecond
+	// Short, so that tests whose appends stop see merges land soon.
+	o.EditDelay = 20 * time.Millisecond
 	return o
 }
 
@@ -47,7 +50,8 @@ func TestPickMerge(t *testing.T) {
 	}{
 		{"one generation", []*storagepb.Generation{gen(1, 10, 0, time.Hour)}, nil},
 		{"young small run below the run length", []*storagepb.Generation{gen(1, 10, 0, 0), gen(2, 10, 0, 0), gen(3, 10, 0, 0)}, nil},
-		{"run of four in tier 0", []*storagepb.Generation{gen(1, 50000, 2, 0), gen(2, 10, 0, 0), gen(3, 10, 0, 0), gen(4, 10, 0, 0), gen(5, 10, 0, 0)}, []uint64{2, 3, 4, 5}},
+		{"a run of four in tier 0 waits for the count trigger", []*storagepb.Generation{gen(1, 50000, 2, 0), gen(2, 10, 0, 0), gen(3, 10, 0, 0), gen(4, 10, 0, 0), gen(5, 10, 0, 0)}, nil},
+		{"run of four in tier 1", []*storagepb.Generation{gen(1, 50000, 2, 0), gen(2, 2000, 1, 0), gen(3, 2000, 1, 0), gen(4, 2000, 1, 0), gen(5, 2000, 1, 0), gen(6, 10, 0, 0)}, []uint64{2, 3, 4, 5}},
 		{"lowest tier first", []*storagepb.Generation{gen(1, 2000, 1, 0), gen(2, 2000, 1, 0), gen(3, 2000, 1, 0), gen(4, 2000, 1, 0), gen(5, 10, 0, 0), gen(6, 10, 0, 0), gen(7, 10, 0, 0), gen(8, 10, 0, 0)}, []uint64{5, 6, 7, 8}},
 		{"age trigger merges the old unmerged generation with its cheapest neighbours", []*storagepb.Generation{gen(1, 900000, 3, time.Hour), gen(2, 10, 0, 2*time.Minute), gen(3, 20000, 1, 0)}, []uint64{2, 3}},
 		{"count trigger beats a tier run (interleaved tiers never form runs)", []*storagepb.Generation{gen(1, 2000, 1, 0), gen(2, 2000, 1, 0), gen(3, 2000, 1, 0), gen(4, 2000, 1, 0), gen(5, 10, 0, 0), gen(6, 50000, 2, 0), gen(7, 10, 0, 0), gen(8, 50000, 2, 0), gen(9, 10, 0, 0)}, []uint64{1, 2, 3, 4, 5}},
@@ -208,8 +212,75 @@ func TestMergeOfRecentGenerationsReadsNothing(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	waitFor(t, "merges", func() bool { return w.Stats().Merges >= 5 })
+	// 40 generations at a trigger of 8: at least two merges (one takes at
+	// most MergeMaxSources).
+	waitFor(t, "merges", func() bool { return w.Stats().Merges >= 2 })
 	if g := fs.Calls(faultstore.OpGet); g != 0 {
 		t.Fatalf("%d merges of recent generations made %d GETs, want 0", w.Stats().Merges, g)
 	}
+}
+
+// A merge's manifest edit joins the next append's CAS rather than costing a
+// manifest write of its own, and commits alone once EditDelay passes with no
+// append to ride on.
+func TestMergeEditRidesTheNextCommit(t *testing.T) {
+	hs := newHookStore(memstore.New())
+	fake := clock.NewFake(time.Unix(1_700_000_000, 0))
+	opts := testOptions(t)
+	opts.Clock = fake
+	opts.MergeRun = 4
+	opts.MergeMaxGenerations = 4
+	opts.MergeInterval = time.Hour
+	opts.EditDelay = time.Second
+	w, err := Open(context.Background(), hs, "s", opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Abort()
+	l := newLedger()
+	appendOne := func(id string) {
+		t.Helper()
+		rs, err := w.Append(context.Background(), entries(t, id))
+		if err != nil {
+			t.Fatal(err)
+		}
+		l.add(t, rs)
+	}
+	edits := func() int {
+		w.w.mu.Lock()
+		defer w.w.mu.Unlock()
+		return len(w.w.edits)
+	}
+	for i := range 4 {
+		appendOne(fmt.Sprint("a", i))
+	}
+	// The merge writes its generation at once, then its edit waits.
+	waitFor(t, "the merge's edit to be queued", func() bool { return edits() == 1 })
+	manifests := hs.count("manifest")
+	appendOne("rider")
+	if got := hs.count("manifest") - manifests; got != 1 {
+		t.Fatalf("append with a merge edit waiting made %d manifest writes, want 1", got)
+	}
+	waitFor(t, "the merge to be reported", func() bool { return w.Stats().Merges == 1 })
+	if n := len(w.w.manifest().GetGenerations()); n != 2 {
+		t.Fatalf("%d live generations after merging 4 of 5, want 2", n)
+	}
+
+	// No append follows this merge: its edit commits alone, after EditDelay.
+	for i := range 2 {
+		appendOne(fmt.Sprint("b", i))
+	}
+	waitFor(t, "the second merge's edit to be queued", func() bool { return edits() == 1 })
+	manifests = hs.count("manifest")
+	fake.Advance(999 * time.Millisecond)
+	time.Sleep(20 * time.Millisecond)
+	if w.Stats().Merges != 1 || hs.count("manifest") != manifests {
+		t.Fatal("a merge edit committed before EditDelay passed")
+	}
+	fake.Advance(time.Millisecond)
+	waitFor(t, "the lone merge edit to commit", func() bool { return w.Stats().Merges == 2 })
+	if got := hs.count("manifest") - manifests; got != 1 {
+		t.Fatalf("lone merge edit made %d manifest writes, want 1", got)
+	}
+	l.verify(t, hs, "s")
 }

@@ -55,6 +55,12 @@ type Options struct {
 	// and 32.
 	MergeMaxBytes   int64
 	MergeMaxSources int
+	// EditDelay is how long a merge's or GC's manifest edit waits for the
+	// next append's commit, whose CAS it then joins, before it is committed
+	// in a CAS of its own. Edits are never urgent, and a lone client's
+	// appends would otherwise share the store with a manifest write per
+	// merge. Default 200 ms; negative commits edits at once.
+	EditDelay time.Duration
 	// MergeInterval is how often the merger checks its time trigger and GC
 	// when no commit wakes it. Default 5 s.
 	MergeInterval time.Duration
@@ -112,6 +118,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.MergeMaxSources < 2 {
 		o.MergeMaxSources = 32
+	}
+	if o.EditDelay == 0 {
+		o.EditDelay = 200 * time.Millisecond
 	}
 	if o.MergeInterval <= 0 {
 		o.MergeInterval = 5 * time.Second

@@ -85,7 +85,6 @@ type writer struct {
 	mergeCancel context.CancelFunc
 	mergeKick   chan struct{}
 	mergeDone   chan struct{}
-	gcKick      chan struct{}
 	gcDone      chan struct{}
 
 	mu       sync.Mutex
@@ -94,8 +93,9 @@ type writer struct {
 	queued   int64 // bytes queued or in flight
 	fenceErr error // sticky once fenced
 	inflight map[string]inflightRef
-	edits    []*edit // manifest edits waiting for the next commit
-	minGen   uint64  // lowest generation number not yet used by this writer
+	edits    []*edit   // manifest edits waiting for the next commit
+	editsAt  time.Time // when the oldest of edits was queued
+	minGen   uint64    // lowest generation number not yet used by this writer
 	// m is the last manifest this writer committed or read. The committer
 	// replaces it (under mu) and never mutates it, so others may read a
 	// snapshot of the pointer.
@@ -127,7 +127,6 @@ func Open(ctx context.Context, store blob.Store, shard string, opts Options) (*W
 
 		mergeKick: make(chan struct{}, 1),
 		mergeDone: make(chan struct{}),
-		gcKick:    make(chan struct{}, 1),
 		gcDone:    make(chan struct{}),
 		inflight:  map[string]inflightRef{},
 	}
@@ -577,7 +576,7 @@ func (w *writer) take() ([]*pending, []*edit, bool) {
 				e.settle(ErrAborted)
 			}
 			return nil, nil, false
-		case len(w.queue) > 0 || (len(w.edits) > 0 && w.state == stateOpen):
+		case len(w.queue) > 0 || (len(w.edits) > 0 && w.state == stateOpen && w.editsDueLocked() <= 0):
 			var n int
 			var size int64
 			for n < len(w.queue) && (n == 0 || size+w.queue[n].bytes <= w.opts.MaxGenerationBytes) {
@@ -601,12 +600,25 @@ func (w *writer) take() ([]*pending, []*edit, bool) {
 			}
 			return nil, nil, false
 		}
+		// Edits alone wait for an append's commit to ride on, up to
+		// EditDelay: see Options.EditDelay.
+		var due <-chan time.Time
+		if len(w.edits) > 0 && w.state == stateOpen {
+			due = w.opts.Clock.After(w.editsDueLocked())
+		}
 		w.mu.Unlock()
 		select {
 		case <-w.kick:
 		case <-w.ctx.Done():
+		case <-due:
 		}
 	}
+}
+
+// editsDueLocked returns how long the waiting edits may still wait for an
+// append's commit before they are committed alone.
+func (w *writer) editsDueLocked() time.Duration {
+	return w.opts.EditDelay - w.opts.Clock.Now().Sub(w.editsAt)
 }
 
 // commit commits one batch and the waiting manifest edits, and settles every
@@ -623,10 +635,18 @@ func (w *writer) commit(batch []*pending, edits []*edit) {
 		}
 		live = append(live, p)
 	}
+	// The batch's bytes leave the queue before its appends learn their
+	// outcome, so a caller that was acked never sees them counted.
+	release := func() {
+		w.mu.Lock()
+		w.queued -= size
+		w.mu.Unlock()
+	}
 	if len(live) > 0 || len(edits) > 0 {
 		ctx, cancel := context.WithTimeout(w.ctx, w.opts.CommitTimeout)
 		out, err := w.commitBatch(ctx, live, edits)
 		cancel()
+		release()
 		var fenced *FencedError
 		if errors.As(err, &fenced) {
 			w.fence(fenced)
@@ -645,10 +665,9 @@ func (w *writer) commit(batch []*pending, edits []*edit) {
 				e.settle(out.editErrs[e])
 			}
 		}
+	} else {
+		release()
 	}
-	w.mu.Lock()
-	w.queued -= size
-	w.mu.Unlock()
 	select {
 	case w.mergeKick <- struct{}{}:
 	default:
