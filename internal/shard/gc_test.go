@@ -39,7 +39,6 @@ func TestGCDeletesOnlyUnreferencedBlobsPastGrace(t *testing.T) {
 	opts := testOptions(t)
 	opts.Clock = fake
 	opts.MergeRun = 4
-	opts.MergeMaxGenerations = 4
 	opts.MergeInterval = time.Second
 	opts.RetireGrace = time.Minute
 	opts.OrphanScanInterval = time.Hour

@@ -28,10 +28,6 @@ import (
 //     up to MergeTierBytes·MergeRun^t bytes. MergeRun contiguous
 //     generations of one tier are merged, lowest tier first, so a
 //     generation is rewritten about once per tier rather than on every pass.
-//     Tier 0 (below MergeTierBytes) is left to the count and age triggers:
-//     merging its runs of MergeRun would rewrite a growing small generation
-//     every few commits, a blob write, a manifest edit and MergeRun deletes
-//     each time, which a lone client's appends pay for in store time.
 //  3. Age. A generation never merged and older than MergeAge is merged with
 //     its cheapest neighbours.
 //
@@ -77,7 +73,7 @@ func pickMerge(gens []*storagepb.Generation, now time.Time, o Options) []*storag
 		for j < n && tier(gens[j]) == t {
 			j++
 		}
-		if t > 0 && j-i >= o.MergeRun && t < bestTier {
+		if j-i >= o.MergeRun && t < bestTier {
 			best, bestTier = gens[i:j], t
 		}
 		i = j
