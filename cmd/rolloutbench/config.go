@@ -64,6 +64,7 @@ type config struct {
 
 	JSON       string
 	CPUProfile string
+	Trace      string
 	Progress   string // auto, plain, off
 	Verbose    bool
 
@@ -188,6 +189,7 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (*con
 	fs.DurationVar(&c.sizes.PerAppendCap, "compare-per-append-cap", defaultSizes.PerAppendCap, "--compare: wall-time bound of the 32-client per-append phase (TIME_WAIT lasts 60 s)")
 	fs.StringVar(&c.JSON, "json", "", "also write the figures to this file as JSON")
 	fs.StringVar(&c.CPUProfile, "cpuprofile", "", "write a CPU profile of this process (bench, and rolloutd when in-process) to this file")
+	fs.StringVar(&c.Trace, "trace", "", "write an execution trace of this process to this file (go tool trace; -pprof=sched shows time spent waiting for a CPU)")
 	fs.StringVar(&c.Progress, "progress", "auto", "live progress: auto (an updating line on a terminal, plain lines otherwise), plain, off")
 	fs.BoolVar(&c.Verbose, "v", false, "log rolloutd's (in-process) warnings to stderr")
 	if err := fs.Parse(args); err != nil {

@@ -15,6 +15,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime/pprof"
+	"runtime/trace"
 	"syscall"
 	"time"
 
@@ -66,6 +67,17 @@ func runConfig(ctx context.Context, cfg *config, args []string, stdout, stderr i
 			return fmt.Errorf("--cpuprofile: %w", err)
 		}
 		defer pprof.StopCPUProfile()
+	}
+	if cfg.Trace != "" {
+		f, err := os.Create(cfg.Trace)
+		if err != nil {
+			return fmt.Errorf("--trace: %w", err)
+		}
+		defer f.Close()
+		if err := trace.Start(f); err != nil {
+			return fmt.Errorf("--trace: %w", err)
+		}
+		defer trace.Stop()
 	}
 	started := time.Now()
 	b := &bench{cfg: cfg, log: log, out: stdout, progress: newProgress(stdout, cfg.Progress), runID: newRunID()}
