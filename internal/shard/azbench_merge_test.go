@@ -146,7 +146,7 @@ func BenchmarkAzuriteFill100k(b *testing.B) {
 //
 //	go test -run '^$' -bench AzuriteMemory1000Shards -benchtime 1x ./internal/shard
 func BenchmarkAzuriteMemory1000Shards(b *testing.B) {
-	const shards, total, clients = 1000, 200_000, 32
+	const shards, total, clients = 1000, 200_000, 8
 	for b.Loop() {
 		inst := azurite.Start(b, azurite.Options{OnDisk: true})
 		ctx := context.Background()
@@ -169,6 +169,7 @@ func BenchmarkAzuriteMemory1000Shards(b *testing.B) {
 			return ms.HeapInuse
 		}
 		var n atomic.Int64
+		begin := time.Now()
 		run := func(upTo int64) {
 			var wg sync.WaitGroup
 			for range clients {
@@ -177,6 +178,9 @@ func BenchmarkAzuriteMemory1000Shards(b *testing.B) {
 						i := n.Add(1)
 						if i > upTo {
 							return
+						}
+						if i%5000 == 0 && testing.Verbose() {
+							fmt.Fprintf(os.Stderr, "memory1000: %d appends, %s\n", i, time.Since(begin).Round(time.Second))
 						}
 						w := ws[rand.IntN(shards)]
 						if _, err := w.Append(ctx, []Entry{smallEntry(b, fmt.Sprint("id-", i))}); err != nil {
