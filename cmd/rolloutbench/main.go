@@ -57,27 +57,22 @@ func runConfig(ctx context.Context, cfg *config, args []string, stdout, stderr i
 			return err
 		}
 	}
-	if cfg.CPUProfile != "" {
-		f, err := os.Create(cfg.CPUProfile)
+	for _, rec := range []struct {
+		flag, path string
+		start      func(io.Writer) error
+		stop       func()
+	}{
+		{"--cpuprofile", cfg.CPUProfile, pprof.StartCPUProfile, pprof.StopCPUProfile},
+		{"--trace", cfg.Trace, trace.Start, trace.Stop},
+	} {
+		if rec.path == "" {
+			continue
+		}
+		stop, err := record(rec.path, rec.start, rec.stop)
 		if err != nil {
-			return fmt.Errorf("--cpuprofile: %w", err)
+			return fmt.Errorf("%s: %w", rec.flag, err)
 		}
-		defer f.Close()
-		if err := pprof.StartCPUProfile(f); err != nil {
-			return fmt.Errorf("--cpuprofile: %w", err)
-		}
-		defer pprof.StopCPUProfile()
-	}
-	if cfg.Trace != "" {
-		f, err := os.Create(cfg.Trace)
-		if err != nil {
-			return fmt.Errorf("--trace: %w", err)
-		}
-		defer f.Close()
-		if err := trace.Start(f); err != nil {
-			return fmt.Errorf("--trace: %w", err)
-		}
-		defer trace.Stop()
+		defer stop()
 	}
 	started := time.Now()
 	b := &bench{cfg: cfg, log: log, out: stdout, progress: newProgress(stdout, cfg.Progress), runID: newRunID()}
@@ -254,4 +249,21 @@ func printRatios(w io.Writer, rs []modeRatio) {
 		}
 		fmt.Fprintln(w)
 	}
+}
+
+// record starts a profile or trace into a new file at path; the returned
+// func stops it and closes the file.
+func record(path string, start func(io.Writer) error, stop func()) (func(), error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, err
+	}
+	if err := start(f); err != nil {
+		_ = f.Close()
+		return nil, err
+	}
+	return func() {
+		stop()
+		_ = f.Close()
+	}, nil
 }
