@@ -3,11 +3,9 @@ package main
 import (
 	"context"
 	"crypto/tls"
-	"encoding/json"
 	"io"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -24,6 +22,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	rolloutv1 "github.com/rolloutd/rolloutd/gen/rollout/v1"
+	"github.com/rolloutd/rolloutd/internal/testutil/rolloutdproc"
 	"github.com/rolloutd/rolloutd/internal/testutil/testpki"
 )
 
@@ -33,63 +32,9 @@ import (
 // so only env supplies credentials.
 func startBare(t *testing.T, env []string, args ...string) *proc {
 	t.Helper()
-	args = append([]string{"--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0", "--drain-delay", "100ms"}, args...)
-	p := &proc{t: t, cmd: exec.Command(binary, args...), exited: make(chan struct{})}
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "AZURE_") && !strings.HasPrefix(kv, envPrefix) {
-			p.cmd.Env = append(p.cmd.Env, kv)
-		}
-	}
-	p.cmd.Env = append(p.cmd.Env, env...)
-	stderr, err := p.cmd.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := p.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	addrs := make(chan [2]string, 1)
-	go p.readLog(stderr, addrs)
-	t.Cleanup(p.kill)
-	select {
-	case a := <-addrs:
-		p.grpcAddr, p.metricsAddr = a[0], a[1]
-	case <-p.exited:
-		t.Fatalf("rolloutd exited at startup (%v):\n%s", p.exitErr, p.output())
-	case <-time.After(30 * time.Second):
-		t.Fatalf("rolloutd did not start:\n%s", p.output())
-	}
-	return p
-}
-
-// logAddr waits for a log line with message msg and returns its addr.
-func (p *proc) logAddr(msg string) string {
-	p.t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for time.Now().Before(deadline) {
-		for _, line := range strings.Split(p.output(), "\n") {
-			var e struct{ Msg, Addr string }
-			if json.Unmarshal([]byte(line), &e) == nil && e.Msg == msg && e.Addr != "" {
-				return e.Addr
-			}
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	p.t.Fatalf("no %q line:\n%s", msg, p.output())
-	return ""
-}
-
-// waitLog waits until the log matches re.
-func (p *proc) waitLog(re string) {
-	p.t.Helper()
-	r := regexp.MustCompile(re)
-	deadline := time.Now().Add(10 * time.Second)
-	for !r.MatchString(p.output()) {
-		if time.Now().After(deadline) {
-			p.t.Fatalf("the log never matched %q:\n%s", re, p.output())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	return rolloutdproc.Start(t, binary, rolloutdproc.Options{
+		Args: args, Env: env, DropEnv: []string{"AZURE_", envPrefix}, Bare: true, StartTimeout: 30 * time.Second,
+	})
 }
 
 func grpcClient(t *testing.T, addr string, creds credentials.TransportCredentials) *grpc.ClientConn {
@@ -128,7 +73,7 @@ func TestBinaryMutualTLS(t *testing.T) {
 	p := startBare(t, nil, "--store", filepath.Join(dir, "data"),
 		"--tls-cert", certFile, "--tls-key", keyFile, "--tls-client-ca", caFile, "--authz-file", policyFile,
 		"--health-listen", "127.0.0.1:0", "--metrics-tls", "tls", "--reload-interval", "50ms")
-	healthAddr := p.logAddr("serving health")
+	healthAddr := p.LogAddr("serving health")
 
 	// Probes: plaintext health on the health port, no certificate.
 	resp, err := healthpb.NewHealthClient(grpcClient(t, healthAddr, insecure.NewCredentials())).Check(ctx10s(t), &healthpb.HealthCheckRequest{}, grpc.WaitForReady(true))
@@ -136,7 +81,7 @@ func TestBinaryMutualTLS(t *testing.T) {
 		t.Fatalf("health on --health-listen: %v %v", resp, err)
 	}
 	// The gRPC port refuses plaintext.
-	if _, err := healthpb.NewHealthClient(grpcClient(t, p.grpcAddr, insecure.NewCredentials())).Check(ctx10s(t), &healthpb.HealthCheckRequest{}); status.Code(err) != codes.Unavailable {
+	if _, err := healthpb.NewHealthClient(grpcClient(t, p.GRPCAddr, insecure.NewCredentials())).Check(ctx10s(t), &healthpb.HealthCheckRequest{}); status.Code(err) != codes.Unavailable {
 		t.Errorf("plaintext on the mTLS port: %v", err)
 	}
 
@@ -144,8 +89,8 @@ func TestBinaryMutualTLS(t *testing.T) {
 		c := leaf.TLS(t)
 		return credentials.NewTLS(&tls.Config{RootCAs: serverCA.Pool(), ServerName: "localhost", Certificates: []tls.Certificate{c}})
 	}
-	trainer := rolloutv1.NewRolloutServiceClient(grpcClient(t, p.grpcAddr, clientCreds(clientCA.ClientURI(t, "spiffe://e2e/ns/team-a/sa/trainer"))))
-	other := rolloutv1.NewRolloutServiceClient(grpcClient(t, p.grpcAddr, clientCreds(clientCA.ClientURI(t, "spiffe://e2e/ns/team-b/sa/trainer"))))
+	trainer := rolloutv1.NewRolloutServiceClient(grpcClient(t, p.GRPCAddr, clientCreds(clientCA.ClientURI(t, "spiffe://e2e/ns/team-a/sa/trainer"))))
+	other := rolloutv1.NewRolloutServiceClient(grpcClient(t, p.GRPCAddr, clientCreds(clientCA.ClientURI(t, "spiffe://e2e/ns/team-b/sa/trainer"))))
 
 	if _, err := appendOne(ctx10s(t), trainer, "team-a/run1", "a"); err != nil {
 		t.Fatalf("granted append: %v", err)
@@ -161,7 +106,7 @@ func TestBinaryMutualTLS(t *testing.T) {
 	// Metrics over TLS, trusted through the server CA; plaintext HTTP is
 	// turned away.
 	hc := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: serverCA.Pool(), ServerName: "localhost"}}}
-	mresp, err := hc.Get("https://" + p.metricsAddr + "/metrics")
+	mresp, err := hc.Get("https://" + p.MetricsAddr + "/metrics")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -172,7 +117,7 @@ func TestBinaryMutualTLS(t *testing.T) {
 			t.Errorf("/metrics over TLS lacks %q", m)
 		}
 	}
-	if presp, err := http.Get("http://" + p.metricsAddr + "/metrics"); err == nil {
+	if presp, err := http.Get("http://" + p.MetricsAddr + "/metrics"); err == nil {
 		presp.Body.Close()
 		if presp.StatusCode != http.StatusBadRequest {
 			t.Errorf("plaintext /metrics on the TLS metrics port: %s", presp.Status)
@@ -184,7 +129,7 @@ func TestBinaryMutualTLS(t *testing.T) {
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		var pr peer.Peer
-		c := rolloutv1.NewRolloutServiceClient(grpcClient(t, p.grpcAddr, clientCreds(clientCA.ClientURI(t, "spiffe://e2e/ns/team-a/sa/trainer"))))
+		c := rolloutv1.NewRolloutServiceClient(grpcClient(t, p.GRPCAddr, clientCreds(clientCA.ClientURI(t, "spiffe://e2e/ns/team-a/sa/trainer"))))
 		_, err := c.Get(ctx10s(t), &rolloutv1.GetRequest{Shard: "team-a/run1", Id: "a"}, grpc.Peer(&pr))
 		if err != nil {
 			t.Fatal(err)
@@ -200,13 +145,13 @@ func TestBinaryMutualTLS(t *testing.T) {
 
 	// A broken policy is rejected and logged; the old one stays.
 	testpki.WriteFile(t, policyFile, []byte(strings.Replace(e2ePolicy, "verbs:", "verb:", 1)))
-	p.waitLog(`config reload: rejected the changed files`)
+	p.WaitLog(`config reload: rejected the changed files`)
 	if _, err := appendOne(ctx10s(t), trainer, "team-a/run1", "c"); err != nil {
 		t.Errorf("after a broken policy: %v", err)
 	}
 	// A valid one applies.
 	testpki.WriteFile(t, policyFile, []byte(strings.Replace(e2ePolicy, "team-a/sa/trainer", "team-b/sa/trainer", 1)))
-	p.waitLog(`authz: policy in force.*team-b/sa/trainer`)
+	p.WaitLog(`authz: policy in force.*team-b/sa/trainer`)
 	if _, err := appendOne(ctx10s(t), other, "team-a/run1", "d"); err != nil {
 		t.Errorf("after granting team-b's trainer: %v", err)
 	}
@@ -214,7 +159,7 @@ func TestBinaryMutualTLS(t *testing.T) {
 		t.Errorf("after revoking team-a's trainer: %v", err)
 	}
 
-	if code, took := p.signal(syscall.SIGTERM, 30*time.Second); code != 0 {
+	if code, took := p.Signal(syscall.SIGTERM, 30*time.Second); code != 0 {
 		t.Errorf("exit code %d after SIGTERM (%v)", code, took)
 	}
 }
@@ -232,20 +177,20 @@ func TestBinaryConnectionStringFile(t *testing.T) {
 		t.Fatalf("no AccountKey in %q", az.ConnectionString)
 	}
 	p := startBare(t, nil, "--store", store, "--azure-connection-string-file", file)
-	c := rolloutv1.NewRolloutServiceClient(grpcClient(t, p.grpcAddr, insecure.NewCredentials()))
+	c := rolloutv1.NewRolloutServiceClient(grpcClient(t, p.GRPCAddr, insecure.NewCredentials()))
 	if _, err := appendOne(ctx10s(t), c, "s", "a"); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := c.Get(ctx10s(t), &rolloutv1.GetRequest{Shard: "s", Id: "a"}); err != nil {
 		t.Fatal(err)
 	}
-	if code, _ := p.signal(syscall.SIGTERM, 30*time.Second); code != 0 {
+	if code, _ := p.Signal(syscall.SIGTERM, 30*time.Second); code != 0 {
 		t.Errorf("exit code %d", code)
 	}
-	if strings.Contains(p.output(), key[1]) {
+	if strings.Contains(p.Output(), key[1]) {
 		t.Error("the log contains the account key")
 	}
-	if strings.Contains(strings.Join(p.cmd.Args, " "), key[1]) {
+	if strings.Contains(strings.Join(p.Cmd.Args, " "), key[1]) {
 		t.Error("the command line contains the account key")
 	}
 }

@@ -21,7 +21,7 @@ func TestBinaryOnAzurite(t *testing.T) {
 	p := start(t, env, "--store", store)
 	ctx := context.Background()
 
-	resp, err := p.client.Append(ctx, &rolloutv1.AppendRequest{Shard: "exp1/run1", Records: []*rolloutv1.Record{record("a"), {Content: "server assigns my id"}}})
+	resp, err := p.Client.Append(ctx, &rolloutv1.AppendRequest{Shard: "exp1/run1", Records: []*rolloutv1.Record{record("a"), {Content: "server assigns my id"}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -29,7 +29,7 @@ func TestBinaryOnAzurite(t *testing.T) {
 	if len(rs) != 2 || rs[0].GetSeq() != 1 || rs[1].GetSeq() != 2 || rs[1].GetId() == "" {
 		t.Fatalf("results: %v", rs)
 	}
-	got, err := p.client.Get(ctx, &rolloutv1.GetRequest{Shard: "exp1/run1", Id: rs[1].GetId()})
+	got, err := p.Client.Get(ctx, &rolloutv1.GetRequest{Shard: "exp1/run1", Id: rs[1].GetId()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -37,21 +37,21 @@ func TestBinaryOnAzurite(t *testing.T) {
 		t.Errorf("Get: %v", got.GetRecord())
 	}
 
-	if n := p.metric("rolloutd_records_appended_total", ""); n != 2 {
+	if n := p.Metric("rolloutd_records_appended_total", ""); n != 2 {
 		t.Errorf("rolloutd_records_appended_total %v, want 2", n)
 	}
-	if n := p.metric("rolloutd_blob_operations_total", `op="put_cas",outcome="ok"`); n < 1 {
+	if n := p.Metric("rolloutd_blob_operations_total", `op="put_cas",outcome="ok"`); n < 1 {
 		t.Errorf("no successful manifest CAS counted (%v)", n)
 	}
-	if n := p.metric("rolloutd_rpc_duration_seconds_count", `method="Get"`); n != 1 {
+	if n := p.Metric("rolloutd_rpc_duration_seconds_count", `method="Get"`); n != 1 {
 		t.Errorf("Get latency samples %v, want 1", n)
 	}
 
-	if code, took := p.signal(syscall.SIGTERM, 30*time.Second); code != 0 {
+	if code, took := p.Signal(syscall.SIGTERM, 30*time.Second); code != 0 {
 		t.Errorf("exit code %d after SIGTERM (%v)", code, took)
 	}
 	for _, line := range []string{"shutdown: health NOT_SERVING", "shutdown: writers closed", "rolloutd stopped", `"shard":"exp1/run1","epoch":1`} {
-		if !strings.Contains(p.output(), line) {
+		if !strings.Contains(p.Output(), line) {
 			t.Errorf("log lacks %q", line)
 		}
 	}
@@ -69,11 +69,11 @@ func TestBinaryTwoInstances(t *testing.T) {
 
 	for i := range 10 {
 		id := fmt.Sprintf("ryw-%d", i)
-		r, err := appendOne(ctx, a.client, "ryw", id)
+		r, err := appendOne(ctx, a.Client, "ryw", id)
 		if err != nil {
 			t.Fatal(err)
 		}
-		got, err := b.client.Get(ctx, &rolloutv1.GetRequest{Shard: "ryw", Id: id})
+		got, err := b.Client.Get(ctx, &rolloutv1.GetRequest{Shard: "ryw", Id: id})
 		if err != nil {
 			t.Fatalf("Get on B of %s acked by A: %v", id, err)
 		}
@@ -87,9 +87,9 @@ func TestBinaryTwoInstances(t *testing.T) {
 	for i := range n {
 		c := []*proc{a, b}[i%2]
 		id := fmt.Sprintf("alt-%d", i)
-		r, err := appendOne(ctx, c.client, "alt", id)
+		r, err := appendOne(ctx, c.Client, "alt", id)
 		if err != nil {
-			t.Fatalf("append %d on %s: %v", i, c.grpcAddr, err)
+			t.Fatalf("append %d on %s: %v", i, c.GRPCAddr, err)
 		}
 		acked[id] = r.GetSeq()
 	}
@@ -97,9 +97,9 @@ func TestBinaryTwoInstances(t *testing.T) {
 	// holds exactly the acked records.
 	for id, seq := range acked {
 		for _, p := range []*proc{a, b} {
-			got, err := p.client.Get(ctx, &rolloutv1.GetRequest{Shard: "alt", Id: id})
+			got, err := p.Client.Get(ctx, &rolloutv1.GetRequest{Shard: "alt", Id: id})
 			if err != nil || got.GetRecord().GetSeq() != seq {
-				t.Errorf("Get %s on %s: %v %v, acked seq %d", id, p.grpcAddr, got.GetRecord(), err, seq)
+				t.Errorf("Get %s on %s: %v %v, acked seq %d", id, p.GRPCAddr, got.GetRecord(), err, seq)
 			}
 		}
 	}
@@ -110,9 +110,9 @@ func TestBinaryTwoInstances(t *testing.T) {
 	if m.GetRecordCount() != n || m.GetNextSeq() != n+1 {
 		t.Errorf("shard holds %d records (next seq %d), %d were acked", m.GetRecordCount(), m.GetNextSeq(), n)
 	}
-	fences := a.metric("rolloutd_writer_fences_total", "") + b.metric("rolloutd_writer_fences_total", "")
-	heals := a.metric("rolloutd_append_self_heals_total", "") + b.metric("rolloutd_append_self_heals_total", "")
-	opens := a.metric("rolloutd_writer_opens_total", "") + b.metric("rolloutd_writer_opens_total", "")
+	fences := a.Metric("rolloutd_writer_fences_total", "") + b.Metric("rolloutd_writer_fences_total", "")
+	heals := a.Metric("rolloutd_append_self_heals_total", "") + b.Metric("rolloutd_append_self_heals_total", "")
+	opens := a.Metric("rolloutd_writer_opens_total", "") + b.Metric("rolloutd_writer_opens_total", "")
 	t.Logf("%d alternating appends on two instances: all acked, %d records stored, epoch %d; %v fences, %v self-heals, %v writer opens",
 		n, m.GetRecordCount(), m.GetEpoch(), fences, heals, opens)
 	if fences != n-2 || heals != n-2 {
@@ -146,7 +146,7 @@ func TestBinarySIGTERMDuringAppends(t *testing.T) {
 				shardName := fmt.Sprintf("term/s%d", g%3)
 				id := fmt.Sprintf("g%d-%d", g, i)
 				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-				r, err := appendOne(ctx, p.client, shardName, id)
+				r, err := appendOne(ctx, p.Client, shardName, id)
 				cancel()
 				if err != nil {
 					continue // refused or cut off by the shutdown: not acked
@@ -158,7 +158,7 @@ func TestBinarySIGTERMDuringAppends(t *testing.T) {
 		})
 	}
 	time.Sleep(time.Second)
-	code, took := p.signal(syscall.SIGTERM, timeout)
+	code, took := p.Signal(syscall.SIGTERM, timeout)
 	close(stop)
 	wg.Wait()
 	if code != 0 {
@@ -176,7 +176,7 @@ func TestBinarySIGTERMDuringAppends(t *testing.T) {
 	perShard := map[string]int{}
 	for id, a := range acked {
 		perShard[a.shard]++
-		got, err := q.client.Get(ctx, &rolloutv1.GetRequest{Shard: a.shard, Id: id})
+		got, err := q.Client.Get(ctx, &rolloutv1.GetRequest{Shard: a.shard, Id: id})
 		if err != nil || got.GetRecord().GetSeq() != a.seq {
 			t.Errorf("after restart, acked %s/%s: %v %v, acked seq %d", a.shard, id, got.GetRecord(), err, a.seq)
 		}
@@ -224,7 +224,7 @@ func TestBinaryLocalStore(t *testing.T) {
 	dir := t.TempDir()
 	p := start(t, nil, "--store", dir)
 	ctx := context.Background()
-	r, err := appendOne(ctx, p.client, "local", "a")
+	r, err := appendOne(ctx, p.Client, "local", "a")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -235,11 +235,11 @@ func TestBinaryLocalStore(t *testing.T) {
 		t.Errorf("second process on %s: exit %d, %q; want exit 1 naming --store", dir, second.ProcessState.ExitCode(), out)
 	}
 
-	if code, _ := p.signal(syscall.SIGINT, 30*time.Second); code != 0 {
+	if code, _ := p.Signal(syscall.SIGINT, 30*time.Second); code != 0 {
 		t.Errorf("exit code %d after SIGINT", code)
 	}
 	q := start(t, nil, "--store", "file://"+dir)
-	got, err := q.client.Get(ctx, &rolloutv1.GetRequest{Shard: "local", Id: "a"})
+	got, err := q.Client.Get(ctx, &rolloutv1.GetRequest{Shard: "local", Id: "a"})
 	if err != nil || got.GetRecord().GetSeq() != r.GetSeq() {
 		t.Errorf("after restart: %v %v", got, err)
 	}

@@ -61,7 +61,7 @@ func contention(t *testing.T, seed int64, batches int) {
 					p := procs[rng.intN(2)]
 					attempts.Add(1)
 					ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-					resp, err := p.client.Append(ctx, req)
+					resp, err := p.Client.Append(ctx, req)
 					cancel()
 					if err == nil {
 						v.addErr(l.acked(sh, resp.GetResults()))
@@ -72,7 +72,7 @@ func contention(t *testing.T, seed int64, batches int) {
 					}
 					failures.add(err)
 					if !retryable(err) {
-						v.add("Append %s (%s) on %s: non-retryable %v", sh, recs[0].GetId(), p.name, err)
+						v.add("Append %s (%s) on %s: non-retryable %v", sh, recs[0].GetId(), p.Name, err)
 						break
 					}
 					if try == contentionBudget {
@@ -89,9 +89,9 @@ func contention(t *testing.T, seed int64, batches int) {
 	for _, k := range l.ackedIDs() {
 		want, _, _ := l.expected(k[0], k[1])
 		for _, p := range procs {
-			resp, err := p.client.Get(context.Background(), &rolloutv1.GetRequest{Shard: k[0], Id: k[1]})
+			resp, err := p.Client.Get(context.Background(), &rolloutv1.GetRequest{Shard: k[0], Id: k[1]})
 			if err != nil || !proto.Equal(resp.GetRecord(), want) {
-				v.add("Get %s/%s on %s = %s, %v; want %s", k[0], k[1], p.name, brief(resp.GetRecord()), err, brief(want))
+				v.add("Get %s/%s on %s = %s, %v; want %s", k[0], k[1], p.Name, brief(resp.GetRecord()), err, brief(want))
 			}
 		}
 	}
@@ -103,9 +103,9 @@ func contention(t *testing.T, seed int64, batches int) {
 	}
 	var fences, heals, opens float64
 	for _, p := range procs {
-		fences += p.metric("rolloutd_writer_fences_total", "")
-		heals += p.metric("rolloutd_append_self_heals_total", "")
-		opens += p.metric("rolloutd_writer_opens_total", "")
+		fences += p.Metric("rolloutd_writer_fences_total", "")
+		heals += p.Metric("rolloutd_append_self_heals_total", "")
+		opens += p.Metric("rolloutd_writer_opens_total", "")
 	}
 	sent, acked := l.counts()
 	t.Logf("two processes, %d shards, random routing: %d appends acked in %d attempts (most tries for one append: %d of %d); %d records sent, %d acked, %d stored",

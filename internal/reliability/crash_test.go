@@ -36,9 +36,9 @@ func (c *current) set(p *proc, inc int) {
 }
 
 // claims returns the epochs the process's log says it claimed, by shard.
-func (p *proc) claims() map[string][]uint64 {
+func claims(p *proc) map[string][]uint64 {
 	out := map[string][]uint64{}
-	for _, line := range strings.Split(p.output(), "\n") {
+	for _, line := range strings.Split(p.Output(), "\n") {
 		var e struct {
 			Msg   string
 			Shard string
@@ -105,7 +105,7 @@ func crashRestart(t *testing.T, seed int64, kills int) {
 				for {
 					p, inc := cur.get()
 					ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
-					resp, err := p.client.Append(ctx, req)
+					resp, err := p.Client.Append(ctx, req)
 					cancel()
 					if err == nil {
 						v.addErr(l.acked(sh, resp.GetResults()))
@@ -122,7 +122,7 @@ func crashRestart(t *testing.T, seed int64, kills int) {
 					}
 					failures.add(err)
 					if !retryable(err) {
-						v.add("Append %s (%s) on %s: non-retryable %v", sh, recs[0].GetId(), p.name, err)
+						v.add("Append %s (%s) on %s: non-retryable %v", sh, recs[0].GetId(), p.Name, err)
 						break
 					}
 					if time.Now().After(giveUp) {
@@ -138,7 +138,7 @@ func crashRestart(t *testing.T, seed int64, kills int) {
 	for k := 1; k <= kills; k++ {
 		time.Sleep(rng.between(300*time.Millisecond, 1500*time.Millisecond))
 		_, acked := l.counts()
-		code, _ := procs[k-1].signal(syscall.SIGKILL, 5*time.Second)
+		code, _ := procs[k-1].Signal(syscall.SIGKILL, 5*time.Second)
 		t.Logf("kill -9 #%d after %d acked records (exit code %d)", k, acked, code)
 		procs = append(procs, startProc(t, fmt.Sprintf("rolloutd#%d", k), container))
 		cur.set(procs[k], k)
@@ -151,7 +151,7 @@ func crashRestart(t *testing.T, seed int64, kills int) {
 	last := procs[len(procs)-1]
 	for _, k := range l.ackedIDs() {
 		want, _, _ := l.expected(k[0], k[1])
-		resp, err := last.client.Get(context.Background(), &rolloutv1.GetRequest{Shard: k[0], Id: k[1]})
+		resp, err := last.Client.Get(context.Background(), &rolloutv1.GetRequest{Shard: k[0], Id: k[1]})
 		if err != nil || !proto.Equal(resp.GetRecord(), want) {
 			v.add("after the crashes, Get %s/%s = %s, %v; want %s", k[0], k[1], brief(resp.GetRecord()), err, brief(want))
 		}
@@ -167,7 +167,7 @@ func crashRestart(t *testing.T, seed int64, kills int) {
 	// log) and acked is above everything the ones before it claimed.
 	claimed := map[string][][]uint64{} // shard → incarnation → epochs
 	for inc, p := range procs {
-		for sh, es := range p.claims() {
+		for sh, es := range claims(p) {
 			for len(claimed[sh]) <= inc {
 				claimed[sh] = append(claimed[sh], nil)
 			}

@@ -74,7 +74,7 @@ func gracefulShutdown(t *testing.T, seed int64, rounds int) {
 					l.sent(sh, recs)
 					req := &rolloutv1.AppendRequest{Shard: sh, Records: recs}
 					ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-					resp, err := p.client.Append(ctx, req)
+					resp, err := p.Client.Append(ctx, req)
 					cancel()
 					if err == nil {
 						v.addErr(l.acked(sh, resp.GetResults()))
@@ -93,7 +93,7 @@ func gracefulShutdown(t *testing.T, seed int64, rounds int) {
 			})
 		}
 		time.Sleep(rng.between(500*time.Millisecond, 1500*time.Millisecond))
-		code, took := p.signal(syscall.SIGTERM, timeout)
+		code, took := p.Signal(syscall.SIGTERM, timeout)
 		close(stop)
 		clients.Wait()
 		if code != 0 {
@@ -102,7 +102,7 @@ func gracefulShutdown(t *testing.T, seed int64, rounds int) {
 		if took > timeout {
 			v.add("round %d: exited %v after SIGTERM, over the %v shutdown timeout", round, took, timeout)
 		}
-		out := p.output()
+		out := p.Output()
 		for _, bad := range []string{"did not close cleanly", "panic"} {
 			if strings.Contains(out, bad) {
 				v.add("round %d: log says %q", round, bad)
@@ -116,7 +116,7 @@ func gracefulShutdown(t *testing.T, seed int64, rounds int) {
 	ctx := context.Background()
 	for _, k := range l.ackedIDs() {
 		want, _, _ := l.expected(k[0], k[1])
-		resp, err := q.client.Get(ctx, &rolloutv1.GetRequest{Shard: k[0], Id: k[1]})
+		resp, err := q.Client.Get(ctx, &rolloutv1.GetRequest{Shard: k[0], Id: k[1]})
 		if err != nil || !proto.Equal(resp.GetRecord(), want) {
 			v.add("after restart, Get %s/%s = %s, %v; want %s", k[0], k[1], brief(resp.GetRecord()), err, brief(want))
 		}
@@ -125,7 +125,7 @@ func gracefulShutdown(t *testing.T, seed int64, rounds int) {
 	resent := 0
 	unacked.Range(func(k, _ any) bool {
 		req := k.(*rolloutv1.AppendRequest)
-		resp, err := q.client.Append(ctx, req)
+		resp, err := q.Client.Append(ctx, req)
 		if err != nil {
 			v.add("re-sending %s (%s) after restart: %v", req.GetShard(), req.GetRecords()[0].GetId(), err)
 			return true

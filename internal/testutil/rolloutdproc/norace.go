@@ -1,5 +1,5 @@
 //go:build !race
 
-package reliability
+package rolloutdproc
 
 const raceEnabled = false
