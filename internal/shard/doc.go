@@ -17,6 +17,17 @@
 // higher epoch: ErrFenced. A CAS whose outcome is unclear is decided by
 // re-reading the manifest, never by local belief.
 //
+// # Background work
+//
+// Beside the committer, a merger goroutine collapses generations (merge.go)
+// and a collector deletes the ones merges retired (gc.go). Their blob I/O
+// never sits in a commit's path. Their manifest edits join the next
+// commit's CAS, waiting up to Options.EditDelay for one before they are
+// committed alone, and the collector deletes what fell due in one burst per
+// MergeInterval. A lone client's appends thus share the store with as
+// little background work as possible: on Azurite, which serves one request
+// at a time, that work shows up directly in a lone client's latency.
+//
 // # Stopping: which path flushes, which discards
 //
 //   - Close(ctx) flushes: it refuses new appends, commits everything already
