@@ -61,8 +61,8 @@ type Options struct {
 	// appends would otherwise share the store with a manifest write per
 	// merge. Default 200 ms; negative commits edits at once.
 	EditDelay time.Duration
-	// MergeInterval is how often the merger checks its time trigger and GC
-	// when no commit wakes it. Default 5 s.
+	// MergeInterval is how often the merger checks its time trigger when no
+	// commit wakes it, and how often GC deletes what fell due. Default 5 s.
 	MergeInterval time.Duration
 	// RetireGrace is how long a generation replaced by a merge is kept for
 	// readers holding an older manifest. A reader that still finds it gone
