@@ -196,7 +196,6 @@ func BenchmarkAzuriteMemory1000Shards(b *testing.B) {
 		// Heap at every 25,000 appends, printed under -v as it goes: a run
 		// takes tens of minutes on on-disk Azurite, and the curve shows
 		// growth per append better than its two ends.
-		start := time.Now()
 		var at50k, at200k uint64
 		for upTo := int64(25_000); upTo <= total; upTo += 25_000 {
 			run(upTo)
@@ -209,10 +208,10 @@ func BenchmarkAzuriteMemory1000Shards(b *testing.B) {
 			}
 			if testing.Verbose() {
 				fmt.Fprintf(os.Stderr, "memory1000: %d appends, heap in use %.1f MiB, %s\n",
-					upTo, float64(h)/(1<<20), time.Since(start).Round(time.Second))
+					upTo, float64(h)/(1<<20), time.Since(begin).Round(time.Second))
 			}
 		}
-		elapsed := time.Since(start)
+		elapsed := time.Since(begin)
 		for _, w := range ws {
 			w.Abort()
 		}
