@@ -92,11 +92,11 @@ func NewMetrics() *Metrics {
 		}),
 		merges: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "rolloutd_merges_total",
-			Help: "Merges committed by this instance's shard writers.",
+			Help: "Merges committed by this instance's shard writers, including those a commit folded into its own generation.",
 		}),
 		mergeDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "rolloutd_merge_duration_seconds",
-			Help:    "Time from starting a merge to committing it.",
+			Help:    "Time from starting a merge to committing it (folds, done within a commit, are not observed).",
 			Buckets: prometheus.ExponentialBuckets(0.001, 2, 16),
 		}),
 		mergeSources: prometheus.NewCounter(prometheus.CounterOpts{
@@ -116,5 +116,7 @@ func NewMetrics() *Metrics {
 func (m *Metrics) observeMerge(sources, _ int, took time.Duration) {
 	m.merges.Inc()
 	m.mergeSources.Add(float64(sources))
-	m.mergeDuration.Observe(took.Seconds())
+	if took > 0 { // 0: a commit's fold, which takes no time of its own
+		m.mergeDuration.Observe(took.Seconds())
+	}
 }

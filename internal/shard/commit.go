@@ -27,6 +27,7 @@ type commitOut struct {
 	results  map[*pending][]Result
 	errs     map[*pending]error
 	editErrs map[*edit]error
+	fold     *foldRun // the generations the commit folded, if any
 }
 
 // maxRebases bounds how often one batch is rebuilt on a newer manifest of
@@ -132,25 +133,42 @@ func (w *writer) prepare(ctx context.Context, batch []*pending, edits []*edit, p
 		a.out.results[p] = rs
 	}
 	if fresh > 0 {
-		gen := w.allocGen()
-		seq := cur.GetNextSeq()
-		b := format.NewGenerationBuilder(w.shard, w.epoch, gen, size)
-		var scratch []byte
+		type add struct {
+			p *pending
+			i int
+		}
+		var adds []add
 		for _, p := range batch {
 			if a.out.errs[p] != nil {
 				continue
 			}
 			for i, e := range p.entries {
-				if _, ok := present[e.ID]; ok {
-					continue
+				if _, ok := present[e.ID]; !ok {
+					adds = append(adds, add{p, i})
 				}
-				scratch = e.withSeq(scratch[:0], seq)
-				b.Add(e.ID, seq, scratch, e.ClientHash)
-				a.out.results[p][i] = Result{ID: e.ID, Seq: seq, Epoch: w.epoch, Generation: gen}
-				seq++
 			}
 		}
-		if b.Len() > 0 {
+		if len(adds) > 0 {
+			fold := w.pickFold(next)
+			if fold != nil {
+				size += fold.bytes
+			}
+			gen := w.allocGen()
+			seq := cur.GetNextSeq()
+			b := format.NewGenerationBuilder(w.shard, w.epoch, gen, size)
+			first, level := seq, uint32(0)
+			if fold != nil {
+				fold.add(b)
+				first, level = fold.gens[0].GetFirstSeq(), fold.level+1
+			}
+			var scratch []byte
+			for _, ad := range adds {
+				e := ad.p.entries[ad.i]
+				scratch = e.withSeq(scratch[:0], seq)
+				b.Add(e.ID, seq, scratch, e.ClientHash)
+				a.out.results[ad.p][ad.i] = Result{ID: e.ID, Seq: seq, Epoch: w.epoch, Generation: gen}
+				seq++
+			}
 			l, err := b.Finish()
 			if err != nil {
 				return a, nil, err
@@ -163,10 +181,10 @@ func (w *writer) prepare(ctx context.Context, batch []*pending, edits []*edit, p
 			w.opts.Cache.addIndex(ref, newIndex(l.Footer))
 			w.opts.Cache.addFilter(ref, l.Filter)
 			w.opts.Cache.addData(ref, l.Data)
-			next.Generations = append(next.Generations, &storagepb.Generation{
+			g := &storagepb.Generation{
 				Number:           gen,
 				Epoch:            w.epoch,
-				FirstSeq:         cur.GetNextSeq(),
+				FirstSeq:         first,
 				LastSeq:          seq - 1,
 				Records:          uint32(b.Len()),
 				Bytes:            uint64(len(l.Data)),
@@ -175,9 +193,20 @@ func (w *writer) prepare(ctx context.Context, batch []*pending, edits []*edit, p
 				FilterLength:     l.FilterLength,
 				FilterCrc32C:     l.FilterCRC,
 				CreatedUnixNanos: now,
-			})
+				Level:            level,
+			}
+			if fold != nil {
+				// The folded generations are the newest live ones, so the
+				// new generation takes their place at the end.
+				keep := len(next.Generations) - len(fold.gens)
+				retire(next, next.Generations[keep:], now)
+				next.Generations = append(next.Generations[:keep:keep], g)
+				a.out.fold = fold
+			} else {
+				next.Generations = append(next.Generations, g)
+			}
 			next.NextSeq = seq
-			next.RecordCount += uint64(b.Len())
+			next.RecordCount += uint64(len(adds))
 			a.marker = gen
 		}
 	}

@@ -19,8 +19,11 @@
 //
 // # Background work
 //
-// Beside the committer, a merger goroutine collapses generations (merge.go)
-// and a collector deletes the ones merges retired (gc.go). Their blob I/O
+// A commit whose newest live generations form a small run folds them into
+// its own generation and retires them in its CAS (fold.go), from bytes
+// still cached, so a lone client's appends need no separate merge. Beside
+// the committer, a merger goroutine collapses the rest (merge.go) and a
+// collector deletes the generations merges and folds retired (gc.go). Their blob I/O
 // never sits in a commit's path. Their manifest edits join the next
 // commit's CAS, waiting up to Options.EditDelay for one before they are
 // committed alone, and the collector deletes what fell due in one burst per

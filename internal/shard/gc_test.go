@@ -42,6 +42,7 @@ func TestGCDeletesOnlyUnreferencedBlobsPastGrace(t *testing.T) {
 	opts.MergeInterval = time.Second
 	opts.RetireGrace = time.Minute
 	opts.OrphanScanInterval = time.Hour
+	opts.FoldMaxBytes = -1 // the merger retires the four generations below
 
 	// Epoch 1 leaves an orphan: a generation it wrote but never committed.
 	w1, err := Open(ctx, store, "s", opts)

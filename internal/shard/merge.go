@@ -31,6 +31,10 @@ import (
 //  3. Age. A generation never merged and older than MergeAge is merged with
 //     its cheapest neighbours.
 //
+// Most tier-0 runs never reach the merger: the commit that would complete
+// one folds it (fold.go). A merge and a commit's fold claim the generations
+// they rewrite (writer.claimed), so neither rewrites what the other does.
+//
 // Only contiguous runs are merged, so the per-generation sequence ranges
 // never overlap. Each pass is capped by MergeMaxSources and MergeMaxBytes.
 //
@@ -155,10 +159,12 @@ func (w *writer) mergeLoop() {
 		}
 		for w.mergeCtx.Err() == nil {
 			plan := pickMerge(w.manifest().GetGenerations(), w.opts.Clock.Now(), w.opts)
-			if plan == nil {
-				break
+			if plan == nil || !w.claimMerge(plan) {
+				break // a commit is folding part of it; the next kick looks again
 			}
-			if err := w.merge(w.mergeCtx, plan); err != nil {
+			err := w.merge(w.mergeCtx, plan)
+			w.releaseMerge(plan)
+			if err != nil {
 				if w.mergeCtx.Err() == nil {
 					w.log.Warn("merge failed; will retry", zap.Error(err))
 				}
@@ -232,6 +238,12 @@ func (w *writer) merge(ctx context.Context, plan []*storagepb.Generation) error 
 		return err
 	}
 	gen := w.allocGen()
+	// Claimed until its edit settles, so that no commit folds the output
+	// the moment it is swapped in.
+	w.mu.Lock()
+	w.claimed[gen] = true
+	w.mu.Unlock()
+	defer w.release([]uint64{gen})
 	b := format.NewGenerationBuilder(w.shard, w.epoch, gen, size)
 	for i, f := range footers {
 		for _, e := range f.GetEntries() {

@@ -229,6 +229,7 @@ func TestMergeEditRidesTheNextCommit(t *testing.T) {
 	opts.MergeMaxGenerations = 4
 	opts.MergeInterval = time.Hour
 	opts.EditDelay = time.Second
+	opts.FoldMaxBytes = -1 // the merger's own edits are under test
 	w, err := Open(context.Background(), hs, "s", opts)
 	if err != nil {
 		t.Fatal(err)

@@ -19,7 +19,9 @@ type Options struct {
 	Cache *IndexCache
 	// Notifier, when set, is told of every commit, to wake following scans.
 	Notifier *Notifier
-	// OnMerge, when set, is called after each committed merge, for metrics.
+	// OnMerge, when set, is called after each committed merge, for metrics;
+	// also after a commit that folded generations (fold.go), with took 0:
+	// a fold has no time of its own.
 	OnMerge func(sources, records int, took time.Duration)
 	// MaxQueuedBytes caps the bytes of records waiting to be committed.
 	// Past it, Append fails with ErrBackpressure. Default 64 MiB.
@@ -55,6 +57,10 @@ type Options struct {
 	// and 32.
 	MergeMaxBytes   int64
 	MergeMaxSources int
+	// FoldMaxBytes caps the bytes of the newest generations a commit folds
+	// into its own generation (fold.go). Default MergeTierBytes; negative
+	// turns folding off, leaving every merge to the merger.
+	FoldMaxBytes int64
 	// EditDelay is how long a merge's or GC's manifest edit waits for the
 	// next append's commit, whose CAS it then joins, before it is committed
 	// in a CAS of its own. Edits are never urgent, and a lone client's
@@ -118,6 +124,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.MergeMaxSources < 2 {
 		o.MergeMaxSources = 32
+	}
+	if o.FoldMaxBytes == 0 {
+		o.FoldMaxBytes = o.MergeTierBytes
 	}
 	if o.EditDelay == 0 {
 		o.EditDelay = 200 * time.Millisecond

@@ -71,7 +71,8 @@ type writer struct {
 	epoch uint64
 	puts  atomic.Uint64 // numbers this writer's conditional puts
 
-	merges     atomic.Int64 // merges committed
+	merges     atomic.Int64 // merges committed, folds included
+	folds      atomic.Int64 // merges done by a commit (fold.go)
 	mergeNanos atomic.Int64 // time spent in committed merges
 	gcDeleted  atomic.Int64 // blobs deleted by GC
 
@@ -101,6 +102,10 @@ type writer struct {
 	// snapshot of the pointer.
 	m    *storagepb.Manifest
 	etag blob.ETag
+	// claimed holds the generations that a merge in flight or the commit
+	// being prepared rewrites, so that the other leaves them alone.
+	claimed map[uint64]bool
+	folding []uint64 // committer-only: the commit's claim (fold.go)
 
 	stale bool // committer-only: m and etag must be re-read before the next commit
 }
@@ -129,6 +134,7 @@ func Open(ctx context.Context, store blob.Store, shard string, opts Options) (*W
 		mergeDone: make(chan struct{}),
 		gcDone:    make(chan struct{}),
 		inflight:  map[string]inflightRef{},
+		claimed:   map[uint64]bool{},
 	}
 	if err := w.claim(ctx); err != nil {
 		return nil, err
@@ -184,7 +190,8 @@ type Stats struct {
 	Retired        int // retired generations awaiting deletion
 	EpochRecords   int
 	Records        uint64
-	Merges         int64
+	Merges         int64 // folds included
+	Folds          int64 // merges done by a commit (see fold.go)
 	MergeDuration  time.Duration
 	GCDeletedBlobs int64
 }
@@ -203,6 +210,7 @@ func (h *Writer) Stats() Stats {
 		EpochRecords:   len(w.m.GetEpochs()),
 		Records:        w.m.GetRecordCount(),
 		Merges:         w.merges.Load(),
+		Folds:          w.folds.Load(),
 		MergeDuration:  time.Duration(w.mergeNanos.Load()),
 		GCDeletedBlobs: w.gcDeleted.Load(),
 	}
@@ -646,7 +654,15 @@ func (w *writer) commit(batch []*pending, edits []*edit) {
 		ctx, cancel := context.WithTimeout(w.ctx, w.opts.CommitTimeout)
 		out, err := w.commitBatch(ctx, live, edits)
 		cancel()
+		w.releaseFold()
 		release()
+		if err == nil && out.fold != nil {
+			w.folds.Add(1)
+			w.merges.Add(1)
+			if w.opts.OnMerge != nil {
+				w.opts.OnMerge(len(out.fold.gens), int(out.fold.records()), 0)
+			}
+		}
 		var fenced *FencedError
 		if errors.As(err, &fenced) {
 			w.fence(fenced)
