@@ -72,19 +72,104 @@ const maxReadRetries = 3
 // Errors: ErrShardNotFound, ErrRecordNotFound, ErrCorrupt naming the blob,
 // or a storage error (blob.ErrUnavailable, …).
 func (r *Reader) Get(ctx context.Context, shard, id string) (*rolloutv1.Record, error) {
+	rec, m, err := r.speculate(ctx, shard, id)
+	if rec != nil || err != nil {
+		return rec, err
+	}
 	var lastErr error
 	for range maxReadRetries {
-		m, err := r.Manifest(ctx, shard)
-		if err != nil {
-			return nil, err
+		if m == nil {
+			if m, err = r.Manifest(ctx, shard); err != nil {
+				return nil, err
+			}
 		}
 		rec, err := r.find(ctx, shard, m, id)
 		if !errors.Is(err, blob.ErrNotFound) {
 			return rec, err
 		}
-		lastErr = err
+		lastErr, m = err, nil
 	}
 	return nil, fmt.Errorf("shard %q: generations kept vanishing while reading %q: %w", shard, id, lastErr)
+}
+
+// speculate overlaps the two reads of a Get when the cached manifest and
+// index already say where id is: the ranged GET of the record goes out
+// beside the conditional GET of the manifest, so a Get costs about one
+// round trip instead of two. The record stands only if the current
+// manifest still lists its generation (usually it is unchanged: a 304).
+// That is enough because a committed id lives in exactly one live
+// generation (appends are idempotent by id) and generations are immutable.
+//
+// It returns the record, or else the current manifest it read (nil when it
+// did not speculate) for Get to look id up in, or the manifest's error.
+func (r *Reader) speculate(ctx context.Context, shard, id string) (*rolloutv1.Record, *storagepb.Manifest, error) {
+	r.mu.Lock()
+	cached, ok := r.manifests.Peek(shard)
+	r.mu.Unlock()
+	if !ok {
+		return nil, nil, nil
+	}
+	g, e, ok := r.locate(shard, cached.m, id)
+	if !ok {
+		return nil, nil, nil
+	}
+	type read struct {
+		rec *rolloutv1.Record
+		err error
+	}
+	rctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	done := make(chan read, 1)
+	go func() {
+		rec, err := r.readRecord(rctx, shard, g, e)
+		done <- read{rec, err}
+	}()
+	m, err := r.Manifest(ctx, shard)
+	if err != nil {
+		cancel()
+	}
+	res := <-done // the read never outlives Get
+	if err != nil {
+		return nil, nil, err
+	}
+	if res.err == nil && (m == cached.m || lists(m, g)) {
+		return res.rec, nil, nil
+	}
+	return nil, m, nil
+}
+
+// locate finds id in m from cached filters and indexes only.
+func (r *Reader) locate(shard string, m *storagepb.Manifest, id string) (*storagepb.Generation, *storagepb.FooterEntry, bool) {
+	gens := m.GetGenerations()
+	for i := len(gens) - 1; i >= 0; i-- {
+		g := gens[i]
+		ref := genRef{shard, g.GetEpoch(), g.GetNumber()}
+		f, ok := r.cache.getFilter(ref)
+		if !ok {
+			return nil, nil, false
+		}
+		if !f.TestString(id) {
+			continue
+		}
+		idx, ok := r.cache.getIndex(ref)
+		if !ok {
+			return nil, nil, false
+		}
+		if e, ok := idx.byID[id]; ok {
+			return g, e, true
+		}
+	}
+	return nil, nil, false
+}
+
+// lists reports whether m lists generation g as live.
+func lists(m *storagepb.Manifest, g *storagepb.Generation) bool {
+	for _, h := range m.GetGenerations() {
+		if h.GetEpoch() == g.GetEpoch() && h.GetNumber() == g.GetNumber() {
+			return true
+		}
+	}
+	return false
 }
 
 // Manifest reads the shard's current manifest. The result must not be
@@ -138,19 +223,25 @@ func (r *Reader) find(ctx context.Context, shard string, m *storagepb.Manifest, 
 		if !ok {
 			continue
 		}
-		name := format.GenerationName(shard, g.GetEpoch(), g.GetNumber())
-		data, _, err := r.store.Get(ctx, name, blob.GetOptions{Offset: int64(e.GetOffset()), Length: int64(e.GetLength())})
-		if err != nil {
-			return nil, fmt.Errorf("shard %q: read record %q from %s: %w", shard, id, name, err)
-		}
-		if _, err := format.Record(data, e); err != nil {
-			return nil, fmt.Errorf("%w: blob %s: %w", ErrCorrupt, name, err)
-		}
-		rec := &rolloutv1.Record{}
-		if err := proto.Unmarshal(data, rec); err != nil {
-			return nil, fmt.Errorf("%w: blob %s: record %q: %w", ErrCorrupt, name, id, err)
-		}
-		return rec, nil
+		return r.readRecord(ctx, shard, g, e)
 	}
 	return nil, fmt.Errorf("shard %q: id %q: %w", shard, id, ErrRecordNotFound)
+}
+
+// readRecord reads the record that footer entry e of generation g points
+// at, with one ranged GET.
+func (r *Reader) readRecord(ctx context.Context, shard string, g *storagepb.Generation, e *storagepb.FooterEntry) (*rolloutv1.Record, error) {
+	name := format.GenerationName(shard, g.GetEpoch(), g.GetNumber())
+	data, _, err := r.store.Get(ctx, name, blob.GetOptions{Offset: int64(e.GetOffset()), Length: int64(e.GetLength())})
+	if err != nil {
+		return nil, fmt.Errorf("shard %q: read record %q from %s: %w", shard, e.GetId(), name, err)
+	}
+	if _, err := format.Record(data, e); err != nil {
+		return nil, fmt.Errorf("%w: blob %s: %w", ErrCorrupt, name, err)
+	}
+	rec := &rolloutv1.Record{}
+	if err := proto.Unmarshal(data, rec); err != nil {
+		return nil, fmt.Errorf("%w: blob %s: record %q: %w", ErrCorrupt, name, e.GetId(), err)
+	}
+	return rec, nil
 }
