@@ -19,10 +19,26 @@ const maxDeletesPerPass = 256
 // gcDeleteParallelism bounds the deletes of one pass in flight.
 const gcDeleteParallelism = 8
 
+// parallelism is how many deletes GC keeps in flight to delete due
+// generations within half of interval, given the recent delete latency:
+// one unless the backlog needs more. A burst of parallel deletes would sit
+// in front of the appends' requests for no gain while one at a time keeps
+// up; on Azurite, which serves one request at a time, eight in flight
+// cost a lone client about a tenth of its append latency (measured with
+// rolloutbench target 1).
+func parallelism(due int, latency, interval time.Duration) int {
+	budget := interval / 2
+	if due == 0 || latency <= 0 || budget <= 0 {
+		return 1
+	}
+	need := (time.Duration(due)*latency + budget - 1) / budget
+	return int(min(max(need, 1), gcDeleteParallelism))
+}
+
 // collector deletes blobs that no manifest will ever reference again. It
 // never acts on a local belief that a write failed, only on the manifest:
 //
-//   - Retired generations (replaced by a merge) are deleted once RetireGrace
+//   - Retired generations (replaced by a merge or a fold) are deleted once RetireGrace
 //     has passed since their retirement, because a reader may still hold the
 //     manifest that listed them; the manifest forgets them only after the
 //     delete, in a later CAS. Pending deletes therefore live in the
@@ -37,7 +53,25 @@ const gcDeleteParallelism = 8
 type collector struct {
 	w        *writer
 	nextScan time.Time
+
+	mu      sync.Mutex
+	latency time.Duration // moving average of one delete's latency
 }
+
+func (c *collector) observe(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.latency == 0 {
+		c.latency = d
+		return
+	}
+	c.latency += (d - c.latency) / 8
+}
+
+// paceEvery is how many deletes go out between two looks at how many may
+// be in flight, so that the first look, made before any delete was timed,
+// does not set the pace of a whole pass.
+const paceEvery = 32
 
 // run is one GC pass. It reports whether it stopped at maxDeletesPerPass
 // with more retired generations due.
@@ -45,43 +79,53 @@ func (c *collector) run(ctx context.Context) (more bool) {
 	w := c.w
 	m := w.manifest()
 	now := w.opts.Clock.Now()
-	// Delete a few at a time: a backlog of retirements must drain faster
-	// than merges add to it.
-	var (
-		mu     sync.Mutex
-		forget = map[genKey]bool{}
-		g      errgroup.Group
-		queued int
-	)
-	g.SetLimit(gcDeleteParallelism)
-batches:
+	var due []genKey
+	backlog := 0 // due in all, this pass and later ones
 	for _, b := range m.GetRetiredBatches() {
 		if now.Sub(time.Unix(0, b.GetRetiredUnixNanos())) < w.opts.RetireGrace {
 			break // batches are in time order
 		}
 		for i, num := range b.GetNumbers() {
-			if queued == maxDeletesPerPass {
-				more = true
-				break batches
+			backlog++
+			if len(due) < maxDeletesPerPass {
+				due = append(due, genKey{b.GetEpochs()[i], num})
 			}
-			queued++
-			epoch := b.GetEpochs()[i]
+		}
+	}
+	more = backlog > len(due)
+	var (
+		mu     sync.Mutex
+		forget = map[genKey]bool{}
+	)
+	for len(due) > 0 {
+		// As many at a time as it takes to keep up, and no more.
+		c.mu.Lock()
+		lat := c.latency
+		c.mu.Unlock()
+		var g errgroup.Group
+		g.SetLimit(parallelism(backlog, lat, w.opts.MergeInterval))
+		chunk := due[:min(len(due), paceEvery)]
+		due, backlog = due[len(chunk):], backlog-len(chunk)
+		for _, k := range chunk {
 			g.Go(func() error {
-				name := format.GenerationName(w.shard, epoch, num)
-				if err := w.store.Delete(ctx, name, blob.DeleteOptions{}); err != nil && !errors.Is(err, blob.ErrNotFound) {
+				name := format.GenerationName(w.shard, k.epoch, k.number)
+				start := w.opts.Clock.Now()
+				err := w.store.Delete(ctx, name, blob.DeleteOptions{})
+				c.observe(w.opts.Clock.Now().Sub(start))
+				if err != nil && !errors.Is(err, blob.ErrNotFound) {
 					if ctx.Err() == nil {
-						w.log.Warn("gc: delete retired generation failed; will retry", zap.Uint64("generation", num), zap.Error(err))
+						w.log.Warn("gc: delete retired generation failed; will retry", zap.Uint64("generation", k.number), zap.Error(err))
 					}
 					return nil
 				}
 				mu.Lock()
-				forget[genKey{epoch, num}] = true
+				forget[k] = true
 				mu.Unlock()
 				return nil
 			})
 		}
+		_ = g.Wait()
 	}
-	_ = g.Wait()
 	if len(forget) > 0 {
 		e := newEdit()
 		e.forget = forget

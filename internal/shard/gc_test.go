@@ -3,6 +3,8 @@ package shard
 import (
 	"context"
 	"errors"
+	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -118,4 +120,84 @@ func TestGCDeletesOnlyUnreferencedBlobsPastGrace(t *testing.T) {
 		t.Fatal("an unreferenced generation of the current epoch was deleted")
 	}
 	l.verify(t, store, "s")
+}
+
+func TestGCParallelismKeepsUpWithOneDeleteWhenItCan(t *testing.T) {
+	const interval = 5 * time.Second
+	for _, tc := range []struct {
+		due     int
+		latency time.Duration
+		want    int
+	}{
+		{0, time.Millisecond, 1},
+		{100, 0, 1},                      // nothing measured yet
+		{1500, time.Millisecond, 1},      // a lone client on Azurite: 1.5 s of 2.5
+		{2500, time.Millisecond, 1},      // exactly the budget
+		{2501, time.Millisecond, 2},      // just over it
+		{1000, 10 * time.Millisecond, 4}, // Azure-like latency, 10 s of work
+		{100000, 10 * time.Millisecond, gcDeleteParallelism},
+	} {
+		if got := parallelism(tc.due, tc.latency, interval); got != tc.want {
+			t.Errorf("parallelism(%d due, %v per delete, %v) = %d, want %d", tc.due, tc.latency, interval, got, tc.want)
+		}
+	}
+}
+
+// slowDeletes makes every delete take a while and records how many were
+// ever in flight at once.
+type slowDeletes struct {
+	blob.Store
+	delay     time.Duration
+	mu        sync.Mutex
+	inFlight  int
+	maxFlight int
+}
+
+func (s *slowDeletes) Delete(ctx context.Context, name string, opts blob.DeleteOptions) error {
+	s.mu.Lock()
+	s.inFlight++
+	s.maxFlight = max(s.maxFlight, s.inFlight)
+	s.mu.Unlock()
+	time.Sleep(s.delay)
+	s.mu.Lock()
+	s.inFlight--
+	s.mu.Unlock()
+	return s.Store.Delete(ctx, name, opts)
+}
+
+// GC deletes one at a time while that finishes within half an interval,
+// and in parallel once it would not.
+func TestGCDeletesInParallelOnlyWhenOneAtATimeFallsBehind(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		interval time.Duration
+		parallel bool
+	}{
+		{"keeps up alone", time.Second, false},
+		{"falls behind", 5 * time.Millisecond, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			store := &slowDeletes{Store: memstore.New(), delay: 2 * time.Millisecond}
+			opts := mergeOptions(t)
+			opts.MergeInterval = tc.interval
+			opts.RetireGrace = 100 * time.Millisecond
+			w, err := Open(context.Background(), store, "s", opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer w.Abort()
+			for i := range 60 {
+				if _, err := w.Append(context.Background(), entries(t, fmt.Sprint("a", i))); err != nil {
+					t.Fatal(err)
+				}
+			}
+			waitFor(t, "GC to delete 30 retired generations", func() bool { return w.Stats().GCDeletedBlobs >= 30 })
+			store.mu.Lock()
+			got := store.maxFlight
+			store.mu.Unlock()
+			if tc.parallel && got < 2 || !tc.parallel && got != 1 {
+				t.Fatalf("at most %d deletes in flight; want parallel=%v", got, tc.parallel)
+			}
+		})
+	}
 }

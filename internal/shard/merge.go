@@ -177,9 +177,10 @@ func (w *writer) mergeLoop() {
 // gcLoop is the collector goroutine. It runs beside the merger, so that
 // deleting a backlog of retired generations never holds merging up. It
 // wakes every MergeInterval, not after each merge: deleting what fell due
-// in one burst costs the store the same deletes but one manifest edit, and
-// a lone client's appends meet the burst rather than a delete or two
-// beside nearly every commit.
+// in one pass costs the store the same deletes but one manifest edit. The
+// pass keeps only as many deletes in flight as it needs to finish within
+// half an interval (parallelism), so a lone client's appends meet at
+// most one delete rather than a burst.
 func (w *writer) gcLoop() {
 	defer close(w.gcDone)
 	if w.opts.DisableMerge {
