@@ -2,7 +2,6 @@ package shard
 
 import (
 	"errors"
-	"time"
 
 	"github.com/rolloutd/rolloutd/internal/shard/storagepb"
 )
@@ -59,51 +58,10 @@ func (e *edit) apply(next *storagepb.Manifest, now int64) error {
 		next.Generations = merged
 	}
 	if len(e.forget) > 0 {
-		kept := next.RetiredBatches[:0:0]
-		for _, b := range next.GetRetiredBatches() {
-			var epochs, numbers []uint64
-			for i, num := range b.GetNumbers() {
-				if !e.forget[genKey{b.GetEpochs()[i], num}] {
-					epochs, numbers = append(epochs, b.GetEpochs()[i]), append(numbers, num)
-				}
-			}
-			if len(numbers) > 0 {
-				b.Epochs, b.Numbers = epochs, numbers
-				kept = append(kept, b)
-			}
-		}
-		next.RetiredBatches = kept
+		forget(next, e.forget)
 	}
 	return nil
 }
 
 // genKey names a generation.
 type genKey struct{ epoch, number uint64 }
-
-// retireBatchWindow groups retirements this close in time into one batch.
-const retireBatchWindow = int64(time.Second)
-
-// retire adds gens to the retired list, stamped now.
-func retire(m *storagepb.Manifest, gens []*storagepb.Generation, now int64) {
-	bs := m.GetRetiredBatches()
-	var b *storagepb.RetiredBatch
-	if n := len(bs); n > 0 && now-bs[n-1].GetRetiredUnixNanos() < retireBatchWindow {
-		b = bs[n-1]
-	} else {
-		b = &storagepb.RetiredBatch{RetiredUnixNanos: now}
-		m.RetiredBatches = append(m.RetiredBatches, b)
-	}
-	for _, g := range gens {
-		b.Epochs = append(b.Epochs, g.GetEpoch())
-		b.Numbers = append(b.Numbers, g.GetNumber())
-	}
-}
-
-// retiredCount is the number of generations awaiting deletion.
-func retiredCount(m *storagepb.Manifest) int {
-	n := 0
-	for _, b := range m.GetRetiredBatches() {
-		n += len(b.GetNumbers())
-	}
-	return n
-}

@@ -85,12 +85,14 @@ func (c *collector) run(ctx context.Context) (more bool) {
 		if now.Sub(time.Unix(0, b.GetRetiredUnixNanos())) < w.opts.RetireGrace {
 			break // batches are in time order
 		}
-		for i, num := range b.GetNumbers() {
-			backlog++
-			if len(due) < maxDeletesPerPass {
-				due = append(due, genKey{b.GetEpochs()[i], num})
+		backlog += batchLen(b)
+		eachRetired(b, func(k genKey) bool {
+			if len(due) == maxDeletesPerPass {
+				return false
 			}
-		}
+			due = append(due, k)
+			return true
+		})
 	}
 	more = backlog > len(due)
 	var (
@@ -158,9 +160,10 @@ func (c *collector) orphans(ctx context.Context) int {
 		referenced[genKey{g.GetEpoch(), g.GetNumber()}] = true
 	}
 	for _, b := range m.GetRetiredBatches() {
-		for i, num := range b.GetNumbers() {
-			referenced[genKey{b.GetEpochs()[i], num}] = true
-		}
+		eachRetired(b, func(k genKey) bool {
+			referenced[k] = true
+			return true
+		})
 	}
 	deleted := 0
 	token := ""

@@ -86,9 +86,10 @@ func TestGCDeletesOnlyUnreferencedBlobsPastGrace(t *testing.T) {
 	}
 	var retired []string
 	for _, b := range m.GetRetiredBatches() {
-		for i, num := range b.GetNumbers() {
-			retired = append(retired, format.GenerationName("s", b.GetEpochs()[i], num))
-		}
+		eachRetired(b, func(k genKey) bool {
+			retired = append(retired, format.GenerationName("s", k.epoch, k.number))
+			return true
+		})
 	}
 	// Within the grace period nothing is deleted, however often GC runs.
 	for range 5 {

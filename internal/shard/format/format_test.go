@@ -18,6 +18,10 @@ func sampleManifest() *storagepb.Manifest {
 			{Number: 4, Epoch: 3, FirstSeq: 5, LastSeq: 10, Records: 6, Bytes: 200, FooterOffset: 120, FooterLength: 60},
 		},
 		Epochs: []*storagepb.EpochRecord{{Epoch: 1, LastGeneration: 2}, {Epoch: 3, LastGeneration: 4}},
+		RetiredBatches: []*storagepb.RetiredBatch{
+			{RetiredUnixNanos: 1, Epochs: []uint64{1}, Numbers: []uint64{1}}, // written before runs
+			{RetiredUnixNanos: 2, Epochs: []uint64{3}, Numbers: []uint64{3}, Runs: []uint64{1}},
+		},
 	}
 }
 
@@ -57,15 +61,25 @@ func TestManifestRejectsCorruption(t *testing.T) {
 	overlap := sampleManifest()
 	overlap.Generations[1].FirstSeq = 3
 	overlapBytes, _ := EncodeManifest(overlap)
+	lie := func(f func(b *storagepb.RetiredBatch)) []byte {
+		m := sampleManifest()
+		f(m.RetiredBatches[1])
+		b, _ := EncodeManifest(m)
+		return b
+	}
 	for name, b := range map[string][]byte{
-		"empty":        nil,
-		"short":        good[:5],
-		"bad magic":    flip(0),
-		"bad version":  flip(4),
-		"flipped body": flip(10),
-		"flipped crc":  flip(len(good) - 1),
-		"truncated":    good[:len(good)-3],
-		"overlap":      overlapBytes,
+		"retired epochs unpaired": lie(func(b *storagepb.RetiredBatch) { b.Epochs = nil }),
+		"retired runs unpaired":   lie(func(b *storagepb.RetiredBatch) { b.Runs = []uint64{1, 1} }),
+		"retired run of 0":        lie(func(b *storagepb.RetiredBatch) { b.Runs = []uint64{0} }),
+		"retired run past next":   lie(func(b *storagepb.RetiredBatch) { b.Runs = []uint64{1 << 62} }),
+		"empty":                   nil,
+		"short":                   good[:5],
+		"bad magic":               flip(0),
+		"bad version":             flip(4),
+		"flipped body":            flip(10),
+		"flipped crc":             flip(len(good) - 1),
+		"truncated":               good[:len(good)-3],
+		"overlap":                 overlapBytes,
 	} {
 		if _, err := DecodeManifest(b); !errors.Is(err, ErrCorrupt) {
 			t.Errorf("%s: DecodeManifest = %v, want ErrCorrupt", name, err)

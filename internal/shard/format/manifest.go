@@ -93,5 +93,18 @@ func checkManifest(m *storagepb.Manifest) error {
 		}
 		prevLast = g.GetLastSeq()
 	}
+	for i, b := range m.GetRetiredBatches() {
+		n := len(b.GetNumbers())
+		if len(b.GetEpochs()) != n || (len(b.GetRuns()) != 0 && len(b.GetRuns()) != n) {
+			return fmt.Errorf("retired batch %d: %d epochs, %d numbers and %d runs do not pair up", i, len(b.GetEpochs()), n, len(b.GetRuns()))
+		}
+		for k, r := range b.GetRuns() {
+			// Generations are numbered below next_generation, so a run
+			// past it is a lie that would have GC count to 2^64.
+			if first := b.GetNumbers()[k]; r == 0 || first >= m.GetNextGeneration() || r > m.GetNextGeneration()-first {
+				return fmt.Errorf("retired batch %d: run of %d from generation %d not within 1..next_generation %d", i, r, first, m.GetNextGeneration())
+			}
+		}
+	}
 	return nil
 }

@@ -316,7 +316,12 @@ type RetiredBatch struct {
 	// Epochs of the retired generations, parallel to numbers.
 	Epochs []uint64 `protobuf:"varint,2,rep,packed,name=epochs,proto3" json:"epochs,omitempty"`
 	// Numbers of the retired generations, parallel to epochs.
-	Numbers       []uint64 `protobuf:"varint,3,rep,packed,name=numbers,proto3" json:"numbers,omitempty"`
+	Numbers []uint64 `protobuf:"varint,3,rep,packed,name=numbers,proto3" json:"numbers,omitempty"`
+	// When set, parallel to numbers: runs[i] consecutive generations of epoch
+	// epochs[i], numbers[i] the first, are retired. Merges and folds retire
+	// consecutive numbers, so a shard's retirements stay a few entries however
+	// fast it commits. Empty: one generation per entry.
+	Runs          []uint64 `protobuf:"varint,4,rep,packed,name=runs,proto3" json:"runs,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -368,6 +373,13 @@ func (x *RetiredBatch) GetEpochs() []uint64 {
 func (x *RetiredBatch) GetNumbers() []uint64 {
 	if x != nil {
 		return x.Numbers
+	}
+	return nil
+}
+
+func (x *RetiredBatch) GetRuns() []uint64 {
+	if x != nil {
+		return x.Runs
 	}
 	return nil
 }
@@ -623,11 +635,12 @@ const file_rolloutd_storage_v1_storage_proto_rawDesc = "" +
 	"\x05level\x18\n" +
 	" \x01(\rR\x05level\x12#\n" +
 	"\rfilter_length\x18\v \x01(\rR\ffilterLength\x12#\n" +
-	"\rfilter_crc32c\x18\f \x01(\aR\ffilterCrc32c\"n\n" +
+	"\rfilter_crc32c\x18\f \x01(\aR\ffilterCrc32c\"\x82\x01\n" +
 	"\fRetiredBatch\x12,\n" +
 	"\x12retired_unix_nanos\x18\x01 \x01(\x03R\x10retiredUnixNanos\x12\x16\n" +
 	"\x06epochs\x18\x02 \x03(\x04R\x06epochs\x12\x18\n" +
-	"\anumbers\x18\x03 \x03(\x04R\anumbers\"L\n" +
+	"\anumbers\x18\x03 \x03(\x04R\anumbers\x12\x12\n" +
+	"\x04runs\x18\x04 \x03(\x04R\x04runs\"L\n" +
 	"\vEpochRecord\x12\x14\n" +
 	"\x05epoch\x18\x01 \x01(\x04R\x05epoch\x12'\n" +
 	"\x0flast_generation\x18\x02 \x01(\x04R\x0elastGeneration\"\x90\x01\n" +
