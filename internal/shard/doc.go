@@ -34,7 +34,8 @@
 // # Stopping: which path flushes, which discards
 //
 //   - Close(ctx) flushes: it refuses new appends, commits everything already
-//     queued, and waits for the committer to exit. If ctx ends first it falls
+//     queued (and the manifest edit of a merge or GC pass already done), and
+//     waits for the committer to exit. If ctx ends first it falls
 //     back to Abort.
 //   - Abort() discards un-acknowledged state: queued appends that were never
 //     sent fail with ErrAborted, and an append whose commit was in flight fails

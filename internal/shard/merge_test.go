@@ -282,3 +282,43 @@ func TestMergeEditRidesTheNextCommit(t *testing.T) {
 	}
 	l.verify(t, hs, "s")
 }
+
+// Close commits a merge whose output is written and whose edit waits for a
+// commit, rather than leaving that output an orphan for a later epoch.
+func TestCloseCommitsAWaitingMergeEdit(t *testing.T) {
+	store := memstore.New()
+	opts := testOptions(t)
+	opts.MergeRun = 4
+	opts.MergeInterval = time.Hour
+	opts.EditDelay = time.Hour
+	opts.FoldMaxBytes = -1 // the merger's own edit is under test
+	w, err := Open(context.Background(), store, "s", opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Abort()
+	l := newLedger()
+	for i := range 4 {
+		rs, err := w.Append(context.Background(), entries(t, fmt.Sprint("a", i)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		l.add(t, rs)
+	}
+	waitFor(t, "the merge's edit to be queued", func() bool {
+		w.w.mu.Lock()
+		defer w.w.mu.Unlock()
+		return len(w.w.edits) == 1
+	})
+	if err := w.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	m, _, err := readManifest(context.Background(), store, "s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, r := len(m.GetGenerations()), retiredCount(m); n != 1 || r != 4 {
+		t.Fatalf("after Close: %d live and %d retired generations; want the merge committed: 1 and 4", n, r)
+	}
+	l.verify(t, store, "s")
+}

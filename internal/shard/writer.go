@@ -237,10 +237,11 @@ func (h *Writer) Append(ctx context.Context, entries []Entry) ([]Result, error) 
 	return h.w.append(ctx, entries)
 }
 
-// Close flushes: it stops taking appends, commits everything queued, and
-// waits for the committer to exit. If ctx ends first, Close aborts the
-// writer (see Abort) and returns ctx's error. A second Close returns
-// ErrClosed; Close after Abort returns ErrAborted.
+// Close flushes: it stops taking appends, commits everything queued (with
+// any finished merge's waiting manifest edit), and waits for the committer
+// to exit. If ctx ends first, Close aborts the writer (see Abort) and
+// returns ctx's error. A second Close returns ErrClosed; Close after Abort
+// returns ErrAborted.
 func (h *Writer) Close(ctx context.Context) error { return h.w.close(ctx) }
 
 // Abort discards un-acknowledged state, at once: it fails queued appends
@@ -494,8 +495,9 @@ func (w *writer) close(ctx context.Context) error {
 		return fmt.Errorf("shard %q epoch %d: %w", w.shard, w.epoch, ErrAborted)
 	}
 	w.mu.Unlock()
-	// A merge in progress is abandoned: its output, if written, is an orphan
-	// that GC removes under a later epoch.
+	// A merge still running is abandoned: its output, if written, is an
+	// orphan that GC removes under a later epoch. One whose manifest edit
+	// already waits for a commit is committed below, with the queue.
 	w.mergeCancel()
 	<-w.mergeDone
 	<-w.gcDone
@@ -600,13 +602,13 @@ func (w *writer) take() ([]*pending, []*edit, bool) {
 			w.mu.Unlock()
 			return batch, edits, true
 		case w.state == stateClosing:
+			// Close flushes what is already done: a merge whose output is
+			// written, or deletes GC made, are committed rather than left
+			// as orphans and stale entries for a later epoch to find.
 			edits := w.edits
 			w.edits = nil
 			w.mu.Unlock()
-			for _, e := range edits {
-				e.settle(ErrClosed)
-			}
-			return nil, nil, false
+			return nil, edits, len(edits) > 0
 		}
 		// Edits alone wait for an append's commit to ride on, up to
 		// EditDelay: see Options.EditDelay.
