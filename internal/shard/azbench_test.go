@@ -151,3 +151,68 @@ func BenchmarkAzurite64Appenders(b *testing.B) {
 	b.ReportMetric(multiRate/singleRate, "64/single")
 	b.ReportMetric(writesPerAck, "writes/ack")
 }
+
+// BenchmarkAzuriteGet measures a Get by a reader that holds no writer (as
+// another instance would) against the read floor: a GET of the manifest
+// then a ranged GET of one record, sequential, on the same client. In
+// process, without gRPC, so that rolloutbench's target 5 can be split into
+// the reader's share and the gRPC hop's.
+func BenchmarkAzuriteGet(b *testing.B) {
+	store := azureStore(b)
+	ctx := context.Background()
+	w, err := Open(ctx, store, "bench", Options{Logger: zap.NewNop()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	var ids []string
+	for i := range 500 {
+		id := fmt.Sprint("id-", i)
+		if _, err := w.Append(ctx, []Entry{kib1Entry(b, id)}); err != nil {
+			b.Fatal(err)
+		}
+		ids = append(ids, id)
+	}
+	if err := w.Close(ctx); err != nil {
+		b.Fatal(err)
+	}
+	m, _, err := readManifest(ctx, store, "bench")
+	if err != nil {
+		b.Fatal(err)
+	}
+	g := m.GetGenerations()[len(m.GetGenerations())-1]
+	genName := format.GenerationName("bench", g.GetEpoch(), g.GetNumber())
+	r := NewReader(store, ReaderOptions{})
+	for _, id := range ids[:20] { // warm the caches, as a serving reader's are
+		if _, err := r.Get(ctx, "bench", id); err != nil {
+			b.Fatal(err)
+		}
+	}
+	var floor, get []time.Duration
+	i := 0
+	for b.Loop() {
+		i++
+		if i%10 == 1 {
+			time.Sleep(20 * time.Millisecond)
+		}
+		if (i-1)/10%2 == 0 {
+			start := time.Now()
+			if _, _, err := store.Get(ctx, format.ManifestName("bench"), blob.GetOptions{}); err != nil {
+				b.Fatal(err)
+			}
+			if _, _, err := store.Get(ctx, genName, blob.GetOptions{Offset: 0, Length: 1100}); err != nil {
+				b.Fatal(err)
+			}
+			floor = append(floor, time.Since(start))
+			continue
+		}
+		id := ids[i%len(ids)]
+		start := time.Now()
+		if _, err := r.Get(ctx, "bench", id); err != nil {
+			b.Fatal(err)
+		}
+		get = append(get, time.Since(start))
+	}
+	b.ReportMetric(float64(p50(floor).Microseconds()), "floor-p50-µs")
+	b.ReportMetric(float64(p50(get).Microseconds()), "get-p50-µs")
+	b.ReportMetric(float64(p50(get))/float64(p50(floor)), "get/floor-p50")
+}
