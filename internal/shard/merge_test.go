@@ -30,6 +30,16 @@ func mergeOptions(t testing.TB) Options {
 	return o
 }
 
+// mergerOnlyOptions leave every merge to the merger goroutine (no folds)
+// and wake it only after commits, for tests of the merger's own edits.
+func mergerOnlyOptions(t testing.TB) Options {
+	o := testOptions(t)
+	o.MergeRun = 4
+	o.MergeInterval = time.Hour
+	o.FoldMaxBytes = -1
+	return o
+}
+
 func TestPickMerge(t *testing.T) {
 	o := Options{MergeRun: 4, MergeMaxGenerations: 8, MergeTierBytes: 1000, MergeAge: time.Minute}.withDefaults()
 	now := time.Unix(1000, 0)
@@ -223,13 +233,10 @@ func TestMergeOfRecentGenerationsReadsNothing(t *testing.T) {
 func TestMergeEditRidesTheNextCommit(t *testing.T) {
 	hs := newHookStore(memstore.New())
 	fake := clock.NewFake(time.Unix(1_700_000_000, 0))
-	opts := testOptions(t)
+	opts := mergerOnlyOptions(t)
 	opts.Clock = fake
-	opts.MergeRun = 4
 	opts.MergeMaxGenerations = 4
-	opts.MergeInterval = time.Hour
 	opts.EditDelay = time.Second
-	opts.FoldMaxBytes = -1 // the merger's own edits are under test
 	w, err := Open(context.Background(), hs, "s", opts)
 	if err != nil {
 		t.Fatal(err)
@@ -287,11 +294,8 @@ func TestMergeEditRidesTheNextCommit(t *testing.T) {
 // commit, rather than leaving that output an orphan for a later epoch.
 func TestCloseCommitsAWaitingMergeEdit(t *testing.T) {
 	store := memstore.New()
-	opts := testOptions(t)
-	opts.MergeRun = 4
-	opts.MergeInterval = time.Hour
+	opts := mergerOnlyOptions(t)
 	opts.EditDelay = time.Hour
-	opts.FoldMaxBytes = -1 // the merger's own edit is under test
 	w, err := Open(context.Background(), store, "s", opts)
 	if err != nil {
 		t.Fatal(err)
