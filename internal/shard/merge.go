@@ -41,9 +41,10 @@ import (
 // Bound: merges run one at a time and commits go on meanwhile, so the count
 // overshoots the trigger while a pass is in flight. Filling one shard with
 // 100,000 records from 32 clients on Azurite (BenchmarkAzuriteFill100k)
-// peaked at 49 live generations with the default trigger of 16 and ended at
-// 24; the documented bound is 4x MergeMaxGenerations under sustained load,
-// and 2x once the load stops (TestMergeUnderLoadKeepsEveryRecordReadable).
+// peaked at 21 live generations with the default trigger of 16 and ended at
+// 17 (49 and 24 before commits folded); the documented bound is 4x
+// MergeMaxGenerations under sustained load, and 2x once the load stops
+// (TestMergeUnderLoadKeepsEveryRecordReadable).
 
 // mergeReadParallelism bounds the source reads of one merge in flight.
 const mergeReadParallelism = 4
