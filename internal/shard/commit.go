@@ -277,7 +277,11 @@ func (w *writer) resolve(ctx context.Context, attempts []attempt, casErr error) 
 		}
 		w.log.Warn("manifest changed under this writer's own epoch; rebasing the commit",
 			zap.Uint64("generation", attempts[len(attempts)-1].marker), zap.Error(casErr))
-		w.setManifest(m, etag)
+		// What changed may be an earlier, unclear commit of this writer
+		// that landed late, holding some of the batch's ids: resync looks
+		// them up in every generation this writer has not seen, so the
+		// rebased commit does not store them twice.
+		w.stale = true
 		return commitOut{}, errRebase
 	}
 	w.stale = true
