@@ -79,21 +79,7 @@ func (c *collector) run(ctx context.Context) (more bool) {
 	w := c.w
 	m := w.manifest()
 	now := w.opts.Clock.Now()
-	var due []genKey
-	backlog := 0 // due in all, this pass and later ones
-	for _, b := range m.GetRetiredBatches() {
-		if now.Sub(time.Unix(0, b.GetRetiredUnixNanos())) < w.opts.RetireGrace {
-			break // batches are in time order
-		}
-		backlog += batchLen(b)
-		eachRetired(b, func(k genKey) bool {
-			if len(due) == maxDeletesPerPass {
-				return false
-			}
-			due = append(due, k)
-			return true
-		})
-	}
+	due, backlog := dueRetired(m, now.UnixNano(), int64(w.opts.RetireGrace), maxDeletesPerPass)
 	more = backlog > len(due)
 	var (
 		mu     sync.Mutex
@@ -159,12 +145,10 @@ func (c *collector) orphans(ctx context.Context) int {
 	for _, g := range m.GetGenerations() {
 		referenced[genKey{g.GetEpoch(), g.GetNumber()}] = true
 	}
-	for _, b := range m.GetRetiredBatches() {
-		eachRetired(b, func(k genKey) bool {
-			referenced[k] = true
-			return true
-		})
-	}
+	eachRetired(m, func(k genKey, _ int64) bool {
+		referenced[k] = true
+		return true
+	})
 	deleted := 0
 	token := ""
 	for {

@@ -85,12 +85,10 @@ func TestGCDeletesOnlyUnreferencedBlobsPastGrace(t *testing.T) {
 		t.Fatalf("%d retired generations after merging 4", n)
 	}
 	var retired []string
-	for _, b := range m.GetRetiredBatches() {
-		eachRetired(b, func(k genKey) bool {
-			retired = append(retired, format.GenerationName("s", k.epoch, k.number))
-			return true
-		})
-	}
+	eachRetired(m, func(k genKey, _ int64) bool {
+		retired = append(retired, format.GenerationName("s", k.epoch, k.number))
+		return true
+	})
 	// Within the grace period nothing is deleted, however often GC runs.
 	for range 5 {
 		fake.Advance(10 * time.Second)

@@ -17,11 +17,9 @@ func sampleManifest() *storagepb.Manifest {
 			{Number: 2, Epoch: 1, FirstSeq: 1, LastSeq: 4, Records: 4, Bytes: 100, FooterOffset: 50, FooterLength: 30},
 			{Number: 4, Epoch: 3, FirstSeq: 5, LastSeq: 10, Records: 6, Bytes: 200, FooterOffset: 120, FooterLength: 60},
 		},
-		Epochs: []*storagepb.EpochRecord{{Epoch: 1, LastGeneration: 2}, {Epoch: 3, LastGeneration: 4}},
-		RetiredBatches: []*storagepb.RetiredBatch{
-			{RetiredUnixNanos: 1, Epochs: []uint64{1}, Numbers: []uint64{1}}, // written before runs
-			{RetiredUnixNanos: 2, Epochs: []uint64{3}, Numbers: []uint64{3}, Runs: []uint64{1}},
-		},
+		Epochs:         []*storagepb.EpochRecord{{Epoch: 1, LastGeneration: 2}, {Epoch: 3, LastGeneration: 4}},
+		RetiredBatches: []*storagepb.RetiredBatch{{RetiredUnixNanos: 1, Epochs: []uint64{1}, Numbers: []uint64{1}}},
+		RetiredRuns:    []*storagepb.RetiredRun{{RetiredUnixNanos: 2, Epoch: 3, First: 3, Count: 1}},
 	}
 }
 
@@ -61,17 +59,18 @@ func TestManifestRejectsCorruption(t *testing.T) {
 	overlap := sampleManifest()
 	overlap.Generations[1].FirstSeq = 3
 	overlapBytes, _ := EncodeManifest(overlap)
-	lie := func(f func(b *storagepb.RetiredBatch)) []byte {
+	lie := func(f func(m *storagepb.Manifest)) []byte {
 		m := sampleManifest()
-		f(m.RetiredBatches[1])
+		f(m)
 		b, _ := EncodeManifest(m)
 		return b
 	}
 	for name, b := range map[string][]byte{
-		"retired epochs unpaired": lie(func(b *storagepb.RetiredBatch) { b.Epochs = nil }),
-		"retired runs unpaired":   lie(func(b *storagepb.RetiredBatch) { b.Runs = []uint64{1, 1} }),
-		"retired run of 0":        lie(func(b *storagepb.RetiredBatch) { b.Runs = []uint64{0} }),
-		"retired run past next":   lie(func(b *storagepb.RetiredBatch) { b.Runs = []uint64{1 << 62} }),
+		"retired epochs unpaired": lie(func(m *storagepb.Manifest) { m.RetiredBatches[0].Epochs = nil }),
+		"retired run of 0":        lie(func(m *storagepb.Manifest) { m.RetiredRuns[0].Count = 0 }),
+		"retired run past next":   lie(func(m *storagepb.Manifest) { m.RetiredRuns[0].Count = 1 << 62 }),
+		"retired run at next":     lie(func(m *storagepb.Manifest) { m.RetiredRuns[0].First = 5 }),
+		"retired run of epoch 0":  lie(func(m *storagepb.Manifest) { m.RetiredRuns[0].Epoch = 0 }),
 		"empty":                   nil,
 		"short":                   good[:5],
 		"bad magic":               flip(0),

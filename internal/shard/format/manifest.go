@@ -94,16 +94,18 @@ func checkManifest(m *storagepb.Manifest) error {
 		prevLast = g.GetLastSeq()
 	}
 	for i, b := range m.GetRetiredBatches() {
-		n := len(b.GetNumbers())
-		if len(b.GetEpochs()) != n || (len(b.GetRuns()) != 0 && len(b.GetRuns()) != n) {
-			return fmt.Errorf("retired batch %d: %d epochs, %d numbers and %d runs do not pair up", i, len(b.GetEpochs()), n, len(b.GetRuns()))
+		if len(b.GetEpochs()) != len(b.GetNumbers()) {
+			return fmt.Errorf("retired batch %d: %d epochs for %d numbers", i, len(b.GetEpochs()), len(b.GetNumbers()))
 		}
-		for k, r := range b.GetRuns() {
-			// Generations are numbered below next_generation, so a run
-			// past it is a lie that would have GC count to 2^64.
-			if first := b.GetNumbers()[k]; r == 0 || first >= m.GetNextGeneration() || r > m.GetNextGeneration()-first {
-				return fmt.Errorf("retired batch %d: run of %d from generation %d not within 1..next_generation %d", i, r, first, m.GetNextGeneration())
-			}
+	}
+	for i, r := range m.GetRetiredRuns() {
+		// Generations are numbered below next_generation, so a run past it
+		// is a lie that would have GC count towards 2^64.
+		if r.GetCount() == 0 || r.GetFirst() >= m.GetNextGeneration() || r.GetCount() > m.GetNextGeneration()-r.GetFirst() {
+			return fmt.Errorf("retired run %d: %d generations from %d, not within next_generation %d", i, r.GetCount(), r.GetFirst(), m.GetNextGeneration())
+		}
+		if r.GetEpoch() == 0 || r.GetEpoch() > m.GetEpoch() {
+			return fmt.Errorf("retired run %d: epoch %d outside 1..%d", i, r.GetEpoch(), m.GetEpoch())
 		}
 	}
 	return nil

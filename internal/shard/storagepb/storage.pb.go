@@ -43,8 +43,20 @@ type Manifest struct {
 	// Live generations in ascending, non-overlapping sequence order.
 	Generations []*Generation `protobuf:"bytes,5,rep,name=generations,proto3" json:"generations,omitempty"`
 	// Generations replaced by merges, awaiting deletion after a grace period,
-	// grouped by time of retirement so that the list stays compact.
+	// grouped by time of retirement, as earlier builds wrote them. Read and
+	// forgotten as GC deletes them; new retirements go to retired_runs.
 	RetiredBatches []*RetiredBatch `protobuf:"bytes,11,rep,name=retired_batches,json=retiredBatches,proto3" json:"retired_batches,omitempty"`
+	// Generations replaced by merges and folds, awaiting deletion after the
+	// grace period, as runs of consecutive numbers in time order. Merges and
+	// folds retire in order, so the list stays a few entries however fast the
+	// shard commits, where retired_batches would hold one entry per
+	// generation for every manifest write to copy. Writers write retirements
+	// here and still read and forget retired_batches. A build that predates
+	// this field keeps it as an unknown field, untouched: it then deletes
+	// none of these generations itself (a later build does), and its orphan
+	// scan may delete one of an earlier epoch early, which readers survive
+	// by re-reading the manifest.
+	RetiredRuns []*RetiredRun `protobuf:"bytes,12,rep,name=retired_runs,json=retiredRuns,proto3" json:"retired_runs,omitempty"`
 	// For each recent epoch, the last generation it committed. This decides an
 	// unclear commit, and marks a generation as an orphan, by name and not age.
 	Epochs []*EpochRecord `protobuf:"bytes,7,rep,name=epochs,proto3" json:"epochs,omitempty"`
@@ -128,6 +140,13 @@ func (x *Manifest) GetGenerations() []*Generation {
 func (x *Manifest) GetRetiredBatches() []*RetiredBatch {
 	if x != nil {
 		return x.RetiredBatches
+	}
+	return nil
+}
+
+func (x *Manifest) GetRetiredRuns() []*RetiredRun {
+	if x != nil {
+		return x.RetiredRuns
 	}
 	return nil
 }
@@ -316,12 +335,7 @@ type RetiredBatch struct {
 	// Epochs of the retired generations, parallel to numbers.
 	Epochs []uint64 `protobuf:"varint,2,rep,packed,name=epochs,proto3" json:"epochs,omitempty"`
 	// Numbers of the retired generations, parallel to epochs.
-	Numbers []uint64 `protobuf:"varint,3,rep,packed,name=numbers,proto3" json:"numbers,omitempty"`
-	// When set, parallel to numbers: runs[i] consecutive generations of epoch
-	// epochs[i], numbers[i] the first, are retired. Merges and folds retire
-	// consecutive numbers, so a shard's retirements stay a few entries however
-	// fast it commits. Empty: one generation per entry.
-	Runs          []uint64 `protobuf:"varint,4,rep,packed,name=runs,proto3" json:"runs,omitempty"`
+	Numbers       []uint64 `protobuf:"varint,3,rep,packed,name=numbers,proto3" json:"numbers,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -377,11 +391,79 @@ func (x *RetiredBatch) GetNumbers() []uint64 {
 	return nil
 }
 
-func (x *RetiredBatch) GetRuns() []uint64 {
+// RetiredRun is a run of consecutive generations of one epoch that merges or
+// folds replaced, retired within about a second of each other.
+type RetiredRun struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Unix nanoseconds when the run's first generation was retired.
+	RetiredUnixNanos int64 `protobuf:"varint,1,opt,name=retired_unix_nanos,json=retiredUnixNanos,proto3" json:"retired_unix_nanos,omitempty"`
+	// The epoch of every generation in the run.
+	Epoch uint64 `protobuf:"varint,2,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	// The number of the run's first generation.
+	First uint64 `protobuf:"varint,3,opt,name=first,proto3" json:"first,omitempty"`
+	// How many consecutive generation numbers, from first, the run holds; at
+	// least 1.
+	Count         uint64 `protobuf:"varint,4,opt,name=count,proto3" json:"count,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RetiredRun) Reset() {
+	*x = RetiredRun{}
+	mi := &file_rolloutd_storage_v1_storage_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RetiredRun) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RetiredRun) ProtoMessage() {}
+
+func (x *RetiredRun) ProtoReflect() protoreflect.Message {
+	mi := &file_rolloutd_storage_v1_storage_proto_msgTypes[3]
 	if x != nil {
-		return x.Runs
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
 	}
-	return nil
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RetiredRun.ProtoReflect.Descriptor instead.
+func (*RetiredRun) Descriptor() ([]byte, []int) {
+	return file_rolloutd_storage_v1_storage_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *RetiredRun) GetRetiredUnixNanos() int64 {
+	if x != nil {
+		return x.RetiredUnixNanos
+	}
+	return 0
+}
+
+func (x *RetiredRun) GetEpoch() uint64 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
+}
+
+func (x *RetiredRun) GetFirst() uint64 {
+	if x != nil {
+		return x.First
+	}
+	return 0
+}
+
+func (x *RetiredRun) GetCount() uint64 {
+	if x != nil {
+		return x.Count
+	}
+	return 0
 }
 
 // EpochRecord says what one epoch committed.
@@ -397,7 +479,7 @@ type EpochRecord struct {
 
 func (x *EpochRecord) Reset() {
 	*x = EpochRecord{}
-	mi := &file_rolloutd_storage_v1_storage_proto_msgTypes[3]
+	mi := &file_rolloutd_storage_v1_storage_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -409,7 +491,7 @@ func (x *EpochRecord) String() string {
 func (*EpochRecord) ProtoMessage() {}
 
 func (x *EpochRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_rolloutd_storage_v1_storage_proto_msgTypes[3]
+	mi := &file_rolloutd_storage_v1_storage_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -422,7 +504,7 @@ func (x *EpochRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EpochRecord.ProtoReflect.Descriptor instead.
 func (*EpochRecord) Descriptor() ([]byte, []int) {
-	return file_rolloutd_storage_v1_storage_proto_rawDescGZIP(), []int{3}
+	return file_rolloutd_storage_v1_storage_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *EpochRecord) GetEpoch() uint64 {
@@ -456,7 +538,7 @@ type Footer struct {
 
 func (x *Footer) Reset() {
 	*x = Footer{}
-	mi := &file_rolloutd_storage_v1_storage_proto_msgTypes[4]
+	mi := &file_rolloutd_storage_v1_storage_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -468,7 +550,7 @@ func (x *Footer) String() string {
 func (*Footer) ProtoMessage() {}
 
 func (x *Footer) ProtoReflect() protoreflect.Message {
-	mi := &file_rolloutd_storage_v1_storage_proto_msgTypes[4]
+	mi := &file_rolloutd_storage_v1_storage_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -481,7 +563,7 @@ func (x *Footer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Footer.ProtoReflect.Descriptor instead.
 func (*Footer) Descriptor() ([]byte, []int) {
-	return file_rolloutd_storage_v1_storage_proto_rawDescGZIP(), []int{4}
+	return file_rolloutd_storage_v1_storage_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *Footer) GetShard() string {
@@ -534,7 +616,7 @@ type FooterEntry struct {
 
 func (x *FooterEntry) Reset() {
 	*x = FooterEntry{}
-	mi := &file_rolloutd_storage_v1_storage_proto_msgTypes[5]
+	mi := &file_rolloutd_storage_v1_storage_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -546,7 +628,7 @@ func (x *FooterEntry) String() string {
 func (*FooterEntry) ProtoMessage() {}
 
 func (x *FooterEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_rolloutd_storage_v1_storage_proto_msgTypes[5]
+	mi := &file_rolloutd_storage_v1_storage_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -559,7 +641,7 @@ func (x *FooterEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FooterEntry.ProtoReflect.Descriptor instead.
 func (*FooterEntry) Descriptor() ([]byte, []int) {
-	return file_rolloutd_storage_v1_storage_proto_rawDescGZIP(), []int{5}
+	return file_rolloutd_storage_v1_storage_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *FooterEntry) GetId() string {
@@ -608,14 +690,15 @@ var File_rolloutd_storage_v1_storage_proto protoreflect.FileDescriptor
 
 const file_rolloutd_storage_v1_storage_proto_rawDesc = "" +
 	"\n" +
-	"!rolloutd/storage/v1/storage.proto\x12\x13rolloutd.storage.v1\"\xc0\x03\n" +
+	"!rolloutd/storage/v1/storage.proto\x12\x13rolloutd.storage.v1\"\x84\x04\n" +
 	"\bManifest\x12\x14\n" +
 	"\x05epoch\x18\x01 \x01(\x04R\x05epoch\x12\x14\n" +
 	"\x05owner\x18\x02 \x01(\tR\x05owner\x12'\n" +
 	"\x0fnext_generation\x18\x03 \x01(\x04R\x0enextGeneration\x12\x19\n" +
 	"\bnext_seq\x18\x04 \x01(\x04R\anextSeq\x12A\n" +
 	"\vgenerations\x18\x05 \x03(\v2\x1f.rolloutd.storage.v1.GenerationR\vgenerations\x12J\n" +
-	"\x0fretired_batches\x18\v \x03(\v2!.rolloutd.storage.v1.RetiredBatchR\x0eretiredBatches\x128\n" +
+	"\x0fretired_batches\x18\v \x03(\v2!.rolloutd.storage.v1.RetiredBatchR\x0eretiredBatches\x12B\n" +
+	"\fretired_runs\x18\f \x03(\v2\x1f.rolloutd.storage.v1.RetiredRunR\vretiredRuns\x128\n" +
 	"\x06epochs\x18\a \x03(\v2 .rolloutd.storage.v1.EpochRecordR\x06epochs\x12\x1b\n" +
 	"\tcommit_id\x18\b \x01(\tR\bcommitId\x12,\n" +
 	"\x12updated_unix_nanos\x18\t \x01(\x03R\x10updatedUnixNanos\x12!\n" +
@@ -635,12 +718,17 @@ const file_rolloutd_storage_v1_storage_proto_rawDesc = "" +
 	"\x05level\x18\n" +
 	" \x01(\rR\x05level\x12#\n" +
 	"\rfilter_length\x18\v \x01(\rR\ffilterLength\x12#\n" +
-	"\rfilter_crc32c\x18\f \x01(\aR\ffilterCrc32c\"\x82\x01\n" +
+	"\rfilter_crc32c\x18\f \x01(\aR\ffilterCrc32c\"n\n" +
 	"\fRetiredBatch\x12,\n" +
 	"\x12retired_unix_nanos\x18\x01 \x01(\x03R\x10retiredUnixNanos\x12\x16\n" +
 	"\x06epochs\x18\x02 \x03(\x04R\x06epochs\x12\x18\n" +
-	"\anumbers\x18\x03 \x03(\x04R\anumbers\x12\x12\n" +
-	"\x04runs\x18\x04 \x03(\x04R\x04runs\"L\n" +
+	"\anumbers\x18\x03 \x03(\x04R\anumbers\"|\n" +
+	"\n" +
+	"RetiredRun\x12,\n" +
+	"\x12retired_unix_nanos\x18\x01 \x01(\x03R\x10retiredUnixNanos\x12\x14\n" +
+	"\x05epoch\x18\x02 \x01(\x04R\x05epoch\x12\x14\n" +
+	"\x05first\x18\x03 \x01(\x04R\x05first\x12\x14\n" +
+	"\x05count\x18\x04 \x01(\x04R\x05count\"L\n" +
 	"\vEpochRecord\x12\x14\n" +
 	"\x05epoch\x18\x01 \x01(\x04R\x05epoch\x12'\n" +
 	"\x0flast_generation\x18\x02 \x01(\x04R\x0elastGeneration\"\x90\x01\n" +
@@ -672,25 +760,27 @@ func file_rolloutd_storage_v1_storage_proto_rawDescGZIP() []byte {
 	return file_rolloutd_storage_v1_storage_proto_rawDescData
 }
 
-var file_rolloutd_storage_v1_storage_proto_msgTypes = make([]protoimpl.MessageInfo, 6)
+var file_rolloutd_storage_v1_storage_proto_msgTypes = make([]protoimpl.MessageInfo, 7)
 var file_rolloutd_storage_v1_storage_proto_goTypes = []any{
 	(*Manifest)(nil),     // 0: rolloutd.storage.v1.Manifest
 	(*Generation)(nil),   // 1: rolloutd.storage.v1.Generation
 	(*RetiredBatch)(nil), // 2: rolloutd.storage.v1.RetiredBatch
-	(*EpochRecord)(nil),  // 3: rolloutd.storage.v1.EpochRecord
-	(*Footer)(nil),       // 4: rolloutd.storage.v1.Footer
-	(*FooterEntry)(nil),  // 5: rolloutd.storage.v1.FooterEntry
+	(*RetiredRun)(nil),   // 3: rolloutd.storage.v1.RetiredRun
+	(*EpochRecord)(nil),  // 4: rolloutd.storage.v1.EpochRecord
+	(*Footer)(nil),       // 5: rolloutd.storage.v1.Footer
+	(*FooterEntry)(nil),  // 6: rolloutd.storage.v1.FooterEntry
 }
 var file_rolloutd_storage_v1_storage_proto_depIdxs = []int32{
 	1, // 0: rolloutd.storage.v1.Manifest.generations:type_name -> rolloutd.storage.v1.Generation
 	2, // 1: rolloutd.storage.v1.Manifest.retired_batches:type_name -> rolloutd.storage.v1.RetiredBatch
-	3, // 2: rolloutd.storage.v1.Manifest.epochs:type_name -> rolloutd.storage.v1.EpochRecord
-	5, // 3: rolloutd.storage.v1.Footer.entries:type_name -> rolloutd.storage.v1.FooterEntry
-	4, // [4:4] is the sub-list for method output_type
-	4, // [4:4] is the sub-list for method input_type
-	4, // [4:4] is the sub-list for extension type_name
-	4, // [4:4] is the sub-list for extension extendee
-	0, // [0:4] is the sub-list for field type_name
+	3, // 2: rolloutd.storage.v1.Manifest.retired_runs:type_name -> rolloutd.storage.v1.RetiredRun
+	4, // 3: rolloutd.storage.v1.Manifest.epochs:type_name -> rolloutd.storage.v1.EpochRecord
+	6, // 4: rolloutd.storage.v1.Footer.entries:type_name -> rolloutd.storage.v1.FooterEntry
+	5, // [5:5] is the sub-list for method output_type
+	5, // [5:5] is the sub-list for method input_type
+	5, // [5:5] is the sub-list for extension type_name
+	5, // [5:5] is the sub-list for extension extendee
+	0, // [0:5] is the sub-list for field type_name
 }
 
 func init() { file_rolloutd_storage_v1_storage_proto_init() }
@@ -704,7 +794,7 @@ func file_rolloutd_storage_v1_storage_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_rolloutd_storage_v1_storage_proto_rawDesc), len(file_rolloutd_storage_v1_storage_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   6,
+			NumMessages:   7,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
