@@ -27,7 +27,7 @@ func BenchmarkAppendMemstore(b *testing.B) {
 	var n atomic.Int64
 	b.Cleanup(func() {
 		st := w.Stats()
-		b.Logf("records %d, generations %d, retired %d, merges %d", st.Records, st.Generations, st.Retired, st.Merges)
+		b.Logf("records %d, generations %d, retired %d (in %d batches of runs), merges %d", st.Records, st.Generations, st.Retired, len(w.w.manifest().GetRetiredRuns()), st.Merges)
 	})
 	b.ResetTimer()
 	for b.Loop() {

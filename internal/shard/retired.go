@@ -8,11 +8,11 @@ import (
 
 // The retired list is the manifest's record of generations that merges and
 // folds replaced and GC has yet to delete. New retirements are kept as runs
-// of consecutive generation numbers (Manifest.retired_runs): a lone client's
-// commits fold and retire generations in order, so at hundreds of commits a
-// second the list stays a few entries instead of thousands that every
-// manifest write would copy and encode. Batches in the older form
-// (retired_batches) are still read and forgotten.
+// of consecutive generation numbers (Manifest.retired_runs), packed per
+// second: folds and merges retire in order, so at hundreds of commits a
+// second the list stays a few numbers per run instead of one entry per
+// generation for every manifest write to copy and encode. Batches in the
+// older form (retired_batches) are still read and forgotten.
 
 // retireBatchWindow groups retirements this close in time under one
 // timestamp, the earliest.
@@ -20,18 +20,28 @@ const retireBatchWindow = int64(time.Second)
 
 // retire adds gens to the retired list, stamped now.
 func retire(m *storagepb.Manifest, gens []*storagepb.Generation, now int64) {
-	for _, g := range gens {
-		if n := len(m.RetiredRuns); n > 0 {
-			r := m.RetiredRuns[n-1]
-			if r.GetEpoch() == g.GetEpoch() && r.GetFirst()+r.GetCount() == g.GetNumber() && now-r.GetRetiredUnixNanos() < retireBatchWindow {
-				r.Count++
-				continue
-			}
-		}
-		m.RetiredRuns = append(m.RetiredRuns, &storagepb.RetiredRun{
-			RetiredUnixNanos: now, Epoch: g.GetEpoch(), First: g.GetNumber(), Count: 1,
-		})
+	var b *storagepb.RetiredRuns
+	if n := len(m.RetiredRuns); n > 0 && now-m.RetiredRuns[n-1].GetRetiredUnixNanos() < retireBatchWindow {
+		b = m.RetiredRuns[n-1]
+	} else {
+		b = &storagepb.RetiredRuns{RetiredUnixNanos: now}
+		m.RetiredRuns = append(m.RetiredRuns, b)
 	}
+	for _, g := range gens {
+		addRun(b, g.GetEpoch(), g.GetNumber(), 1)
+	}
+}
+
+// addRun appends count generations from first to b, extending its last run
+// when they follow it.
+func addRun(b *storagepb.RetiredRuns, epoch, first, count uint64) {
+	if n := len(b.Firsts); n > 0 && b.Epochs[n-1] == epoch && b.Firsts[n-1]+b.Counts[n-1] == first {
+		b.Counts[n-1] += count
+		return
+	}
+	b.Epochs = append(b.Epochs, epoch)
+	b.Firsts = append(b.Firsts, first)
+	b.Counts = append(b.Counts, count)
 }
 
 // eachRetired calls f for every retired generation with the time it was
@@ -45,10 +55,12 @@ func eachRetired(m *storagepb.Manifest, f func(k genKey, retired int64) bool) {
 			}
 		}
 	}
-	for _, r := range m.GetRetiredRuns() {
-		for k := range r.GetCount() {
-			if !f(genKey{r.GetEpoch(), r.GetFirst() + k}, r.GetRetiredUnixNanos()) {
-				return
+	for _, b := range m.GetRetiredRuns() {
+		for i, first := range b.GetFirsts() {
+			for k := range b.GetCounts()[i] {
+				if !f(genKey{b.GetEpochs()[i], first + k}, b.GetRetiredUnixNanos()) {
+					return
+				}
 			}
 		}
 	}
@@ -68,13 +80,16 @@ func dueRetired(m *storagepb.Manifest, now, grace int64, limit int) (due []genKe
 			}
 		}
 	}
-	for _, r := range m.GetRetiredRuns() {
-		if now-r.GetRetiredUnixNanos() < grace {
+	for _, b := range m.GetRetiredRuns() {
+		if now-b.GetRetiredUnixNanos() < grace {
 			break // in time order
 		}
-		backlog += int(r.GetCount())
-		for k := uint64(0); k < r.GetCount() && len(due) < limit; k++ {
-			due = append(due, genKey{r.GetEpoch(), r.GetFirst() + k})
+		for i, first := range b.GetFirsts() {
+			count := b.GetCounts()[i]
+			backlog += int(count)
+			for k := uint64(0); k < count && len(due) < limit; k++ {
+				due = append(due, genKey{b.GetEpochs()[i], first + k})
+			}
 		}
 	}
 	return due, backlog
@@ -96,19 +111,25 @@ func forget(m *storagepb.Manifest, gone map[genKey]bool) {
 	}
 	m.RetiredBatches = batches
 	runs := m.RetiredRuns[:0:0]
-	for _, r := range m.GetRetiredRuns() {
-		var cur *storagepb.RetiredRun
-		for k := range r.GetCount() {
-			num := r.GetFirst() + k
-			if gone[genKey{r.GetEpoch(), num}] {
-				cur = nil
-				continue
+	for _, b := range m.GetRetiredRuns() {
+		nb := &storagepb.RetiredRuns{RetiredUnixNanos: b.GetRetiredUnixNanos()}
+		for i, first := range b.GetFirsts() {
+			epoch, count := b.GetEpochs()[i], b.GetCounts()[i]
+			start := first // the first number of the kept stretch
+			for num := first; num < first+count; num++ {
+				if gone[genKey{epoch, num}] {
+					if num > start {
+						addRun(nb, epoch, start, num-start)
+					}
+					start = num + 1
+				}
 			}
-			if cur == nil {
-				cur = &storagepb.RetiredRun{RetiredUnixNanos: r.GetRetiredUnixNanos(), Epoch: r.GetEpoch(), First: num}
-				runs = append(runs, cur)
+			if first+count > start {
+				addRun(nb, epoch, start, first+count-start)
 			}
-			cur.Count++
+		}
+		if len(nb.Firsts) > 0 {
+			runs = append(runs, nb)
 		}
 	}
 	m.RetiredRuns = runs
@@ -120,8 +141,10 @@ func retiredCount(m *storagepb.Manifest) int {
 	for _, b := range m.GetRetiredBatches() {
 		n += len(b.GetNumbers())
 	}
-	for _, r := range m.GetRetiredRuns() {
-		n += int(r.GetCount())
+	for _, b := range m.GetRetiredRuns() {
+		for _, c := range b.GetCounts() {
+			n += int(c)
+		}
 	}
 	return n
 }

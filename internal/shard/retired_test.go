@@ -24,33 +24,31 @@ func retiredKeys(m *storagepb.Manifest) []genKey {
 }
 
 // Consecutive retirements, as a lone client's folds make them, take one
-// entry however many there are; gaps, other epochs and a new second start
-// new ones.
+// run however many there are; gaps and other epochs start new runs, and a
+// new second a new batch.
 func TestRetiredListKeepsRuns(t *testing.T) {
 	m := &storagepb.Manifest{}
 	for n := uint64(10); n < 1010; n += 3 {
 		retire(m, gensOf(2, n, n+1, n+2), 0)
 	}
-	if len(m.RetiredRuns) != 1 || m.RetiredRuns[0].Count != 1002 || retiredCount(m) != 1002 {
+	if len(m.RetiredRuns) != 1 || !slices.Equal(m.RetiredRuns[0].Counts, []uint64{1002}) || retiredCount(m) != 1002 {
 		t.Fatalf("1,002 consecutive retirements took %v (count %d), want one run", m.RetiredRuns, retiredCount(m))
 	}
 	retire(m, gensOf(2, 2000), 0)                        // a gap
 	retire(m, gensOf(3, 2001), 0)                        // another epoch
 	retire(m, gensOf(3, 2002), int64(retireBatchWindow)) // a second later
-	want := []*storagepb.RetiredRun{
-		{RetiredUnixNanos: 0, Epoch: 2, First: 10, Count: 1002},
-		{RetiredUnixNanos: 0, Epoch: 2, First: 2000, Count: 1},
-		{RetiredUnixNanos: 0, Epoch: 3, First: 2001, Count: 1},
-		{RetiredUnixNanos: int64(retireBatchWindow), Epoch: 3, First: 2002, Count: 1},
+	want := []*storagepb.RetiredRuns{
+		{RetiredUnixNanos: 0, Epochs: []uint64{2, 2, 3}, Firsts: []uint64{10, 2000, 2001}, Counts: []uint64{1002, 1, 1}},
+		{RetiredUnixNanos: int64(retireBatchWindow), Epochs: []uint64{3}, Firsts: []uint64{2002}, Counts: []uint64{1}},
 	}
-	if !slices.EqualFunc(m.RetiredRuns, want, func(a, b *storagepb.RetiredRun) bool { return proto.Equal(a, b) }) {
+	if !slices.EqualFunc(m.RetiredRuns, want, func(a, b *storagepb.RetiredRuns) bool { return proto.Equal(a, b) }) {
 		t.Fatalf("runs %v, want %v", m.RetiredRuns, want)
 	}
 
 	// Forgetting some splits a run around them, keeping the order.
-	forget(m, map[genKey]bool{{2, 10}: true, {2, 500}: true, {3, 2001}: true})
+	forget(m, map[genKey]bool{{2, 10}: true, {2, 500}: true, {2, 1011}: true, {3, 2001}: true})
 	var wantKeys []genKey
-	for n := uint64(11); n < 1012; n++ {
+	for n := uint64(11); n < 1011; n++ {
 		if n != 500 {
 			wantKeys = append(wantKeys, genKey{2, n})
 		}
@@ -59,12 +57,16 @@ func TestRetiredListKeepsRuns(t *testing.T) {
 	if got := retiredKeys(m); !slices.Equal(got, wantKeys) {
 		t.Fatalf("after forgetting: %d generations, want %d", len(got), len(wantKeys))
 	}
-	if len(m.RetiredRuns) != 4 || m.RetiredRuns[0].Count != 489 || m.RetiredRuns[1].First != 501 || m.RetiredRuns[1].Count != 511 {
-		t.Fatalf("runs after forgetting: %v", m.RetiredRuns)
+	if b := m.RetiredRuns[0]; !slices.Equal(b.Firsts, []uint64{11, 501, 2000}) || !slices.Equal(b.Counts, []uint64{489, 510, 1}) {
+		t.Fatalf("runs after forgetting: %v", b)
 	}
 	due, backlog := dueRetired(m, int64(retireBatchWindow), int64(retireBatchWindow), 600)
-	if backlog != 1001 || len(due) != 600 || due[0] != (genKey{2, 11}) {
-		t.Fatalf("due at 1 s with 1 s grace: %d of %d, first %v; want 600 of 1001 (the last run is not due), from 2/11", len(due), backlog, due[0])
+	if backlog != 1000 || len(due) != 600 || due[0] != (genKey{2, 11}) {
+		t.Fatalf("due at 1 s with 1 s grace: %d of %d, first %v; want 600 of 1000 (the last batch is not due), from 2/11", len(due), backlog, due[0])
+	}
+	forget(m, map[genKey]bool{{3, 2002}: true})
+	if len(m.RetiredRuns) != 1 {
+		t.Fatalf("a batch left empty by forgetting stays: %v", m.RetiredRuns)
 	}
 }
 

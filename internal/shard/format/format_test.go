@@ -19,7 +19,7 @@ func sampleManifest() *storagepb.Manifest {
 		},
 		Epochs:         []*storagepb.EpochRecord{{Epoch: 1, LastGeneration: 2}, {Epoch: 3, LastGeneration: 4}},
 		RetiredBatches: []*storagepb.RetiredBatch{{RetiredUnixNanos: 1, Epochs: []uint64{1}, Numbers: []uint64{1}}},
-		RetiredRuns:    []*storagepb.RetiredRun{{RetiredUnixNanos: 2, Epoch: 3, First: 3, Count: 1}},
+		RetiredRuns:    []*storagepb.RetiredRuns{{RetiredUnixNanos: 2, Epochs: []uint64{3}, Firsts: []uint64{3}, Counts: []uint64{1}}},
 	}
 }
 
@@ -67,10 +67,11 @@ func TestManifestRejectsCorruption(t *testing.T) {
 	}
 	for name, b := range map[string][]byte{
 		"retired epochs unpaired": lie(func(m *storagepb.Manifest) { m.RetiredBatches[0].Epochs = nil }),
-		"retired run of 0":        lie(func(m *storagepb.Manifest) { m.RetiredRuns[0].Count = 0 }),
-		"retired run past next":   lie(func(m *storagepb.Manifest) { m.RetiredRuns[0].Count = 1 << 62 }),
-		"retired run at next":     lie(func(m *storagepb.Manifest) { m.RetiredRuns[0].First = 5 }),
-		"retired run of epoch 0":  lie(func(m *storagepb.Manifest) { m.RetiredRuns[0].Epoch = 0 }),
+		"retired runs unpaired":   lie(func(m *storagepb.Manifest) { m.RetiredRuns[0].Counts = nil }),
+		"retired run of 0":        lie(func(m *storagepb.Manifest) { m.RetiredRuns[0].Counts[0] = 0 }),
+		"retired run past next":   lie(func(m *storagepb.Manifest) { m.RetiredRuns[0].Counts[0] = 1 << 62 }),
+		"retired run at next":     lie(func(m *storagepb.Manifest) { m.RetiredRuns[0].Firsts[0] = 5 }),
+		"retired run of epoch 0":  lie(func(m *storagepb.Manifest) { m.RetiredRuns[0].Epochs[0] = 0 }),
 		"empty":                   nil,
 		"short":                   good[:5],
 		"bad magic":               flip(0),

@@ -98,14 +98,21 @@ func checkManifest(m *storagepb.Manifest) error {
 			return fmt.Errorf("retired batch %d: %d epochs for %d numbers", i, len(b.GetEpochs()), len(b.GetNumbers()))
 		}
 	}
-	for i, r := range m.GetRetiredRuns() {
-		// Generations are numbered below next_generation, so a run past it
-		// is a lie that would have GC count towards 2^64.
-		if r.GetCount() == 0 || r.GetFirst() >= m.GetNextGeneration() || r.GetCount() > m.GetNextGeneration()-r.GetFirst() {
-			return fmt.Errorf("retired run %d: %d generations from %d, not within next_generation %d", i, r.GetCount(), r.GetFirst(), m.GetNextGeneration())
+	for i, b := range m.GetRetiredRuns() {
+		n := len(b.GetFirsts())
+		if len(b.GetEpochs()) != n || len(b.GetCounts()) != n {
+			return fmt.Errorf("retired runs %d: %d epochs, %d firsts and %d counts do not pair up", i, len(b.GetEpochs()), n, len(b.GetCounts()))
 		}
-		if r.GetEpoch() == 0 || r.GetEpoch() > m.GetEpoch() {
-			return fmt.Errorf("retired run %d: epoch %d outside 1..%d", i, r.GetEpoch(), m.GetEpoch())
+		for k, first := range b.GetFirsts() {
+			// Generations are numbered below next_generation, so a run past
+			// it is a lie that would have GC count towards 2^64.
+			count, epoch := b.GetCounts()[k], b.GetEpochs()[k]
+			if count == 0 || first >= m.GetNextGeneration() || count > m.GetNextGeneration()-first {
+				return fmt.Errorf("retired runs %d: %d generations from %d, not within next_generation %d", i, count, first, m.GetNextGeneration())
+			}
+			if epoch == 0 || epoch > m.GetEpoch() {
+				return fmt.Errorf("retired runs %d: epoch %d outside 1..%d", i, epoch, m.GetEpoch())
+			}
 		}
 	}
 	return nil

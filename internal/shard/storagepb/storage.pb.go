@@ -56,7 +56,7 @@ type Manifest struct {
 	// none of these generations itself (a later build does), and its orphan
 	// scan may delete one of an earlier epoch early, which readers survive
 	// by re-reading the manifest.
-	RetiredRuns []*RetiredRun `protobuf:"bytes,12,rep,name=retired_runs,json=retiredRuns,proto3" json:"retired_runs,omitempty"`
+	RetiredRuns []*RetiredRuns `protobuf:"bytes,12,rep,name=retired_runs,json=retiredRuns,proto3" json:"retired_runs,omitempty"`
 	// For each recent epoch, the last generation it committed. This decides an
 	// unclear commit, and marks a generation as an orphan, by name and not age.
 	Epochs []*EpochRecord `protobuf:"bytes,7,rep,name=epochs,proto3" json:"epochs,omitempty"`
@@ -144,7 +144,7 @@ func (x *Manifest) GetRetiredBatches() []*RetiredBatch {
 	return nil
 }
 
-func (x *Manifest) GetRetiredRuns() []*RetiredRun {
+func (x *Manifest) GetRetiredRuns() []*RetiredRuns {
 	if x != nil {
 		return x.RetiredRuns
 	}
@@ -391,37 +391,38 @@ func (x *RetiredBatch) GetNumbers() []uint64 {
 	return nil
 }
 
-// RetiredRun is a run of consecutive generations of one epoch that merges or
-// folds replaced, retired within about a second of each other.
-type RetiredRun struct {
+// RetiredRuns lists runs of consecutive generations that merges or folds
+// replaced within about a second of each other, packed so that a manifest
+// write copies a few numbers per run.
+type RetiredRuns struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Unix nanoseconds when the run's first generation was retired.
+	// Unix nanoseconds when the first of them was retired.
 	RetiredUnixNanos int64 `protobuf:"varint,1,opt,name=retired_unix_nanos,json=retiredUnixNanos,proto3" json:"retired_unix_nanos,omitempty"`
-	// The epoch of every generation in the run.
-	Epoch uint64 `protobuf:"varint,2,opt,name=epoch,proto3" json:"epoch,omitempty"`
-	// The number of the run's first generation.
-	First uint64 `protobuf:"varint,3,opt,name=first,proto3" json:"first,omitempty"`
-	// How many consecutive generation numbers, from first, the run holds; at
-	// least 1.
-	Count         uint64 `protobuf:"varint,4,opt,name=count,proto3" json:"count,omitempty"`
+	// Parallel to firsts and counts: the epoch of run i's generations.
+	Epochs []uint64 `protobuf:"varint,2,rep,packed,name=epochs,proto3" json:"epochs,omitempty"`
+	// Parallel to epochs: the number of run i's first generation.
+	Firsts []uint64 `protobuf:"varint,3,rep,packed,name=firsts,proto3" json:"firsts,omitempty"`
+	// Parallel to epochs: how many consecutive numbers, from firsts[i], run i
+	// holds; at least 1.
+	Counts        []uint64 `protobuf:"varint,4,rep,packed,name=counts,proto3" json:"counts,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
-func (x *RetiredRun) Reset() {
-	*x = RetiredRun{}
+func (x *RetiredRuns) Reset() {
+	*x = RetiredRuns{}
 	mi := &file_rolloutd_storage_v1_storage_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
 
-func (x *RetiredRun) String() string {
+func (x *RetiredRuns) String() string {
 	return protoimpl.X.MessageStringOf(x)
 }
 
-func (*RetiredRun) ProtoMessage() {}
+func (*RetiredRuns) ProtoMessage() {}
 
-func (x *RetiredRun) ProtoReflect() protoreflect.Message {
+func (x *RetiredRuns) ProtoReflect() protoreflect.Message {
 	mi := &file_rolloutd_storage_v1_storage_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
@@ -433,37 +434,37 @@ func (x *RetiredRun) ProtoReflect() protoreflect.Message {
 	return mi.MessageOf(x)
 }
 
-// Deprecated: Use RetiredRun.ProtoReflect.Descriptor instead.
-func (*RetiredRun) Descriptor() ([]byte, []int) {
+// Deprecated: Use RetiredRuns.ProtoReflect.Descriptor instead.
+func (*RetiredRuns) Descriptor() ([]byte, []int) {
 	return file_rolloutd_storage_v1_storage_proto_rawDescGZIP(), []int{3}
 }
 
-func (x *RetiredRun) GetRetiredUnixNanos() int64 {
+func (x *RetiredRuns) GetRetiredUnixNanos() int64 {
 	if x != nil {
 		return x.RetiredUnixNanos
 	}
 	return 0
 }
 
-func (x *RetiredRun) GetEpoch() uint64 {
+func (x *RetiredRuns) GetEpochs() []uint64 {
 	if x != nil {
-		return x.Epoch
+		return x.Epochs
 	}
-	return 0
+	return nil
 }
 
-func (x *RetiredRun) GetFirst() uint64 {
+func (x *RetiredRuns) GetFirsts() []uint64 {
 	if x != nil {
-		return x.First
+		return x.Firsts
 	}
-	return 0
+	return nil
 }
 
-func (x *RetiredRun) GetCount() uint64 {
+func (x *RetiredRuns) GetCounts() []uint64 {
 	if x != nil {
-		return x.Count
+		return x.Counts
 	}
-	return 0
+	return nil
 }
 
 // EpochRecord says what one epoch committed.
@@ -690,15 +691,15 @@ var File_rolloutd_storage_v1_storage_proto protoreflect.FileDescriptor
 
 const file_rolloutd_storage_v1_storage_proto_rawDesc = "" +
 	"\n" +
-	"!rolloutd/storage/v1/storage.proto\x12\x13rolloutd.storage.v1\"\x84\x04\n" +
+	"!rolloutd/storage/v1/storage.proto\x12\x13rolloutd.storage.v1\"\x85\x04\n" +
 	"\bManifest\x12\x14\n" +
 	"\x05epoch\x18\x01 \x01(\x04R\x05epoch\x12\x14\n" +
 	"\x05owner\x18\x02 \x01(\tR\x05owner\x12'\n" +
 	"\x0fnext_generation\x18\x03 \x01(\x04R\x0enextGeneration\x12\x19\n" +
 	"\bnext_seq\x18\x04 \x01(\x04R\anextSeq\x12A\n" +
 	"\vgenerations\x18\x05 \x03(\v2\x1f.rolloutd.storage.v1.GenerationR\vgenerations\x12J\n" +
-	"\x0fretired_batches\x18\v \x03(\v2!.rolloutd.storage.v1.RetiredBatchR\x0eretiredBatches\x12B\n" +
-	"\fretired_runs\x18\f \x03(\v2\x1f.rolloutd.storage.v1.RetiredRunR\vretiredRuns\x128\n" +
+	"\x0fretired_batches\x18\v \x03(\v2!.rolloutd.storage.v1.RetiredBatchR\x0eretiredBatches\x12C\n" +
+	"\fretired_runs\x18\f \x03(\v2 .rolloutd.storage.v1.RetiredRunsR\vretiredRuns\x128\n" +
 	"\x06epochs\x18\a \x03(\v2 .rolloutd.storage.v1.EpochRecordR\x06epochs\x12\x1b\n" +
 	"\tcommit_id\x18\b \x01(\tR\bcommitId\x12,\n" +
 	"\x12updated_unix_nanos\x18\t \x01(\x03R\x10updatedUnixNanos\x12!\n" +
@@ -722,13 +723,12 @@ const file_rolloutd_storage_v1_storage_proto_rawDesc = "" +
 	"\fRetiredBatch\x12,\n" +
 	"\x12retired_unix_nanos\x18\x01 \x01(\x03R\x10retiredUnixNanos\x12\x16\n" +
 	"\x06epochs\x18\x02 \x03(\x04R\x06epochs\x12\x18\n" +
-	"\anumbers\x18\x03 \x03(\x04R\anumbers\"|\n" +
-	"\n" +
-	"RetiredRun\x12,\n" +
-	"\x12retired_unix_nanos\x18\x01 \x01(\x03R\x10retiredUnixNanos\x12\x14\n" +
-	"\x05epoch\x18\x02 \x01(\x04R\x05epoch\x12\x14\n" +
-	"\x05first\x18\x03 \x01(\x04R\x05first\x12\x14\n" +
-	"\x05count\x18\x04 \x01(\x04R\x05count\"L\n" +
+	"\anumbers\x18\x03 \x03(\x04R\anumbers\"\x83\x01\n" +
+	"\vRetiredRuns\x12,\n" +
+	"\x12retired_unix_nanos\x18\x01 \x01(\x03R\x10retiredUnixNanos\x12\x16\n" +
+	"\x06epochs\x18\x02 \x03(\x04R\x06epochs\x12\x16\n" +
+	"\x06firsts\x18\x03 \x03(\x04R\x06firsts\x12\x16\n" +
+	"\x06counts\x18\x04 \x03(\x04R\x06counts\"L\n" +
 	"\vEpochRecord\x12\x14\n" +
 	"\x05epoch\x18\x01 \x01(\x04R\x05epoch\x12'\n" +
 	"\x0flast_generation\x18\x02 \x01(\x04R\x0elastGeneration\"\x90\x01\n" +
@@ -765,7 +765,7 @@ var file_rolloutd_storage_v1_storage_proto_goTypes = []any{
 	(*Manifest)(nil),     // 0: rolloutd.storage.v1.Manifest
 	(*Generation)(nil),   // 1: rolloutd.storage.v1.Generation
 	(*RetiredBatch)(nil), // 2: rolloutd.storage.v1.RetiredBatch
-	(*RetiredRun)(nil),   // 3: rolloutd.storage.v1.RetiredRun
+	(*RetiredRuns)(nil),  // 3: rolloutd.storage.v1.RetiredRuns
 	(*EpochRecord)(nil),  // 4: rolloutd.storage.v1.EpochRecord
 	(*Footer)(nil),       // 5: rolloutd.storage.v1.Footer
 	(*FooterEntry)(nil),  // 6: rolloutd.storage.v1.FooterEntry
@@ -773,7 +773,7 @@ var file_rolloutd_storage_v1_storage_proto_goTypes = []any{
 var file_rolloutd_storage_v1_storage_proto_depIdxs = []int32{
 	1, // 0: rolloutd.storage.v1.Manifest.generations:type_name -> rolloutd.storage.v1.Generation
 	2, // 1: rolloutd.storage.v1.Manifest.retired_batches:type_name -> rolloutd.storage.v1.RetiredBatch
-	3, // 2: rolloutd.storage.v1.Manifest.retired_runs:type_name -> rolloutd.storage.v1.RetiredRun
+	3, // 2: rolloutd.storage.v1.Manifest.retired_runs:type_name -> rolloutd.storage.v1.RetiredRuns
 	4, // 3: rolloutd.storage.v1.Manifest.epochs:type_name -> rolloutd.storage.v1.EpochRecord
 	6, // 4: rolloutd.storage.v1.Footer.entries:type_name -> rolloutd.storage.v1.FooterEntry
 	5, // [5:5] is the sub-list for method output_type
