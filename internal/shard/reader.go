@@ -125,8 +125,8 @@ func (r *Reader) speculate(ctx context.Context, shard, id string) (*rolloutv1.Re
 		done <- read{rec, err}
 	}()
 	m, err := r.Manifest(ctx, shard)
-	if err != nil {
-		cancel()
+	if err != nil || (m != cached.m && !lists(m, g)) {
+		cancel() // its answer would be thrown away
 	}
 	res := <-done // the read never outlives Get
 	if err != nil {
