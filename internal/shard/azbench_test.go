@@ -45,6 +45,9 @@ func alternate(b *testing.B, pause time.Duration, floor, product func(i int) tim
 			products = append(products, product(i))
 		}
 	}
+	if len(products) == 0 {
+		b.Fatalf("%d iterations are all floor: alternating blocks of ten need -benchtime of at least 20x", i)
+	}
 	return floors, products
 }
 
