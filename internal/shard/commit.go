@@ -149,7 +149,8 @@ func (w *writer) prepare(ctx context.Context, batch []*pending, edits []*edit, p
 			}
 		}
 		if len(adds) > 0 {
-			fold := w.pickFold(next)
+			// The fold stays within what one generation may hold.
+			fold := w.pickFold(next, min(w.opts.FoldMaxBytes, w.opts.MaxGenerationBytes-int64(size)))
 			if fold != nil {
 				size += fold.bytes
 			}

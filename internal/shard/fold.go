@@ -26,10 +26,10 @@ type foldRun struct {
 	level   uint32
 }
 
-// pickFold chooses and claims the newest generations of next for the
-// commit to fold, or returns nil. The committer releases the claim once the
+// pickFold chooses and claims the newest generations of next, at most
+// maxBytes of them, for the commit to fold, or returns nil. The committer releases the claim once the
 // commit has settled (releaseFold).
-func (w *writer) pickFold(next *storagepb.Manifest) *foldRun {
+func (w *writer) pickFold(next *storagepb.Manifest, maxBytes int64) *foldRun {
 	w.releaseFold()
 	if w.opts.DisableMerge || w.opts.FoldMaxBytes < 0 {
 		return nil
@@ -41,7 +41,7 @@ func (w *writer) pickFold(next *storagepb.Manifest) *foldRun {
 	// Newest first, up to a generation that a merge in flight rewrites.
 	for i > 0 && len(gens)-i < w.opts.MergeMaxSources-1 && !w.claimed[gens[i-1].GetNumber()] {
 		b := int64(gens[i-1].GetBytes())
-		if bytes+b > w.opts.FoldMaxBytes {
+		if bytes+b > maxBytes {
 			break
 		}
 		bytes += b

@@ -135,3 +135,32 @@ func TestFoldLeavesWhatItMustNotTouch(t *testing.T) {
 		})
 	}
 }
+
+// A fold never makes a generation larger than MaxGenerationBytes allows.
+func TestFoldStaysWithinTheGenerationLimit(t *testing.T) {
+	for _, tc := range []struct {
+		maxGen    int64
+		wantFolds int64
+	}{
+		{0, 1},       // the default, 16 MiB: four 1 KiB records fold
+		{4 << 10, 0}, // four 1 KiB records and their framing do not fit 4 KiB
+	} {
+		t.Run(fmt.Sprint("max=", tc.maxGen), func(t *testing.T) {
+			opts := foldOptions(t)
+			opts.MaxGenerationBytes = tc.maxGen
+			w, err := Open(context.Background(), memstore.New(), "s", opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer w.Abort()
+			for i := range 4 {
+				if _, err := w.Append(context.Background(), []Entry{kib1Entry(t, fmt.Sprint("a", i))}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if st := w.Stats(); st.Folds != tc.wantFolds {
+				t.Fatalf("%d folds, want %d", st.Folds, tc.wantFolds)
+			}
+		})
+	}
+}

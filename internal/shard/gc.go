@@ -99,7 +99,10 @@ func (c *collector) run(ctx context.Context) (more bool) {
 				name := format.GenerationName(w.shard, k.epoch, k.number)
 				start := w.opts.Clock.Now()
 				err := w.store.Delete(ctx, name, blob.DeleteOptions{})
-				c.observe(w.opts.Clock.Now().Sub(start))
+				if err == nil || errors.Is(err, blob.ErrNotFound) {
+					// Failures, often fast, would make deletes look cheaper.
+					c.observe(w.opts.Clock.Now().Sub(start))
+				}
 				if err != nil && !errors.Is(err, blob.ErrNotFound) {
 					if ctx.Err() == nil {
 						w.log.Warn("gc: delete retired generation failed; will retry", zap.Uint64("generation", k.number), zap.Error(err))

@@ -67,8 +67,12 @@ func eachRetired(m *storagepb.Manifest, f func(k genKey, retired int64) bool) {
 }
 
 // dueRetired returns up to limit retired generations whose grace period has
-// passed by now, and how many are due in all.
+// passed by now, and how many are due in all. A batch's time is that of its
+// first retirement and later ones join it for up to retireBatchWindow, so a
+// batch is due only that much after its grace, and no generation is
+// deleted before its own grace has passed.
 func dueRetired(m *storagepb.Manifest, now, grace int64, limit int) (due []genKey, backlog int) {
+	grace += retireBatchWindow
 	for _, b := range m.GetRetiredBatches() {
 		if now-b.GetRetiredUnixNanos() < grace {
 			break // in time order

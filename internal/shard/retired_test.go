@@ -60,9 +60,15 @@ func TestRetiredListKeepsRuns(t *testing.T) {
 	if b := m.RetiredRuns[0]; !slices.Equal(b.Firsts, []uint64{11, 501, 2000}) || !slices.Equal(b.Counts, []uint64{489, 510, 1}) {
 		t.Fatalf("runs after forgetting: %v", b)
 	}
-	due, backlog := dueRetired(m, int64(retireBatchWindow), int64(retireBatchWindow), 600)
+	// With a grace of one window, the batch stamped 0 holds retirements up
+	// to one window later: it is due only after two.
+	const window = int64(retireBatchWindow)
+	if due, backlog := dueRetired(m, 2*window-1, window, 600); len(due) != 0 || backlog != 0 {
+		t.Fatalf("due before every generation's grace passed: %d", backlog)
+	}
+	due, backlog := dueRetired(m, 2*window, window, 600)
 	if backlog != 1000 || len(due) != 600 || due[0] != (genKey{2, 11}) {
-		t.Fatalf("due at 1 s with 1 s grace: %d of %d, first %v; want 600 of 1000 (the last batch is not due), from 2/11", len(due), backlog, due[0])
+		t.Fatalf("due at 2 windows: %d of %d; want 600 of 1000 (the later batch is not due), from 2/11", len(due), backlog)
 	}
 	forget(m, map[genKey]bool{{3, 2002}: true})
 	if len(m.RetiredRuns) != 1 {
@@ -81,7 +87,7 @@ func TestRetiredListReadsOlderBatches(t *testing.T) {
 	if len(m.RetiredBatches[0].Numbers) != 2 {
 		t.Fatal("a new retirement went to the older batches")
 	}
-	if due, backlog := dueRetired(m, 10, 5, 10); backlog != 3 || len(due) != 3 {
+	if due, backlog := dueRetired(m, 5+int64(retireBatchWindow), 5, 10); backlog != 3 || len(due) != 3 {
 		t.Fatalf("due %v of %d, want all 3", due, backlog)
 	}
 	forget(m, map[genKey]bool{{1, 4}: true, {1, 6}: true})
