@@ -159,7 +159,7 @@ func (w *writer) prepare(ctx context.Context, batch []*pending, edits []*edit, p
 			b := format.NewGenerationBuilder(w.shard, w.epoch, gen, size)
 			first, level := seq, uint32(0)
 			if fold != nil {
-				fold.add(b)
+				addSources(b, fold.footers, fold.datas)
 				first, level = fold.gens[0].GetFirstSeq(), fold.level+1
 			}
 			var scratch []byte

@@ -1,7 +1,6 @@
 package shard
 
 import (
-	"github.com/rolloutd/rolloutd/internal/shard/format"
 	"github.com/rolloutd/rolloutd/internal/shard/storagepb"
 )
 
@@ -27,8 +26,8 @@ type foldRun struct {
 }
 
 // pickFold chooses and claims the newest generations of next, at most
-// maxBytes of them, for the commit to fold, or returns nil. The committer releases the claim once the
-// commit has settled (releaseFold).
+// maxBytes of them, for the commit to fold, or returns nil. The committer
+// releases the claim once the commit has settled (releaseFold).
 func (w *writer) pickFold(next *storagepb.Manifest, maxBytes int64) *foldRun {
 	w.releaseFold()
 	if w.opts.DisableMerge || w.opts.FoldMaxBytes < 0 {
@@ -48,7 +47,7 @@ func (w *writer) pickFold(next *storagepb.Manifest, maxBytes int64) *foldRun {
 		i--
 	}
 	run := gens[i:]
-	if len(run) == 0 || len(run) < w.opts.MergeRun-1 {
+	if len(run) < w.opts.MergeRun-1 { // MergeRun is at least 2
 		w.mu.Unlock()
 		return nil
 	}
@@ -65,8 +64,8 @@ func (w *writer) pickFold(next *storagepb.Manifest, maxBytes int64) *foldRun {
 			w.releaseFold()
 			return nil
 		}
-		ft, err := format.DecodeGeneration(data)
-		if err != nil || ft.GetShard() != w.shard || ft.GetEpoch() != g.GetEpoch() || ft.GetGeneration() != g.GetNumber() || len(ft.GetEntries()) != int(g.GetRecords()) {
+		ft, err := decodeSource(w.shard, g, data)
+		if err != nil {
 			// Left to the merger, which reads the stored blob and reports
 			// what is wrong with it.
 			w.releaseFold()
@@ -85,15 +84,6 @@ func (f *foldRun) records() (n int) {
 		n += int(g.GetRecords())
 	}
 	return n
-}
-
-// add adds the run's records to b, in sequence order.
-func (f *foldRun) add(b *format.GenerationBuilder) {
-	for i, ft := range f.footers {
-		for _, e := range ft.GetEntries() {
-			b.Add(e.GetId(), e.GetSeq(), f.datas[i][e.GetOffset():e.GetOffset()+uint64(e.GetLength())], e.GetClientHash())
-		}
-	}
 }
 
 // releaseFold drops the committer's claim on the generations it folded or

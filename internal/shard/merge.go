@@ -2,6 +2,7 @@ package shard
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -225,12 +226,9 @@ func (w *writer) merge(ctx context.Context, plan []*storagepb.Generation) error 
 					return fmt.Errorf("merge: read %s: %w", name, err)
 				}
 			}
-			f, err := format.DecodeGeneration(data)
+			f, err := decodeSource(w.shard, src, data)
 			if err != nil {
 				return fmt.Errorf("merge: %w: blob %s: %w", ErrCorrupt, name, err)
-			}
-			if f.GetShard() != w.shard || f.GetEpoch() != src.GetEpoch() || f.GetGeneration() != src.GetNumber() || len(f.GetEntries()) != int(src.GetRecords()) {
-				return fmt.Errorf("merge: %w: blob %s: footer does not match the manifest", ErrCorrupt, name)
 			}
 			datas[i], footers[i] = data, f
 			return nil
@@ -247,11 +245,7 @@ func (w *writer) merge(ctx context.Context, plan []*storagepb.Generation) error 
 	w.mu.Unlock()
 	defer w.release([]uint64{gen})
 	b := format.NewGenerationBuilder(w.shard, w.epoch, gen, size)
-	for i, f := range footers {
-		for _, e := range f.GetEntries() {
-			b.Add(e.GetId(), e.GetSeq(), datas[i][e.GetOffset():e.GetOffset()+uint64(e.GetLength())], e.GetClientHash())
-		}
-	}
+	addSources(b, footers, datas)
 	l, err := b.Finish()
 	if err != nil {
 		return err
@@ -293,6 +287,28 @@ func (w *writer) merge(ctx context.Context, plan []*storagepb.Generation) error 
 	}
 	w.log.Debug("merged generations", zap.Uint64("generation", gen), zap.Int("sources", len(plan)), zap.Int("records", b.Len()))
 	return nil
+}
+
+// decodeSource decodes data, the blob of generation g that a merge or a
+// fold rewrites, and checks that its footer is the one the manifest lists.
+func decodeSource(shard string, g *storagepb.Generation, data []byte) (*storagepb.Footer, error) {
+	f, err := format.DecodeGeneration(data)
+	if err != nil {
+		return nil, err
+	}
+	if f.GetShard() != shard || f.GetEpoch() != g.GetEpoch() || f.GetGeneration() != g.GetNumber() || len(f.GetEntries()) != int(g.GetRecords()) {
+		return nil, errors.New("footer does not match the manifest")
+	}
+	return f, nil
+}
+
+// addSources adds the records of the decoded sources to b, in order.
+func addSources(b *format.GenerationBuilder, footers []*storagepb.Footer, datas [][]byte) {
+	for i, f := range footers {
+		for _, e := range f.GetEntries() {
+			b.Add(e.GetId(), e.GetSeq(), datas[i][e.GetOffset():e.GetOffset()+uint64(e.GetLength())], e.GetClientHash())
+		}
+	}
 }
 
 // submit hands an edit to the committer and waits for its outcome.

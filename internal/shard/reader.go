@@ -125,14 +125,15 @@ func (r *Reader) speculate(ctx context.Context, shard, id string) (*rolloutv1.Re
 		done <- read{rec, err}
 	}()
 	m, err := r.Manifest(ctx, shard)
-	if err != nil || (m != cached.m && !lists(m, g)) {
+	stands := err == nil && (m == cached.m || lists(m, g))
+	if !stands {
 		cancel() // its answer would be thrown away
 	}
 	res := <-done // the read never outlives Get
-	if err != nil {
+	switch {
+	case err != nil:
 		return nil, nil, err
-	}
-	if res.err == nil && (m == cached.m || lists(m, g)) {
+	case stands && res.err == nil:
 		return res.rec, nil, nil
 	}
 	return nil, m, nil
