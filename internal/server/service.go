@@ -10,7 +10,6 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	rolloutv1 "github.com/rolloutd/rolloutd/gen/rollout/v1"
-	"github.com/rolloutd/rolloutd/internal/blob"
 	"github.com/rolloutd/rolloutd/internal/clock"
 	"github.com/rolloutd/rolloutd/internal/shard"
 	"github.com/rolloutd/rolloutd/internal/validate"
@@ -96,14 +95,11 @@ func (s *service) checkAppend(req *rolloutv1.AppendRequest) error {
 }
 
 // append appends entries to the shard's writer. A writer that failed for
-// good under the request (fenced by another instance's epoch, or closed or
-// aborted, or stale: its manifest lists a generation that storage no longer
-// has, which only happens once another writer took the shard, merged that
-// generation away and collected it) is retired and the append retried on
-// its replacement, with a few jittered attempts within ctx. Those failures
-// prove the append was not committed (a writer meets a vanished generation
-// only while looking up ids, before it sends anything), so retrying cannot
-// duplicate it.
+// good under the request (fenced by another instance's epoch, closed,
+// aborted, or stale) is retired and the append retried on its replacement,
+// with a few jittered attempts within ctx. The shard reports each of those
+// only when the append was certainly not committed (a commit that may have
+// landed is ErrOutcomeUnknown instead), so retrying cannot duplicate it.
 func (s *service) append(ctx context.Context, shardName string, entries []shard.Entry) ([]shard.Result, error) {
 	for attempt := 1; ; attempt++ {
 		h, err := s.writers.acquire(ctx, shardName)
@@ -119,7 +115,7 @@ func (s *service) append(ctx context.Context, shardName string, entries []shard.
 			return results, nil
 		}
 		replace := ctx.Err() == nil && (errors.Is(err, shard.ErrFenced) || errors.Is(err, shard.ErrClosed) ||
-			errors.Is(err, shard.ErrAborted) || errors.Is(err, blob.ErrNotFound))
+			errors.Is(err, shard.ErrAborted) || errors.Is(err, shard.ErrStale))
 		if replace {
 			s.writers.retire(h, err)
 		}

@@ -36,24 +36,25 @@ const maxRebases = 3
 
 // commitBatch writes the batch's new records as one generation and CASes
 // the manifest to add it, together with the edits. It returns only once
-// that CAS is known to have landed, or with the reason it did not.
+// that CAS is known to have landed, or with the reason it did not. Once an
+// attempt's CAS was sent, every failure to decide it matches
+// ErrOutcomeUnknown: that attempt may still land.
 func (w *writer) commitBatch(ctx context.Context, batch []*pending, edits []*edit) (commitOut, error) {
 	var attempts []attempt
 	present := map[string]found{}
 	for rebase := 0; ; rebase++ {
 		if w.stale {
-			if err := w.resync(ctx, batch, present); err != nil {
-				return commitOut{}, err
+			out, err := w.resync(ctx, batch, present, attempts)
+			if err != errRebase {
+				return out, err
 			}
 		}
 		a, next, err := w.prepare(ctx, batch, edits, present)
 		if err != nil {
-			// Nothing of this attempt was committed; earlier attempts were
-			// already resolved as not committed.
-			if w.ctx.Err() != nil {
+			if w.ctx.Err() != nil && len(attempts) == 0 {
 				return commitOut{}, fmt.Errorf("shard %q epoch %d: %w before the commit was sent; retry with the same ids", w.shard, w.epoch, ErrAborted)
 			}
-			return commitOut{}, err
+			return commitOut{}, w.unsure(attempts, err)
 		}
 		if next == nil {
 			return a.out, nil
@@ -63,7 +64,7 @@ func (w *writer) commitBatch(ctx context.Context, batch []*pending, edits []*edi
 		opts := blob.PutOptions{IfMatch: w.etag, PutID: next.GetCommitId()}
 		data, err := format.EncodeManifest(next)
 		if err != nil {
-			return commitOut{}, err
+			return commitOut{}, w.unsure(attempts[:len(attempts)-1], err)
 		}
 		attrs, err := w.store.Put(ctx, name, data, opts)
 		for b := newBackoff(w.opts); err != nil && errors.Is(err, blob.ErrUnavailable); {
@@ -88,6 +89,15 @@ func (w *writer) commitBatch(ctx context.Context, batch []*pending, edits []*edi
 			return commitOut{}, fmt.Errorf("shard %q epoch %d: manifest kept changing under this writer's own epoch: %w", w.shard, w.epoch, ErrOutcomeUnknown)
 		}
 	}
+}
+
+// unsure returns err, the failure of a commit of which attempts were sent,
+// as ErrOutcomeUnknown when there are any: one of them may still land.
+func (w *writer) unsure(attempts []attempt, err error) error {
+	if len(attempts) == 0 || errors.Is(err, ErrOutcomeUnknown) {
+		return err
+	}
+	return fmt.Errorf("shard %q epoch %d: an earlier try of this commit was sent and may still land (%w): %w", w.shard, w.epoch, ErrOutcomeUnknown, err)
 }
 
 // errRebase: the manifest proves no attempt landed and this writer still
@@ -126,7 +136,7 @@ func (w *writer) prepare(ctx context.Context, batch []*pending, edits []*edit, p
 				fresh++
 				continue
 			case f.entry.GetClientHash() != e.ClientHash:
-				a.out.errs[p] = fmt.Errorf("shard %q: id %q: %w (committed at seq %d)", w.shard, e.ID, ErrIDConflict, f.entry.GetSeq())
+				a.out.errs[p] = &IDConflictError{Shard: w.shard, ID: e.ID, Seq: f.entry.GetSeq()}
 			}
 			rs[i] = Result{ID: e.ID, Seq: f.entry.GetSeq(), Epoch: f.gen.GetEpoch(), Generation: f.gen.GetNumber(), AlreadyPresent: true}
 		}
@@ -241,8 +251,8 @@ func (w *writer) putWithRetry(ctx context.Context, name string, data []byte, opt
 }
 
 // resolve decides an unclear or lost manifest CAS by re-reading the
-// manifest: the commit landed if any attempt's marker generation did; the
-// writer is fenced if a higher epoch holds the shard and none did.
+// manifest (see decide). It returns errRebase when this writer still owns
+// the shard and no attempt landed.
 func (w *writer) resolve(ctx context.Context, attempts []attempt, casErr error) (commitOut, error) {
 	b := newBackoff(w.opts)
 	for ctx.Err() == nil {
@@ -253,28 +263,8 @@ func (w *writer) resolve(ctx context.Context, attempts []attempt, casErr error) 
 			}
 			break
 		}
-		for i := len(attempts) - 1; i >= 0; i-- {
-			if attempts[i].marker == 0 {
-				continue
-			}
-			switch commitStatus(m, w.epoch, attempts[i].marker) {
-			case committed:
-				w.opts.Notifier.Publish(w.shard)
-				if m.GetEpoch() == w.epoch {
-					w.setManifest(m, etag)
-				} else {
-					// Committed, then another writer claimed the shard:
-					// the ack stands, and the next commit finds the fence.
-					w.stale = true
-				}
-				return attempts[i].out, nil
-			case undecidable:
-				w.stale = true
-				return commitOut{}, fmt.Errorf("shard %q: commit of generation %d by epoch %d cannot be decided: epoch records pruned by epoch %d: %w", w.shard, attempts[i].marker, w.epoch, m.GetEpoch(), ErrOutcomeUnknown)
-			}
-		}
-		if m.GetEpoch() != w.epoch {
-			return commitOut{}, &FencedError{Shard: w.shard, Local: w.epoch, Stored: m.GetEpoch()}
+		if out, ok, err := w.decide(m, etag, attempts); ok {
+			return out, err
 		}
 		w.log.Warn("manifest changed under this writer's own epoch; rebasing the commit",
 			zap.Uint64("generation", attempts[len(attempts)-1].marker), zap.Error(casErr))
@@ -292,16 +282,52 @@ func (w *writer) resolve(ctx context.Context, attempts []attempt, casErr error) 
 	return commitOut{}, fmt.Errorf("shard %q epoch %d: manifest CAS failed (%w) and the manifest could not be re-read: %w; retry with the same ids", w.shard, w.epoch, casErr, ErrOutcomeUnknown)
 }
 
-// resync re-reads the manifest after an unclear commit, and finds which of
-// the batch's ids a landed commit had already stored, since the appends
-// checked for them against the stale manifest.
-func (w *writer) resync(ctx context.Context, batch []*pending, present map[string]found) error {
-	m, etag, err := readManifest(ctx, w.store, w.shard)
-	if err != nil {
-		return fmt.Errorf("shard %q: re-read manifest: %w", w.shard, err)
+// decide says what m, a manifest read after every one of attempts was
+// sent, proves about them: the commit landed if any attempt's marker
+// generation did; it cannot be decided if this epoch's record was pruned;
+// the writer is fenced if a higher epoch holds the shard and none landed
+// (a claim changed the manifest's ETag, so none ever can). ok is false
+// when m proves nothing but that this writer still owns the shard.
+func (w *writer) decide(m *storagepb.Manifest, etag blob.ETag, attempts []attempt) (out commitOut, ok bool, err error) {
+	for i := len(attempts) - 1; i >= 0; i-- {
+		if attempts[i].marker == 0 {
+			continue
+		}
+		switch commitStatus(m, w.epoch, attempts[i].marker) {
+		case committed:
+			w.opts.Notifier.Publish(w.shard)
+			if m.GetEpoch() == w.epoch {
+				w.setManifest(m, etag)
+			} else {
+				// Committed, then another writer claimed the shard: the
+				// ack stands, and the next commit finds the fence.
+				w.stale = true
+			}
+			return attempts[i].out, true, nil
+		case undecidable:
+			w.stale = true
+			return commitOut{}, true, fmt.Errorf("shard %q: commit of generation %d by epoch %d cannot be decided: epoch records pruned by epoch %d: %w", w.shard, attempts[i].marker, w.epoch, m.GetEpoch(), ErrOutcomeUnknown)
+		}
 	}
 	if m.GetEpoch() != w.epoch {
-		return &FencedError{Shard: w.shard, Local: w.epoch, Stored: m.GetEpoch()}
+		return commitOut{}, true, &FencedError{Shard: w.shard, Local: w.epoch, Stored: m.GetEpoch()}
+	}
+	return commitOut{}, false, nil
+}
+
+// resync re-reads the manifest before a commit when this writer's copy may
+// be out of date (after an unclear or lost CAS), decides the batch's
+// earlier attempts on it (see decide), and finds which of the batch's ids a
+// landed commit had already stored, since the appends checked for them
+// against the stale manifest. It returns errRebase when the batch is to be
+// committed on the manifest it read.
+func (w *writer) resync(ctx context.Context, batch []*pending, present map[string]found, attempts []attempt) (commitOut, error) {
+	m, etag, err := readManifest(ctx, w.store, w.shard)
+	if err != nil {
+		return commitOut{}, w.unsure(attempts, fmt.Errorf("shard %q: re-read manifest: %w", w.shard, err))
+	}
+	if out, ok, err := w.decide(m, etag, attempts); ok {
+		return out, err
 	}
 	known := map[uint64]bool{}
 	for _, g := range w.m.GetGenerations() {
@@ -321,10 +347,13 @@ func (w *writer) resync(ctx context.Context, batch []*pending, present map[strin
 			}
 		}
 		if err := lookupCommitted(ctx, w.store, w.opts.Cache, w.shard, added, ids, present); err != nil {
-			return err
+			if errors.Is(err, blob.ErrNotFound) {
+				err = w.staleErr(err)
+			}
+			return commitOut{}, w.unsure(attempts, err)
 		}
 	}
 	w.setManifest(m, etag)
 	w.stale = false
-	return nil
+	return commitOut{}, errRebase
 }

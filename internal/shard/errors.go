@@ -22,8 +22,14 @@ var (
 	// ErrTooLarge: a record or batch exceeds the configured maximum.
 	ErrTooLarge = errors.New("record or batch too large")
 	// ErrIDConflict: the id is already committed (or in flight) in the shard
-	// with different client-set content.
+	// with different client-set content. Errors of this class are
+	// *IDConflictError values, naming the id.
 	ErrIDConflict = errors.New("id already exists with different content")
+	// ErrStale: a generation the writer's manifest lists is gone from
+	// storage. That happens only once another writer took the shard over,
+	// merged the generation away and collected it, so this writer can never
+	// commit again. Nothing was sent; open a new writer and retry.
+	ErrStale = errors.New("shard writer stale")
 	// ErrShardNotFound: the shard has never been written.
 	ErrShardNotFound = errors.New("shard not found")
 	// ErrRecordNotFound: the shard has no record with that id.
@@ -47,3 +53,22 @@ func (e *FencedError) Error() string {
 
 // Is makes errors.Is(err, ErrFenced) true for a *FencedError.
 func (e *FencedError) Is(target error) bool { return target == ErrFenced }
+
+// IDConflictError reports the id of an append that is stored, or in flight,
+// with other content.
+type IDConflictError struct {
+	Shard    string
+	ID       string
+	Seq      uint64 // the stored record's seq; 0 when it is in flight
+	InFlight bool
+}
+
+func (e *IDConflictError) Error() string {
+	if e.InFlight {
+		return fmt.Sprintf("shard %q: id %q: %v (an append of it is in flight)", e.Shard, e.ID, ErrIDConflict)
+	}
+	return fmt.Sprintf("shard %q: id %q: %v (committed at seq %d)", e.Shard, e.ID, ErrIDConflict, e.Seq)
+}
+
+// Is makes errors.Is(err, ErrIDConflict) true for an *IDConflictError.
+func (e *IDConflictError) Is(target error) bool { return target == ErrIDConflict }

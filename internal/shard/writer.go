@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -36,6 +37,19 @@ type Result struct {
 	AlreadyPresent bool
 }
 
+// state is where a writer is in its life. Every change of state goes
+// through toLocked, which allows only these transitions:
+//
+//	open    ──Close──────────────────────────▶ closing
+//	open    ──Abort, or the handle dropped───▶ aborted
+//	open    ──a higher epoch found───────────▶ fenced
+//	closing ──the committer drained──────────▶ closed
+//	closing ──Abort, or Close's ctx ended────▶ aborted
+//	closing ──a higher epoch found───────────▶ fenced
+//
+// closed, aborted and fenced are final. What each verb answers in each
+// state is in the doc of Append, Close, Abort and Err, and in
+// TestStateMachineAnswers.
 type state int
 
 const (
@@ -46,7 +60,44 @@ const (
 	stateFenced
 )
 
+func (s state) String() string {
+	switch s {
+	case stateOpen:
+		return "open"
+	case stateClosing:
+		return "closing"
+	case stateClosed:
+		return "closed"
+	case stateAborted:
+		return "aborted"
+	case stateFenced:
+		return "fenced"
+	}
+	return fmt.Sprintf("state(%d)", int(s))
+}
+
+// transitions lists, for each state, the states it may move to.
+var transitions = map[state][]state{
+	stateOpen:    {stateClosing, stateAborted, stateFenced},
+	stateClosing: {stateClosed, stateAborted, stateFenced},
+}
+
+// toLocked moves the writer to next if that is a transition of the state
+// machine, and reports whether it did. The caller holds mu.
+func (w *writer) toLocked(next state) bool {
+	if !slices.Contains(transitions[w.state], next) {
+		return false
+	}
+	w.state = next
+	return true
+}
+
 // pending is one Append's new entries waiting for their commit.
+//
+// Exactly one party settles a pending, by construction: the one that takes
+// it out of writer.queue under mu. That is the committer (take), a fence or
+// an abort (takeQueueLocked), or its own caller withdrawing it (await). A
+// caller that finds its pending already gone from the queue waits for done.
 type pending struct {
 	ctx     context.Context
 	entries []Entry
@@ -172,9 +223,9 @@ func (h *Writer) QueuedBytes() int64 {
 	return h.w.queued
 }
 
-// Err returns why the writer takes no more appends (ErrFenced, ErrClosed or
-// ErrAborted), or nil while it is open. A holder can drop a dead writer
-// without waiting for an append to fail.
+// Err returns why the writer takes no more appends, or nil while it is
+// open: ErrClosed when closing or closed, ErrAborted, or the *FencedError.
+// A holder can drop a dead writer without waiting for an append to fail.
 func (h *Writer) Err() error {
 	h.w.mu.Lock()
 	defer h.w.mu.Unlock()
@@ -225,14 +276,21 @@ func (h *Writer) Stats() Stats {
 // with different client-set content fails the append with ErrIDConflict, and
 // an id that another append is committing shares that commit's outcome.
 //
-// Errors: ErrFenced, ErrClosed, ErrAborted (not sent), ErrOutcomeUnknown
-// (may have landed), ErrIDConflict, ErrBackpressure, ErrTooLarge, or a
-// storage error. If ctx ends first, Append returns promptly with ctx's
-// error; if the commit had already been sent, the error also matches
-// ErrOutcomeUnknown, and the records may still land. In every unclear case
-// the caller learns the outcome by appending again with the same ids (and
-// the same Entries): each id then comes back either newly committed or
-// AlreadyPresent, never stored twice.
+// Errors, by what they tell the caller:
+//   - certainly not committed, safe to retry: ErrFenced, ErrClosed,
+//     ErrAborted, ErrStale, ErrBackpressure, ErrTooLarge, a storage error,
+//     or ctx's error alone (the append was withdrawn before it was sent);
+//   - may have landed: anything that matches ErrOutcomeUnknown, which
+//     includes ctx's error once the commit was sent;
+//   - ErrIDConflict: one of this append's own ids is stored (or in flight)
+//     with other content; nothing of the append was committed.
+//
+// In every unclear case the caller learns the outcome by appending again
+// with the same ids (and the same Entries): each id then comes back either
+// newly committed or AlreadyPresent, never stored twice.
+//
+// By state: open appends; closing and closed fail with ErrClosed, aborted
+// with ErrAborted, fenced with the *FencedError.
 func (h *Writer) Append(ctx context.Context, entries []Entry) ([]Result, error) {
 	return h.w.append(ctx, entries)
 }
@@ -240,16 +298,24 @@ func (h *Writer) Append(ctx context.Context, entries []Entry) ([]Result, error) 
 // Close flushes: it stops taking appends, commits everything queued (with
 // any finished merge's waiting manifest edit), and waits for the committer
 // to exit. If ctx ends first, Close aborts the writer (see Abort) and
-// returns ctx's error. A second Close returns ErrClosed; Close after Abort
-// returns ErrAborted.
+// returns ctx's error.
+//
+// By state: open closes and returns nil, unless an Abort or a fence
+// overtakes it (then ErrAborted or the *FencedError). A Close while
+// another is closing waits for it, then returns ErrClosed, as does a Close
+// of a closed writer. Aborted returns ErrAborted; fenced stops the
+// writer's background work and returns the *FencedError.
 func (h *Writer) Close(ctx context.Context) error { return h.w.close(ctx) }
 
 // Abort discards un-acknowledged state, at once: it fails queued appends
 // with ErrAborted and an in-flight commit's appends with ErrOutcomeUnknown,
-// cancels the writer's I/O, and waits for its goroutine to exit. It starts
+// cancels the writer's I/O, and waits for its goroutines to exit. It starts
 // no I/O, needs no context, and is safe to call from any goroutine, any
 // number of times. Acknowledged appends are unaffected: they are already
 // durable.
+//
+// By state: open and closing become aborted; closed, aborted and fenced
+// stay as they are, and Abort only waits for the goroutines.
 func (h *Writer) Abort() { h.w.abort() }
 
 func (w *writer) append(ctx context.Context, entries []Entry) ([]Result, error) {
@@ -331,6 +397,7 @@ func (w *writer) appendOnce(ctx context.Context, entries []Entry) ([]Result, err
 				w.fence(fe)
 				return nil, fe
 			}
+			return nil, w.staleErr(err)
 		}
 		if err != nil {
 			return nil, err
@@ -350,7 +417,7 @@ func (w *writer) appendOnce(ctx context.Context, entries []Entry) ([]Result, err
 		if f, ok := present[e.ID]; ok {
 			if f.entry.GetClientHash() != e.ClientHash {
 				w.mu.Unlock()
-				return nil, fmt.Errorf("shard %q: id %q: %w (committed at seq %d)", w.shard, e.ID, ErrIDConflict, f.entry.GetSeq())
+				return nil, &IDConflictError{Shard: w.shard, ID: e.ID, Seq: f.entry.GetSeq()}
 			}
 			results[i] = Result{ID: e.ID, Seq: f.entry.GetSeq(), Epoch: f.gen.GetEpoch(), Generation: f.gen.GetNumber(), AlreadyPresent: true}
 			continue
@@ -358,7 +425,7 @@ func (w *writer) appendOnce(ctx context.Context, entries []Entry) ([]Result, err
 		if ref, ok := w.inflight[e.ID]; ok {
 			if ref.hash != e.ClientHash {
 				w.mu.Unlock()
-				return nil, fmt.Errorf("shard %q: id %q: %w (an append of it is in flight)", w.shard, e.ID, ErrIDConflict)
+				return nil, &IDConflictError{Shard: w.shard, ID: e.ID, InFlight: true}
 			}
 			waits = append(waits, shared{ref: ref, i: i})
 			continue
@@ -404,14 +471,38 @@ func (w *writer) appendOnce(ctx context.Context, entries []Entry) ([]Result, err
 		case <-ctx.Done():
 			return nil, fmt.Errorf("append to shard %q: %w while waiting for an in-flight append of id %q; retry with the same ids (%w)", w.shard, ctx.Err(), entries[s.i].ID, ErrOutcomeUnknown)
 		}
-		if s.ref.p.err != nil {
-			return nil, s.ref.p.err
+		if err := s.ref.p.err; err != nil {
+			if !sharesFate(err, entries[s.i].ID) {
+				// The other append failed for a reason of its own (an id
+				// of its own conflicts, or it was withdrawn): this id
+				// was simply not committed. Try again on our own.
+				return nil, errWithdrawn
+			}
+			return nil, err
 		}
 		r := s.ref.p.results[s.ref.i]
 		r.AlreadyPresent = true
 		results[s.i] = r
 	}
 	return results, nil
+}
+
+// sharesFate reports whether err, the failure of another append that was
+// committing id for this one, is also this append's answer for id. A
+// conflict on another of that append's ids is not: it says nothing about
+// id, which was merely left uncommitted.
+func sharesFate(err error, id string) bool {
+	if errors.Is(err, errWithdrawn) {
+		return false
+	}
+	var conflict *IDConflictError
+	return !errors.As(err, &conflict) || conflict.ID == id
+}
+
+// staleErr reports that a generation this writer's manifest lists is gone
+// from storage: lookup is the storage error that found it missing.
+func (w *writer) staleErr(lookup error) error {
+	return fmt.Errorf("shard %q epoch %d: %w: %v", w.shard, w.epoch, ErrStale, lookup)
 }
 
 // await waits for p's commit, or for ctx.
@@ -422,19 +513,24 @@ func (w *writer) await(ctx context.Context, p *pending) ([]Result, error) {
 	case <-ctx.Done():
 	}
 	w.mu.Lock()
-	select {
-	case <-p.done:
-		w.mu.Unlock()
-		return w.own(ctx, p)
-	default:
-	}
-	if !p.taken {
-		w.withdrawLocked(p)
-		w.mu.Unlock()
+	withdrawn := w.withdrawLocked(p)
+	taken := p.taken
+	w.mu.Unlock()
+	if withdrawn {
 		w.settle(p, nil, errWithdrawn)
 		return nil, fmt.Errorf("append to shard %q not sent: %w", w.shard, ctx.Err())
 	}
-	w.mu.Unlock()
+	if !taken {
+		// A fence or an abort took p out of the queue; it settles p at
+		// once, with no I/O in between.
+		<-p.done
+		return w.own(ctx, p)
+	}
+	select {
+	case <-p.done:
+		return w.own(ctx, p)
+	default:
+	}
 	return nil, fmt.Errorf("append to shard %q: %w; its commit was in flight and may still land, retry with the same ids (%w)", w.shard, ctx.Err(), ErrOutcomeUnknown)
 }
 
@@ -472,33 +568,42 @@ func (w *writer) refuseLocked() error {
 	}
 }
 
-func (w *writer) withdrawLocked(p *pending) {
-	for i, q := range w.queue {
-		if q == p {
-			w.queue = append(w.queue[:i], w.queue[i+1:]...)
-			w.queued -= p.bytes
-			return
-		}
+// withdrawLocked takes p out of the queue, if it is still there, and
+// reports whether it was: only then does the caller own p and settle it.
+func (w *writer) withdrawLocked(p *pending) bool {
+	i := slices.Index(w.queue, p)
+	if i < 0 {
+		return false
 	}
+	w.queue = slices.Delete(w.queue, i, i+1)
+	w.queued -= p.bytes
+	return true
+}
+
+// takeQueueLocked takes every queued append out of the queue. The caller
+// owns them and must settle each.
+func (w *writer) takeQueueLocked() []*pending {
+	queued := w.queue
+	w.queue = nil
+	for _, p := range queued {
+		w.queued -= p.bytes
+	}
+	return queued
 }
 
 func (w *writer) close(ctx context.Context) error {
 	w.mu.Lock()
-	switch w.state {
-	case stateOpen:
-		w.state = stateClosing
-	case stateClosed:
-		w.mu.Unlock()
-		return fmt.Errorf("shard %q epoch %d: %w", w.shard, w.epoch, ErrClosed)
-	case stateAborted:
-		w.mu.Unlock()
-		return fmt.Errorf("shard %q epoch %d: %w", w.shard, w.epoch, ErrAborted)
-	}
+	first := w.toLocked(stateClosing)
 	w.mu.Unlock()
-	// A merge still running is abandoned: its output, if written, is an
-	// orphan that GC removes under a later epoch. One whose manifest edit
-	// already waits for a commit is committed below, with the queue.
-	w.mergeCancel()
+	if first {
+		// A merge still running is abandoned: its output, if written, is
+		// an orphan that GC removes under a later epoch. One whose
+		// manifest edit already waits for a commit is committed below,
+		// with the queue.
+		w.mergeCancel()
+	}
+	// In every state but open, the merger's context is cancelled by now:
+	// by this or an earlier Close, a fence, or an abort.
 	<-w.mergeDone
 	<-w.gcDone
 	select {
@@ -514,48 +619,53 @@ func (w *writer) close(ctx context.Context) error {
 	w.cancel()
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if w.state == stateFenced {
-		w.log.Info("shard writer closed after fence")
-		return w.fenceErr
+	if w.toLocked(stateClosed) {
+		w.log.Info("shard writer closed", zap.Uint64("generation", w.m.GetNextGeneration()))
 	}
-	w.state = stateClosed
-	w.log.Info("shard writer closed", zap.Uint64("generation", w.m.GetNextGeneration()))
-	return nil
+	if first && w.state == stateClosed {
+		return nil
+	}
+	// A second Close, or a Close that an Abort or a fence overtook.
+	return w.refuseLocked()
 }
 
+// abort is Abort: stop, then wait for the writer's goroutines.
 func (w *writer) abort() {
+	w.stop()
+	<-w.done
+	<-w.mergeDone
+	<-w.gcDone
+}
+
+// stop aborts the writer without waiting: it fails queued appends with
+// ErrAborted and cancels the writer's I/O, after which its goroutines exit
+// on their own. It reports whether this call aborted the writer.
+func (w *writer) stop() bool {
 	w.mu.Lock()
-	queued := w.queue
-	w.queue = nil
-	wasOpen := w.state == stateOpen || w.state == stateClosing
-	if wasOpen {
-		w.state = stateAborted
-	}
-	for _, p := range queued {
-		w.queued -= p.bytes
+	aborted := w.toLocked(stateAborted)
+	var queued []*pending
+	if aborted {
+		queued = w.takeQueueLocked()
 	}
 	w.mu.Unlock()
 	w.cancel()
+	if !aborted {
+		return false
+	}
 	err := fmt.Errorf("shard %q epoch %d: %w before the append was sent; retry with the same ids", w.shard, w.epoch, ErrAborted)
 	for _, p := range queued {
 		w.settle(p, nil, err)
 	}
-	<-w.done
-	<-w.mergeDone
-	<-w.gcDone
-	if wasOpen {
-		w.log.Info("shard writer aborted", zap.Int("discarded_appends", len(queued)))
-	}
+	w.log.Info("shard writer aborted", zap.Int("discarded_appends", len(queued)))
+	return true
 }
 
-// dropped runs when the handle became unreachable.
+// dropped runs as the cleanup of a handle that became unreachable. A
+// cleanup must be short, so it only stops the writer: its goroutines exit
+// on their own once its context is cancelled.
 func (w *writer) dropped() {
-	w.mu.Lock()
-	live := w.state == stateOpen || w.state == stateClosing
-	w.mu.Unlock()
-	if live {
-		w.log.Warn("shard writer dropped without Close or Abort; aborting it")
-		w.abort()
+	if w.stop() {
+		w.log.Warn("shard writer was dropped without Close or Abort; aborted it")
 	}
 }
 
@@ -696,17 +806,12 @@ func (w *writer) commit(batch []*pending, edits []*edit) {
 // the fence error.
 func (w *writer) fence(err *FencedError) {
 	w.mu.Lock()
-	if w.state == stateAborted {
+	if !w.toLocked(stateFenced) {
 		w.mu.Unlock()
 		return
 	}
-	w.state = stateFenced
 	w.fenceErr = err
-	queued := w.queue
-	w.queue = nil
-	for _, p := range queued {
-		w.queued -= p.bytes
-	}
+	queued := w.takeQueueLocked()
 	w.mu.Unlock()
 	for _, p := range queued {
 		w.settle(p, nil, err)

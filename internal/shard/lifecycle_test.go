@@ -1,0 +1,222 @@
+package shard
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/rolloutd/rolloutd/internal/blob"
+	"github.com/rolloutd/rolloutd/internal/blob/memstore"
+)
+
+// gate holds every generation put until it is opened; ignoreCtx makes a
+// held put deaf to its context too, as a hung connection without a
+// deadline would be.
+type gate struct {
+	blob.Store
+	once      sync.Once
+	reached   chan struct{} // closed when the first put is held
+	open      chan struct{}
+	ignoreCtx bool
+}
+
+func newGate(inner blob.Store) *gate {
+	return &gate{Store: inner, reached: make(chan struct{}), open: make(chan struct{})}
+}
+
+func (g *gate) Put(ctx context.Context, name string, data []byte, opts blob.PutOptions) (blob.Attrs, error) {
+	if !strings.HasSuffix(name, "/_manifest") {
+		g.once.Do(func() { close(g.reached) })
+		if g.ignoreCtx {
+			<-g.open
+		} else {
+			select {
+			case <-g.open:
+			case <-ctx.Done():
+				return blob.Attrs{}, ctx.Err()
+			}
+		}
+	}
+	return g.Store.Put(ctx, name, data, opts)
+}
+
+func (w *writer) currentState() state {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.state
+}
+
+// waitState waits until w is in want.
+func waitState(t *testing.T, w *Writer, want state) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for w.w.currentState() != want {
+		if time.Now().After(deadline) {
+			t.Fatalf("writer is %v, want %v", w.w.currentState(), want)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// Every verb's answer in every state of the writer (see the state doc in
+// writer.go), and the state it leaves the writer in.
+func TestStateMachineAnswers(t *testing.T) {
+	type answers struct {
+		append, err, close error // the class each must match; nil for success
+		afterAbort         state
+	}
+	for _, tc := range []struct {
+		state state
+		setup func(t *testing.T, s blob.Store, w *Writer) (cleanup func())
+		want  answers
+	}{
+		{stateOpen, nil, answers{nil, nil, nil, stateAborted}},
+		{stateClosing, func(t *testing.T, s blob.Store, w *Writer) func() {
+			g := s.(*gate)
+			var wg sync.WaitGroup
+			wg.Go(func() { _, _ = w.Append(context.Background(), entries(t, "queued")) })
+			<-g.reached
+			wg.Go(func() { _ = w.Close(context.Background()) })
+			waitState(t, w, stateClosing)
+			return func() { close(g.open); wg.Wait() }
+		}, answers{ErrClosed, ErrClosed, ErrClosed, stateAborted}},
+		{stateClosed, func(t *testing.T, _ blob.Store, w *Writer) func() {
+			if err := w.Close(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			return nil
+		}, answers{ErrClosed, ErrClosed, ErrClosed, stateClosed}},
+		{stateAborted, func(t *testing.T, _ blob.Store, w *Writer) func() {
+			w.Abort()
+			return nil
+		}, answers{ErrAborted, ErrAborted, ErrAborted, stateAborted}},
+		{stateFenced, func(t *testing.T, s blob.Store, w *Writer) func() {
+			other := open(t, s.(*gate).Store, "s")
+			if _, err := w.Append(context.Background(), entries(t, "late")); !errors.Is(err, ErrFenced) {
+				t.Fatalf("append after another writer's claim: %v, want ErrFenced", err)
+			}
+			return other.Abort
+		}, answers{ErrFenced, ErrFenced, ErrFenced, stateFenced}},
+	} {
+		t.Run(tc.state.String(), func(t *testing.T) {
+			g := newGate(memstore.New())
+			if tc.state != stateClosing {
+				close(g.open)
+			}
+			w := open(t, g, "s")
+			if tc.setup != nil {
+				if cleanup := tc.setup(t, g, w); cleanup != nil {
+					defer cleanup()
+				}
+			}
+			if got := w.w.currentState(); got != tc.state {
+				t.Fatalf("set up %v, got %v", tc.state, got)
+			}
+			check := func(verb string, got, want error) {
+				t.Helper()
+				if (want == nil) != (got == nil) || (want != nil && !errors.Is(got, want)) {
+					t.Errorf("%s when %v: %v, want %v", verb, tc.state, got, want)
+				}
+			}
+			check("Err", w.Err(), tc.want.err)
+			if tc.state != stateOpen { // an open writer's append and close are the rest of the suite
+				_, err := w.Append(context.Background(), entries(t, "x"))
+				check("Append", err, tc.want.append)
+				if tc.state != stateClosing { // see TestSecondCloseWaitsForTheFirst
+					check("Close", w.Close(context.Background()), tc.want.close)
+				}
+			}
+			w.Abort()
+			if got := w.w.currentState(); got != tc.want.afterAbort {
+				t.Errorf("Abort when %v left the writer %v, want %v", tc.state, got, tc.want.afterAbort)
+			}
+			w.Abort() // idempotent
+		})
+	}
+}
+
+// A Close while another is closing waits for the first to finish, and is
+// told it was the second.
+func TestSecondCloseWaitsForTheFirst(t *testing.T) {
+	g := newGate(memstore.New())
+	w := open(t, g, "s")
+	var wg sync.WaitGroup
+	var appendErr, firstErr, secondErr error
+	wg.Go(func() { _, appendErr = w.Append(context.Background(), entries(t, "queued")) })
+	<-g.reached
+	wg.Go(func() { firstErr = w.Close(context.Background()) })
+	waitState(t, w, stateClosing)
+	second := make(chan struct{})
+	wg.Go(func() { secondErr = w.Close(context.Background()); close(second) })
+	select {
+	case <-second:
+		t.Fatal("the second Close returned while the first was still flushing")
+	case <-time.After(20 * time.Millisecond):
+	}
+	close(g.open)
+	wg.Wait()
+	if appendErr != nil || firstErr != nil {
+		t.Fatalf("append %v, first Close %v; want both to succeed", appendErr, firstErr)
+	}
+	if !errors.Is(secondErr, ErrClosed) {
+		t.Fatalf("second Close: %v, want ErrClosed", secondErr)
+	}
+}
+
+// An Abort that overtakes a Close in progress leaves the writer aborted,
+// and that Close reports it: it did not flush.
+func TestCloseOvertakenByAbortReportsAborted(t *testing.T) {
+	g := newGate(memstore.New())
+	w := open(t, g, "s")
+	var wg sync.WaitGroup
+	var appendErr, closeErr error
+	wg.Go(func() { _, appendErr = w.Append(context.Background(), entries(t, "queued")) })
+	<-g.reached
+	wg.Go(func() { closeErr = w.Close(context.Background()) })
+	waitState(t, w, stateClosing)
+	w.Abort()
+	wg.Wait()
+	if !errors.Is(closeErr, ErrAborted) {
+		t.Errorf("Close overtaken by Abort: %v, want ErrAborted", closeErr)
+	}
+	if err := w.Err(); !errors.Is(err, ErrAborted) {
+		t.Errorf("Err after Abort overtook Close: %v, want ErrAborted", err)
+	}
+	// Its generation put was held, so no CAS was sent: certainly not stored.
+	if !errors.Is(appendErr, ErrAborted) || errors.Is(appendErr, ErrOutcomeUnknown) {
+		t.Errorf("append whose generation put was held when aborted: %v, want ErrAborted", appendErr)
+	}
+}
+
+// The cleanup of a dropped handle stops the writer without waiting for its
+// goroutines, even when a store call ignores its context.
+func TestDroppedCleanupDoesNotWait(t *testing.T) {
+	g := newGate(memstore.New())
+	g.ignoreCtx = true
+	w := open(t, g, "s")
+	appended := make(chan error, 1)
+	go func() {
+		_, err := w.Append(context.Background(), entries(t, "x"))
+		appended <- err
+	}()
+	<-g.reached
+	returned := make(chan struct{})
+	go func() { w.w.dropped(); close(returned) }()
+	select {
+	case <-returned:
+	case <-time.After(2 * time.Second):
+		close(g.open)
+		t.Fatal("the cleanup of a dropped writer waited for a store call")
+	}
+	if err := w.Err(); !errors.Is(err, ErrAborted) {
+		t.Errorf("Err after the cleanup: %v, want ErrAborted", err)
+	}
+	close(g.open)
+	if err := <-appended; !errors.Is(err, ErrAborted) {
+		t.Errorf("append whose generation put was held when the writer was dropped: %v, want ErrAborted", err)
+	}
+	w.Abort() // waits for the goroutines, for goleak
+}

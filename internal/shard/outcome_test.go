@@ -1,0 +1,166 @@
+package shard
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/rolloutd/rolloutd/internal/blob"
+	"github.com/rolloutd/rolloutd/internal/blob/memstore"
+)
+
+// heldCAS holds back the first manifest CAS it sees: the CAS is not applied,
+// and the writer is told the connection reset after the request was sent,
+// so it cannot know whether the CAS landed. The test lands it later with
+// land, as a request delayed in the network would. Hooks run before every
+// manifest read and every generation put.
+type heldCAS struct {
+	blob.Store
+	mu         sync.Mutex
+	armed      bool
+	held       func() error
+	beforeRead func(n int) // n counts manifest reads since the CAS was held
+	reads      int
+	genPut     func(ctx context.Context) error // nil lets generation puts through
+}
+
+func (s *heldCAS) arm() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.armed, s.reads = true, 0
+}
+
+func (s *heldCAS) Put(ctx context.Context, name string, data []byte, opts blob.PutOptions) (blob.Attrs, error) {
+	s.mu.Lock()
+	switch {
+	case strings.HasSuffix(name, "/_manifest") && opts.IfMatch != "" && s.armed:
+		s.armed = false
+		data := append([]byte(nil), data...)
+		s.held = func() error {
+			_, err := s.Store.Put(context.Background(), name, data, opts)
+			return err
+		}
+		s.mu.Unlock()
+		return blob.Attrs{}, errors.New("test: connection reset after the request was sent")
+	case !strings.HasSuffix(name, "/_manifest") && s.genPut != nil:
+		hook := s.genPut
+		s.mu.Unlock()
+		if err := hook(ctx); err != nil {
+			return blob.Attrs{}, err
+		}
+		return s.Store.Put(ctx, name, data, opts)
+	}
+	s.mu.Unlock()
+	return s.Store.Put(ctx, name, data, opts)
+}
+
+func (s *heldCAS) Get(ctx context.Context, name string, opts blob.GetOptions) ([]byte, blob.Attrs, error) {
+	s.mu.Lock()
+	hook := s.beforeRead
+	if strings.HasSuffix(name, "/_manifest") && s.held != nil {
+		s.reads++
+	} else {
+		hook = nil
+	}
+	n := s.reads
+	s.mu.Unlock()
+	if hook != nil {
+		hook(n)
+	}
+	return s.Store.Get(ctx, name, opts)
+}
+
+// land applies the held CAS.
+func (s *heldCAS) land(t *testing.T) {
+	t.Helper()
+	s.mu.Lock()
+	held := s.held
+	s.held = nil
+	s.mu.Unlock()
+	if held == nil {
+		t.Fatal("no CAS is held")
+	}
+	if err := held(); err != nil {
+		t.Fatalf("landing the held CAS: %v", err)
+	}
+}
+
+// A commit's CAS is held, and the re-read that resolves it finds nothing: the
+// commit is rebased. Before the rebase re-reads the manifest, the held CAS
+// lands and another writer claims the shard. The first attempt committed
+// the record, so the append must be acknowledged, not reported fenced.
+func TestRebaseThatFindsAClaimStillSeesItsLandedAttempt(t *testing.T) {
+	ctx := context.Background()
+	s := &heldCAS{Store: memstore.New()}
+	w := open(t, s, "s")
+	var other *Writer
+	s.beforeRead = func(n int) {
+		if n != 2 { // 1 is resolve's read; 2 is the rebase's
+			return
+		}
+		s.land(t)
+		o, err := Open(ctx, s.Store, "s", testOptions(t))
+		if err != nil {
+			t.Errorf("competing Open: %v", err)
+			return
+		}
+		other = o
+	}
+	s.arm()
+	rs, err := w.Append(ctx, entries(t, "x"))
+	if other != nil {
+		defer other.Abort()
+	}
+	if err != nil {
+		t.Fatalf("append whose first attempt landed before the claim: %v, want success", err)
+	}
+	l := newLedger()
+	l.add(t, rs)
+	l.verify(t, s.Store, "s")
+}
+
+// After a rebase, the new attempt fails before its CAS is sent. The first
+// attempt's CAS was sent and may still land, so the append's outcome is
+// unknown, never "not sent" or a plain storage error, which would tell the
+// caller it was not stored. The test then lands the CAS to show why.
+func TestFailureAfterARebaseIsOutcomeUnknown(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		genPut func(w *Writer) func(ctx context.Context) error
+	}{
+		{"storage error", func(*Writer) func(context.Context) error {
+			return func(context.Context) error { return errors.New("test: disk on fire") }
+		}},
+		{"abort", func(w *Writer) func(context.Context) error {
+			return func(ctx context.Context) error {
+				go w.Abort()
+				<-ctx.Done()
+				return ctx.Err()
+			}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := context.Background()
+			s := &heldCAS{Store: memstore.New()}
+			w := open(t, s, "s")
+			s.beforeRead = func(n int) {
+				if n == 2 { // the rebase's read: its generation put fails next
+					s.mu.Lock()
+					s.genPut = tc.genPut(w)
+					s.mu.Unlock()
+				}
+			}
+			s.arm()
+			_, err := w.Append(ctx, entries(t, "x"))
+			if !errors.Is(err, ErrOutcomeUnknown) {
+				t.Fatalf("append whose first attempt was sent: %v, want ErrOutcomeUnknown", err)
+			}
+			s.land(t)
+			if n := countRecords(t, s.Store, "s")["x"]; n != 1 {
+				t.Fatalf("x stored %d times after the held CAS landed, want 1", n)
+			}
+		})
+	}
+}
