@@ -40,7 +40,7 @@ func newTestService(t testing.TB, store blob.Store, maxWriters int, open openFun
 	t.Helper()
 	m := NewMetrics()
 	log := zaptest.NewLogger(t)
-	ws := newWriterSet(maxWriters, open, 10*time.Second, log, m)
+	ws := newWriterSet(maxWriters, open, 10*time.Second, appendRetry{DefaultAppendAttempts, time.Millisecond}, log, m)
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
@@ -53,8 +53,6 @@ func newTestService(t testing.TB, store blob.Store, maxWriters int, open openFun
 		metrics:         m,
 		maxBatchRecords: DefaultMaxBatchRecords,
 		maxRecordBytes:  DefaultMaxRecordBytes,
-		appendAttempts:  DefaultAppendAttempts,
-		retryBackoff:    time.Millisecond,
 	}
 }
 

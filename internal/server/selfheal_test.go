@@ -25,7 +25,7 @@ func TestFenceSelfHealReopensOnce(t *testing.T) {
 	ctx := context.Background()
 	l := newLedger()
 
-	first, err := svc.append(ctx, "fence", entries(t, "first"))
+	first, err := svc.writers.append(ctx, "fence", entries(t, "first"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -39,7 +39,7 @@ func TestFenceSelfHealReopensOnce(t *testing.T) {
 	for i := range n {
 		wg.Go(func() {
 			id := fmt.Sprintf("a%02d", i)
-			results, err := svc.append(ctx, "fence", entries(t, id))
+			results, err := svc.writers.append(ctx, "fence", entries(t, id))
 			if err != nil {
 				t.Errorf("append %s: %v", id, err)
 				return
@@ -103,7 +103,7 @@ func TestFenceStillFencedAfterAttempts(t *testing.T) {
 		return w, nil
 	}
 	svc := newTestService(t, store, 4, open)
-	_, err := svc.append(context.Background(), "contended", entries(t, "x"))
+	_, err := svc.writers.append(context.Background(), "contended", entries(t, "x"))
 	if !errors.Is(err, shard.ErrFenced) {
 		t.Fatalf("append: %v, want ErrFenced", err)
 	}

@@ -236,7 +236,7 @@ func New(cfg Config) (*Server, error) {
 	open := func(ctx context.Context, shardName string) (*shard.Writer, error) {
 		return shard.Open(ctx, cfg.Store, shardName, wopts)
 	}
-	s.writers = newWriterSet(cfg.MaxWriters, open, cfg.OpenTimeout, cfg.Logger, s.metrics)
+	s.writers = newWriterSet(cfg.MaxWriters, open, cfg.OpenTimeout, appendRetry{cfg.AppendAttempts, cfg.RetryBackoff}, cfg.Logger, s.metrics)
 	svc := &service{
 		writers:         s.writers,
 		reader:          shard.NewReader(cfg.Store, shard.ReaderOptions{Logger: cfg.Logger, Cache: cache}),
@@ -245,8 +245,6 @@ func New(cfg Config) (*Server, error) {
 		metrics:         s.metrics,
 		maxBatchRecords: cfg.MaxBatchRecords,
 		maxRecordBytes:  cfg.MaxRecordBytes,
-		appendAttempts:  cfg.AppendAttempts,
-		retryBackoff:    cfg.RetryBackoff,
 	}
 
 	if reg := cfg.Registerer; reg != nil {

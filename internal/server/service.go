@@ -2,10 +2,7 @@ package server
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"math/rand/v2"
-	"time"
 
 	"google.golang.org/protobuf/proto"
 
@@ -28,14 +25,12 @@ type service struct {
 
 	maxBatchRecords int
 	maxRecordBytes  int
-	appendAttempts  int
-	retryBackoff    time.Duration
 }
 
 var _ rolloutv1.RolloutServiceServer = (*service)(nil)
 
 // Append validates the request, prepares its records once, and appends them
-// to the shard's resident writer, replacing the writer when it was fenced.
+// through the writer set.
 func (s *service) Append(ctx context.Context, req *rolloutv1.AppendRequest) (*rolloutv1.AppendResponse, error) {
 	if err := s.checkAppend(req); err != nil {
 		return nil, toStatus(err)
@@ -51,7 +46,7 @@ func (s *service) Append(ctx context.Context, req *rolloutv1.AppendRequest) (*ro
 		entries[i] = e
 		size += len(e.Data)
 	}
-	results, err := s.append(ctx, req.GetShard(), entries)
+	results, err := s.writers.append(ctx, req.GetShard(), entries)
 	if err != nil {
 		return nil, toStatus(err)
 	}
@@ -92,63 +87,6 @@ func (s *service) checkAppend(req *rolloutv1.AppendRequest) error {
 		}
 	}
 	return nil
-}
-
-// append appends entries to the shard's writer. A writer that failed for
-// good under the request (fenced by another instance's epoch, closed,
-// aborted, or stale) is retired and the append retried on its replacement,
-// with a few jittered attempts within ctx. The shard reports each of those
-// only when the append was certainly not committed (a commit that may have
-// landed is ErrOutcomeUnknown instead), so retrying cannot duplicate it.
-func (s *service) append(ctx context.Context, shardName string, entries []shard.Entry) ([]shard.Result, error) {
-	for attempt := 1; ; attempt++ {
-		h, err := s.writers.acquire(ctx, shardName)
-		if err != nil {
-			return nil, err
-		}
-		results, err := h.w.Append(ctx, entries)
-		if err == nil {
-			s.writers.release(h)
-			if attempt > 1 {
-				s.metrics.selfHeals.Inc()
-			}
-			return results, nil
-		}
-		replace := ctx.Err() == nil && (errors.Is(err, shard.ErrFenced) || errors.Is(err, shard.ErrClosed) ||
-			errors.Is(err, shard.ErrAborted) || errors.Is(err, shard.ErrStale))
-		if replace {
-			s.writers.retire(h, err)
-		}
-		s.writers.release(h)
-		if !replace {
-			return nil, err
-		}
-		if attempt == s.appendAttempts || !s.pause(ctx, attempt) {
-			var fenced *shard.FencedError
-			if errors.As(err, &fenced) {
-				return nil, fmt.Errorf("still fenced after %d attempts (another instance keeps claiming this shard): %w", attempt, err)
-			}
-			return nil, fmt.Errorf("writer failed on %d attempts: %w", attempt, err)
-		}
-	}
-}
-
-// pause waits a jittered, growing delay before retry number attempt. It
-// reports false, at once, when ctx would end first.
-func (s *service) pause(ctx context.Context, attempt int) bool {
-	d := s.retryBackoff << (attempt - 1)
-	d = d/2 + rand.N(d/2+1)
-	if dl, ok := ctx.Deadline(); ok && time.Until(dl) < d {
-		return false
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
 }
 
 // Get reads one record, always through the shard's current manifest, so it

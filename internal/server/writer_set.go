@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"sync"
 	"time"
 
@@ -18,6 +19,14 @@ var ErrShuttingDown = errors.New("server shutting down")
 
 // openFunc opens the resident writer of one shard.
 type openFunc func(ctx context.Context, shardName string) (*shard.Writer, error)
+
+// appendRetry is how append retries on a replacement writer: at most
+// attempts tries, spaced by a jittered delay that starts at backoff and
+// doubles.
+type appendRetry struct {
+	attempts int
+	backoff  time.Duration
+}
 
 // writerSet holds this instance's resident shard writers: at most one per
 // shard, the least recently used evicted past a bound, and none aborted while
@@ -40,6 +49,7 @@ type openFunc func(ctx context.Context, shardName string) (*shard.Writer, error)
 type writerSet struct {
 	open        openFunc
 	openTimeout time.Duration
+	retry       appendRetry
 	log         *zap.Logger
 	metrics     *Metrics
 
@@ -75,7 +85,7 @@ type opening struct {
 	err     error
 }
 
-func newWriterSet(maxWriters int, open openFunc, openTimeout time.Duration, log *zap.Logger, m *Metrics) *writerSet {
+func newWriterSet(maxWriters int, open openFunc, openTimeout time.Duration, retry appendRetry, log *zap.Logger, m *Metrics) *writerSet {
 	lru, err := simplelru.NewLRU[string, *held](maxWriters, nil)
 	if err != nil {
 		panic(fmt.Sprintf("writer set: %v", err)) // only for maxWriters < 1, which Config.validate rejects
@@ -84,6 +94,7 @@ func newWriterSet(maxWriters int, open openFunc, openTimeout time.Duration, log 
 	return &writerSet{
 		open:        open,
 		openTimeout: openTimeout,
+		retry:       retry,
 		log:         log,
 		metrics:     m,
 		ctx:         ctx,
@@ -93,6 +104,63 @@ func newWriterSet(maxWriters int, open openFunc, openTimeout time.Duration, log 
 		byShard:     map[string]*held{},
 		all:         map[*held]struct{}{},
 		opening:     map[string]*opening{},
+	}
+}
+
+// append appends entries to the shard's writer. A writer that failed for
+// good under the request (fenced by another instance's epoch, closed,
+// aborted, or stale) is retired and the append retried on its replacement,
+// with a few jittered attempts within ctx. The shard reports each of those
+// only when the append was certainly not committed (a commit that may have
+// landed is ErrOutcomeUnknown instead), so retrying cannot duplicate it.
+func (s *writerSet) append(ctx context.Context, shardName string, entries []shard.Entry) ([]shard.Result, error) {
+	for attempt := 1; ; attempt++ {
+		h, err := s.acquire(ctx, shardName)
+		if err != nil {
+			return nil, err
+		}
+		results, err := h.w.Append(ctx, entries)
+		if err == nil {
+			s.release(h)
+			if attempt > 1 {
+				s.metrics.selfHeals.Inc()
+			}
+			return results, nil
+		}
+		replace := ctx.Err() == nil && (errors.Is(err, shard.ErrFenced) || errors.Is(err, shard.ErrClosed) ||
+			errors.Is(err, shard.ErrAborted) || errors.Is(err, shard.ErrStale))
+		if replace {
+			s.retire(h, err)
+		}
+		s.release(h)
+		if !replace {
+			return nil, err
+		}
+		if attempt == s.retry.attempts || !s.pause(ctx, attempt) {
+			var fenced *shard.FencedError
+			if errors.As(err, &fenced) {
+				return nil, fmt.Errorf("still fenced after %d attempts (another instance keeps claiming this shard): %w", attempt, err)
+			}
+			return nil, fmt.Errorf("writer failed on %d attempts: %w", attempt, err)
+		}
+	}
+}
+
+// pause waits a jittered, growing delay before retry number attempt. It
+// reports false, at once, when ctx would end first.
+func (s *writerSet) pause(ctx context.Context, attempt int) bool {
+	d := s.retry.backoff << (attempt - 1)
+	d = d/2 + rand.N(d/2+1)
+	if dl, ok := ctx.Deadline(); ok && time.Until(dl) < d {
+		return false
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
 	}
 }
 

@@ -23,7 +23,7 @@ func benchWriterSet(b *testing.B, maxWriters int) *writerSet {
 	open := func(ctx context.Context, shardName string) (*shard.Writer, error) {
 		return shard.Open(ctx, store, shardName, shard.Options{Logger: zap.NewNop()})
 	}
-	ws := newWriterSet(maxWriters, open, 10*time.Second, zap.NewNop(), NewMetrics())
+	ws := newWriterSet(maxWriters, open, 10*time.Second, appendRetry{DefaultAppendAttempts, DefaultRetryBackoff}, zap.NewNop(), NewMetrics())
 	b.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()

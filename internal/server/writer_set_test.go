@@ -33,7 +33,7 @@ func TestWriterSetLRUOfOneLosesNothing(t *testing.T) {
 			for i := range perGoroutine {
 				shardName := fmt.Sprintf("lru/s%02d", rand.N(shards))
 				batch := ids(fmt.Sprintf("g%d-%d", g, i), 1+rand.N(3))
-				results, err := svc.append(context.Background(), shardName, entries(t, batch...))
+				results, err := svc.writers.append(context.Background(), shardName, entries(t, batch...))
 				if err != nil {
 					t.Errorf("append to %s: %v", shardName, err)
 					return
@@ -260,7 +260,7 @@ func TestWriterSetRetireOnce(t *testing.T) {
 func TestWriterSetCloseAll(t *testing.T) {
 	store := memstore.New()
 	opener := &countingOpen{store: store, opts: testWriterOptions(t)}
-	ws := newWriterSet(8, opener.open, time.Second, zaptest.NewLogger(t), NewMetrics())
+	ws := newWriterSet(8, opener.open, time.Second, appendRetry{DefaultAppendAttempts, time.Millisecond}, zaptest.NewLogger(t), NewMetrics())
 	ctx := context.Background()
 	for i := range 5 {
 		h, err := ws.acquire(ctx, fmt.Sprintf("s%d", i))
@@ -294,7 +294,7 @@ func waitFor(t testing.TB, cond func() bool) {
 func TestWriterSetCloseAllDuringOpen(t *testing.T) {
 	store := memstore.New()
 	opener := &slowOpen{countingOpen: countingOpen{store: store, opts: testWriterOptions(t)}, release: make(chan struct{})}
-	ws := newWriterSet(4, opener.open, 10*time.Second, zaptest.NewLogger(t), NewMetrics())
+	ws := newWriterSet(4, opener.open, 10*time.Second, appendRetry{DefaultAppendAttempts, time.Millisecond}, zaptest.NewLogger(t), NewMetrics())
 	errc := make(chan error, 1)
 	go func() {
 		_, err := ws.acquire(context.Background(), "s")
