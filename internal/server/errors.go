@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"errors"
+	"strconv"
 	"time"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
@@ -75,7 +76,17 @@ const (
 	// BadRequest names the field ("records[3]", or "records" for the
 	// batch). Code RESOURCE_EXHAUSTED.
 	ReasonTooLarge = "TOO_LARGE"
+	// ReasonScanInterrupted: a Scan stream ended before its end, in a way a
+	// new Scan gets past (the server is stopping, storage is unavailable, a
+	// deadline). Resume with after_seq set to the metadata
+	// MetadataResumeAfterSeq. Code UNAVAILABLE, DEADLINE_EXCEEDED or
+	// CANCELLED.
+	ReasonScanInterrupted = "SCAN_INTERRUPTED"
 )
+
+// MetadataResumeAfterSeq is the ErrorInfo metadata key of a Scan's resume
+// cursor: the after_seq to send in the next Scan, in decimal.
+const MetadataResumeAfterSeq = "resume_after_seq"
 
 // Retry delays sent as google.rpc.RetryInfo. They are floors a client
 // should wait before resending, and add its own jitter and growth to.
@@ -129,7 +140,8 @@ type failure struct {
 	code codes.Code
 	msg  string
 	// reason is the ErrorInfo reason; "" sends no ErrorInfo.
-	reason string
+	reason   string
+	metadata map[string]string
 	// retry > 0 sends a RetryInfo with that delay.
 	retry time.Duration
 	// field, when set, sends a BadRequest naming it: the request itself
@@ -229,7 +241,7 @@ func (f failure) status() *status.Status {
 	st := status.New(f.code, f.msg)
 	var details []protoadapt.MessageV1
 	if f.reason != "" {
-		details = append(details, &errdetails.ErrorInfo{Reason: f.reason, Domain: ErrorDomain})
+		details = append(details, &errdetails.ErrorInfo{Reason: f.reason, Domain: ErrorDomain, Metadata: f.metadata})
 	}
 	if f.retry > 0 {
 		details = append(details, &errdetails.RetryInfo{RetryDelay: durationpb.New(f.retry)})
@@ -247,4 +259,17 @@ func (f failure) status() *status.Status {
 		return st
 	}
 	return withDetails
+}
+
+// resumeAt makes f, the failure of a Scan that ended after its request
+// was accepted, carry the cursor to resume from as ErrorInfo metadata when a
+// new Scan gets past the cause. The message keeps the cursor too, for
+// people; clients read the metadata.
+func (f failure) resumeAt(cursor uint64) failure {
+	switch f.code {
+	case codes.Unavailable, codes.DeadlineExceeded, codes.Canceled:
+		f.reason = ReasonScanInterrupted
+		f.metadata = map[string]string{MetadataResumeAfterSeq: strconv.FormatUint(cursor, 10)}
+	}
+	return f
 }

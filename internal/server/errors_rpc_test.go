@@ -98,10 +98,20 @@ func TestAppendBackpressureCarriesRetryInfo(t *testing.T) {
 	}
 }
 
-// A Get that storage cuts off says nothing of a write.
+// A Scan that storage cuts off names its cursor in ErrorInfo metadata, not
+// only in the text; a Get that storage cuts off says nothing of a write.
 func TestStorageErrorOnReadDetails(t *testing.T) {
 	ts := startServer(t, Config{Store: &faultStore{Store: memstore.New(), getErr: blob.ErrUnavailable}})
-	_, err := ts.client.Get(rpcCtx(t), &rolloutv1.GetRequest{Shard: "s", Id: "a"})
+	stream, err := ts.client.Scan(rpcCtx(t), &rolloutv1.ScanRequest{Shard: "s", AfterSeq: 7})
+	if err == nil {
+		_, err = stream.Recv()
+	}
+	st := status.Convert(err)
+	d := detailsOf(t, st)
+	if st.Code() != codes.Unavailable || d.reason(t) != ReasonScanInterrupted || d.info.GetMetadata()[MetadataResumeAfterSeq] != "7" {
+		t.Errorf("Scan: %v %v, want Unavailable SCAN_INTERRUPTED with %s=7", st, st.Details(), MetadataResumeAfterSeq)
+	}
+	_, err = ts.client.Get(rpcCtx(t), &rolloutv1.GetRequest{Shard: "s", Id: "a"})
 	if st := status.Convert(err); st.Code() != codes.Unavailable || len(st.Details()) != 0 {
 		t.Errorf("Get: %v %v, want Unavailable without details", st, st.Details())
 	}

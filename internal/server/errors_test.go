@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"strings"
 	"testing"
 	"time"
@@ -182,6 +183,38 @@ func TestToStatus(t *testing.T) {
 		msg := status.Convert(appendStatus(tt.err)).Message()
 		if strings.Contains(msg, "may have been stored") && strings.Contains(msg, "not stored") {
 			t.Errorf("%q: both hints: %q", tt.name, msg)
+		}
+	}
+}
+
+// A Scan that ends after its request was accepted names the cursor to
+// resume from in ErrorInfo metadata, when a new Scan can get past the
+// cause; a cause no resume gets past has no reason.
+func TestScanResumeAt(t *testing.T) {
+	tests := []struct {
+		err    error
+		code   codes.Code
+		reason string
+	}{
+		{fmt.Errorf("read: %w", blob.ErrUnavailable), codes.Unavailable, ReasonScanInterrupted},
+		{fmt.Errorf("read: %w", context.DeadlineExceeded), codes.DeadlineExceeded, ReasonScanInterrupted},
+		{fmt.Errorf("%w: blob x: bad crc", shard.ErrCorrupt), codes.DataLoss, ""},
+		{errors.New("boom"), codes.Internal, ""},
+		{shard.ErrShardNotFound, codes.NotFound, ""},
+	}
+	for _, tt := range tests {
+		st := classify(tt.err, false).resumeAt(41).status()
+		d := detailsOf(t, st)
+		if st.Code() != tt.code || d.reason(t) != tt.reason || d.retry != nil || d.bad != nil {
+			t.Errorf("%q: %v %v, want %v %q", tt.err, st, st.Details(), tt.code, tt.reason)
+			continue
+		}
+		want := map[string]string(nil)
+		if tt.reason != "" {
+			want = map[string]string{MetadataResumeAfterSeq: "41"}
+		}
+		if got := d.info.GetMetadata(); !maps.Equal(got, want) {
+			t.Errorf("%q: metadata %v, want %v", tt.err, got, want)
 		}
 	}
 }
