@@ -7,8 +7,9 @@
 //
 // Give records your own ids: a retried Append with the same ids is
 // idempotent (an id already stored with the same content is reported
-// already_present), so on UNAVAILABLE the client simply sends the same
-// request again.
+// already_present), so the client resends the same request when the
+// error's ErrorInfo reason says a resend helps (retry.go), never deciding
+// from the message text.
 package main
 
 import (
@@ -31,7 +32,7 @@ func main() {
 	shardName := flag.String("shard", "demo/run1", "shard to append to")
 	flag.Parse()
 
-	conn, err := grpc.NewClient(*addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	conn, err := grpc.NewClient(*addr, grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithUnaryInterceptor(retryByReason))
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "client:", err)
 		os.Exit(1)

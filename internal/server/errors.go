@@ -3,10 +3,13 @@ package server
 import (
 	"context"
 	"errors"
+	"strconv"
+	"time"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/protoadapt"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/rolloutd/rolloutd/internal/authz"
@@ -17,83 +20,256 @@ import (
 )
 
 // ErrLimitExceeded: a request is over one of the server's configured limits
-// (records per batch, bytes per record).
+// (records per batch, bytes per record). Errors of this class are
+// *LimitError values.
 var ErrLimitExceeded = errors.New("request over the server's limit")
 
-// retryHint ends the message of every error after which the client should
-// retry the same request: the ids it carries make a retry safe.
-const retryHint = "; retry with the same ids"
+// LimitError is a request that is too big in itself: no retry of it can
+// succeed, only a smaller request.
+type LimitError struct {
+	// Field is the request field over the limit: "records" for the batch,
+	// "records[3]" for one record.
+	Field string
+	// Detail says what is over which limit, naming the field.
+	Detail string
+}
 
-// toStatus maps an error of the service to the gRPC status the client gets.
-// It is the one place where that mapping lives, and it classifies with
-// errors.Is only, so wrapped errors keep their class. The message is the
-// error's own text, which names the shard, the field or the blob involved.
+func (e *LimitError) Error() string { return ErrLimitExceeded.Error() + ": " + e.Detail }
+
+// Is makes errors.Is(err, ErrLimitExceeded) true for a *LimitError.
+func (e *LimitError) Is(target error) bool { return target == ErrLimitExceeded }
+
+// ErrorDomain is the domain of every google.rpc.ErrorInfo rolloutd sends.
+const ErrorDomain = "rolloutd.io"
+
+// The reasons of rolloutd's google.rpc.ErrorInfo details. A client decides
+// what to do from the status code and the reason, never from the message.
+// An error without an ErrorInfo needs none: its code says what to do
+// (INVALID_ARGUMENT, NOT_FOUND, ALREADY_EXISTS, PERMISSION_DENIED,
+// DATA_LOSS, INTERNAL, and UNAVAILABLE from Get). proto/rollout/v1 and the
+// README list them too.
+const (
+	// ReasonOutcomeUnknown: an Append may or may not have been stored; its
+	// commit was sent and its answer was lost or cut off. Retry the same
+	// request (the same ids, or the same request_id) to learn the outcome:
+	// records that landed come back already_present. Code UNAVAILABLE, or
+	// DEADLINE_EXCEEDED or CANCELLED when the call's context ended first.
+	ReasonOutcomeUnknown = "OUTCOME_UNKNOWN"
+	// ReasonNotCommitted: an Append was certainly not stored (its writer was
+	// fenced, aborted or closed, the server is shutting down, storage
+	// refused the write, or the call's context ended before anything was
+	// sent). Retrying is safe, with any ids. Code UNAVAILABLE, with a
+	// RetryInfo; or DEADLINE_EXCEEDED or CANCELLED, without one.
+	ReasonNotCommitted = "NOT_COMMITTED"
+	// ReasonBackpressure: the shard's writer holds its cap of queued bytes.
+	// Nothing was stored; retry after the RetryInfo delay. Code
+	// RESOURCE_EXHAUSTED.
+	ReasonBackpressure = "BACKPRESSURE"
+	// ReasonRateLimited: the caller is over its append rate limit. Nothing
+	// was stored. With a RetryInfo, the same call fits after that delay;
+	// without one it never fits (it is larger than the limit's burst) and
+	// carries a BadRequest: split it. Code RESOURCE_EXHAUSTED.
+	ReasonRateLimited = "RATE_LIMITED"
+	// ReasonTooLarge: the request is too big in itself (a record or the
+	// batch over a server limit). Nothing was stored, and no retry of the
+	// same request can succeed: split it. It never carries a RetryInfo; a
+	// BadRequest names the field ("records[3]", or "records" for the
+	// batch). Code RESOURCE_EXHAUSTED.
+	ReasonTooLarge = "TOO_LARGE"
+	// ReasonScanInterrupted: a Scan stream ended before its end, in a way a
+	// new Scan gets past (the server is stopping, storage is unavailable, a
+	// deadline). Resume with after_seq set to the metadata
+	// MetadataResumeAfterSeq. Code UNAVAILABLE, DEADLINE_EXCEEDED or
+	// CANCELLED.
+	ReasonScanInterrupted = "SCAN_INTERRUPTED"
+)
+
+// MetadataResumeAfterSeq is the ErrorInfo metadata key of a Scan's resume
+// cursor: the after_seq to send in the next Scan, in decimal.
+const MetadataResumeAfterSeq = "resume_after_seq"
+
+// Retry delays sent as google.rpc.RetryInfo. They are floors a client
+// should wait before resending, and add its own jitter and growth to.
+const (
+	// backpressureRetry: a full queue drains one generation per commit, a
+	// generation PUT and a manifest CAS of tens of milliseconds each on
+	// Azure. A resend sooner than a few commits would most likely find the
+	// queue still full and only add load to the instance that is behind.
+	backpressureRetry = 200 * time.Millisecond
+	// notCommittedRetry: the server has already retried a fenced, aborted
+	// or closed writer on a fresh one, with a short backoff (RetryBackoff,
+	// 10 ms growing); a shutting-down instance needs a moment before the
+	// client's channel moves to another; throttled storage needs a
+	// moment. An immediate resend would most likely meet the same cause.
+	notCommittedRetry = 100 * time.Millisecond
+)
+
+// Hints that end a message, saying what the reason means in words.
+const (
+	hintOutcomeUnknown = "; it may have been stored: retry with the same ids or request_id to learn the outcome"
+	hintNotCommitted   = "; not stored, safe to retry"
+	hintNotSent        = "; the append was not sent, so not stored: safe to retry"
+)
+
+// toStatus maps an error of a call that writes nothing (Get, Scan, and the
+// refusals of the guard) to the gRPC status the client gets. Append's write
+// maps through appendStatus. Both go through classify, the one place where
+// the mapping lives.
 func toStatus(err error) error {
 	if err == nil {
 		return nil
 	}
+	return classify(err, false).status().Err()
+}
+
+// appendStatus maps an error of Append's write (the writer set and the
+// shard's writer) to the gRPC status the client gets. Unlike a read's, its
+// storage and context errors carry NOT_COMMITTED: the shard layer reports
+// every failure after which an attempt may have landed with
+// ErrOutcomeUnknown, so any other failure stored nothing.
+func appendStatus(err error) error {
+	if err == nil {
+		return nil
+	}
+	return classify(err, true).status().Err()
+}
+
+// failure is a classified error: the status and the details a client acts
+// on.
+type failure struct {
+	code codes.Code
+	msg  string
+	// reason is the ErrorInfo reason; "" sends no ErrorInfo.
+	reason   string
+	metadata map[string]string
+	// retry > 0 sends a RetryInfo with that delay.
+	retry time.Duration
+	// field, when set, sends a BadRequest naming it: the request itself
+	// must change.
+	field, fieldDesc string
+}
+
+// classify maps err to its failure. write says whether err ended a call
+// that writes (Append), which decides whether a storage or context error
+// proves that nothing was stored. It classifies with errors.Is only, so
+// wrapped errors keep their class. The message is the error's own text,
+// which names the shard, the field or the blob involved, and a hint.
+func classify(err error, write bool) failure {
 	msg := err.Error()
+	// First: an outcome-unknown error may also wrap a context error or a
+	// storage class, and must never read as "not committed".
+	if errors.Is(err, shard.ErrOutcomeUnknown) || errors.Is(err, blob.ErrOutcomeUnknown) {
+		code := codes.Unavailable
+		switch {
+		case errors.Is(err, context.DeadlineExceeded):
+			code = codes.DeadlineExceeded
+		case errors.Is(err, context.Canceled):
+			code = codes.Canceled
+		}
+		return failure{code: code, msg: msg + hintOutcomeUnknown, reason: ReasonOutcomeUnknown}
+	}
 	switch {
 	case errors.Is(err, validate.ErrInvalid):
-		return status.Error(codes.InvalidArgument, msg)
+		return failure{code: codes.InvalidArgument, msg: msg}
 
 	case errors.Is(err, shard.ErrShardNotFound), errors.Is(err, shard.ErrRecordNotFound):
-		return status.Error(codes.NotFound, msg)
+		return failure{code: codes.NotFound, msg: msg}
 
 	case errors.Is(err, shard.ErrIDConflict):
-		return status.Error(codes.AlreadyExists, msg)
+		return failure{code: codes.AlreadyExists, msg: msg}
 
 	case errors.Is(err, authz.ErrDenied):
-		return status.Error(codes.PermissionDenied, msg)
+		return failure{code: codes.PermissionDenied, msg: msg}
 	case errors.Is(err, ratelimit.ErrLimited):
-		return rateLimited(err)
+		f := failure{code: codes.ResourceExhausted, msg: msg, reason: ReasonRateLimited}
+		var le *ratelimit.LimitedError
+		if errors.As(err, &le) && le.Retry > 0 {
+			f.retry = le.Retry
+		} else {
+			// Larger than the bucket: it never fits.
+			f.field, f.fieldDesc = "records", msg
+		}
+		return f
 
 	case errors.Is(err, shard.ErrBackpressure):
-		return status.Error(codes.ResourceExhausted, msg+"; back off, then retry with the same ids")
+		return failure{code: codes.ResourceExhausted, msg: msg + "; back off, then retry", reason: ReasonBackpressure, retry: backpressureRetry}
 	case errors.Is(err, shard.ErrTooLarge), errors.Is(err, ErrLimitExceeded):
-		return status.Error(codes.ResourceExhausted, msg+"; split the batch")
+		f := failure{code: codes.ResourceExhausted, msg: msg + "; split the batch", reason: ReasonTooLarge, field: "records", fieldDesc: msg}
+		var le *LimitError
+		if errors.As(err, &le) {
+			f.field, f.fieldDesc = le.Field, le.Detail
+		}
+		return f
 
 	case errors.Is(err, shard.ErrCorrupt):
-		return status.Error(codes.DataLoss, msg)
+		return failure{code: codes.DataLoss, msg: msg}
 
-	case errors.Is(err, context.DeadlineExceeded):
-		return status.Error(codes.DeadlineExceeded, msg)
-	case errors.Is(err, context.Canceled):
-		return status.Error(codes.Canceled, msg)
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
+		f := failure{code: codes.DeadlineExceeded, msg: msg}
+		if !errors.Is(err, context.DeadlineExceeded) {
+			f.code = codes.Canceled
+		}
+		if write {
+			f.msg += hintNotSent
+			f.reason = ReasonNotCommitted
+		}
+		return f
 
 	case errors.Is(err, shard.ErrFenced),
 		errors.Is(err, shard.ErrAborted),
 		errors.Is(err, shard.ErrClosed),
-		errors.Is(err, shard.ErrOutcomeUnknown),
 		errors.Is(err, blob.ErrUnavailable),
-		errors.Is(err, blob.ErrOutcomeUnknown),
 		errors.Is(err, ErrShuttingDown):
-		return status.Error(codes.Unavailable, msg+retryHint)
+		if !write {
+			return failure{code: codes.Unavailable, msg: msg + "; retry"}
+		}
+		return failure{code: codes.Unavailable, msg: msg + hintNotCommitted, reason: ReasonNotCommitted, retry: notCommittedRetry}
 
 	case errors.Is(err, blob.ErrNotFound):
 		// The reader turns a missing manifest or record into its own
 		// sentinels; a storage not-found that leaks through is a bug or
 		// a storage inconsistency, never the client's NotFound.
-		return status.Error(codes.Internal, "unexpected storage not-found: "+msg)
+		return failure{code: codes.Internal, msg: "unexpected storage not-found: " + msg}
 
 	default:
-		return status.Error(codes.Internal, msg)
+		return failure{code: codes.Internal, msg: msg}
 	}
 }
 
-// rateLimited is ResourceExhausted for a call over its append rate limit,
-// with a google.rpc.RetryInfo detail that says when the same call will
-// fit. A call that never fits (larger than the burst) has no RetryInfo: it
-// must be split.
-func rateLimited(err error) error {
-	var le *ratelimit.LimitedError
-	st := status.New(codes.ResourceExhausted, err.Error())
-	if !errors.As(err, &le) || le.Retry <= 0 {
-		return st.Err()
+// status builds the gRPC status of f, with its details.
+func (f failure) status() *status.Status {
+	st := status.New(f.code, f.msg)
+	var details []protoadapt.MessageV1
+	if f.reason != "" {
+		details = append(details, &errdetails.ErrorInfo{Reason: f.reason, Domain: ErrorDomain, Metadata: f.metadata})
 	}
-	withInfo, derr := st.WithDetails(&errdetails.RetryInfo{RetryDelay: durationpb.New(le.Retry)})
-	if derr != nil {
-		return st.Err()
+	if f.retry > 0 {
+		details = append(details, &errdetails.RetryInfo{RetryDelay: durationpb.New(f.retry)})
 	}
-	return withInfo.Err()
+	if f.field != "" {
+		details = append(details, &errdetails.BadRequest{FieldViolations: []*errdetails.BadRequest_FieldViolation{
+			{Field: f.field, Description: f.fieldDesc},
+		}})
+	}
+	if len(details) == 0 {
+		return st
+	}
+	withDetails, err := st.WithDetails(details...)
+	if err != nil {
+		return st
+	}
+	return withDetails
+}
+
+// resumeAt makes f, the failure of a Scan that ended after its request
+// was accepted, carry the cursor to resume from as ErrorInfo metadata when a
+// new Scan gets past the cause. The message keeps the cursor too, for
+// people; clients read the metadata.
+func (f failure) resumeAt(cursor uint64) failure {
+	switch f.code {
+	case codes.Unavailable, codes.DeadlineExceeded, codes.Canceled:
+		f.reason = ReasonScanInterrupted
+		f.metadata = map[string]string{MetadataResumeAfterSeq: strconv.FormatUint(cursor, 10)}
+	}
+	return f
 }

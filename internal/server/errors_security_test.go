@@ -5,7 +5,6 @@ import (
 	"testing"
 	"time"
 
-	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -14,22 +13,25 @@ import (
 )
 
 // Refusals by the policy and the rate limit map to their codes through
-// toStatus, wrapped or not; a retryable rate-limit refusal carries RetryInfo.
+// toStatus, wrapped or not; a retryable rate-limit refusal carries RetryInfo,
+// one that can never fit a BadRequest instead.
 func TestToStatusSecurity(t *testing.T) {
 	denied := fmt.Errorf("wrapped: %w", &authz.DeniedError{Identity: "spiffe://x", Verb: authz.Append, Shard: "team-a"})
-	if st := status.Convert(toStatus(denied)); st.Code() != codes.PermissionDenied || st.Message() != denied.Error() {
-		t.Errorf("denied: %v", st)
+	if st := status.Convert(toStatus(denied)); st.Code() != codes.PermissionDenied || st.Message() != denied.Error() || len(st.Details()) != 0 {
+		t.Errorf("denied: %v %v", st, st.Details())
 	}
 	limited := fmt.Errorf("wrapped: %w", &ratelimit.LimitedError{Identity: "spiffe://x", Bytes: 10, Rate: 5, Burst: 20, Retry: 1500 * time.Millisecond})
 	st := status.Convert(toStatus(limited))
-	if st.Code() != codes.ResourceExhausted || len(st.Details()) != 1 {
+	d := detailsOf(t, st)
+	if st.Code() != codes.ResourceExhausted || d.reason(t) != ReasonRateLimited || d.bad != nil {
 		t.Fatalf("limited: %v %v", st, st.Details())
 	}
-	if ri, ok := st.Details()[0].(*errdetails.RetryInfo); !ok || ri.GetRetryDelay().AsDuration() != 1500*time.Millisecond {
-		t.Errorf("RetryInfo %v", st.Details()[0])
+	if d.retry.GetRetryDelay().AsDuration() != 1500*time.Millisecond {
+		t.Errorf("RetryInfo %v", d.retry)
 	}
 	never := &ratelimit.LimitedError{Identity: "spiffe://x", Bytes: 30, Rate: 5, Burst: 20}
-	if st := status.Convert(toStatus(never)); st.Code() != codes.ResourceExhausted || len(st.Details()) != 0 {
+	st = status.Convert(toStatus(never))
+	if d := detailsOf(t, st); st.Code() != codes.ResourceExhausted || d.reason(t) != ReasonRateLimited || d.retry != nil || d.badField(t) != "records" {
 		t.Errorf("over the burst: %v %v", st, st.Details())
 	}
 }

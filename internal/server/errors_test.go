@@ -4,54 +4,217 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"strings"
 	"testing"
+	"time"
 
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	"github.com/rolloutd/rolloutd/internal/blob"
+	"github.com/rolloutd/rolloutd/internal/ratelimit"
 	"github.com/rolloutd/rolloutd/internal/shard"
 	"github.com/rolloutd/rolloutd/internal/validate"
 )
 
-func TestToStatus(t *testing.T) {
-	wrap := func(err error) error { return fmt.Errorf("shard %q: something: %w", "s", err) }
-	tests := []struct {
-		err  error
-		code codes.Code
-		hint string // the message must contain it
-	}{
-		{&validate.FieldError{Field: "shard", Rule: "must not be empty"}, codes.InvalidArgument, "shard: must not be empty"},
-		{wrap(shard.ErrShardNotFound), codes.NotFound, "shard not found"},
-		{wrap(shard.ErrRecordNotFound), codes.NotFound, "record not found"},
-		{wrap(shard.ErrIDConflict), codes.AlreadyExists, "different content"},
-		{wrap(shard.ErrBackpressure), codes.ResourceExhausted, "retry with the same ids"},
-		{wrap(shard.ErrTooLarge), codes.ResourceExhausted, "split the batch"},
-		{wrap(ErrLimitExceeded), codes.ResourceExhausted, "split the batch"},
-		{fmt.Errorf("%w: blob shards/s/_manifest: bad crc", shard.ErrCorrupt), codes.DataLoss, "shards/s/_manifest"},
-		{wrap(context.DeadlineExceeded), codes.DeadlineExceeded, "deadline"},
-		{wrap(context.Canceled), codes.Canceled, "canceled"},
-		{wrap(&shard.FencedError{Shard: "s", Local: 3, Stored: 4}), codes.Unavailable, "epoch 3 fenced by epoch 4; retry with the same ids"},
-		{wrap(shard.ErrAborted), codes.Unavailable, "retry with the same ids"},
-		{wrap(shard.ErrClosed), codes.Unavailable, "retry with the same ids"},
-		{wrap(shard.ErrOutcomeUnknown), codes.Unavailable, "retry with the same ids"},
-		{wrap(blob.ErrUnavailable), codes.Unavailable, "retry with the same ids"},
-		{wrap(blob.ErrOutcomeUnknown), codes.Unavailable, "retry with the same ids"},
-		{wrap(ErrShuttingDown), codes.Unavailable, "retry with the same ids"},
-		{wrap(blob.ErrNotFound), codes.Internal, "unexpected storage not-found"},
-		{errors.New("boom"), codes.Internal, "boom"},
-		// A deadline that cut off a commit in flight: the client learns the
-		// outcome by retrying.
-		{fmt.Errorf("append: %w; may still land, retry with the same ids (%w)", context.DeadlineExceeded, shard.ErrOutcomeUnknown), codes.DeadlineExceeded, "retry with the same ids"},
-	}
-	for _, tt := range tests {
-		st := status.Convert(toStatus(tt.err))
-		if st.Code() != tt.code || !strings.Contains(st.Message(), tt.hint) {
-			t.Errorf("toStatus(%q) = %v %q, want %v containing %q", tt.err, st.Code(), st.Message(), tt.code, tt.hint)
+// statusDetails are the details of a status a client acts on.
+type statusDetails struct {
+	info  *errdetails.ErrorInfo
+	retry *errdetails.RetryInfo
+	bad   *errdetails.BadRequest
+	other []any
+}
+
+// detailsOf splits st's details by type; more than one of a type is an
+// error.
+func detailsOf(t testing.TB, st *status.Status) statusDetails {
+	t.Helper()
+	var d statusDetails
+	for _, x := range st.Details() {
+		switch x := x.(type) {
+		case *errdetails.ErrorInfo:
+			if d.info != nil {
+				t.Errorf("%v: two ErrorInfo", st)
+			}
+			d.info = x
+		case *errdetails.RetryInfo:
+			if d.retry != nil {
+				t.Errorf("%v: two RetryInfo", st)
+			}
+			d.retry = x
+		case *errdetails.BadRequest:
+			if d.bad != nil {
+				t.Errorf("%v: two BadRequest", st)
+			}
+			d.bad = x
+		default:
+			d.other = append(d.other, x)
 		}
 	}
-	if toStatus(nil) != nil {
-		t.Error("toStatus(nil) != nil")
+	return d
+}
+
+// reason is the ErrorInfo reason of d, or "" without one. It checks the
+// domain.
+func (d statusDetails) reason(t testing.TB) string {
+	t.Helper()
+	if d.info == nil {
+		return ""
+	}
+	if d.info.GetDomain() != ErrorDomain {
+		t.Errorf("ErrorInfo domain %q, want %q", d.info.GetDomain(), ErrorDomain)
+	}
+	return d.info.GetReason()
+}
+
+// badField is the one field d's BadRequest names, or "" without one.
+func (d statusDetails) badField(t testing.TB) string {
+	t.Helper()
+	if d.bad == nil {
+		return ""
+	}
+	if len(d.bad.GetFieldViolations()) != 1 {
+		t.Errorf("BadRequest %v, want one field violation", d.bad)
+		return ""
+	}
+	v := d.bad.GetFieldViolations()[0]
+	if v.GetDescription() == "" {
+		t.Errorf("BadRequest on %q has no description", v.GetField())
+	}
+	return v.GetField()
+}
+
+// Every class of error maps to its code, keeps its text with the hint for
+// its reason, and carries exactly the details a client acts on: the reason,
+// a RetryInfo only where waiting helps, a BadRequest only where the request
+// itself must change. A write (Append) and a read map storage and context
+// errors differently: only a write can be "not committed".
+func TestToStatus(t *testing.T) {
+	wrap := func(err error) error { return fmt.Errorf("shard %q: something: %w", "s", err) }
+	fenced := wrap(&shard.FencedError{Shard: "s", Local: 3, Stored: 4})
+	// A deadline that cut off a commit in flight, as the writer reports it.
+	cutOff := fmt.Errorf("append: %w; may still land (%w)", context.DeadlineExceeded, shard.ErrOutcomeUnknown)
+	tests := []struct {
+		name   string
+		err    error
+		write  bool // through appendStatus, not toStatus
+		code   codes.Code
+		hint   string        // the message must contain it
+		reason string        // "" for no ErrorInfo
+		retry  time.Duration // 0 for no RetryInfo
+		field  string        // "" for no BadRequest
+	}{
+		{"invalid", &validate.FieldError{Field: "shard", Rule: "must not be empty"}, true, codes.InvalidArgument, "shard: must not be empty", "", 0, ""},
+		{"no shard", wrap(shard.ErrShardNotFound), false, codes.NotFound, "shard not found", "", 0, ""},
+		{"no record", wrap(shard.ErrRecordNotFound), false, codes.NotFound, "record not found", "", 0, ""},
+		{"id conflict", wrap(shard.ErrIDConflict), true, codes.AlreadyExists, "different content", "", 0, ""},
+		{"corrupt", fmt.Errorf("%w: blob shards/s/_manifest: bad crc", shard.ErrCorrupt), false, codes.DataLoss, "shards/s/_manifest", "", 0, ""},
+		{"storage not-found", wrap(blob.ErrNotFound), true, codes.Internal, "unexpected storage not-found", "", 0, ""},
+		{"unclassified", errors.New("boom"), true, codes.Internal, "boom", "", 0, ""},
+
+		{"backpressure", wrap(shard.ErrBackpressure), true, codes.ResourceExhausted, "queue full; back off, then retry", ReasonBackpressure, backpressureRetry, ""},
+		{"batch over the generation limit", wrap(shard.ErrTooLarge), true, codes.ResourceExhausted, "split the batch", ReasonTooLarge, 0, "records"},
+		{"batch over the record count", &LimitError{Field: "records", Detail: "the batch has 9 records, the server takes at most 3 per Append"}, true, codes.ResourceExhausted, "request over the server's limit: the batch has 9 records, the server takes at most 3 per Append; split the batch", ReasonTooLarge, 0, "records"},
+		{"record over the limit", wrap(&LimitError{Field: "records[3]", Detail: "records[3] encodes to 9 bytes, the server takes at most 5 per record"}), true, codes.ResourceExhausted, "records[3] encodes to 9 bytes", ReasonTooLarge, 0, "records[3]"},
+		{"rate limited", &ratelimit.LimitedError{Identity: "x", Bytes: 10, Rate: 5, Burst: 20, Retry: 1500 * time.Millisecond}, true, codes.ResourceExhausted, "retry this call of 10 bytes in 1.5s", ReasonRateLimited, 1500 * time.Millisecond, ""},
+		{"rate limited, never fits", &ratelimit.LimitedError{Identity: "x", Bytes: 30, Rate: 5, Burst: 20}, true, codes.ResourceExhausted, "split the batch", ReasonRateLimited, 0, "records"},
+
+		// Append: certainly not stored.
+		{"fenced", fenced, true, codes.Unavailable, "epoch 3 fenced by epoch 4; not stored, safe to retry", ReasonNotCommitted, notCommittedRetry, ""},
+		{"aborted", wrap(shard.ErrAborted), true, codes.Unavailable, "aborted; not stored, safe to retry", ReasonNotCommitted, notCommittedRetry, ""},
+		{"closed", wrap(shard.ErrClosed), true, codes.Unavailable, "closed; not stored, safe to retry", ReasonNotCommitted, notCommittedRetry, ""},
+		{"shutting down", wrap(ErrShuttingDown), true, codes.Unavailable, "shutting down; not stored, safe to retry", ReasonNotCommitted, notCommittedRetry, ""},
+		{"storage refused the write", wrap(blob.ErrUnavailable), true, codes.Unavailable, "unavailable; not stored, safe to retry", ReasonNotCommitted, notCommittedRetry, ""},
+		{"deadline before sending", wrap(context.DeadlineExceeded), true, codes.DeadlineExceeded, "not sent, so not stored", ReasonNotCommitted, 0, ""},
+		{"cancelled before sending", wrap(context.Canceled), true, codes.Canceled, "not sent, so not stored", ReasonNotCommitted, 0, ""},
+
+		// Append: may have been stored. The reason wins over every other
+		// class the error wraps; the code keeps a context's.
+		{"outcome unknown", wrap(shard.ErrOutcomeUnknown), true, codes.Unavailable, "may have been stored: retry with the same ids or request_id", ReasonOutcomeUnknown, 0, ""},
+		{"storage outcome unknown", wrap(blob.ErrOutcomeUnknown), true, codes.Unavailable, "may have been stored", ReasonOutcomeUnknown, 0, ""},
+		{"deadline, commit in flight", cutOff, true, codes.DeadlineExceeded, "may have been stored", ReasonOutcomeUnknown, 0, ""},
+		{"cancelled, commit in flight", fmt.Errorf("%w (%w)", context.Canceled, blob.ErrOutcomeUnknown), true, codes.Canceled, "may have been stored", ReasonOutcomeUnknown, 0, ""},
+		{"fenced, commit in flight", fmt.Errorf("%w after %w", shard.ErrOutcomeUnknown, &shard.FencedError{Shard: "s", Local: 3, Stored: 4}), true, codes.Unavailable, "may have been stored", ReasonOutcomeUnknown, 0, ""},
+		{"storage refused the re-read", fmt.Errorf("%w (%w)", shard.ErrOutcomeUnknown, blob.ErrUnavailable), true, codes.Unavailable, "may have been stored", ReasonOutcomeUnknown, 0, ""},
+
+		// Reads: a storage or context error says nothing about a write.
+		{"read, storage unavailable", wrap(blob.ErrUnavailable), false, codes.Unavailable, "blob: unavailable; retry", "", 0, ""},
+		{"read, deadline", wrap(context.DeadlineExceeded), false, codes.DeadlineExceeded, "deadline", "", 0, ""},
+		{"read, cancelled", wrap(context.Canceled), false, codes.Canceled, "canceled", "", 0, ""},
+		{"read, shutting down", wrap(ErrShuttingDown), false, codes.Unavailable, "shutting down; retry", "", 0, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			mapper := toStatus
+			if tt.write {
+				mapper = appendStatus
+			}
+			st := status.Convert(mapper(tt.err))
+			if st.Code() != tt.code || !strings.Contains(st.Message(), tt.hint) || !strings.Contains(st.Message(), tt.err.Error()) {
+				t.Errorf("%q = %v %q, want %v with the error's text and %q", tt.err, st.Code(), st.Message(), tt.code, tt.hint)
+			}
+			d := detailsOf(t, st)
+			if got := d.reason(t); got != tt.reason {
+				t.Errorf("reason %q, want %q", got, tt.reason)
+			}
+			if got := d.retry.GetRetryDelay().AsDuration(); (d.retry != nil) != (tt.retry > 0) || got != tt.retry {
+				t.Errorf("RetryInfo %v, want a delay of %v", d.retry, tt.retry)
+			}
+			if got := d.badField(t); got != tt.field {
+				t.Errorf("BadRequest field %q, want %q", got, tt.field)
+			}
+			if len(d.other) > 0 {
+				t.Errorf("unexpected details %v", d.other)
+			}
+			// Wrapping never changes the answer.
+			if again := status.Convert(mapper(fmt.Errorf("outer: %w", tt.err))); again.Code() != st.Code() || detailsOf(t, again).reason(t) != tt.reason {
+				t.Errorf("wrapped once more: %v, want %v %q", again, st.Code(), tt.reason)
+			}
+		})
+	}
+	if toStatus(nil) != nil || appendStatus(nil) != nil {
+		t.Error("nil maps to a status")
+	}
+	// A message that reads "may have been stored" never comes with "not
+	// stored", and the old blanket hint is gone.
+	for _, tt := range tests {
+		msg := status.Convert(appendStatus(tt.err)).Message()
+		if strings.Contains(msg, "may have been stored") && strings.Contains(msg, "not stored") {
+			t.Errorf("%q: both hints: %q", tt.name, msg)
+		}
+	}
+}
+
+// A Scan that ends after its request was accepted names the cursor to
+// resume from in ErrorInfo metadata, when a new Scan can get past the
+// cause; a cause no resume gets past has no reason.
+func TestScanResumeAt(t *testing.T) {
+	tests := []struct {
+		err    error
+		code   codes.Code
+		reason string
+	}{
+		{fmt.Errorf("read: %w", blob.ErrUnavailable), codes.Unavailable, ReasonScanInterrupted},
+		{fmt.Errorf("read: %w", context.DeadlineExceeded), codes.DeadlineExceeded, ReasonScanInterrupted},
+		{fmt.Errorf("%w: blob x: bad crc", shard.ErrCorrupt), codes.DataLoss, ""},
+		{errors.New("boom"), codes.Internal, ""},
+		{shard.ErrShardNotFound, codes.NotFound, ""},
+	}
+	for _, tt := range tests {
+		st := classify(tt.err, false).resumeAt(41).status()
+		d := detailsOf(t, st)
+		if st.Code() != tt.code || d.reason(t) != tt.reason || d.retry != nil || d.bad != nil {
+			t.Errorf("%q: %v %v, want %v %q", tt.err, st, st.Details(), tt.code, tt.reason)
+			continue
+		}
+		want := map[string]string(nil)
+		if tt.reason != "" {
+			want = map[string]string{MetadataResumeAfterSeq: "41"}
+		}
+		if got := d.info.GetMetadata(); !maps.Equal(got, want) {
+			t.Errorf("%q: metadata %v, want %v", tt.err, got, want)
+		}
 	}
 }

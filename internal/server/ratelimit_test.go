@@ -83,7 +83,7 @@ func TestAppendRateLimitPerIdentity(t *testing.T) {
 	// A batch over the burst can never fit: no RetryInfo, "split the batch".
 	_, err = heavy.Append(rpcCtx(t), bigAppend("team-a/run1", "huge", 40<<10))
 	st = status.Convert(err)
-	if st.Code() != codes.ResourceExhausted || len(st.Details()) != 0 || !strings.Contains(st.Message(), "split the batch") {
+	if st.Code() != codes.ResourceExhausted || detailsOf(t, st).retry != nil || !strings.Contains(st.Message(), "split the batch") {
 		t.Errorf("over the burst: %v %v", err, st.Details())
 	}
 }

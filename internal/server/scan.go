@@ -7,7 +7,6 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/types/known/fieldmaskpb"
 
@@ -63,10 +62,12 @@ func (s *service) Scan(req *rolloutv1.ScanRequest, stream grpc.ServerStreamingSe
 	case ctx.Err() != nil && errors.Is(err, ctx.Err()):
 		// The client went away, or the server is shutting down; either way
 		// the cursor says where to pick up.
-		return status.Errorf(codes.Unavailable, "scan of shard %q ended (%v); resume with after_seq=%d", req.GetShard(), context.Cause(ctx), cursor)
+		f := failure{code: codes.Unavailable, msg: fmt.Sprintf("scan of shard %q ended (%v); resume with after_seq=%d", req.GetShard(), context.Cause(ctx), cursor)}
+		return f.resumeAt(cursor).status().Err()
 	}
-	st := status.Convert(toStatus(err))
-	return status.Errorf(st.Code(), "%s (resume with after_seq=%d)", st.Message(), cursor)
+	f := classify(err, false)
+	f.msg = fmt.Sprintf("%s (resume with after_seq=%d)", f.msg, cursor)
+	return f.resumeAt(cursor).status().Err()
 }
 
 // scanFilter returns the request's record filter, or nil for none.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -184,14 +185,23 @@ func TestScanFollow(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := stream.Recv(); err != nil {
+	first, err := stream.Recv()
+	if err != nil {
 		t.Fatal(err)
 	}
 	stopped := make(chan struct{})
 	go func() { b.stop(t); close(stopped) }()
-	_, _, err = recv(stream, 0)
+	_, cursor, err := recv(stream, 0)
 	<-stopped
 	if status.Code(err) != codes.Unavailable || !strings.Contains(status.Convert(err).Message(), "after_seq=") {
 		t.Fatalf("follow at shutdown ended with %v, want Unavailable naming after_seq", err)
+	}
+	// A client resumes from the ErrorInfo metadata, not the text.
+	if cursor == 0 {
+		cursor = first.GetCursor()
+	}
+	d := detailsOf(t, status.Convert(err))
+	if d.reason(t) != ReasonScanInterrupted || d.info.GetMetadata()[MetadataResumeAfterSeq] != strconv.FormatUint(cursor, 10) {
+		t.Errorf("follow at shutdown: details %v, want %s with %s=%d", status.Convert(err).Details(), ReasonScanInterrupted, MetadataResumeAfterSeq, cursor)
 	}
 }

@@ -80,7 +80,7 @@ func TestFenceSelfHealReopensOnce(t *testing.T) {
 
 // A shard that some other writer claims again after every reopen stays
 // fenced: after its attempts the append fails Unavailable, naming the shard
-// and both epochs and telling the client to retry with the same ids.
+// and both epochs and telling the client it was not stored.
 func TestFenceStillFencedAfterAttempts(t *testing.T) {
 	store := memstore.New()
 	opts := testWriterOptions(t)
@@ -107,9 +107,9 @@ func TestFenceStillFencedAfterAttempts(t *testing.T) {
 	if !errors.Is(err, shard.ErrFenced) {
 		t.Fatalf("append: %v, want ErrFenced", err)
 	}
-	st := toStatus(err)
+	st := appendStatus(err)
 	msg := st.Error()
-	for _, want := range []string{`"contended"`, "epoch 7", "epoch 8", "retry with the same ids", "Unavailable"} {
+	for _, want := range []string{`"contended"`, "epoch 7", "epoch 8", "not stored, safe to retry", "Unavailable"} {
 		if !strings.Contains(msg, want) {
 			t.Errorf("status %q does not mention %q", msg, want)
 		}

@@ -228,7 +228,7 @@ func TestStorageErrorsMapToCodes(t *testing.T) {
 		code  codes.Code
 		msg   string
 	}{
-		{"unavailable", &faultStore{getErr: blob.ErrUnavailable}, codes.Unavailable, "retry with the same ids"},
+		{"unavailable", &faultStore{getErr: blob.ErrUnavailable}, codes.Unavailable, "unavailable; retry"},
 		{"unclassified", &faultStore{getErr: errors.New("disk on fire")}, codes.Internal, "disk on fire"},
 		{"panic", &faultStore{getPanic: true}, codes.Internal, "internal error in Get"},
 		{"default deadline", &faultStore{getBlock: true}, codes.DeadlineExceeded, "deadline"},

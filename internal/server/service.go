@@ -48,7 +48,7 @@ func (s *service) Append(ctx context.Context, req *rolloutv1.AppendRequest) (*ro
 	}
 	results, err := s.writers.append(ctx, req.GetShard(), entries)
 	if err != nil {
-		return nil, toStatus(err)
+		return nil, appendStatus(err)
 	}
 
 	resp := &rolloutv1.AppendResponse{Results: make([]*rolloutv1.AppendResult, len(results))}
@@ -79,11 +79,11 @@ func (s *service) checkAppend(req *rolloutv1.AppendRequest) error {
 		return err
 	}
 	if n := len(req.GetRecords()); n > s.maxBatchRecords {
-		return fmt.Errorf("%w: the batch has %d records, the server takes at most %d per Append", ErrLimitExceeded, n, s.maxBatchRecords)
+		return &LimitError{Field: "records", Detail: fmt.Sprintf("the batch has %d records, the server takes at most %d per Append", n, s.maxBatchRecords)}
 	}
 	for i, rec := range req.GetRecords() {
 		if n := proto.Size(rec); n > s.maxRecordBytes {
-			return fmt.Errorf("%w: records[%d] encodes to %d bytes, the server takes at most %d per record", ErrLimitExceeded, i, n, s.maxRecordBytes)
+			return &LimitError{Field: fmt.Sprintf("records[%d]", i), Detail: fmt.Sprintf("records[%d] encodes to %d bytes, the server takes at most %d per record", i, n, s.maxRecordBytes)}
 		}
 	}
 	return nil

@@ -1,0 +1,130 @@
+package server
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	rolloutv1 "github.com/rolloutd/rolloutd/gen/rollout/v1"
+	"github.com/rolloutd/rolloutd/internal/blob"
+	"github.com/rolloutd/rolloutd/internal/blob/memstore"
+	"github.com/rolloutd/rolloutd/internal/shard/format"
+)
+
+// A request too big in itself is TOO_LARGE with a BadRequest naming the
+// field, records[i] for a record and records for the batch, and never a
+// RetryInfo: waiting does not make it fit.
+func TestAppendTooLargeNamesTheField(t *testing.T) {
+	ts := startServer(t, Config{Store: memstore.New(), MaxBatchRecords: 4, MaxRecordBytes: 200})
+	big := record("big")
+	big.Content = strings.Repeat("x", 300)
+	tests := []struct {
+		name    string
+		records []*rolloutv1.Record
+		field   string
+	}{
+		{"record over the limit", []*rolloutv1.Record{record("a"), record("b"), record("c"), big}, "records[3]"},
+		{"batch over the record count", []*rolloutv1.Record{record("a"), record("b"), record("c"), record("d"), record("e")}, "records"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := ts.client.Append(rpcCtx(t), &rolloutv1.AppendRequest{Shard: "s", Records: tt.records})
+			st := status.Convert(err)
+			d := detailsOf(t, st)
+			if st.Code() != codes.ResourceExhausted || d.reason(t) != ReasonTooLarge || d.badField(t) != tt.field || d.retry != nil {
+				t.Errorf("got %v %v, want ResourceExhausted TOO_LARGE naming %q, without RetryInfo", st, st.Details(), tt.field)
+			}
+		})
+	}
+}
+
+// blockingStore holds every generation PUT until release is closed, and
+// reports on held that one is waiting.
+type blockingStore struct {
+	blob.Store
+	held    chan struct{}
+	release chan struct{}
+}
+
+func (s *blockingStore) Put(ctx context.Context, name string, data []byte, opts blob.PutOptions) (blob.Attrs, error) {
+	if strings.HasPrefix(name, format.GenerationPrefix("s")) {
+		select {
+		case s.held <- struct{}{}:
+		default:
+		}
+		select {
+		case <-s.release:
+		case <-ctx.Done():
+			return blob.Attrs{}, ctx.Err()
+		}
+	}
+	return s.Store.Put(ctx, name, data, opts)
+}
+
+// An append that finds its shard's writer at its cap of queued bytes is
+// BACKPRESSURE with a RetryInfo, and stores nothing.
+func TestAppendBackpressureCarriesRetryInfo(t *testing.T) {
+	store := &blockingStore{Store: memstore.New(), held: make(chan struct{}, 1), release: make(chan struct{})}
+	opts := testWriterOptions(t)
+	opts.MaxQueuedBytes = 1 // the commit in flight fills the queue
+	ts := startServer(t, Config{Store: store, Writer: opts})
+
+	first := make(chan error, 1)
+	go func() {
+		_, err := ts.client.Append(rpcCtx(t), &rolloutv1.AppendRequest{Shard: "s", Records: []*rolloutv1.Record{record("a")}})
+		first <- err
+	}()
+	select {
+	case <-store.held:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the first append's commit never reached storage")
+	}
+	_, err := ts.client.Append(rpcCtx(t), &rolloutv1.AppendRequest{Shard: "s", Records: []*rolloutv1.Record{record("b")}})
+	close(store.release)
+	st := status.Convert(err)
+	d := detailsOf(t, st)
+	if st.Code() != codes.ResourceExhausted || d.reason(t) != ReasonBackpressure || d.retry.GetRetryDelay().AsDuration() != backpressureRetry || d.bad != nil {
+		t.Errorf("got %v %v, want ResourceExhausted BACKPRESSURE with a RetryInfo of %v", st, st.Details(), backpressureRetry)
+	}
+	if err := <-first; err != nil {
+		t.Fatalf("the first append: %v", err)
+	}
+	if _, err := ts.client.Get(rpcCtx(t), &rolloutv1.GetRequest{Shard: "s", Id: "b"}); status.Code(err) != codes.NotFound {
+		t.Errorf("the refused record: %v, want NotFound", err)
+	}
+}
+
+// A Scan that storage cuts off names its cursor in ErrorInfo metadata, not
+// only in the text; a Get that storage cuts off says nothing of a write.
+func TestStorageErrorOnReadDetails(t *testing.T) {
+	ts := startServer(t, Config{Store: &faultStore{Store: memstore.New(), getErr: blob.ErrUnavailable}})
+	stream, err := ts.client.Scan(rpcCtx(t), &rolloutv1.ScanRequest{Shard: "s", AfterSeq: 7})
+	if err == nil {
+		_, err = stream.Recv()
+	}
+	st := status.Convert(err)
+	d := detailsOf(t, st)
+	if st.Code() != codes.Unavailable || d.reason(t) != ReasonScanInterrupted || d.info.GetMetadata()[MetadataResumeAfterSeq] != "7" {
+		t.Errorf("Scan: %v %v, want Unavailable SCAN_INTERRUPTED with %s=7", st, st.Details(), MetadataResumeAfterSeq)
+	}
+	_, err = ts.client.Get(rpcCtx(t), &rolloutv1.GetRequest{Shard: "s", Id: "a"})
+	if st := status.Convert(err); st.Code() != codes.Unavailable || len(st.Details()) != 0 {
+		t.Errorf("Get: %v %v, want Unavailable without details", st, st.Details())
+	}
+}
+
+// An Append whose deadline ends before anything was sent (here: while its
+// writer is still opening) is NOT_COMMITTED, with the deadline's code.
+func TestAppendNotSentIsNotCommitted(t *testing.T) {
+	ts := startServer(t, Config{Store: &faultStore{Store: memstore.New(), getBlock: true}, DefaultDeadline: 50 * time.Millisecond})
+	_, err := ts.client.Append(context.Background(), &rolloutv1.AppendRequest{Shard: "s", Records: []*rolloutv1.Record{record("a")}})
+	st := status.Convert(err)
+	d := detailsOf(t, st)
+	if st.Code() != codes.DeadlineExceeded || d.reason(t) != ReasonNotCommitted || d.retry != nil {
+		t.Errorf("got %v %v, want DeadlineExceeded NOT_COMMITTED without RetryInfo", st, st.Details())
+	}
+}
