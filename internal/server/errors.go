@@ -56,7 +56,7 @@ const (
 	// DEADLINE_EXCEEDED or CANCELLED when the call's context ended first.
 	ReasonOutcomeUnknown = "OUTCOME_UNKNOWN"
 	// ReasonNotCommitted: an Append was certainly not stored (its writer was
-	// fenced, aborted or closed, the server is shutting down, storage
+	// fenced, aborted, closed or stale, the server is shutting down, storage
 	// refused the write, or the call's context ended before anything was
 	// sent). Retrying is safe, with any ids. Code UNAVAILABLE, with a
 	// RetryInfo; or DEADLINE_EXCEEDED or CANCELLED, without one.
@@ -218,6 +218,7 @@ func classify(err error, write bool) failure {
 	case errors.Is(err, shard.ErrFenced),
 		errors.Is(err, shard.ErrAborted),
 		errors.Is(err, shard.ErrClosed),
+		errors.Is(err, shard.ErrStale),
 		errors.Is(err, blob.ErrUnavailable),
 		errors.Is(err, ErrShuttingDown):
 		if !write {

@@ -125,6 +125,7 @@ func TestToStatus(t *testing.T) {
 		{"fenced", fenced, true, codes.Unavailable, "epoch 3 fenced by epoch 4; not stored, safe to retry", ReasonNotCommitted, notCommittedRetry, ""},
 		{"aborted", wrap(shard.ErrAborted), true, codes.Unavailable, "aborted; not stored, safe to retry", ReasonNotCommitted, notCommittedRetry, ""},
 		{"closed", wrap(shard.ErrClosed), true, codes.Unavailable, "closed; not stored, safe to retry", ReasonNotCommitted, notCommittedRetry, ""},
+		{"stale", wrap(shard.ErrStale), true, codes.Unavailable, "stale; not stored, safe to retry", ReasonNotCommitted, notCommittedRetry, ""},
 		{"shutting down", wrap(ErrShuttingDown), true, codes.Unavailable, "shutting down; not stored, safe to retry", ReasonNotCommitted, notCommittedRetry, ""},
 		{"storage refused the write", wrap(blob.ErrUnavailable), true, codes.Unavailable, "unavailable; not stored, safe to retry", ReasonNotCommitted, notCommittedRetry, ""},
 		{"deadline before sending", wrap(context.DeadlineExceeded), true, codes.DeadlineExceeded, "not sent, so not stored", ReasonNotCommitted, 0, ""},

@@ -52,7 +52,7 @@ func (w *writer) commitBatch(ctx context.Context, batch []*pending, edits []*edi
 		a, next, err := w.prepare(ctx, batch, edits, present)
 		if err != nil {
 			if w.ctx.Err() != nil && len(attempts) == 0 {
-				return commitOut{}, fmt.Errorf("shard %q epoch %d: %w before the commit was sent; retry with the same ids", w.shard, w.epoch, ErrAborted)
+				return commitOut{}, fmt.Errorf("shard %q epoch %d: %w before the commit was sent", w.shard, w.epoch, ErrAborted)
 			}
 			return commitOut{}, w.unsure(attempts, err)
 		}
@@ -277,9 +277,9 @@ func (w *writer) resolve(ctx context.Context, attempts []attempt, casErr error) 
 	}
 	w.stale = true
 	if w.ctx.Err() != nil {
-		return commitOut{}, fmt.Errorf("shard %q epoch %d: aborted while its commit was in flight: %w; retry with the same ids", w.shard, w.epoch, ErrOutcomeUnknown)
+		return commitOut{}, fmt.Errorf("shard %q epoch %d: aborted while its commit was in flight: %w", w.shard, w.epoch, ErrOutcomeUnknown)
 	}
-	return commitOut{}, fmt.Errorf("shard %q epoch %d: manifest CAS failed (%w) and the manifest could not be re-read: %w; retry with the same ids", w.shard, w.epoch, casErr, ErrOutcomeUnknown)
+	return commitOut{}, fmt.Errorf("shard %q epoch %d: manifest CAS failed (%w) and the manifest could not be re-read: %w", w.shard, w.epoch, casErr, ErrOutcomeUnknown)
 }
 
 // decide says what m, a manifest read after every one of attempts was

@@ -469,7 +469,7 @@ func (w *writer) appendOnce(ctx context.Context, entries []Entry) ([]Result, err
 		select {
 		case <-s.ref.p.done:
 		case <-ctx.Done():
-			return nil, fmt.Errorf("append to shard %q: %w while waiting for an in-flight append of id %q; retry with the same ids (%w)", w.shard, ctx.Err(), entries[s.i].ID, ErrOutcomeUnknown)
+			return nil, fmt.Errorf("append to shard %q: %w while waiting for an in-flight append of id %q (%w)", w.shard, ctx.Err(), entries[s.i].ID, ErrOutcomeUnknown)
 		}
 		if err := s.ref.p.err; err != nil {
 			if !sharesFate(err, entries[s.i].ID) {
@@ -531,7 +531,7 @@ func (w *writer) await(ctx context.Context, p *pending) ([]Result, error) {
 		return w.own(ctx, p)
 	default:
 	}
-	return nil, fmt.Errorf("append to shard %q: %w; its commit was in flight and may still land, retry with the same ids (%w)", w.shard, ctx.Err(), ErrOutcomeUnknown)
+	return nil, fmt.Errorf("append to shard %q: %w; its commit was in flight and may still land (%w)", w.shard, ctx.Err(), ErrOutcomeUnknown)
 }
 
 // own turns a settled pending into its caller's answer.
@@ -652,7 +652,7 @@ func (w *writer) stop() bool {
 	if !aborted {
 		return false
 	}
-	err := fmt.Errorf("shard %q epoch %d: %w before the append was sent; retry with the same ids", w.shard, w.epoch, ErrAborted)
+	err := fmt.Errorf("shard %q epoch %d: %w before the append was sent", w.shard, w.epoch, ErrAborted)
 	for _, p := range queued {
 		w.settle(p, nil, err)
 	}
