@@ -38,9 +38,10 @@ var (
 	// this process, such as a failed fsync of data it had already made
 	// visible, and it now refuses every call, reads included, until the
 	// process restarts: what it would serve may not survive a crash. The
-	// call that hit the failure also matches ErrOutcomeUnknown, since it may
-	// or may not have been applied; every later call matches ErrStoreFailed
-	// alone. Unlike ErrUnavailable, retrying in this process never helps.
+	// write that hit the failure (or was in flight when it happened) also
+	// matches ErrOutcomeUnknown, since it may or may not have been applied;
+	// every later call matches ErrStoreFailed alone. Unlike ErrUnavailable,
+	// retrying in this process never helps.
 	ErrStoreFailed = errors.New("blob: store failed")
 )
 
