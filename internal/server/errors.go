@@ -67,6 +67,9 @@ func toStatus(err error) error {
 		errors.Is(err, shard.ErrOutcomeUnknown),
 		errors.Is(err, blob.ErrUnavailable),
 		errors.Is(err, blob.ErrOutcomeUnknown),
+		// A store that failed for good (a failed fsync) serves again
+		// after a restart, which a retry with the same ids then meets.
+		errors.Is(err, blob.ErrStoreFailed),
 		errors.Is(err, ErrShuttingDown):
 		return status.Error(codes.Unavailable, msg+retryHint)
 

@@ -38,6 +38,7 @@ func TestToStatus(t *testing.T) {
 		{wrap(shard.ErrOutcomeUnknown), codes.Unavailable, "retry with the same ids"},
 		{wrap(blob.ErrUnavailable), codes.Unavailable, "retry with the same ids"},
 		{wrap(blob.ErrOutcomeUnknown), codes.Unavailable, "retry with the same ids"},
+		{wrap(blob.ErrStoreFailed), codes.Unavailable, "retry with the same ids"},
 		{wrap(ErrShuttingDown), codes.Unavailable, "retry with the same ids"},
 		{wrap(blob.ErrNotFound), codes.Internal, "unexpected storage not-found"},
 		{errors.New("boom"), codes.Internal, "boom"},
