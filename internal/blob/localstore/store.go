@@ -27,7 +27,10 @@
 // commits it reads back. So the store fails for good: that call returns an
 // error matching both blob.ErrStoreFailed and blob.ErrOutcomeUnknown, every
 // later call, reads included, blob.ErrStoreFailed, until the process restarts
-// and Open reads back what is really on disk. Failed reports it.
+// and Open reads back what is really on disk. Failed reports it. A read that
+// ran while the failing fsync was still in progress may have returned the
+// new version: reads do not wait for writes' fsyncs, here as on any store;
+// every read that ends after the failure was recorded is refused.
 //
 // The store is for one process: Open takes an exclusive lock on the
 // directory, and conditional writes are serialized in memory per name.
