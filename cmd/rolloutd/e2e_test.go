@@ -228,6 +228,9 @@ func TestBinaryLocalStore(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if m := metricsText(t, p.MetricsAddr); !strings.Contains(m, "\nrolloutd_store_failed 0\n") {
+		t.Errorf("/metrics has no rolloutd_store_failed 0:\n%s", m)
+	}
 
 	second := exec.Command(binary, "--store", dir, "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0")
 	out, _ := second.CombinedOutput()

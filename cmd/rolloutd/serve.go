@@ -53,6 +53,7 @@ func serve(ctx context.Context, stopSignals func(), cfg *config) error {
 			log.Warn("closing the store", zap.Error(err))
 		}
 	}()
+	reg.MustRegister(storeFailedGauge(store))
 
 	scfg := server.Config{
 		Store:      instrumented.New(store, instrumented.NewMetrics(reg)),
@@ -173,6 +174,27 @@ func openStore(ctx context.Context, cfg *config, log *zap.Logger) (blob.Store, f
 	log.Info("store opened", zap.String("backend", "azblob"), zap.String("container", cfg.store.Container),
 		zap.String("prefix", cfg.store.Prefix), zap.String("auth", auth), zap.Int("max_conns", cfg.AzureMaxConns))
 	return s, s.Close, nil
+}
+
+// failer is a store that can fail for good, such as the local store after
+// a failed fsync of a change it had already made visible: Failed then
+// returns the error with which it refuses every call until the process
+// restarts.
+type failer interface{ Failed() error }
+
+// storeFailedGauge is rolloutd_store_failed: 1 once store has failed for
+// good, else 0 (always 0 for a store that cannot fail so).
+func storeFailedGauge(store blob.Store) prometheus.GaugeFunc {
+	f, _ := store.(failer)
+	return prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "rolloutd_store_failed",
+		Help: "1 once the store has failed for good (the local store after a failed fsync of a change it had made visible, which may be lost in a crash): it refuses every call until rolloutd is restarted; the disk may be failing.",
+	}, func() float64 {
+		if f != nil && f.Failed() != nil {
+			return 1
+		}
+		return 0
+	})
 }
 
 // newLogger builds the process logger: JSON lines, or a console encoder

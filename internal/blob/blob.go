@@ -34,6 +34,15 @@ var (
 	ErrInvalidName = errors.New("blob: invalid name")
 	// ErrClosed: the store was closed.
 	ErrClosed = errors.New("blob: store closed")
+	// ErrStoreFailed: the store hit a failure it cannot recover from in
+	// this process, such as a failed fsync of data it had already made
+	// visible, and it now refuses every call, reads included, until the
+	// process restarts: what it would serve may not survive a crash. The
+	// write that hit the failure (or was in flight when it happened) also
+	// matches ErrOutcomeUnknown, since it may or may not have been applied;
+	// every later call matches ErrStoreFailed alone. Unlike ErrUnavailable,
+	// retrying in this process never helps.
+	ErrStoreFailed = errors.New("blob: store failed")
 )
 
 // ETag identifies one version of a blob. ETags are opaque: compare them only
@@ -96,25 +105,33 @@ type ListPage struct {
 // Store is the storage interface the shard layer consumes.
 //
 // Every method returns nil or an error that matches (errors.Is) exactly one of
-// the classes above, or an unclassified error for anything else. Names are
-// validated with ValidateName before anything is sent.
+// the classes above, or an unclassified error for anything else, with one
+// exception: a write that makes the store fail returns an error matching both
+// ErrStoreFailed and ErrOutcomeUnknown. Every method may return
+// ErrStoreFailed once the store has failed. Names are validated with
+// ValidateName before anything is sent.
 type Store interface {
 	// Get reads a blob, whole or a byte range. The returned Attrs describe
 	// the whole blob (Size is the blob's size, not the range's). Errors:
 	// ErrNotFound, ErrNotModified (with IfNoneMatch), ErrUnavailable,
-	// ErrInvalidName.
+	// ErrStoreFailed, ErrInvalidName.
 	Get(ctx context.Context, name string, opts GetOptions) ([]byte, Attrs, error)
 	// Head reads a blob's attributes. Errors: ErrNotFound, ErrUnavailable,
-	// ErrInvalidName.
+	// ErrStoreFailed, ErrInvalidName.
 	Head(ctx context.Context, name string) (Attrs, error)
 	// Put writes a whole blob and returns its new attributes. Errors:
-	// ErrConditionFailed, ErrUnavailable, ErrOutcomeUnknown, ErrInvalidName.
+	// ErrConditionFailed, ErrUnavailable, ErrOutcomeUnknown, ErrStoreFailed
+	// (together with ErrOutcomeUnknown for the put that made the store
+	// fail), ErrInvalidName.
 	Put(ctx context.Context, name string, data []byte, opts PutOptions) (Attrs, error)
 	// Delete removes a blob. Errors: ErrNotFound, ErrConditionFailed (with
-	// IfMatch), ErrUnavailable, ErrOutcomeUnknown, ErrInvalidName.
+	// IfMatch), ErrUnavailable, ErrOutcomeUnknown, ErrStoreFailed (together
+	// with ErrOutcomeUnknown for the delete that made the store fail),
+	// ErrInvalidName.
 	Delete(ctx context.Context, name string, opts DeleteOptions) error
 	// List returns up to max blobs (a backend default when max <= 0) whose
 	// names start with prefix, continuing after the token of a previous page.
-	// Errors: ErrUnavailable, ErrInvalidName (for the prefix).
+	// Errors: ErrUnavailable, ErrStoreFailed, ErrInvalidName (for the
+	// prefix).
 	List(ctx context.Context, prefix, token string, max int) (ListPage, error)
 }

@@ -220,6 +220,9 @@ func classify(err error, write bool) failure {
 		errors.Is(err, shard.ErrClosed),
 		errors.Is(err, shard.ErrStale),
 		errors.Is(err, blob.ErrUnavailable),
+		// A store that failed for good (a failed fsync) serves again
+		// after a restart, which a retry with the same ids then meets.
+		errors.Is(err, blob.ErrStoreFailed),
 		errors.Is(err, ErrShuttingDown):
 		if !write {
 			return failure{code: codes.Unavailable, msg: msg + "; retry"}

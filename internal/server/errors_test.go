@@ -126,6 +126,8 @@ func TestToStatus(t *testing.T) {
 		{"aborted", wrap(shard.ErrAborted), true, codes.Unavailable, "aborted; not stored, safe to retry", ReasonNotCommitted, notCommittedRetry, ""},
 		{"closed", wrap(shard.ErrClosed), true, codes.Unavailable, "closed; not stored, safe to retry", ReasonNotCommitted, notCommittedRetry, ""},
 		{"stale", wrap(shard.ErrStale), true, codes.Unavailable, "stale; not stored, safe to retry", ReasonNotCommitted, notCommittedRetry, ""},
+		{"store failed for good", wrap(blob.ErrStoreFailed), true, codes.Unavailable, "store failed; not stored, safe to retry", ReasonNotCommitted, notCommittedRetry, ""},
+		{"store failed by this write", fmt.Errorf("%w (%w)", blob.ErrStoreFailed, blob.ErrOutcomeUnknown), true, codes.Unavailable, "may have been stored", ReasonOutcomeUnknown, 0, ""},
 		{"shutting down", wrap(ErrShuttingDown), true, codes.Unavailable, "shutting down; not stored, safe to retry", ReasonNotCommitted, notCommittedRetry, ""},
 		{"storage refused the write", wrap(blob.ErrUnavailable), true, codes.Unavailable, "unavailable; not stored, safe to retry", ReasonNotCommitted, notCommittedRetry, ""},
 		{"deadline before sending", wrap(context.DeadlineExceeded), true, codes.DeadlineExceeded, "not sent, so not stored", ReasonNotCommitted, 0, ""},
@@ -145,6 +147,7 @@ func TestToStatus(t *testing.T) {
 		{"read, deadline", wrap(context.DeadlineExceeded), false, codes.DeadlineExceeded, "deadline", "", 0, ""},
 		{"read, cancelled", wrap(context.Canceled), false, codes.Canceled, "canceled", "", 0, ""},
 		{"read, shutting down", wrap(ErrShuttingDown), false, codes.Unavailable, "shutting down; retry", "", 0, ""},
+		{"read, store failed", wrap(blob.ErrStoreFailed), false, codes.Unavailable, "store failed; retry", "", 0, ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

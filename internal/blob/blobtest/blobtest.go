@@ -189,7 +189,7 @@ func names(as []blob.Attrs) []string {
 // classes are blob's error classes; an error must match exactly one.
 var classes = []error{
 	blob.ErrNotFound, blob.ErrConditionFailed, blob.ErrNotModified, blob.ErrUnavailable,
-	blob.ErrOutcomeUnknown, blob.ErrInvalidName, blob.ErrClosed,
+	blob.ErrOutcomeUnknown, blob.ErrInvalidName, blob.ErrClosed, blob.ErrStoreFailed,
 }
 
 // wantErr fails the test unless err matches want and no other class.

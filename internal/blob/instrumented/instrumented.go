@@ -61,8 +61,9 @@ func New(next blob.Store, m *Metrics) *Store {
 
 // Outcome classifies err for the outcome label: "ok", the blob error class
 // ("not_found", "condition_failed", "not_modified", "unavailable",
-// "outcome_unknown", "invalid_name", "closed"), "canceled", "deadline" or
-// "error".
+// "store_failed", "outcome_unknown", "invalid_name", "closed"), "canceled",
+// "deadline" or "error". The write that made a store fail matches both
+// ErrStoreFailed and ErrOutcomeUnknown; it counts as "store_failed".
 func Outcome(err error) string {
 	switch {
 	case err == nil:
@@ -75,6 +76,8 @@ func Outcome(err error) string {
 		return "not_modified"
 	case errors.Is(err, blob.ErrUnavailable):
 		return "unavailable"
+	case errors.Is(err, blob.ErrStoreFailed):
+		return "store_failed"
 	case errors.Is(err, blob.ErrOutcomeUnknown):
 		return "outcome_unknown"
 	case errors.Is(err, blob.ErrInvalidName):

@@ -3,6 +3,7 @@ package instrumented
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -66,10 +67,12 @@ func TestCountsByKindAndOutcome(t *testing.T) {
 
 func TestOutcome(t *testing.T) {
 	for err, want := range map[error]string{
-		nil:                      "ok",
-		blob.ErrNotModified:      "not_modified",
-		blob.ErrUnavailable:      "unavailable",
-		blob.ErrOutcomeUnknown:   "outcome_unknown",
+		nil:                    "ok",
+		blob.ErrNotModified:    "not_modified",
+		blob.ErrUnavailable:    "unavailable",
+		blob.ErrOutcomeUnknown: "outcome_unknown",
+		blob.ErrStoreFailed:    "store_failed",
+		fmt.Errorf("%w (%w)", blob.ErrOutcomeUnknown, blob.ErrStoreFailed): "store_failed",
 		blob.ErrInvalidName:      "invalid_name",
 		blob.ErrClosed:           "closed",
 		context.Canceled:         "canceled",

@@ -40,6 +40,9 @@ func (s *Store) List(ctx context.Context, prefix, token string, max int) (blob.L
 	if err := w.walk(dir, dirPrefix); err != nil {
 		return blob.ListPage{}, fmt.Errorf("localstore: list %q: %w", prefix, err)
 	}
+	if err := s.refused("list", prefix); err != nil {
+		return blob.ListPage{}, err
+	}
 	var page blob.ListPage
 	if len(w.items) > max {
 		page.Items = w.items[:max]

@@ -15,6 +15,23 @@
 // acknowledged. A crash therefore leaves either the old or the new version,
 // never a torn one. ETags are random, never derived from time or content.
 //
+// A failed fsync is never retried (after one, Linux may already have dropped
+// the dirty pages and marked them clean, so a second fsync "succeeds"
+// without writing them). Where the failure leaves nothing visible, the call
+// fails with an ordinary error and the store carries on: that is the fsync
+// of a temporary file before its rename, which is then removed, and those of
+// Open, which fails. Where it comes after a change that reads already see (the
+// directory fsyncs after a rename in Put, after the parent directories a Put
+// created, after the unlink in Delete), the change may be lost in a crash
+// although a reader could have seen it, and the shard layer acknowledges
+// commits it reads back. So the store fails for good: that call returns an
+// error matching both blob.ErrStoreFailed and blob.ErrOutcomeUnknown, every
+// later call, reads included, blob.ErrStoreFailed, until the process restarts
+// and Open reads back what is really on disk. Failed reports it. A read that
+// ran while the failing fsync was still in progress may have returned the
+// new version: reads do not wait for writes' fsyncs, here as on any store;
+// every read that ends after the failure was recorded is refused.
+//
 // The store is for one process: Open takes an exclusive lock on the
 // directory, and conditional writes are serialized in memory per name.
 package localstore
@@ -32,6 +49,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -78,6 +96,13 @@ type Store struct {
 	// durable holds the directories whose entry in their parent is known to
 	// be on stable storage (see syncParents).
 	durable sync.Map // string → struct{}
+
+	// syncFile fsyncs a file or directory: (*os.File).Sync, replaced only
+	// by tests (withSync) to inject failures.
+	syncFile func(*os.File) error
+	// failure is set, once, when a change already visible could not be made
+	// durable (see fail); from then on every call returns it.
+	failure atomic.Pointer[error]
 }
 
 var _ blob.Store = (*Store)(nil)
@@ -87,6 +112,10 @@ type Option func(*Store)
 
 // WithClock sets the clock that stamps LastModified (default time.Now).
 func WithClock(now func() time.Time) Option { return func(s *Store) { s.now = now } }
+
+// withSync replaces the fsync of files and directories, for tests that
+// inject failures.
+func withSync(sync func(*os.File) error) Option { return func(s *Store) { s.syncFile = sync } }
 
 // Open opens (creating it if needed) the data directory dir and locks it
 // against other processes. It removes temporary files left by a crash.
@@ -101,6 +130,7 @@ func Open(dir string, opts ...Option) (*Store, error) {
 		tmpDir:   filepath.Join(abs, tmpDir),
 		now:      time.Now,
 		seed:     maphash.MakeSeed(),
+		syncFile: (*os.File).Sync,
 	}
 	for _, o := range opts {
 		o(s)
@@ -145,7 +175,7 @@ func (s *Store) init() error {
 			return err
 		}
 	}
-	return syncDir(s.dir)
+	return s.syncDir(s.dir)
 }
 
 func (s *Store) writeFormat() error {
@@ -158,7 +188,7 @@ func (s *Store) writeFormat() error {
 	}
 	_, err = f.WriteString(formatVersion)
 	if err == nil {
-		err = f.Sync()
+		err = s.syncFile(f)
 	}
 	if cerr := f.Close(); err == nil {
 		err = cerr
@@ -173,7 +203,8 @@ func (s *Store) writeFormat() error {
 }
 
 // Close waits for operations in flight and releases the directory. Every
-// later call, Close included, fails with blob.ErrClosed.
+// later call, Close included, fails with blob.ErrClosed. A failed store
+// (see Failed) closes like any other.
 func (s *Store) Close() error {
 	s.closeMu.Lock()
 	defer s.closeMu.Unlock()
@@ -190,12 +221,56 @@ func (s *Store) Close() error {
 // Dir returns the data directory's absolute path.
 func (s *Store) Dir() string { return s.dir }
 
+// Failed returns nil while the store is healthy. Once a change that reads
+// could already see failed to become durable, it returns the error, matching
+// blob.ErrStoreFailed, that every call returns from then on, until the
+// process restarts. It is cheap and safe to call at any time, also after
+// Close, for health checks and metrics.
+func (s *Store) Failed() error {
+	if p := s.failure.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// refused returns the error of a call made after the store failed, or nil.
+func (s *Store) refused(op, name string) error {
+	if err := s.Failed(); err != nil {
+		return fmt.Errorf("localstore: %s %q refused: %w", op, name, err)
+	}
+	return nil
+}
+
+// fail makes the store fail for good: the change that op made visible on
+// name (a rename or an unlink) could not be made durable, because syncing a
+// directory failed with err. The first failure is the one every later call
+// reports. The returned error, for the call that hit it, matches both
+// blob.ErrStoreFailed and blob.ErrOutcomeUnknown.
+func (s *Store) fail(op, name string, err error) error {
+	failure := fmt.Errorf("localstore %s: %s %q was made visible but could not be made durable: %w; "+
+		"it could be read now yet be lost in a crash, so the store refuses every call until rolloutd "+
+		"is restarted (the disk may be failing: check the kernel log): %w",
+		s.dir, op, name, err, blob.ErrStoreFailed)
+	s.failure.CompareAndSwap(nil, &failure)
+	return inDoubt(op, name, failure)
+}
+
+// inDoubt is the error of a write that may have been applied when the store
+// failed: the one that hit the failure, or one in flight when another did.
+func inDoubt(op, name string, failure error) error {
+	return fmt.Errorf("localstore: %s %q may or may not have been applied (%w): %w", op, name, blob.ErrOutcomeUnknown, failure)
+}
+
 // enter starts an operation; the caller must call the returned func when done.
 func (s *Store) enter(ctx context.Context, op, name string) (func(), error) {
 	s.closeMu.RLock()
 	if s.closed {
 		s.closeMu.RUnlock()
 		return nil, fmt.Errorf("localstore: %s %q: %w", op, name, blob.ErrClosed)
+	}
+	if err := s.refused(op, name); err != nil {
+		s.closeMu.RUnlock()
+		return nil, err
 	}
 	if err := ctx.Err(); err != nil {
 		s.closeMu.RUnlock()
@@ -313,6 +388,10 @@ func (s *Store) Get(ctx context.Context, name string, opts blob.GetOptions) ([]b
 	if _, err := f.ReadAt(data, hlen+start); err != nil {
 		return nil, blob.Attrs{}, fmt.Errorf("localstore: get %q: %w", name, err)
 	}
+	// What a read returns after the store failed may not survive a crash.
+	if err := s.refused("get", name); err != nil {
+		return nil, blob.Attrs{}, err
+	}
 	return data, a, nil
 }
 
@@ -334,7 +413,13 @@ func (s *Store) Head(ctx context.Context, name string) (blob.Attrs, error) {
 	if err != nil {
 		return blob.Attrs{}, fmt.Errorf("localstore: head %q: %w", name, err)
 	}
-	return a, f.Close()
+	if err := f.Close(); err != nil {
+		return blob.Attrs{}, fmt.Errorf("localstore: head %q: %w", name, err)
+	}
+	if err := s.refused("head", name); err != nil {
+		return blob.Attrs{}, err
+	}
+	return a, nil
 }
 
 // Put implements blob.Store. The content is written and fsynced to a
@@ -371,6 +456,12 @@ func (s *Store) Put(ctx context.Context, name string, data []byte, opts blob.Put
 	mu := s.stripe(name)
 	mu.Lock()
 	defer mu.Unlock()
+	// Checked under the name's lock: an earlier attempt of this put whose
+	// publish failed its fsync set the failure before releasing it, so its
+	// blob, which may not survive a crash, never passes for landed below.
+	if err := s.refused("put", name); err != nil {
+		return blob.Attrs{}, err
+	}
 	cur, exists, err := s.current(name, path)
 	if err != nil {
 		return blob.Attrs{}, fmt.Errorf("localstore: put %q: %w", name, err)
@@ -381,10 +472,17 @@ func (s *Store) Put(ctx context.Context, name string, data []byte, opts blob.Put
 		}
 		return blob.Attrs{}, fmt.Errorf("localstore: put %q: %w", name, blob.ErrConditionFailed)
 	}
-	if err := s.publish(tmp, path); err != nil {
+	renamed, err := s.publish(tmp, path)
+	published = renamed
+	if err != nil {
+		if renamed {
+			return blob.Attrs{}, s.fail("put", name, err)
+		}
 		return blob.Attrs{}, fmt.Errorf("localstore: put %q: %w", name, err)
 	}
-	published = true
+	if ferr := s.Failed(); ferr != nil {
+		return blob.Attrs{}, inDoubt("put", name, ferr) // another call failed the store meanwhile
+	}
 	return a, nil
 }
 
@@ -403,7 +501,9 @@ func (s *Store) writeTemp(a blob.Attrs, data []byte) (string, error) {
 		_, err = f.Write(data)
 	}
 	if err == nil {
-		err = f.Sync()
+		// Safe to fail without failing the store: nothing is visible yet,
+		// and the file is removed.
+		err = s.syncFile(f)
 	}
 	if cerr := f.Close(); err == nil {
 		err = cerr
@@ -418,7 +518,13 @@ func (s *Store) writeTemp(a blob.Attrs, data []byte) (string, error) {
 // publish renames tmp to path, creating parent directories, and makes the
 // result durable. A concurrent Delete may remove an empty parent directory
 // between our mkdir and rename; then we try again.
-func (s *Store) publish(tmp, path string) error {
+//
+// renamed reports whether the rename happened: then the new version is
+// visible, and an error is a failed sync of a directory (of path's, or of a
+// parent's recording a directory just created), which the caller must treat
+// as failing the store. Otherwise nothing is visible but empty directories,
+// and the error is an ordinary one.
+func (s *Store) publish(tmp, path string) (renamed bool, err error) {
 	dir := filepath.Dir(path)
 	for attempt := 0; ; attempt++ {
 		err := s.mkdirs(dir)
@@ -429,13 +535,13 @@ func (s *Store) publish(tmp, path string) error {
 			break
 		}
 		if !errors.Is(err, fs.ErrNotExist) || attempt >= 100 {
-			return err
+			return false, err
 		}
 	}
-	if err := syncDir(dir); err != nil {
-		return err
+	if err := s.syncDir(dir); err != nil {
+		return true, err
 	}
-	return s.syncParents(dir)
+	return true, s.syncParents(dir)
 }
 
 // mkdirs creates dir and its missing parents below the blob directory.
@@ -471,7 +577,7 @@ func (s *Store) syncParents(dir string) error {
 		pending = append(pending, d)
 	}
 	for i := len(pending) - 1; i >= 0; i-- {
-		if err := syncDir(filepath.Dir(pending[i])); err != nil {
+		if err := s.syncDir(filepath.Dir(pending[i])); err != nil {
 			return err
 		}
 		s.durable.Store(pending[i], struct{}{})
@@ -479,16 +585,22 @@ func (s *Store) syncParents(dir string) error {
 	return nil
 }
 
-func syncDir(dir string) error {
+// syncDir fsyncs a directory. Its error names the directory. Any error,
+// opening and closing included, means the directory's entries are not known
+// to be durable.
+func (s *Store) syncDir(dir string) error {
 	f, err := os.Open(dir)
 	if err != nil {
 		return err
 	}
-	err = f.Sync()
+	err = s.syncFile(f)
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
-	return err
+	if err != nil {
+		return fmt.Errorf("fsync of directory %s: %w", dir, err)
+	}
+	return nil
 }
 
 // Delete implements blob.Store. Directories left empty are removed.
@@ -508,6 +620,7 @@ func (s *Store) Delete(ctx context.Context, name string, opts blob.DeleteOptions
 	mu := s.stripe(name)
 	mu.Lock()
 	cur, exists, err := s.current(name, path)
+	removed := false
 	switch {
 	case err != nil:
 	case !exists:
@@ -517,14 +630,25 @@ func (s *Store) Delete(ctx context.Context, name string, opts blob.DeleteOptions
 	default:
 		err = os.Remove(path)
 		if err == nil {
-			err = syncDir(filepath.Dir(path))
+			removed = true
+			err = s.syncDir(filepath.Dir(path))
 		}
 	}
+	if removed && err != nil {
+		// The blob is gone for readers but may come back in a crash.
+		err = s.fail("delete", name, err)
+	}
 	mu.Unlock()
-	if err != nil {
+	switch {
+	case removed && err != nil:
+		return err
+	case err != nil:
 		return fmt.Errorf("localstore: delete %q: %w", name, err)
 	}
 	s.prune(filepath.Dir(path))
+	if ferr := s.Failed(); ferr != nil {
+		return inDoubt("delete", name, ferr) // another call failed the store meanwhile
+	}
 	return nil
 }
 
