@@ -42,6 +42,9 @@ func firstProblem(req *rolloutv1.AppendRequest) string {
 		if id := r.GetId(); id != "" && !idGrammar.MatchString(id) {
 			return f("id")
 		}
+		if _, known := rolloutv1.Role_name[int32(r.GetRole())]; !known {
+			return f("role")
+		}
 		for _, x := range []struct {
 			name string
 			v    *float32
@@ -66,6 +69,11 @@ func firstProblem(req *rolloutv1.AppendRequest) string {
 		for j, b := range r.GetLossMask() {
 			if b > 1 {
 				return fmt.Sprintf("%s[%d]", f("loss_mask"), j)
+			}
+		}
+		for j, rel := range r.GetRelationships() {
+			if !isFinite(rel.GetWeight()) {
+				return fmt.Sprintf("%s[%d].weight", f("relationships"), j)
 			}
 		}
 		if id := r.GetId(); id != "" {
@@ -93,6 +101,10 @@ func seedRequests() []*rolloutv1.AppendRequest {
 		{Shard: "s", Records: []*rolloutv1.Record{{OutputTokens: []int32{1}, LossMask: []byte{1, 1}}}},
 		{Shard: "s", Records: []*rolloutv1.Record{{OutputTokens: []int32{1}, LossMask: []byte{2}}}},
 		{Shard: "\u0430", Records: []*rolloutv1.Record{{}}},
+		{Shard: "s", Records: []*rolloutv1.Record{{Role: rolloutv1.Role_ROLE_GRADE}, {Role: 99}}},
+		{Shard: "s", Records: []*rolloutv1.Record{{Role: 7, Reward: &nan}}},
+		{Shard: "s", Records: []*rolloutv1.Record{{Relationships: []*rolloutv1.Relationship{{TargetId: "a", Weight: 0.5}, {TargetId: "b", Weight: nan}}}}},
+		{Shard: "s", Records: []*rolloutv1.Record{{Relationships: []*rolloutv1.Relationship{{Weight: inf}}, LossMask: []byte{3}}}},
 	}
 }
 

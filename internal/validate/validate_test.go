@@ -24,6 +24,11 @@ func goodRecord() *rolloutv1.Record {
 		Reward:         f32(1),
 		Advantage:      f32(-0.5),
 		Score:          f32(0),
+		Role:           rolloutv1.Role_ROLE_ARTIFACT,
+		Relationships: []*rolloutv1.Relationship{
+			{TargetId: "r-0", Relation: "reply_to", Weight: 1},
+			{TargetId: "r-0", Relation: "grades", Weight: -0.5},
+		},
 	}
 }
 
@@ -61,6 +66,16 @@ func TestRecord(t *testing.T) {
 			"records[2].loss_mask", "must be empty or have one byte per output token", "got 3 bytes for 0 output_tokens"},
 		{"mask byte not 0 or 1", func(r *rolloutv1.Record) { r.LossMask[2] = '1' },
 			"records[2].loss_mask[2]", "must be 0 or 1", "got 49"},
+		{"unknown role", func(r *rolloutv1.Record) { r.Role = 99 },
+			"records[2].role", "must be a value of rollout.v1.Role", "got 99"},
+		{"negative role", func(r *rolloutv1.Record) { r.Role = -1 },
+			"records[2].role", "must be a value of rollout.v1.Role", "got -1"},
+		{"unknown role is found before a NaN reward", func(r *rolloutv1.Record) { r.Role = 7; r.Reward = f32(math.NaN()) },
+			"records[2].role", "must be a value of rollout.v1.Role", "got 7"},
+		{"NaN relationship weight", func(r *rolloutv1.Record) { r.Relationships[1].Weight = float32(math.NaN()) },
+			"records[2].relationships[1].weight", "must be finite", "got NaN"},
+		{"+Inf relationship weight", func(r *rolloutv1.Record) { r.Relationships[0].Weight = float32(math.Inf(1)) },
+			"records[2].relationships[0].weight", "must be finite", "got +Inf"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -399,7 +399,7 @@ type Relationship struct {
 	// "preferred_over").
 	Relation string `protobuf:"bytes,2,opt,name=relation,proto3" json:"relation,omitempty"`
 	// The link's strength or preference weight; its meaning is up to the
-	// relation.
+	// relation. Must be finite.
 	Weight        float32 `protobuf:"fixed32,3,opt,name=weight,proto3" json:"weight,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -474,7 +474,8 @@ type Record struct {
 	Dataset string `protobuf:"bytes,5,opt,name=dataset,proto3" json:"dataset,omitempty"`
 	// The caller's order of this record within its rollout (not seq).
 	SequenceOrder int32 `protobuf:"varint,6,opt,name=sequence_order,json=sequenceOrder,proto3" json:"sequence_order,omitempty"`
-	// What kind of record this is.
+	// What kind of record this is. Must be one of the Role values defined
+	// here; an unknown number is INVALID_ARGUMENT.
 	Role Role `protobuf:"varint,7,opt,name=role,proto3,enum=rollout.v1.Role" json:"role,omitempty"`
 	// When the record was created. The server fills in its receive time when
 	// this is absent.
