@@ -53,10 +53,14 @@ func fieldErr(field, rule, detailFormat string, args ...any) *FieldError {
 	return &FieldError{Field: field, Rule: rule, Detail: fmt.Sprintf(detailFormat, args...)}
 }
 
-// AppendRequest checks an Append request: the shard, a non-empty batch, each
-// record (see Record), and that no two records share a non-empty id.
+// AppendRequest checks an Append request: the shard, the request_id (see
+// RequestID), a non-empty batch, each record (see Record), and that no two
+// records share a non-empty id.
 func AppendRequest(req *rolloutv1.AppendRequest) error {
 	if err := Shard(req.GetShard()); err != nil {
+		return err
+	}
+	if err := RequestID(req.GetRequestId()); err != nil {
 		return err
 	}
 	records := req.GetRecords()
