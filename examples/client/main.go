@@ -5,22 +5,29 @@
 //	go run ./cmd/rolloutd &                       # a server on :50051
 //	go run ./examples/client --addr localhost:50051 --shard demo/run1
 //
-// Give records your own ids: a retried Append with the same ids is
-// idempotent (an id already stored with the same content is reported
-// already_present), so on UNAVAILABLE the client simply sends the same
-// request again.
+// Every Append carries a request_id (a fresh UUID unless --request-id names
+// one), and on UNAVAILABLE the client sends exactly the same request again.
+// That is safe even though the grade record has no id of its own: the
+// server derives its id from the shard, the request_id and the record's
+// index, so a resend of a request that was committed after all comes back
+// with the same ids, already_present, and stores nothing twice. Running the
+// client twice with the same --request-id shows it.
 package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"os"
 	"time"
 
+	"github.com/google/uuid"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 
 	rolloutv1 "github.com/rolloutd/rolloutd/gen/rollout/v1"
@@ -29,7 +36,11 @@ import (
 func main() {
 	addr := flag.String("addr", "localhost:50051", "rolloutd gRPC address")
 	shardName := flag.String("shard", "demo/run1", "shard to append to")
+	requestID := flag.String("request-id", "", "the Append's request_id; empty means a fresh UUID")
 	flag.Parse()
+	if *requestID == "" {
+		*requestID = uuid.NewString()
+	}
 
 	conn, err := grpc.NewClient(*addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
@@ -39,18 +50,20 @@ func main() {
 	defer conn.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if err := run(ctx, rolloutv1.NewRolloutServiceClient(conn), *shardName, os.Stdout); err != nil {
+	if err := run(ctx, rolloutv1.NewRolloutServiceClient(conn), *shardName, *requestID, os.Stdout); err != nil {
 		fmt.Fprintln(os.Stderr, "client:", err)
 		os.Exit(1)
 	}
 }
 
-// run appends two records of one rollout to shardName, then gets the
-// second back by the id the server acknowledged.
-func run(ctx context.Context, c rolloutv1.RolloutServiceClient, shardName string, out io.Writer) error {
+// run appends two records of one rollout to shardName under requestID, an
+// assistant turn with the caller's id and a grade without one, then gets
+// the grade back by the id the server acknowledged.
+func run(ctx context.Context, c rolloutv1.RolloutServiceClient, shardName, requestID string, out io.Writer) error {
 	reward := float32(1)
-	resp, err := c.Append(ctx, &rolloutv1.AppendRequest{
-		Shard: shardName,
+	resp, err := appendWithRetry(ctx, c, &rolloutv1.AppendRequest{
+		Shard:     shardName,
+		RequestId: requestID,
 		Records: []*rolloutv1.Record{
 			{
 				Id:            "rollout-42:0",
@@ -62,7 +75,7 @@ func run(ctx context.Context, c rolloutv1.RolloutServiceClient, shardName string
 				LossMask:      []byte{1, 1, 1, 1, 1},
 			},
 			{
-				Id:            "rollout-42:1",
+				// No id: the server derives one from the request_id.
 				RolloutId:     "rollout-42",
 				SequenceOrder: 1,
 				Role:          rolloutv1.Role_ROLE_GRADE,
@@ -70,7 +83,7 @@ func run(ctx context.Context, c rolloutv1.RolloutServiceClient, shardName string
 				GraderId:      "exact-match",
 			},
 		},
-	})
+	}, out)
 	if err != nil {
 		return fmt.Errorf("append: %w", err)
 	}
@@ -85,4 +98,31 @@ func run(ctx context.Context, c rolloutv1.RolloutServiceClient, shardName string
 	}
 	fmt.Fprintf(out, "got %s\n", protojson.Format(got.GetRecord()))
 	return nil
+}
+
+// appendAttempts bounds the tries of one Append, the first included.
+const appendAttempts = 5
+
+// appendWithRetry sends req, and sends exactly the same request again
+// after an UNAVAILABLE answer (a writer fenced or shutting down, storage
+// throttled, or a commit whose outcome the server could not learn), with
+// a growing delay, until ctx ends. req's ids and request_id make the
+// resend idempotent.
+func appendWithRetry(ctx context.Context, c rolloutv1.RolloutServiceClient, req *rolloutv1.AppendRequest, out io.Writer) (*rolloutv1.AppendResponse, error) {
+	delay := 100 * time.Millisecond
+	for attempt := 1; ; attempt++ {
+		resp, err := c.Append(ctx, req)
+		if status.Code(err) != codes.Unavailable || attempt == appendAttempts {
+			return resp, err
+		}
+		fmt.Fprintf(out, "attempt %d: %v; sending the same request again\n", attempt, err)
+		t := time.NewTimer(delay)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return nil, errors.Join(err, ctx.Err())
+		}
+		delay *= 2
+	}
 }
