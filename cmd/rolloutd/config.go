@@ -116,7 +116,7 @@ Usage: rolloutd [flags]
 	fs.BoolVar(&c.DisableMerge, "disable-merge", false, "turn off merging small generations and garbage collection (for debugging only)")
 	fs.Var(&c.MaxMessageBytes, "max-message-bytes", "largest gRPC request in `bytes`; sized to the largest Append batch")
 	fs.IntVar(&c.MaxBatchRecords, "max-batch-records", server.DefaultMaxBatchRecords, "maximum records in one Append")
-	fs.Var(&c.MaxRecordBytes, "max-record-bytes", "largest encoded record in `bytes`")
+	fs.Var(&c.MaxRecordBytes, "max-record-bytes", "largest encoded record in `bytes`; the default is the largest a default gRPC client (4 MiB receive limit) can read back. Raise clients' receive limit with it")
 	fs.DurationVar(&c.DefaultDeadline, "default-deadline", server.DefaultDeadline, "deadline of RPCs whose client set none")
 	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", 30*time.Second, "budget for the whole shutdown on SIGTERM/SIGINT; rolloutd exits within it")
 	fs.DurationVar(&c.DrainDelay, "drain-delay", 2*time.Second, "how long to keep serving after reporting NOT_SERVING on shutdown, so load balancers stop sending")

@@ -18,8 +18,9 @@
 // A pod that joins or leaves moves only the shards on its arcs of the ring.
 // Retries of UNAVAILABLE are in the service config; they resend the same
 // message, so records keep their ids and a retried Append is idempotent.
-// Set record ids yourself: a record with an empty id gets a fresh
-// server-assigned id on every attempt.
+// UnaryRequestIDInterceptor gives every Append without a request_id a fresh
+// one before the first attempt, so that records without an id get the same
+// server-derived ids on every attempt too.
 //
 // See docs/routing.md.
 package affine
@@ -27,11 +28,15 @@ package affine
 import (
 	"context"
 
+	"github.com/google/uuid"
 	"google.golang.org/grpc"
 	// Registers the ring_hash_experimental load-balancing policy that
 	// ServiceConfig names; without this import grpc.NewClient rejects it.
 	_ "google.golang.org/grpc/balancer/ringhash"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/protobuf/reflect/protoreflect"
+
+	rolloutv1 "github.com/rolloutd/rolloutd/gen/rollout/v1"
 )
 
 // ShardHeader is the request header (gRPC metadata key) that carries the
@@ -98,7 +103,7 @@ const ServiceConfig = `{
 func NewClient(target string, opts ...grpc.DialOption) (*grpc.ClientConn, error) {
 	defaults := []grpc.DialOption{
 		grpc.WithDefaultServiceConfig(ServiceConfig),
-		grpc.WithChainUnaryInterceptor(UnaryShardInterceptor),
+		grpc.WithChainUnaryInterceptor(UnaryShardInterceptor, UnaryRequestIDInterceptor),
 		grpc.WithDefaultCallOptions(
 			grpc.MaxCallSendMsgSize(MaxMessageBytes),
 			grpc.MaxCallRecvMsgSize(MaxMessageBytes),
@@ -137,4 +142,37 @@ func UnaryShardInterceptor(ctx context.Context, method string, req, reply any,
 		}
 	}
 	return invoker(ctx, method, req, reply, cc, opts...)
+}
+
+// UnaryRequestIDInterceptor sends an AppendRequest without a request_id as
+// a copy with a fresh UUID as its request_id; the caller's request is not
+// modified, and its records are not copied. It runs once per call, before the channel's transparent
+// retries, which resend that same copy: every attempt then carries the
+// same request_id, and records sent without an id get the same
+// server-derived ids, so a retry of a committed attempt comes back
+// already_present instead of storing them again. A request_id the caller
+// set is kept; set one yourself to make your own retries (a new call with
+// the same request) idempotent as well.
+func UnaryRequestIDInterceptor(ctx context.Context, method string, req, reply any,
+	cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+	if r, ok := req.(*rolloutv1.AppendRequest); ok && r.GetRequestId() == "" {
+		with := shallowCopy(r)
+		with.RequestId = uuid.NewString()
+		req = with
+	}
+	return invoker(ctx, method, req, reply, cc, opts...)
+}
+
+// shallowCopy returns a new AppendRequest with every field of r, sharing
+// r's records rather than copying them (a batch may be tens of MiB). The
+// copy is only marshalled, never modified.
+func shallowCopy(r *rolloutv1.AppendRequest) *rolloutv1.AppendRequest {
+	out := &rolloutv1.AppendRequest{}
+	src, dst := r.ProtoReflect(), out.ProtoReflect()
+	src.Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
+		dst.Set(fd, v)
+		return true
+	})
+	dst.SetUnknown(src.GetUnknown())
+	return out
 }

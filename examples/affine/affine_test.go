@@ -37,6 +37,7 @@ type fakeServer struct {
 	shards map[string]int      // shard -> requests served
 	header map[string][]string // shard -> ShardHeader values seen
 	ids    map[string][]string // shard -> record ids of every Append attempt
+	reqIDs map[string][]string // shard -> request_id of every Append attempt
 	// failFirst answers UNAVAILABLE to the first Append attempt per shard.
 	failFirst bool
 	failed    map[string]bool
@@ -44,7 +45,7 @@ type fakeServer struct {
 
 func newFakeServer(name string) *fakeServer {
 	return &fakeServer{name: name, shards: map[string]int{}, header: map[string][]string{},
-		ids: map[string][]string{}, failed: map[string]bool{}}
+		ids: map[string][]string{}, reqIDs: map[string][]string{}, failed: map[string]bool{}}
 }
 
 func (s *fakeServer) record(ctx context.Context, shard string) {
@@ -61,6 +62,7 @@ func (s *fakeServer) Append(ctx context.Context, req *rolloutv1.AppendRequest) (
 	for _, r := range req.GetRecords() {
 		s.ids[req.GetShard()] = append(s.ids[req.GetShard()], r.GetId())
 	}
+	s.reqIDs[req.GetShard()] = append(s.reqIDs[req.GetShard()], req.GetRequestId())
 	fail := s.failFirst && !s.failed[req.GetShard()]
 	s.failed[req.GetShard()] = true
 	s.mu.Unlock()
@@ -375,6 +377,40 @@ func TestUnavailableIsRetriedWithTheSameIDs(t *testing.T) {
 		t.Fatalf("the server saw ids %v, want %v (two attempts, same ids)", ids, want)
 	}
 	t.Logf("attempts seen by the server: %v", ids)
+}
+
+// TestRetriesCarryOneRequestID: an Append without a request_id gets one
+// before its first attempt, and the channel's retry resends that same
+// request_id, so the server derives the same ids for records sent without
+// one. The caller's request is left alone, and a request_id it set is kept.
+func TestRetriesCarryOneRequestID(t *testing.T) {
+	a := newFakeServer("A")
+	a.failFirst = true
+	cc, _ := dial(t, endpoints(startServer(t, a)))
+	client := rolloutv1.NewRolloutServiceClient(cc)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+
+	req := &rolloutv1.AppendRequest{Shard: "exp-1/actor-1", Records: []*rolloutv1.Record{{Content: "no id"}}}
+	if _, err := client.Append(ctx, req); err != nil {
+		t.Fatalf("Append after one UNAVAILABLE: %v", err)
+	}
+	if req.GetRequestId() != "" {
+		t.Errorf("the interceptor set request_id %q on the caller's request", req.GetRequestId())
+	}
+	if _, err := client.Append(ctx, &rolloutv1.AppendRequest{Shard: "exp-1/actor-2", RequestId: "mine-1", Records: []*rolloutv1.Record{{}}}); err != nil {
+		t.Fatal(err)
+	}
+	a.mu.Lock()
+	got, kept := a.reqIDs["exp-1/actor-1"], a.reqIDs["exp-1/actor-2"]
+	a.mu.Unlock()
+	if len(got) != 2 || got[0] == "" || got[0] != got[1] {
+		t.Errorf("attempts carried request_ids %q, want two equal, non-empty ones", got)
+	}
+	if fmt.Sprint(kept) != "[mine-1 mine-1]" {
+		t.Errorf("a caller's request_id arrived as %q, want [mine-1 mine-1] (two attempts)", kept)
+	}
+	t.Logf("request_id of both attempts: %s", got[0])
 }
 
 // TestPublishedServiceConfigMatches keeps deploy/client/service-config.json

@@ -26,8 +26,10 @@ func ExampleNewClient() {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	// Choose record ids yourself, so that retries (by the channel's retry
-	// policy, or your own) are idempotent.
+	// Choose record ids yourself, or set request_id, so that retries (by the
+	// channel's retry policy, or your own) are idempotent. NewClient's
+	// interceptor sets a request_id for the channel's retries when you
+	// don't.
 	_, err = client.Append(ctx, &rolloutv1.AppendRequest{
 		Shard: "exp-42/actor-7",
 		Records: []*rolloutv1.Record{

@@ -5,11 +5,14 @@
 //	go run ./cmd/rolloutd &                       # a server on :50051
 //	go run ./examples/client --addr localhost:50051 --shard demo/run1
 //
-// Give records your own ids: a retried Append with the same ids is
-// idempotent (an id already stored with the same content is reported
-// already_present), so the client resends the same request when the
+// Every Append carries a request_id (a fresh UUID unless --request-id names
+// one), and the client sends exactly the same request again when the
 // error's ErrorInfo reason says a resend helps (retry.go), never deciding
-// from the message text.
+// from the message text. That is safe even though the grade record has no
+// id of its own: the server derives its id from the shard, the request_id
+// and the record's index, so a resend of a request that was committed after
+// all comes back with the same ids, already_present, and stores nothing
+// twice. Running the client twice with the same --request-id shows it.
 package main
 
 import (
@@ -20,6 +23,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/google/uuid"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/encoding/protojson"
@@ -30,7 +34,11 @@ import (
 func main() {
 	addr := flag.String("addr", "localhost:50051", "rolloutd gRPC address")
 	shardName := flag.String("shard", "demo/run1", "shard to append to")
+	requestID := flag.String("request-id", "", "the Append's request_id; empty means a fresh UUID")
 	flag.Parse()
+	if *requestID == "" {
+		*requestID = uuid.NewString()
+	}
 
 	conn, err := grpc.NewClient(*addr, grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithUnaryInterceptor(retryByReason))
 	if err != nil {
@@ -40,18 +48,20 @@ func main() {
 	defer conn.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if err := run(ctx, rolloutv1.NewRolloutServiceClient(conn), *shardName, os.Stdout); err != nil {
+	if err := run(ctx, rolloutv1.NewRolloutServiceClient(conn), *shardName, *requestID, os.Stdout); err != nil {
 		fmt.Fprintln(os.Stderr, "client:", err)
 		os.Exit(1)
 	}
 }
 
-// run appends two records of one rollout to shardName, then gets the
-// second back by the id the server acknowledged.
-func run(ctx context.Context, c rolloutv1.RolloutServiceClient, shardName string, out io.Writer) error {
+// run appends two records of one rollout to shardName under requestID, an
+// assistant turn with the caller's id and a grade without one, then gets
+// the grade back by the id the server acknowledged.
+func run(ctx context.Context, c rolloutv1.RolloutServiceClient, shardName, requestID string, out io.Writer) error {
 	reward := float32(1)
 	resp, err := c.Append(ctx, &rolloutv1.AppendRequest{
-		Shard: shardName,
+		Shard:     shardName,
+		RequestId: requestID,
 		Records: []*rolloutv1.Record{
 			{
 				Id:            "rollout-42:0",
@@ -63,7 +73,7 @@ func run(ctx context.Context, c rolloutv1.RolloutServiceClient, shardName string
 				LossMask:      []byte{1, 1, 1, 1, 1},
 			},
 			{
-				Id:            "rollout-42:1",
+				// No id: the server derives one from the request_id.
 				RolloutId:     "rollout-42",
 				SequenceOrder: 1,
 				Role:          rolloutv1.Role_ROLE_GRADE,

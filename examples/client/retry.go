@@ -32,9 +32,10 @@ const (
 // status code and the ErrorInfo reason, never from the message text.
 //
 // Resending is what this client does for OUTCOME_UNKNOWN too: its records
-// carry their own ids, so records that did land come back already_present.
-// A client sending records without ids must also set request_id, or treat
-// OUTCOME_UNKNOWN as "maybe stored" and not resend.
+// carry their own ids or ids derived from the request_id, so records that
+// did land come back already_present. A client that sends records without
+// ids and without a request_id must treat OUTCOME_UNKNOWN as "maybe
+// stored" and not resend.
 func retryAfter(err error) (bool, time.Duration) {
 	st := status.Convert(err)
 	var reason string

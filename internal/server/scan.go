@@ -37,16 +37,15 @@ func (s *service) Scan(req *rolloutv1.ScanRequest, stream grpc.ServerStreamingSe
 		Follow:   req.GetFollow(),
 		Notifier: s.notifier,
 	}
-	// Without a filter or a projection, records go out as stored.
-	opts.Raw = opts.Filter == nil && len(req.GetFields().GetPaths()) == 0
+	// Without a filter or a projection, records go out as stored. The
+	// reader projects, so that it sizes batches by the bytes sent.
+	opts.Raw = opts.Filter == nil && project == nil
+	opts.Project = project
 	err = s.reader.Scan(ctx, req.GetShard(), opts, func(b shard.Batch) error {
 		var err error
 		if opts.Raw {
 			err = stream.SendMsg(newScanFrame(b.Raw, b.Cursor))
 		} else {
-			for _, r := range b.Records {
-				project(r)
-			}
 			err = stream.Send(&rolloutv1.ScanResponse{Records: b.Records, Cursor: b.Cursor})
 		}
 		if err != nil {
@@ -85,11 +84,11 @@ func scanFilter(req *rolloutv1.ScanRequest) func(*rolloutv1.Record) bool {
 }
 
 // projection returns a function that clears every Record field the mask
-// does not name. id and seq are always kept. Paths are top-level field
-// names, in proto or JSON form.
+// does not name, or nil for an empty mask (whole records). id and seq are
+// always kept. Paths are top-level field names, in proto or JSON form.
 func projection(mask *fieldmaskpb.FieldMask) (func(*rolloutv1.Record), error) {
 	if len(mask.GetPaths()) == 0 {
-		return func(*rolloutv1.Record) {}, nil
+		return nil, nil
 	}
 	fields := (&rolloutv1.Record{}).ProtoReflect().Descriptor().Fields()
 	keep := map[protoreflect.FieldNumber]bool{

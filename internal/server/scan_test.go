@@ -205,3 +205,41 @@ func TestScanFollow(t *testing.T) {
 		t.Errorf("follow at shutdown: details %v, want %s with %s=%d", status.Convert(err).Details(), ReasonScanInterrupted, MetadataResumeAfterSeq, cursor)
 	}
 }
+
+// Scan batches are sized by the bytes sent: with fields [id], eight 1 MiB
+// records come back in one batch; whole, in one batch each.
+func TestScanBatchesBySentBytes(t *testing.T) {
+	ts := startServer(t, Config{Store: memstore.New()})
+	ctx := context.Background()
+	const n = 8
+	for i := range n {
+		rec := &rolloutv1.Record{Id: fmt.Sprintf("big-%d", i), Content: strings.Repeat("x", 1<<20)}
+		if _, err := ts.client.Append(ctx, &rolloutv1.AppendRequest{Shard: "s", Records: []*rolloutv1.Record{rec}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	batches := func(req *rolloutv1.ScanRequest) (int, int) {
+		stream, err := ts.client.Scan(ctx, req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var b, records int
+		for {
+			resp, err := stream.Recv()
+			if errors.Is(err, io.EOF) {
+				return b, records
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			b++
+			records += len(resp.GetRecords())
+		}
+	}
+	if b, r := batches(&rolloutv1.ScanRequest{Shard: "s", Fields: &fieldmaskpb.FieldMask{Paths: []string{"id"}}}); b != 1 || r != n {
+		t.Errorf("fields [id]: %d records in %d batches, want %d in 1", r, b, n)
+	}
+	if b, r := batches(&rolloutv1.ScanRequest{Shard: "s"}); b != n || r != n {
+		t.Errorf("whole records: %d records in %d batches, want %d in %d", r, b, n, n)
+	}
+}

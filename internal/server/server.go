@@ -62,7 +62,9 @@ type Config struct {
 	MaxMessageBytes int
 	// MaxBatchRecords bounds the records of one Append. Default 10000.
 	MaxBatchRecords int
-	// MaxRecordBytes bounds one encoded record. Default 16 MiB.
+	// MaxRecordBytes bounds one encoded record. Default
+	// DefaultMaxRecordBytes, the largest record a default gRPC client can
+	// read back.
 	MaxRecordBytes int
 	// DefaultDeadline applies to RPCs that carry none. Default 30 s;
 	// negative means none.
@@ -113,10 +115,46 @@ const (
 	DefaultOpenTimeout     = 30 * time.Second
 	DefaultMaxMessageBytes = 64 << 20
 	DefaultMaxBatchRecords = 10000
-	DefaultMaxRecordBytes  = 16 << 20
 	DefaultDeadline        = 30 * time.Second
 	DefaultAppendAttempts  = 4
 	DefaultRetryBackoff    = 10 * time.Millisecond
+)
+
+// DefaultMaxRecordBytes is the largest record (its encoding as the client
+// sent it) that a gRPC client with default settings can read back. grpc-go,
+// grpcio (Python) and grpc-js (Node.js) refuse a received message over
+// 4 MiB unless the client raises its limit (grpc-go: the call option
+// grpc.MaxCallRecvMsgSize; grpcio and grpc-js: the channel option
+// "grpc.max_receive_message_length"). The response that carries a record adds what the server stores beside it
+// and the response's own framing:
+//
+//	  4,194,304  4 MiB, a default client's receive limit
+//	-       131  id, when the server fills it: tag 1 + length 2 + at most
+//	             128 characters (a filled id is 36 today; 128 is the id limit)
+//	-        19  created_at, when the server fills it: tag 1 + length 1 +
+//	             a Timestamp of at most 17 (seconds 1+10, nanos 1+5)
+//	-        11  seq: tag 1 + a varint of at most 10
+//	-         5  the record in GetResponse or ScanResponse: tag 1 + length 4
+//	             (a length below 256 MiB)
+//	-        11  ScanResponse's cursor: tag 1 + a varint of at most 10
+//	= 4,194,127
+//
+// A Scan batch holds a record this large alone: batches are at most 1 MiB
+// unless a single record is larger (shard.ScanOptions.BatchBytes).
+//
+// Servers that take larger records need clients that raise their receive
+// limit to match (see README, "Records larger than 4 MiB").
+const DefaultMaxRecordBytes = defaultClientRecvBytes - storedRecordGrowth - responseFraming
+
+const (
+	// defaultClientRecvBytes is the receive limit of a default gRPC client.
+	defaultClientRecvBytes = 4 << 20
+	// storedRecordGrowth bounds what the server adds to a record it
+	// accepts: an id, created_at and seq (see DefaultMaxRecordBytes).
+	storedRecordGrowth = (1 + 2 + 128) + (1 + 1 + 17) + (1 + 10)
+	// responseFraming bounds what a GetResponse or a ScanResponse holding
+	// one record adds to the record (see DefaultMaxRecordBytes).
+	responseFraming = (1 + 4) + (1 + 10)
 )
 
 // recordOverhead bounds what shard.Prepare adds to a record beyond the

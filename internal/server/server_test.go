@@ -119,6 +119,8 @@ func TestAppendRejects(t *testing.T) {
 		{"duplicate ids", &rolloutv1.AppendRequest{Shard: "s", Records: []*rolloutv1.Record{record("a"), record("a")}}, codes.InvalidArgument, "records[1].id"},
 		{"bad id", &rolloutv1.AppendRequest{Shard: "s", Records: []*rolloutv1.Record{record("a b")}}, codes.InvalidArgument, "records[0].id"},
 		{"NaN reward", &rolloutv1.AppendRequest{Shard: "s", Records: []*rolloutv1.Record{{Id: "a", Reward: nan()}}}, codes.InvalidArgument, "records[0].reward"},
+		{"unknown role", &rolloutv1.AppendRequest{Shard: "s", Records: []*rolloutv1.Record{{Id: "a", Role: 99}}}, codes.InvalidArgument, "records[0].role"},
+		{"NaN relationship weight", &rolloutv1.AppendRequest{Shard: "s", Records: []*rolloutv1.Record{{Id: "a", Relationships: []*rolloutv1.Relationship{{TargetId: "b", Weight: *nan()}}}}}, codes.InvalidArgument, "records[0].relationships[0].weight"},
 		{"loss mask length", &rolloutv1.AppendRequest{Shard: "s", Records: []*rolloutv1.Record{{Id: "a", OutputTokens: []int32{1, 2}, LossMask: []byte{1}}}}, codes.InvalidArgument, "loss_mask"},
 		{"too many records", &rolloutv1.AppendRequest{Shard: "s", Records: []*rolloutv1.Record{record("a"), record("b"), record("c"), record("d")}}, codes.ResourceExhausted, "at most 3"},
 		{"record too large", &rolloutv1.AppendRequest{Shard: "s", Records: []*rolloutv1.Record{{Id: "a", Content: big}}}, codes.ResourceExhausted, "records[0]"},

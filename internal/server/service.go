@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"google.golang.org/protobuf/proto"
@@ -35,20 +36,22 @@ func (s *service) Append(ctx context.Context, req *rolloutv1.AppendRequest) (*ro
 	if err := s.checkAppend(req); err != nil {
 		return nil, toStatus(err)
 	}
-	now := s.clock.Now()
-	entries := make([]shard.Entry, len(req.GetRecords()))
-	var size int
-	for i, rec := range req.GetRecords() {
-		e, err := shard.Prepare(rec, now)
-		if err != nil {
-			return nil, toStatus(&validate.FieldError{Field: fmt.Sprintf("records[%d]", i), Rule: "must encode", Detail: err.Error()})
-		}
-		entries[i] = e
-		size += len(e.Data)
+	entries, derived, err := s.prepare(req)
+	if err != nil {
+		return nil, toStatus(err)
 	}
 	results, err := s.writers.append(ctx, req.GetShard(), entries)
 	if err != nil {
+		if derived && errors.Is(err, shard.ErrIDConflict) {
+			// The shard's error names the id; say where a derived one
+			// came from.
+			err = fmt.Errorf("%w; this request's records without an id got ids derived from request_id %q, which must not be reused for different records", err, req.GetRequestId())
+		}
 		return nil, appendStatus(err)
+	}
+	var size int
+	for _, e := range entries {
+		size += len(e.Data)
 	}
 
 	resp := &rolloutv1.AppendResponse{Results: make([]*rolloutv1.AppendResult, len(results))}
@@ -87,6 +90,43 @@ func (s *service) checkAppend(req *rolloutv1.AppendRequest) error {
 		}
 	}
 	return nil
+}
+
+// prepare prepares the request's records for the writer, once per request:
+// a record without an id gets the id derived from the request_id when there
+// is one (shard.DeriveID), else a UUIDv7. derived reports whether any id was
+// derived. A derived id that equals a caller-set id of the same request is
+// refused, since the batch would then hold one id twice.
+func (s *service) prepare(req *rolloutv1.AppendRequest) (entries []shard.Entry, derived bool, err error) {
+	now := s.clock.Now()
+	records, reqID := req.GetRecords(), req.GetRequestId()
+	entries = make([]shard.Entry, len(records))
+	for i, rec := range records {
+		var id string
+		if reqID != "" && rec.GetId() == "" {
+			id, derived = shard.DeriveID(req.GetShard(), reqID, i), true
+		}
+		e, err := shard.PrepareWithID(rec, id, now)
+		if err != nil {
+			return nil, false, &validate.FieldError{Field: fmt.Sprintf("records[%d]", i), Rule: "must encode", Detail: err.Error()}
+		}
+		entries[i] = e
+	}
+	if derived {
+		callerIDs := make(map[string]int, len(records))
+		for i, rec := range records {
+			if rec.GetId() != "" {
+				callerIDs[rec.GetId()] = i
+			}
+		}
+		for i, rec := range records {
+			if j, clash := callerIDs[entries[i].ID]; clash && rec.GetId() == "" {
+				return nil, false, &validate.FieldError{Field: fmt.Sprintf("records[%d].id", j), Rule: "must differ from the ids derived from request_id",
+					Detail: fmt.Sprintf("%q is the id derived for records[%d]", entries[i].ID, i)}
+			}
+		}
+	}
+	return entries, derived, nil
 }
 
 // Get reads one record, always through the shard's current manifest, so it

@@ -38,6 +38,16 @@ const (
 // UUIDv7 id when the id is empty and created_at (now) when it is absent. rec
 // is not modified.
 func Prepare(rec *rolloutv1.Record, now time.Time) (Entry, error) {
+	return PrepareWithID(rec, "", now)
+}
+
+// PrepareWithID is Prepare, except that a record without an id gets id
+// instead of a UUIDv7 when id is not empty: the server passes DeriveID's id
+// for an Append that carries a request id. id must be a valid record id. As
+// with any id the server fills, the client hash does not cover it, so a
+// resent record matches its stored copy, and different content under the
+// same id conflicts.
+func PrepareWithID(rec *rolloutv1.Record, id string, now time.Time) (Entry, error) {
 	if rec.GetSeq() != 0 {
 		rec = proto.CloneOf(rec)
 		rec.Seq = 0
@@ -52,11 +62,14 @@ func Prepare(rec *rolloutv1.Record, now time.Time) (Entry, error) {
 	// The filled fields are absent from data, so appending them yields the
 	// same message as setting them before marshalling.
 	if e.ID == "" {
-		id, err := uuid.NewV7()
-		if err != nil {
-			return Entry{}, fmt.Errorf("assign record id: %w", err)
+		e.ID = id
+		if e.ID == "" {
+			v7, err := uuid.NewV7()
+			if err != nil {
+				return Entry{}, fmt.Errorf("assign record id: %w", err)
+			}
+			e.ID = v7.String()
 		}
-		e.ID = id.String()
 		data = protowire.AppendTag(data, fieldID, protowire.BytesType)
 		data = protowire.AppendString(data, e.ID)
 	}

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
 	rolloutv1 "github.com/rolloutd/rolloutd/gen/rollout/v1"
@@ -26,6 +27,11 @@ type ScanOptions struct {
 	// Filter, when set, keeps only the records it accepts. It sees every
 	// record once, in seq order, and must not keep it.
 	Filter func(*rolloutv1.Record) bool
+	// Project, when set, trims each record Filter kept (for example to the
+	// fields a client asked for) before it joins a batch, so that batches
+	// are sized by what is delivered, not by what is stored. It may modify
+	// the record, and must not keep it.
+	Project func(*rolloutv1.Record)
 	// Follow keeps the scan going after the last committed record, delivering
 	// new commits as they land, until ctx ends.
 	Follow bool
@@ -36,7 +42,10 @@ type ScanOptions struct {
 	// PollMin and PollMax bound the manifest polling interval of a following
 	// scan; it backs off while the shard is idle. Defaults 50 ms and 2 s.
 	PollMin, PollMax time.Duration
-	// BatchRecords and BatchBytes bound one delivered batch. Defaults 256
+	// BatchRecords and BatchBytes bound one delivered batch. BatchBytes
+	// counts each delivered record's encoding (after Project) with its
+	// framing as an element of a repeated field; a batch exceeds it only
+	// when it holds a single record larger than BatchBytes. Defaults 256
 	// records and 1 MiB.
 	BatchRecords int
 	BatchBytes   int
@@ -91,8 +100,8 @@ var errScanDone = errors.New("scan limit reached")
 // ErrCorrupt naming the blob, a storage error, or ctx's error (Follow ends
 // only that way).
 func (r *Reader) Scan(ctx context.Context, shard string, opts ScanOptions, emit func(Batch) error) error {
-	if opts.Raw && opts.Filter != nil {
-		return errors.New("shard: a raw scan cannot filter")
+	if opts.Raw && (opts.Filter != nil || opts.Project != nil) {
+		return errors.New("shard: a raw scan cannot filter or project")
 	}
 	opts = opts.withDefaults()
 	s := &scanner{r: r, shard: shard, opts: opts, emit: emit, cursor: opts.AfterSeq, emitted: opts.AfterSeq}
@@ -251,7 +260,7 @@ func (s *scanner) generation(ctx context.Context, g *storagepb.Generation) error
 			if err := proto.Unmarshal(b, rec); err != nil {
 				return fmt.Errorf("%w: blob %s: record %q: %w", ErrCorrupt, name, e.GetId(), err)
 			}
-			if err := s.add(rec, e.GetSeq(), len(b)); err != nil {
+			if err := s.add(rec, e.GetSeq(), b); err != nil {
 				return err
 			}
 		}
@@ -269,22 +278,54 @@ type chunk struct {
 
 // addRaw puts one record's encoding into the batch.
 func (s *scanner) addRaw(b []byte, seq uint64) error {
+	size := framedSize(len(b))
+	if err := s.makeRoom(size); err != nil {
+		return err
+	}
 	s.cursor = seq
 	s.batch.Cursor = seq
 	s.batch.Raw = append(s.batch.Raw, b)
-	s.batchSize += len(b)
+	s.batchSize += size
 	return s.after()
 }
 
-// add puts one record (or, filtered out, just its seq) into the batch.
-func (s *scanner) add(rec *rolloutv1.Record, seq uint64, size int) error {
+// add puts one record (or, filtered out, just its seq) into the batch. b
+// is its stored encoding.
+func (s *scanner) add(rec *rolloutv1.Record, seq uint64, b []byte) error {
+	keep := s.opts.Filter == nil || s.opts.Filter(rec)
+	var size int
+	if keep {
+		n := len(b)
+		if s.opts.Project != nil {
+			s.opts.Project(rec)
+			n = proto.Size(rec)
+		}
+		size = framedSize(n)
+		if err := s.makeRoom(size); err != nil {
+			return err
+		}
+	}
 	s.cursor = seq
 	s.batch.Cursor = seq
-	if s.opts.Filter == nil || s.opts.Filter(rec) {
+	if keep {
 		s.batch.Records = append(s.batch.Records, rec)
 		s.batchSize += size
 	}
 	return s.after()
+}
+
+// framedSize is the size of an n-byte record as an element of a repeated
+// message field: tag, length and the record.
+func framedSize(n int) int { return 1 + protowire.SizeVarint(uint64(n)) + n }
+
+// makeRoom flushes the batch first when a record of size bytes would take
+// it past BatchBytes, so that a batch only exceeds BatchBytes when a single
+// record does.
+func (s *scanner) makeRoom(size int) error {
+	if len(s.batch.Records)+len(s.batch.Raw) > 0 && s.batchSize+size > s.opts.BatchBytes {
+		return s.flush()
+	}
+	return nil
 }
 
 // after counts what add delivered and flushes a full batch.

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
 	rolloutv1 "github.com/rolloutd/rolloutd/gen/rollout/v1"
@@ -248,4 +249,64 @@ func TestFollowSeesEveryCommitOnce(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A batch stays within BatchBytes (each record counted with its framing in
+// the delivered message) unless it holds a single larger record, and it is
+// sized by the records after Project, in both raw and decoded scans.
+func TestScanBatchBytes(t *testing.T) {
+	store := memstore.New()
+	w := open(t, store, "s")
+	defer w.Abort()
+	// Record sizes in KiB, in seq order: small ones around large ones.
+	sizes := []int{100, 300, 700, 50, 2000, 10, 10, 900, 200, 1500, 5}
+	for i, kib := range sizes {
+		rec := &rolloutv1.Record{Id: fmt.Sprintf("r%02d", i), Content: string(make([]byte, kib<<10))}
+		e, err := Prepare(rec, time.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := w.Append(context.Background(), []Entry{e}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	reader := NewReader(store, ReaderOptions{})
+	const limit = 1 << 20
+	framed := func(n int) int { return 1 + protowire.SizeVarint(uint64(n)) + n }
+	check := func(t *testing.T, opts ScanOptions) (batches int) {
+		t.Helper()
+		var seen int
+		err := reader.Scan(context.Background(), "s", opts, func(b Batch) error {
+			batches++
+			size, n := 0, len(b.Records)+len(b.Raw)
+			for _, r := range b.Raw {
+				size += framed(len(r))
+			}
+			for _, r := range b.Records {
+				size += framed(proto.Size(r))
+			}
+			if size > limit && n > 1 {
+				t.Errorf("batch %d: %d records of %d bytes in all, over BatchBytes %d", batches, n, size, limit)
+			}
+			seen += n
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if seen != len(sizes) {
+			t.Errorf("scan delivered %d records, want %d", seen, len(sizes))
+		}
+		return batches
+	}
+	t.Run("raw", func(t *testing.T) { check(t, ScanOptions{Raw: true, BatchBytes: limit}) })
+	t.Run("decoded", func(t *testing.T) {
+		check(t, ScanOptions{Filter: func(*rolloutv1.Record) bool { return true }, BatchBytes: limit})
+	})
+	t.Run("projected", func(t *testing.T) {
+		idOnly := func(r *rolloutv1.Record) { r.Content, r.CreatedAt = "", nil }
+		if n := check(t, ScanOptions{Project: idOnly, BatchBytes: limit}); n != 1 {
+			t.Errorf("ids only: %d batches, want 1 (they are sized by the bytes delivered)", n)
+		}
+	})
 }

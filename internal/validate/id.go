@@ -13,6 +13,18 @@ const MaxRecordIDBytes = 128
 // used as blob or file names.
 func RecordID(id string) error { return recordID("id", id) }
 
+// MaxRequestIDBytes is the maximum length of an Append request_id.
+const MaxRequestIDBytes = 128
+
+// RequestID checks an Append request_id: empty (none), or 1 to
+// MaxRequestIDBytes characters of [A-Za-z0-9._:-], the record-id grammar.
+func RequestID(id string) error {
+	if id == "" {
+		return nil
+	}
+	return recordID("request_id", id)
+}
+
 func recordID(field, id string) error {
 	if id == "" {
 		return &FieldError{Field: field, Rule: "required"}

@@ -63,3 +63,18 @@ func FuzzRecordID(f *testing.F) {
 		}
 	})
 }
+
+func TestRequestID(t *testing.T) {
+	for _, id := range []string{"", "7d417461-261f-4244-9e13-d7c71483cd59", "job-7:step.12_a", strings.Repeat("r", 128)} {
+		if err := RequestID(id); err != nil {
+			t.Errorf("RequestID(%q) = %v, want nil", id, err)
+		}
+	}
+	for _, tt := range []struct{ id, rule string }{
+		{strings.Repeat("r", 129), "must be at most 128 characters"},
+		{"a/b", "must contain only A-Z, a-z, 0-9, '.', '_', ':' and '-'"},
+		{"a b", "must contain only A-Z, a-z, 0-9, '.', '_', ':' and '-'"},
+	} {
+		checkFieldError(t, "RequestID("+quote(tt.id)+")", RequestID(tt.id), "request_id", tt.rule)
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"regexp"
+	"strings"
 	"testing"
 	"time"
 
@@ -33,6 +34,9 @@ func firstProblem(req *rolloutv1.AppendRequest) string {
 	if !validShard(req.GetShard()) {
 		return "shard"
 	}
+	if id := req.GetRequestId(); id != "" && !idGrammar.MatchString(id) {
+		return "request_id"
+	}
 	if len(req.GetRecords()) == 0 {
 		return "records"
 	}
@@ -41,6 +45,9 @@ func firstProblem(req *rolloutv1.AppendRequest) string {
 		f := func(name string) string { return fmt.Sprintf("records[%d].%s", i, name) }
 		if id := r.GetId(); id != "" && !idGrammar.MatchString(id) {
 			return f("id")
+		}
+		if _, known := rolloutv1.Role_name[int32(r.GetRole())]; !known {
+			return f("role")
 		}
 		for _, x := range []struct {
 			name string
@@ -68,6 +75,11 @@ func firstProblem(req *rolloutv1.AppendRequest) string {
 				return fmt.Sprintf("%s[%d]", f("loss_mask"), j)
 			}
 		}
+		for j, rel := range r.GetRelationships() {
+			if !isFinite(rel.GetWeight()) {
+				return fmt.Sprintf("%s[%d].weight", f("relationships"), j)
+			}
+		}
 		if id := r.GetId(); id != "" {
 			if seen[id] {
 				return f("id")
@@ -93,6 +105,13 @@ func seedRequests() []*rolloutv1.AppendRequest {
 		{Shard: "s", Records: []*rolloutv1.Record{{OutputTokens: []int32{1}, LossMask: []byte{1, 1}}}},
 		{Shard: "s", Records: []*rolloutv1.Record{{OutputTokens: []int32{1}, LossMask: []byte{2}}}},
 		{Shard: "\u0430", Records: []*rolloutv1.Record{{}}},
+		{Shard: "s", Records: []*rolloutv1.Record{{Role: rolloutv1.Role_ROLE_GRADE}, {Role: 99}}},
+		{Shard: "s", Records: []*rolloutv1.Record{{Role: 7, Reward: &nan}}},
+		{Shard: "s", Records: []*rolloutv1.Record{{Relationships: []*rolloutv1.Relationship{{TargetId: "a", Weight: 0.5}, {TargetId: "b", Weight: nan}}}}},
+		{Shard: "s", Records: []*rolloutv1.Record{{Relationships: []*rolloutv1.Relationship{{Weight: inf}}, LossMask: []byte{3}}}},
+		{Shard: "exp/run1", RequestId: "7d417461-261f-4244-9e13-d7c71483cd59", Records: []*rolloutv1.Record{{Content: "a"}, {Id: "r-1"}, {}}},
+		{Shard: "s", RequestId: "bad id", Records: []*rolloutv1.Record{{Id: "a b"}}},
+		{Shard: "s", RequestId: strings.Repeat("r", 129), Records: []*rolloutv1.Record{{}}},
 	}
 }
 
@@ -123,12 +142,19 @@ func FuzzAppendRequest(f *testing.F) {
 			}
 			now := time.Unix(1_700_000_000, 0)
 			for i, r := range req.GetRecords() {
-				e, perr := shard.Prepare(r, now)
+				var derived string
+				if req.GetRequestId() != "" {
+					derived = shard.DeriveID(req.GetShard(), req.GetRequestId(), i)
+				}
+				e, perr := shard.PrepareWithID(r, derived, now)
 				if perr != nil {
 					t.Fatalf("records[%d] passed validation but cannot be prepared: %v", i, perr)
 				}
-				if r.GetId() != "" && e.ID != r.GetId() {
+				switch {
+				case r.GetId() != "" && e.ID != r.GetId():
 					t.Fatalf("records[%d]: prepared id %q, sent %q", i, e.ID, r.GetId())
+				case r.GetId() == "" && derived != "" && e.ID != derived:
+					t.Fatalf("records[%d]: prepared id %q, derived %q", i, e.ID, derived)
 				}
 				if e.ID == "" || validate.RecordID(e.ID) != nil {
 					t.Fatalf("records[%d]: prepared an invalid id %q", i, e.ID)

@@ -17,6 +17,8 @@ import (
 	"math"
 	"strconv"
 
+	"google.golang.org/protobuf/reflect/protoreflect"
+
 	rolloutv1 "github.com/rolloutd/rolloutd/gen/rollout/v1"
 )
 
@@ -51,10 +53,14 @@ func fieldErr(field, rule, detailFormat string, args ...any) *FieldError {
 	return &FieldError{Field: field, Rule: rule, Detail: fmt.Sprintf(detailFormat, args...)}
 }
 
-// AppendRequest checks an Append request: the shard, a non-empty batch, each
-// record (see Record), and that no two records share a non-empty id.
+// AppendRequest checks an Append request: the shard, the request_id (see
+// RequestID), a non-empty batch, each record (see Record), and that no two
+// records share a non-empty id.
 func AppendRequest(req *rolloutv1.AppendRequest) error {
 	if err := Shard(req.GetShard()); err != nil {
+		return err
+	}
+	if err := RequestID(req.GetRequestId()); err != nil {
 		return err
 	}
 	records := req.GetRecords()
@@ -89,9 +95,10 @@ func GetRequest(req *rolloutv1.GetRequest) error {
 
 // Record checks the record at index i of an Append request; i only names the
 // field in errors ("records[i]..."). An empty id is allowed: the server
-// assigns one. It checks the id grammar, that reward, advantage, score and
-// the logprobs are finite, and that loss_mask is empty or holds one 0 or 1
-// byte per output token.
+// assigns one. It checks, in this order, the id grammar, that every enum
+// field (role) holds a value the API defines, that reward, advantage, score
+// and the logprobs are finite, that loss_mask is empty or holds one 0 or 1
+// byte per output token, and that every relationship's weight is finite.
 func Record(i int, r *rolloutv1.Record) error {
 	if r == nil {
 		return &FieldError{Field: "records[" + strconv.Itoa(i) + "]", Rule: "must be set"}
@@ -100,6 +107,9 @@ func Record(i int, r *rolloutv1.Record) error {
 		if err := recordID(recordField(i, "id"), id); err != nil {
 			return err
 		}
+	}
+	if err := knownEnums("records["+strconv.Itoa(i)+"]", r.ProtoReflect()); err != nil {
+		return err
 	}
 	for _, f := range []struct {
 		name string
@@ -137,6 +147,73 @@ func Record(i int, r *rolloutv1.Record) error {
 		if b > 1 {
 			return fieldErr(recordField(i, "loss_mask")+"["+strconv.Itoa(j)+"]", "must be 0 or 1", "got %d", b)
 		}
+	}
+	for j, rel := range r.GetRelationships() {
+		if err := finite(recordField(i, "relationships")+"["+strconv.Itoa(j)+"].weight", rel.GetWeight()); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// knownEnums checks that every enum field set in m, and in the messages it
+// holds, has a value its enum defines. Proto3 enums are open: a client can
+// send any number (role: 99), which decodes without error and would be
+// stored as an unknown value no reader can interpret. Fields are checked in
+// declaration order, so the first problem is always the same one (within a
+// map, whose order is random, any bad entry may be named). path names m in
+// errors, such as "records[3]".
+func knownEnums(path string, m protoreflect.Message) error {
+	fields := m.Descriptor().Fields()
+	for k := 0; k < fields.Len(); k++ {
+		fd := fields.Get(k)
+		elem := fd
+		if fd.IsMap() {
+			elem = fd.MapValue()
+		}
+		if kind := elem.Kind(); kind != protoreflect.EnumKind && kind != protoreflect.MessageKind && kind != protoreflect.GroupKind {
+			continue // scalars, such as the token lists, hold no enum
+		}
+		if !m.Has(fd) {
+			continue
+		}
+		name := path + "." + string(fd.Name())
+		v := m.Get(fd)
+		switch {
+		case fd.IsMap():
+			var err error
+			v.Map().Range(func(key protoreflect.MapKey, mv protoreflect.Value) bool {
+				err = knownValue(name+"["+strconv.Quote(key.String())+"]", elem, mv)
+				return err == nil
+			})
+			if err != nil {
+				return err
+			}
+		case fd.IsList():
+			l := v.List()
+			for j := 0; j < l.Len(); j++ {
+				if err := knownValue(name+"["+strconv.Itoa(j)+"]", fd, l.Get(j)); err != nil {
+					return err
+				}
+			}
+		default:
+			if err := knownValue(name, fd, v); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// knownValue checks one value of field fd (an element, for a list or map).
+func knownValue(name string, fd protoreflect.FieldDescriptor, v protoreflect.Value) error {
+	switch fd.Kind() {
+	case protoreflect.EnumKind:
+		if fd.Enum().Values().ByNumber(v.Enum()) == nil {
+			return fieldErr(name, "must be a value of "+string(fd.Enum().FullName()), "got %d", v.Enum())
+		}
+	case protoreflect.MessageKind, protoreflect.GroupKind:
+		return knownEnums(name, v.Message())
 	}
 	return nil
 }

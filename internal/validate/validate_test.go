@@ -24,6 +24,11 @@ func goodRecord() *rolloutv1.Record {
 		Reward:         f32(1),
 		Advantage:      f32(-0.5),
 		Score:          f32(0),
+		Role:           rolloutv1.Role_ROLE_ARTIFACT,
+		Relationships: []*rolloutv1.Relationship{
+			{TargetId: "r-0", Relation: "reply_to", Weight: 1},
+			{TargetId: "r-0", Relation: "grades", Weight: -0.5},
+		},
 	}
 }
 
@@ -61,6 +66,16 @@ func TestRecord(t *testing.T) {
 			"records[2].loss_mask", "must be empty or have one byte per output token", "got 3 bytes for 0 output_tokens"},
 		{"mask byte not 0 or 1", func(r *rolloutv1.Record) { r.LossMask[2] = '1' },
 			"records[2].loss_mask[2]", "must be 0 or 1", "got 49"},
+		{"unknown role", func(r *rolloutv1.Record) { r.Role = 99 },
+			"records[2].role", "must be a value of rollout.v1.Role", "got 99"},
+		{"negative role", func(r *rolloutv1.Record) { r.Role = -1 },
+			"records[2].role", "must be a value of rollout.v1.Role", "got -1"},
+		{"unknown role is found before a NaN reward", func(r *rolloutv1.Record) { r.Role = 7; r.Reward = f32(math.NaN()) },
+			"records[2].role", "must be a value of rollout.v1.Role", "got 7"},
+		{"NaN relationship weight", func(r *rolloutv1.Record) { r.Relationships[1].Weight = float32(math.NaN()) },
+			"records[2].relationships[1].weight", "must be finite", "got NaN"},
+		{"+Inf relationship weight", func(r *rolloutv1.Record) { r.Relationships[0].Weight = float32(math.Inf(1)) },
+			"records[2].relationships[0].weight", "must be finite", "got +Inf"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -116,6 +131,9 @@ func TestAppendRequest(t *testing.T) {
 		{"nil request", nil, "shard", "required", ""},
 		{"bad shard", &rolloutv1.AppendRequest{Shard: "../x", Records: []*rolloutv1.Record{rec("x")}},
 			"shard", "segments must start with a lowercase letter or digit", `segment 1 starts with "."`},
+		{"with request_id", &rolloutv1.AppendRequest{Shard: "exp/a", RequestId: "7d417461-261f-4244-9e13-d7c71483cd59", Records: []*rolloutv1.Record{rec(""), rec("x")}}, "", "", ""},
+		{"bad request_id", &rolloutv1.AppendRequest{Shard: "s", RequestId: "req 1", Records: []*rolloutv1.Record{{LossMask: []byte{1}}}},
+			"request_id", "must contain only A-Z, a-z, 0-9, '.', '_', ':' and '-'", `got " " at byte 3`},
 		{"no records", &rolloutv1.AppendRequest{Shard: "s"}, "records", "must not be empty", ""},
 		{"bad record", &rolloutv1.AppendRequest{Shard: "s", Records: []*rolloutv1.Record{rec("x"), {LossMask: []byte{1}}}},
 			"records[1].loss_mask", "must be empty or have one byte per output token", "got 1 bytes for 0 output_tokens"},

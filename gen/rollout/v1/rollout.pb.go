@@ -106,7 +106,26 @@ type AppendRequest struct {
 	Shard string `protobuf:"bytes,1,opt,name=shard,proto3" json:"shard,omitempty"`
 	// The records to append, at least one. Non-empty ids must be unique within
 	// the batch. The server may cap the batch size.
-	Records       []*Record `protobuf:"bytes,2,rep,name=records,proto3" json:"records,omitempty"`
+	Records []*Record `protobuf:"bytes,2,rep,name=records,proto3" json:"records,omitempty"`
+	// Makes a resend of this request idempotent, including its records without
+	// an id (modeled on Google AIP-155). Optional; 1-128 characters of
+	// [A-Za-z0-9._:-]. Use a fresh UUID per request, and send exactly the same
+	// request, request_id included, when retrying it.
+	//
+	// When set, every record whose id is empty gets an id derived
+	// deterministically from (shard, request_id, the record's index in
+	// records) instead of a random UUIDv7. A resend of the same request
+	// therefore carries the same ids, and the records already stored come back
+	// with already_present set. Ids set by the caller are used unchanged.
+	// Reusing a request_id with different content for a record at the same
+	// index is ALREADY_EXISTS, naming the derived id and the request_id. A
+	// derived id that equals a caller-set id in the same request is
+	// INVALID_ARGUMENT.
+	//
+	// When empty, each record without an id gets a new random id on every
+	// attempt, so a retried Append whose first attempt was committed (for
+	// example after a timeout or an UNAVAILABLE) stores those records twice.
+	RequestId     string `protobuf:"bytes,3,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -153,6 +172,13 @@ func (x *AppendRequest) GetRecords() []*Record {
 		return x.Records
 	}
 	return nil
+}
+
+func (x *AppendRequest) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
 }
 
 // AppendResponse acknowledges a committed batch.
@@ -204,8 +230,9 @@ func (x *AppendResponse) GetResults() []*AppendResult {
 // AppendResult is the outcome for one appended record.
 type AppendResult struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// The record's id: the caller's, or the UUIDv7 the server assigned when the
-	// caller left it empty.
+	// The record's id: the caller's, or, when the caller left it empty, the id
+	// derived from AppendRequest.request_id or else a UUIDv7 the server
+	// assigned.
 	Id string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
 	// The record's per-shard commit sequence number (starting at 1). For an
 	// already present record it is the stored record's seq.
@@ -399,7 +426,7 @@ type Relationship struct {
 	// "preferred_over").
 	Relation string `protobuf:"bytes,2,opt,name=relation,proto3" json:"relation,omitempty"`
 	// The link's strength or preference weight; its meaning is up to the
-	// relation.
+	// relation. Must be finite.
 	Weight        float32 `protobuf:"fixed32,3,opt,name=weight,proto3" json:"weight,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -460,9 +487,10 @@ func (x *Relationship) GetWeight() float32 {
 // Records are immutable once committed.
 type Record struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Primary key within the shard: 1-128 characters of [A-Za-z0-9._:-]. The
-	// server assigns a UUIDv7 when it is empty. Choose ids yourself to make
-	// retries idempotent.
+	// Primary key within the shard: 1-128 characters of [A-Za-z0-9._:-]. When
+	// it is empty, the server derives one from AppendRequest.request_id if
+	// that is set, and assigns a UUIDv7 otherwise. Choose ids yourself, or set
+	// request_id, to make retries idempotent.
 	Id string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
 	// Output only: the per-shard commit order, starting at 1. Ignored on input.
 	Seq uint64 `protobuf:"varint,2,opt,name=seq,proto3" json:"seq,omitempty"`
@@ -474,7 +502,8 @@ type Record struct {
 	Dataset string `protobuf:"bytes,5,opt,name=dataset,proto3" json:"dataset,omitempty"`
 	// The caller's order of this record within its rollout (not seq).
 	SequenceOrder int32 `protobuf:"varint,6,opt,name=sequence_order,json=sequenceOrder,proto3" json:"sequence_order,omitempty"`
-	// What kind of record this is.
+	// What kind of record this is. Must be one of the Role values defined
+	// here; an unknown number is INVALID_ARGUMENT.
 	Role Role `protobuf:"varint,7,opt,name=role,proto3,enum=rollout.v1.Role" json:"role,omitempty"`
 	// When the record was created. The server fills in its receive time when
 	// this is absent.
@@ -893,10 +922,12 @@ var File_rollout_v1_rollout_proto protoreflect.FileDescriptor
 const file_rollout_v1_rollout_proto_rawDesc = "" +
 	"\n" +
 	"\x18rollout/v1/rollout.proto\x12\n" +
-	"rollout.v1\x1a google/protobuf/field_mask.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"S\n" +
+	"rollout.v1\x1a google/protobuf/field_mask.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"r\n" +
 	"\rAppendRequest\x12\x14\n" +
 	"\x05shard\x18\x01 \x01(\tR\x05shard\x12,\n" +
-	"\arecords\x18\x02 \x03(\v2\x12.rollout.v1.RecordR\arecords\"D\n" +
+	"\arecords\x18\x02 \x03(\v2\x12.rollout.v1.RecordR\arecords\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x03 \x01(\tR\trequestId\"D\n" +
 	"\x0eAppendResponse\x122\n" +
 	"\aresults\x18\x01 \x03(\v2\x18.rollout.v1.AppendResultR\aresults\"\x8f\x01\n" +
 	"\fAppendResult\x12\x0e\n" +

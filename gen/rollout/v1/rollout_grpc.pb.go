@@ -38,9 +38,11 @@ const (
 type RolloutServiceClient interface {
 	// Append adds a batch of records to one shard atomically: either every
 	// record is committed and acknowledged, or the call fails and none is
-	// acknowledged. A retried Append is safe when the records carry
-	// caller-chosen ids: records already in the shard are reported with
-	// already_present set instead of being written again.
+	// acknowledged. A retried Append is safe when every record has an id,
+	// either chosen by the caller or derived from the request's request_id:
+	// records already in the shard are reported with already_present set
+	// instead of being written again. Without request_id, a retry of records
+	// without ids can store them twice (see AppendRequest.request_id).
 	Append(ctx context.Context, in *AppendRequest, opts ...grpc.CallOption) (*AppendResponse, error)
 	// Get returns one record by id. It reads the shard's latest committed state
 	// (read-your-writes across instances). A missing record is NOT_FOUND.
@@ -110,9 +112,11 @@ type RolloutService_ScanClient = grpc.ServerStreamingClient[ScanResponse]
 type RolloutServiceServer interface {
 	// Append adds a batch of records to one shard atomically: either every
 	// record is committed and acknowledged, or the call fails and none is
-	// acknowledged. A retried Append is safe when the records carry
-	// caller-chosen ids: records already in the shard are reported with
-	// already_present set instead of being written again.
+	// acknowledged. A retried Append is safe when every record has an id,
+	// either chosen by the caller or derived from the request's request_id:
+	// records already in the shard are reported with already_present set
+	// instead of being written again. Without request_id, a retry of records
+	// without ids can store them twice (see AppendRequest.request_id).
 	Append(context.Context, *AppendRequest) (*AppendResponse, error)
 	// Get returns one record by id. It reads the shard's latest committed state
 	// (read-your-writes across instances). A missing record is NOT_FOUND.
