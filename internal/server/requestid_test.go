@@ -114,6 +114,24 @@ func TestRequestIDReusedForOtherContentConflicts(t *testing.T) {
 	}
 }
 
+// A conflict on an id the caller set is the caller's own: its message does
+// not send them looking at the request_id.
+func TestCallerIDConflictDoesNotBlameTheRequestID(t *testing.T) {
+	ts := startServer(t, Config{Store: memstore.New()})
+	ctx := context.Background()
+	if _, err := ts.client.Append(ctx, mixedBatch("exp/run1")); err != nil {
+		t.Fatal(err)
+	}
+	other := mixedBatch("exp/run1")
+	other.RequestId = "another-request"
+	other.Records[1].Content = "not mine after all"
+	_, err := ts.client.Append(ctx, other)
+	st := status.Convert(err)
+	if st.Code() != codes.AlreadyExists || !strings.Contains(st.Message(), "caller-1") || strings.Contains(st.Message(), "request_id") {
+		t.Errorf("conflict on a caller-set id: %v %q, want AlreadyExists naming caller-1 and no request_id", st.Code(), st.Message())
+	}
+}
+
 // Without a request_id, an id-less record sent twice is stored twice, with
 // two ids: the behaviour the proto and README document.
 func TestWithoutRequestIDAResendStoresTwice(t *testing.T) {

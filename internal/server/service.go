@@ -42,10 +42,10 @@ func (s *service) Append(ctx context.Context, req *rolloutv1.AppendRequest) (*ro
 	}
 	results, err := s.writers.append(ctx, req.GetShard(), entries)
 	if err != nil {
-		if derived && errors.Is(err, shard.ErrIDConflict) {
-			// The shard's error names the id; say where a derived one
-			// came from.
-			err = fmt.Errorf("%w; this request's records without an id got ids derived from request_id %q, which must not be reused for different records", err, req.GetRequestId())
+		var conflict *shard.IDConflictError
+		if derived && errors.As(err, &conflict) && isDerived(req, conflict.ID) {
+			// The shard's error names the id; say where it came from.
+			err = fmt.Errorf("%w; it was derived from request_id %q, which must not be reused for different records", err, req.GetRequestId())
 		}
 		return nil, appendStatus(err)
 	}
@@ -90,6 +90,17 @@ func (s *service) checkAppend(req *rolloutv1.AppendRequest) error {
 		}
 	}
 	return nil
+}
+
+// isDerived reports whether id is one the server derived for a record of
+// req that has no id of its own.
+func isDerived(req *rolloutv1.AppendRequest, id string) bool {
+	for i, rec := range req.GetRecords() {
+		if rec.GetId() == "" && shard.DeriveID(req.GetShard(), req.GetRequestId(), i) == id {
+			return true
+		}
+	}
+	return false
 }
 
 // prepare prepares the request's records for the writer, once per request:
