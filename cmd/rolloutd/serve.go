@@ -97,7 +97,9 @@ func serve(ctx context.Context, stopSignals func(), cfg *config) error {
 	}
 	metrics := &http.Server{Handler: server.DebugHandler(reg), ReadHeaderTimeout: 10 * time.Second}
 
-	errc := make(chan error, 3)
+	errc := make(chan error, 4)
+	stopWatch := watchStore(store, errc)
+	defer stopWatch()
 	if hlis != nil {
 		go func() {
 			if err := srv.ServeHealth(hlis); err != nil {
@@ -123,7 +125,7 @@ func serve(ctx context.Context, stopSignals func(), cfg *config) error {
 	case <-ctx.Done():
 		log.Info("shutdown: signal received", zap.Duration("timeout", cfg.ShutdownTimeout))
 	case failed = <-errc:
-		log.Error("shutdown: a listener failed", zap.Error(failed))
+		log.Error("shutdown: a listener or the store failed", zap.Error(failed))
 	}
 	stopSignals()
 
@@ -181,6 +183,33 @@ func openStore(ctx context.Context, cfg *config, log *zap.Logger) (blob.Store, f
 // returns the error with which it refuses every call until the process
 // restarts.
 type failer interface{ Failed() error }
+
+// watchStore sends to errc when store fails for good, so that rolloutd shuts
+// down and exits non-zero: it refuses every call until restarted, and only
+// a restart, by the supervisor, reads back what is really on disk. The
+// returned func stops the watch and waits for it.
+func watchStore(store blob.Store, errc chan<- error) (stop func()) {
+	f, ok := store.(interface {
+		failer
+		FailedC() <-chan struct{}
+	})
+	if !ok {
+		return func() {}
+	}
+	quit, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		select {
+		case <-f.FailedC():
+			errc <- fmt.Errorf("the store failed for good; exiting so that a restart reads back what is on disk: %w", f.Failed())
+		case <-quit:
+		}
+	}()
+	return func() {
+		close(quit)
+		<-done
+	}
+}
 
 // storeFailedGauge is rolloutd_store_failed: 1 once store has failed for
 // good, else 0 (always 0 for a store that cannot fail so).

@@ -2,9 +2,11 @@ package main
 
 import (
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
@@ -19,6 +21,44 @@ type failingStore struct {
 }
 
 func (s *failingStore) Failed() error { return s.err }
+
+// failingStoreC also signals its failure, as the local store does.
+type failingStoreC struct {
+	failingStore
+	c chan struct{}
+}
+
+func (s *failingStoreC) FailedC() <-chan struct{} { return s.c }
+
+// A store that fails for good stops the process (through errc, as a failed
+// listener does); a store that cannot fail so is not watched, and stopping
+// the watch leaves nothing running.
+func TestWatchStoreStopsTheProcessWhenTheStoreFails(t *testing.T) {
+	errc := make(chan error, 1)
+	watchStore(memstore.New(), errc)()
+
+	s := &failingStoreC{failingStore: failingStore{Store: memstore.New()}, c: make(chan struct{})}
+	stop := watchStore(s, errc)
+	select {
+	case err := <-errc:
+		t.Fatalf("a healthy store stopped the process: %v", err)
+	case <-time.After(20 * time.Millisecond):
+	}
+	s.err = fmt.Errorf("fsync of directory /data/blobs: %w", blob.ErrStoreFailed)
+	close(s.c)
+	select {
+	case err := <-errc:
+		if !errors.Is(err, blob.ErrStoreFailed) {
+			t.Errorf("errc got %v, want the store's failure", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("a failed store did not stop the process")
+	}
+	stop()
+
+	healthy := &failingStoreC{failingStore: failingStore{Store: memstore.New()}, c: make(chan struct{})}
+	watchStore(healthy, errc)() // stops and waits; goleak checks nothing is left
+}
 
 func TestStoreFailedGauge(t *testing.T) {
 	for _, tc := range []struct {

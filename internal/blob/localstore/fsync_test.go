@@ -139,6 +139,11 @@ func TestVisibleChangeNotDurableFailsTheStore(t *testing.T) {
 			if _, err := s.Put(ctx, "a/b/c", []byte("v1"), blob.PutOptions{}); err != nil {
 				t.Fatal(err)
 			}
+			select {
+			case <-s.FailedC():
+				t.Fatal("FailedC closed before any failure")
+			default:
+			}
 			if err := s.Failed(); err != nil {
 				t.Fatalf("Failed() before any failure = %v", err)
 			}
@@ -160,6 +165,11 @@ func TestVisibleChangeNotDurableFailsTheStore(t *testing.T) {
 
 			ferr := s.Failed()
 			wantFailed(t, "Failed()", ferr, false)
+			select {
+			case <-s.FailedC():
+			default:
+				t.Error("FailedC not closed after the store failed")
+			}
 			if !strings.Contains(ferr.Error(), failedDir) {
 				t.Errorf("Failed() = %q, does not name %s", ferr, failedDir)
 			}

@@ -101,8 +101,10 @@ type Store struct {
 	// by tests (withSync) to inject failures.
 	syncFile func(*os.File) error
 	// failure is set, once, when a change already visible could not be made
-	// durable (see fail); from then on every call returns it.
+	// durable (see fail); from then on every call returns it. failed is
+	// closed when it is set.
 	failure atomic.Pointer[error]
+	failed  chan struct{}
 }
 
 var _ blob.Store = (*Store)(nil)
@@ -131,6 +133,7 @@ func Open(dir string, opts ...Option) (*Store, error) {
 		now:      time.Now,
 		seed:     maphash.MakeSeed(),
 		syncFile: (*os.File).Sync,
+		failed:   make(chan struct{}),
 	}
 	for _, o := range opts {
 		o(s)
@@ -233,6 +236,11 @@ func (s *Store) Failed() error {
 	return nil
 }
 
+// FailedC returns a channel that is closed once the store has failed for
+// good (see Failed), so that the process can stop and be restarted: only a
+// restart reads back what is really on disk.
+func (s *Store) FailedC() <-chan struct{} { return s.failed }
+
 // refused returns the error of a call made after the store failed, or nil.
 func (s *Store) refused(op, name string) error {
 	if err := s.Failed(); err != nil {
@@ -251,7 +259,9 @@ func (s *Store) fail(op, name string, err error) error {
 		"it could be read now yet be lost in a crash, so the store refuses every call until rolloutd "+
 		"is restarted (the disk may be failing: check the kernel log): %w",
 		s.dir, op, name, err, blob.ErrStoreFailed)
-	s.failure.CompareAndSwap(nil, &failure)
+	if s.failure.CompareAndSwap(nil, &failure) {
+		close(s.failed)
+	}
 	return inDoubt(op, name, failure)
 }
 
