@@ -36,11 +36,8 @@ func (e *DeniedError) Error() string {
 
 // verbPhrase is verb as it reads before "shard".
 func verbPhrase(v Verb) string {
-	switch v {
-	case Append:
-		return "append to"
-	case Get:
-		return "get from"
+	if p, ok := verbPhrases[v]; ok {
+		return p
 	}
 	return string(v)
 }

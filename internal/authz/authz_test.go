@@ -232,6 +232,26 @@ func TestIdentity(t *testing.T) {
 	}
 }
 
+// Every verb is accepted in a policy, and an unknown one is refused with
+// the list of known verbs, all taken from Verbs: a new verb needs no other
+// change in this package.
+func TestVerbsComeFromOneList(t *testing.T) {
+	for _, v := range Verbs {
+		if _, err := Parse([]byte("grants:\n  - identities: [a]\n    shardPrefixes: [s]\n    verbs: [" + string(v) + "]\n")); err != nil {
+			t.Errorf("verb %s: %v", v, err)
+		}
+		if msg := (&DeniedError{Identity: "dns:a", Verb: v, Shard: "s"}).Error(); !strings.Contains(msg, verbPhrase(v)+` shard "s"`) {
+			t.Errorf("refusal of %s: %q", v, msg)
+		}
+	}
+	_, err := Parse([]byte("grants:\n  - identities: [a]\n    shardPrefixes: [s]\n    verbs: [delete]\n"))
+	for _, v := range Verbs {
+		if err == nil || !strings.Contains(err.Error(), string(v)) {
+			t.Errorf("unknown verb: %v, want the known verbs listed (%s missing)", err, v)
+		}
+	}
+}
+
 func FuzzParse(f *testing.F) {
 	f.Add([]byte(policyYAML))
 	f.Add([]byte(policyJSON))

@@ -27,15 +27,44 @@ import (
 // Verb is what a call does to a shard.
 type Verb string
 
-// The verbs a grant can allow.
-const (
-	Append Verb = "append"
-	Get    Verb = "get"
-	Scan   Verb = "scan"
+// The verbs a grant can allow. Adding a verb is one line here (and, in the
+// server, the RPC it authorizes): parsing, validation and the messages
+// follow from Verbs.
+var (
+	Append = defineVerb("append", "append to")
+	Get    = defineVerb("get", "get from")
+	Scan   = defineVerb("scan", "scan")
 )
 
-// Verbs are all verbs, in a stable order.
-var Verbs = []Verb{Append, Get, Scan}
+// Verbs are all verbs, in the order they were defined. Do not modify it.
+var Verbs []Verb
+
+// verbPhrases is how each verb reads before "shard" in a refusal.
+var verbPhrases = map[Verb]string{}
+
+// defineVerb adds a verb named name to Verbs; phrase is how it reads
+// before "shard" ("append to shard x").
+func defineVerb(name, phrase string) Verb {
+	v := Verb(name)
+	if _, dup := verbPhrases[v]; dup || name == "" {
+		panic("authz: verb " + name + " defined twice or empty")
+	}
+	Verbs = append(Verbs, v)
+	verbPhrases[v] = phrase
+	return v
+}
+
+// verbList is the verbs as a list for a message: "append, get or scan".
+func verbList() string {
+	names := make([]string, len(Verbs))
+	for i, v := range Verbs {
+		names[i] = string(v)
+	}
+	if len(names) < 2 {
+		return strings.Join(names, "")
+	}
+	return strings.Join(names[:len(names)-1], ", ") + " or " + names[len(names)-1]
+}
 
 // AllShards is the prefix that covers every shard.
 const AllShards = "*"
@@ -63,7 +92,7 @@ type FileGrant struct {
 	// (or "team-a/") covers "team-a" and "team-a/anything", not "team-ab".
 	// "*" covers every shard.
 	ShardPrefixes []string `yaml:"shardPrefixes" json:"shardPrefixes"`
-	// Verbs are append, get and scan.
+	// Verbs are among Verbs: append, get, scan.
 	Verbs []Verb `yaml:"verbs" json:"verbs"`
 }
 
@@ -132,7 +161,7 @@ func Compile(f File) (*Policy, error) {
 		}
 		for _, v := range g.Verbs {
 			if !slices.Contains(Verbs, v) {
-				return nil, bad("unknown verb %q (want append, get or scan)", v)
+				return nil, bad("unknown verb %q (want %s)", v, verbList())
 			}
 		}
 		for _, id := range g.Identities {
