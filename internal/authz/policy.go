@@ -75,7 +75,7 @@ const AllShards = "*"
 //	  - identities: ["spiffe://cluster.local/ns/team-a/sa/trainer"]
 //	    shardPrefixes: ["team-a"]
 //	    verbs: [append, get, scan]
-//	  - identities: ["eval-reader.team-b.example"]
+//	  - identities: ["dns:eval-reader.team-b.example", "cn:Legacy Reader"]
 //	    shardPrefixes: ["team-a/eval", "team-b"]
 //	    verbs: [get, scan]
 type File struct {
@@ -86,7 +86,10 @@ type File struct {
 // that one of ShardPrefixes covers.
 type FileGrant struct {
 	// Identities are matched exactly against the client certificate's
-	// identity (see Identity).
+	// tagged identity (see Identity), after ParseIdentity: "uri:…",
+	// "dns:…", "cn:…", or untagged, where a URI with a scheme means uri:
+	// and a DNS name means dns:. A common name is matched only when
+	// tagged cn:.
 	Identities []string `yaml:"identities" json:"identities"`
 	// ShardPrefixes cover shards on whole '/'-separated segments: "team-a"
 	// (or "team-a/") covers "team-a" and "team-a/anything", not "team-ab".
@@ -99,7 +102,7 @@ type FileGrant struct {
 // Policy is a validated, compiled policy. The zero Policy denies
 // everything.
 type Policy struct {
-	// grants: identity → verb → shard prefixes.
+	// grants: tagged identity → verb → shard prefixes.
 	grants map[string]map[Verb][]string
 }
 
@@ -164,9 +167,10 @@ func Compile(f File) (*Policy, error) {
 				return nil, bad("unknown verb %q (want %s)", v, verbList())
 			}
 		}
-		for _, id := range g.Identities {
-			if id == "" || strings.TrimSpace(id) != id {
-				return nil, bad("identity %q: must be non-empty, without surrounding spaces", id)
+		for _, raw := range g.Identities {
+			id, err := ParseIdentity(raw)
+			if err != nil {
+				return nil, bad("%v", err)
 			}
 			byVerb := p.grants[id]
 			if byVerb == nil {
@@ -206,8 +210,9 @@ func covers(prefix, shard string) bool {
 	return len(shard) > len(prefix) && shard[len(prefix)] == '/' && strings.HasPrefix(shard, prefix)
 }
 
-// Allows reports whether identity may do verb on shard. It does not check
-// that shard is a valid name; Authorizer.Authorize does.
+// Allows reports whether identity, in its tagged form (see Identity), may do
+// verb on shard. It does not check that shard is a valid name;
+// Authorizer.Authorize does.
 func (p *Policy) Allows(identity string, verb Verb, shard string) bool {
 	if p == nil || identity == "" {
 		return false
@@ -220,7 +225,23 @@ func (p *Policy) Allows(identity string, verb Verb, shard string) bool {
 	return false
 }
 
-// Identities lists the identities that have grants, sorted.
+// cnHint explains a refusal of a common-name identity whose value the
+// policy grants as a DNS or URI SAN: an untagged name in a policy that once
+// matched a certificate's CN no longer does. "" otherwise.
+func (p *Policy) cnHint(identity string) string {
+	v, ok := strings.CutPrefix(identity, KindCN+":")
+	if !ok || p == nil {
+		return ""
+	}
+	for _, kind := range []string{KindDNS, KindURI} {
+		if other := kind + ":" + v; p.grants[other] != nil {
+			return fmt.Sprintf("the policy grants %q, a certificate SAN; a common name counts only where the policy names it %q", other, identity)
+		}
+	}
+	return ""
+}
+
+// Identities lists the identities that have grants, tagged, sorted.
 func (p *Policy) Identities() []string {
 	ids := make([]string, 0, len(p.grants))
 	for id := range p.grants {
