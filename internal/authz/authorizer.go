@@ -128,6 +128,18 @@ func (a *Authorizer) Check() (bool, error) {
 	return a.w.Check()
 }
 
+// OnReload registers f to be called after each reload that put a new policy
+// in force (not after a rejected file), and returns a function that
+// unregisters it. f runs on the goroutine that checked the file, after the
+// new policy is in force; it must be quick and must not call Check. A
+// static Authorizer never reloads.
+func (a *Authorizer) OnReload(f func()) (unregister func()) {
+	if a.w == nil {
+		return func() {}
+	}
+	return a.w.OnApply(f)
+}
+
 // Stats reports how many policies were loaded (the first included) and how
 // many changed files were rejected.
 func (a *Authorizer) Stats() (loads, failures uint64) {

@@ -345,6 +345,31 @@ func TestVerbsComeFromOneList(t *testing.T) {
 	}
 }
 
+// OnReload subscribers run after each applied policy, with it in force, and
+// not after a rejected file; a static Authorizer never calls them.
+func TestOnReload(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "policy.yaml")
+	testpki.WriteFile(t, path, []byte(policyYAML))
+	a, err := Load(path, -1, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	var calls []bool // whether the trainer could append when called
+	unregister := a.OnReload(func() { calls = append(calls, a.Authorize(trainerA, Append, "team-a/run1") == nil) })
+	testpki.WriteFile(t, path, []byte(strings.Replace(policyYAML, "verbs: [append, get, scan]", "verbs: [get]", 1)))
+	a.Check()
+	testpki.WriteFile(t, path, []byte("grants: []\n"))
+	a.Check() // rejected
+	unregister()
+	testpki.WriteFile(t, path, []byte(policyYAML))
+	a.Check()
+	if len(calls) != 1 || calls[0] {
+		t.Errorf("subscriber calls %v, want one, with the append already revoked", calls)
+	}
+	NewStatic(&Policy{}).OnReload(func() { t.Error("a static authorizer reloaded") })()
+}
+
 func FuzzParse(f *testing.F) {
 	f.Add([]byte(policyYAML))
 	f.Add([]byte(policyJSON))
