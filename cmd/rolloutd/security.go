@@ -211,6 +211,9 @@ func newSecurity(cfg *config, log *zap.Logger, reg prometheus.Registerer) (*secu
 // apply sets the server's security and connection-limit options.
 func (s *security) apply(sc *server.Config) {
 	sc.Authorizer = s.authz
+	if s.tls != nil && s.tls.MutualTLS() {
+		sc.ClientCAs = s.tls
+	}
 	sc.AppendLimiter = s.limiter
 	sc.ServerOptions = append(sc.ServerOptions, s.grpcOpts...)
 	sc.MaxConcurrentStreams = uint32(s.cfg.MaxConcurrentStreams)
