@@ -149,7 +149,9 @@ func TestBinaryMutualTLS(t *testing.T) {
 	if _, err := appendOne(ctx10s(t), trainer, "team-a/run1", "c"); err != nil {
 		t.Errorf("after a broken policy: %v", err)
 	}
-	// A valid one applies.
+	// A valid one applies, and ends the open follow Scan of the trainer it
+	// no longer grants.
+	trainerScan := openFollow(t, trainer, "team-a/run1")
 	testpki.WriteFile(t, policyFile, []byte(strings.Replace(e2ePolicy, "team-a/sa/trainer", "team-b/sa/trainer", 1)))
 	p.WaitLog(`authz: policy in force.*team-b/sa/trainer`)
 	if _, err := appendOne(ctx10s(t), other, "team-a/run1", "d"); err != nil {
@@ -158,9 +160,46 @@ func TestBinaryMutualTLS(t *testing.T) {
 	if _, err := appendOne(ctx10s(t), trainer, "team-a/run1", "e"); status.Code(err) != codes.PermissionDenied {
 		t.Errorf("after revoking team-a's trainer: %v", err)
 	}
+	if err := recvUntilEnd(trainerScan); status.Code(err) != codes.PermissionDenied || !strings.Contains(err.Error(), "was revoked") {
+		t.Errorf("the revoked trainer's follow Scan ended with %v, want PermissionDenied", err)
+	}
+
+	// A client CA bundle that no longer trusts team-b's trainer ends its
+	// open follow Scan too.
+	otherScan := openFollow(t, other, "team-a/run1")
+	testpki.WriteFile(t, caFile, testpki.NewCA(t, "next client CA").PEM)
+	if err := recvUntilEnd(otherScan); status.Code(err) != codes.PermissionDenied || !strings.Contains(err.Error(), "not trusted") {
+		t.Errorf("the follow Scan of a client the new CAs do not trust ended with %v, want PermissionDenied", err)
+	}
 
 	if code, took := p.Signal(syscall.SIGTERM, 30*time.Second); code != 0 {
 		t.Errorf("exit code %d after SIGTERM (%v)", code, took)
+	}
+}
+
+// openFollow opens a follow Scan of shard, which must hold a record, and
+// waits for its first batch: the stream is then open and authorized.
+func openFollow(t *testing.T, c rolloutv1.RolloutServiceClient, shard string) grpc.ServerStreamingClient[rolloutv1.ScanResponse] {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	stream, err := c.Scan(ctx, &rolloutv1.ScanRequest{Shard: shard, Follow: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := stream.Recv(); err != nil {
+		t.Fatalf("follow %s: %v", shard, err)
+	}
+	return stream
+}
+
+// recvUntilEnd reads stream until it ends, and returns how (its 30 s
+// deadline if nothing ends it).
+func recvUntilEnd(stream grpc.ServerStreamingClient[rolloutv1.ScanResponse]) error {
+	for {
+		if _, err := stream.Recv(); err != nil {
+			return err
+		}
 	}
 }
 

@@ -57,7 +57,7 @@ func (c *securityConfig) registerFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.TLSCert, "tls-cert", "", "PEM certificate `file` (chain, leaf first) for TLS on --listen; reloaded when it changes. With --tls-key; without both, gRPC is plaintext")
 	fs.StringVar(&c.TLSKey, "tls-key", "", "PEM private key `file` of --tls-cert; reloaded when it changes")
 	fs.StringVar(&c.TLSClientCA, "tls-client-ca", "", "PEM `file` of the CAs client certificates must chain to: mutual TLS. A client's identity is its certificate's\n"+
-		"first URI SAN (SPIFFE ID), else first DNS SAN, else CN; reloaded when it changes")
+		"first URI SAN (uri:spiffe://…), else first DNS SAN (dns:…), else CN (cn:…, granted only where the policy says cn:); reloaded when it changes")
 	fs.StringVar(&c.AuthzFile, "authz-file", "", "YAML or JSON authorization policy `file`: which identities may append, get or scan which shard\n"+
 		"prefixes; default deny. Needs --tls-client-ca. Reloaded when it changes; an invalid change is logged and ignored")
 	fs.DurationVar(&c.ReloadInterval, "reload-interval", 10*time.Second, "how often the TLS files and the policy file are checked for changes")
@@ -211,6 +211,9 @@ func newSecurity(cfg *config, log *zap.Logger, reg prometheus.Registerer) (*secu
 // apply sets the server's security and connection-limit options.
 func (s *security) apply(sc *server.Config) {
 	sc.Authorizer = s.authz
+	if s.tls != nil && s.tls.MutualTLS() {
+		sc.ClientCAs = s.tls
+	}
 	sc.AppendLimiter = s.limiter
 	sc.ServerOptions = append(sc.ServerOptions, s.grpcOpts...)
 	sc.MaxConcurrentStreams = uint32(s.cfg.MaxConcurrentStreams)

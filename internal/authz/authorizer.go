@@ -22,25 +22,36 @@ var ErrDenied = errors.New("permission denied")
 // identity, the verb and the shard, so that the caller and the operator
 // can tell which grant is missing.
 type DeniedError struct {
-	Identity string
+	Identity string // tagged (see Identity); "" for a client without one
 	Verb     Verb
 	Shard    string
+	// Revoked: the call was allowed when it began, and a policy reloaded
+	// since no longer allows it (an open stream being ended).
+	Revoked bool
+	// Hint, if not empty, says why a near miss did not match.
+	Hint string
 }
 
 func (e *DeniedError) Error() string {
-	if e.Identity == "" {
-		return fmt.Sprintf("permission denied: %s on shard %q: the client presented no certificate identity, and the authorization policy admits only named identities", e.Verb, e.Shard)
+	var msg string
+	switch {
+	case e.Identity == "":
+		msg = fmt.Sprintf("permission denied: %s on shard %q: the client presented no certificate identity, and the authorization policy admits only named identities", e.Verb, e.Shard)
+	case e.Revoked:
+		msg = fmt.Sprintf("permission denied: permission to %s shard %q was revoked for identity %q: no grant of the authorization policy now in force covers it", e.Verb, e.Shard, e.Identity)
+	default:
+		msg = fmt.Sprintf("permission denied: identity %q may not %s shard %q: no grant of the authorization policy covers it", e.Identity, verbPhrase(e.Verb), e.Shard)
 	}
-	return fmt.Sprintf("permission denied: identity %q may not %s shard %q: no grant of the authorization policy covers it", e.Identity, verbPhrase(e.Verb), e.Shard)
+	if e.Hint != "" {
+		msg += " (" + e.Hint + ")"
+	}
+	return msg
 }
 
 // verbPhrase is verb as it reads before "shard".
 func verbPhrase(v Verb) string {
-	switch v {
-	case Append:
-		return "append to"
-	case Get:
-		return "get from"
+	if p, ok := verbPhrases[v]; ok {
+		return p
 	}
 	return string(v)
 }
@@ -90,15 +101,16 @@ func Load(path string, interval time.Duration, log *zap.Logger) (*Authorizer, er
 	return a, nil
 }
 
-// Authorize returns nil if identity may do verb on shard. A shard that is
+// Authorize returns nil if identity (tagged, as Identity returns it) may do
+// verb on shard. A shard that is
 // not a valid name gets the validation error (nothing can be done to it);
 // otherwise a refusal is a *DeniedError.
 func (a *Authorizer) Authorize(identity string, verb Verb, shard string) error {
 	if err := validate.Shard(shard); err != nil {
 		return err
 	}
-	if !a.cur.Load().Allows(identity, verb, shard) {
-		return &DeniedError{Identity: identity, Verb: verb, Shard: shard}
+	if p := a.cur.Load(); !p.Allows(identity, verb, shard) {
+		return &DeniedError{Identity: identity, Verb: verb, Shard: shard, Hint: p.cnHint(identity)}
 	}
 	return nil
 }
@@ -114,6 +126,18 @@ func (a *Authorizer) Check() (bool, error) {
 		return false, nil
 	}
 	return a.w.Check()
+}
+
+// OnReload registers f to be called after each reload that put a new policy
+// in force (not after a rejected file), and returns a function that
+// unregisters it. f runs on the goroutine that checked the file, after the
+// new policy is in force; it must be quick and must not call Check. A
+// static Authorizer never reloads.
+func (a *Authorizer) OnReload(f func()) (unregister func()) {
+	if a.w == nil {
+		return func() {}
+	}
+	return a.w.OnApply(f)
 }
 
 // Stats reports how many policies were loaded (the first included) and how

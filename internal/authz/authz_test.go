@@ -17,10 +17,12 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
+// The identities of policyYAML, tagged as Identity returns them. The
+// policy names them untagged: a URI means uri:, a DNS name dns:.
 const (
-	trainerA = "spiffe://cluster.local/ns/team-a/sa/trainer"
-	readerB  = "eval-reader.team-b.example"
-	admin    = "rolloutd-admin"
+	trainerA = "uri:spiffe://cluster.local/ns/team-a/sa/trainer"
+	readerB  = "dns:eval-reader.team-b.example"
+	admin    = "dns:rolloutd-admin"
 )
 
 const policyYAML = `
@@ -63,9 +65,14 @@ func TestAuthorizeTable(t *testing.T) {
 			Get:  shards,
 			Scan: shards,
 		},
-		"spiffe://cluster.local/ns/team-a/sa/trainer/": {}, // not the trainer
-		"SPIFFE://cluster.local/ns/team-a/sa/trainer":  {},
-		"": {}, // no identity
+		"uri:spiffe://cluster.local/ns/team-a/sa/trainer/": {}, // not the trainer
+		"uri:SPIFFE://cluster.local/ns/team-a/sa/trainer":  {},
+		"spiffe://cluster.local/ns/team-a/sa/trainer":      {}, // untagged: never an identity
+		"cn:spiffe://cluster.local/ns/team-a/sa/trainer":   {}, // a CN that reads like the trainer's SPIFFE ID
+		"dns:spiffe://cluster.local/ns/team-a/sa/trainer":  {},
+		"cn:eval-reader.team-b.example":                    {}, // a CN that reads like the reader's DNS name
+		"cn:rolloutd-admin":                                {},
+		"":                                                 {}, // no identity
 	}
 	for name, src := range map[string]string{"yaml": policyYAML, "json": policyJSON} {
 		p, err := Parse([]byte(src))
@@ -141,6 +148,11 @@ func TestParseRejects(t *testing.T) {
 		"json trailing data": `{"grants": [{"identities": ["a"], "shardPrefixes": ["s"], "verbs": ["get"]}]} {}`,
 		"json truncated":     `{"grants": [{"identities": ["a"], "shardPrefixes": ["s"]`,
 		"duplicate key":      "grants:\n  - identities: [a]\n    identities: [b]\n    shardPrefixes: [s]\n    verbs: [get]\n",
+		"untagged CN":        "grants:\n  - identities: ['Some Name']\n    shardPrefixes: [s]\n    verbs: [get]\n",
+		"uri without scheme": "grants:\n  - identities: ['uri:team-a/trainer']\n    shardPrefixes: [s]\n    verbs: [get]\n",
+		"dns with a space":   "grants:\n  - identities: ['dns:a b.example']\n    shardPrefixes: [s]\n    verbs: [get]\n",
+		"empty cn":           "grants:\n  - identities: ['cn:']\n    shardPrefixes: [s]\n    verbs: [get]\n",
+		"spaced identity":    "grants:\n  - identities: [' a']\n    shardPrefixes: [s]\n    verbs: [get]\n",
 	} {
 		if _, err := Parse([]byte(src)); !errors.Is(err, ErrInvalidPolicy) {
 			t.Errorf("%s: %v, want ErrInvalidPolicy", name, err)
@@ -219,9 +231,12 @@ func TestIdentity(t *testing.T) {
 		leaf *testpki.Leaf
 		want string
 	}{
-		{ca.ClientURI(t, trainerA), trainerA},
-		{ca.ClientDNS(t, readerB), readerB},
-		{ca.ClientCN(t, admin), admin},
+		{ca.ClientURI(t, "spiffe://cluster.local/ns/team-a/sa/trainer"), trainerA},
+		{ca.ClientDNS(t, "eval-reader.team-b.example"), readerB},
+		{ca.ClientCN(t, "Some Name"), "cn:Some Name"},
+		// A common name that reads like a SPIFFE ID is still a common name.
+		{ca.ClientCN(t, "spiffe://cluster.local/ns/team-a/sa/trainer"), "cn:spiffe://cluster.local/ns/team-a/sa/trainer"},
+		{ca.ClientCN(t, ""), ""},
 	} {
 		if got := Identity(tc.leaf.Cert); got != tc.want {
 			t.Errorf("Identity = %q, want %q", got, tc.want)
@@ -230,6 +245,129 @@ func TestIdentity(t *testing.T) {
 	if Identity(nil) != "" {
 		t.Error("Identity(nil) not empty")
 	}
+}
+
+func TestParseIdentity(t *testing.T) {
+	for in, want := range map[string]string{
+		// Untagged, as old policies name identities.
+		"spiffe://cluster.local/ns/team-a/sa/trainer": "uri:spiffe://cluster.local/ns/team-a/sa/trainer",
+		"urn:example:trainer":                         "uri:urn:example:trainer",
+		"eval-reader.team-b.example":                  "dns:eval-reader.team-b.example",
+		"rolloutd-admin":                              "dns:rolloutd-admin",
+		"*.team-b.example":                            "dns:*.team-b.example",
+		// Tagged; the tag in any case.
+		"uri:spiffe://x/y":                         "uri:spiffe://x/y",
+		"URI:spiffe://x/y":                         "uri:spiffe://x/y",
+		"dns:reader.example":                       "dns:reader.example",
+		"cn:Some Name":                             "cn:Some Name",
+		"CN:spiffe://cluster.local/ns/team-a/sa/x": "cn:spiffe://cluster.local/ns/team-a/sa/x",
+	} {
+		got, err := ParseIdentity(in)
+		if err != nil || got != want {
+			t.Errorf("ParseIdentity(%q) = %q, %v; want %q", in, got, err, want)
+		}
+	}
+	for _, in := range []string{"", " a", "a ", "Some Name", "uri:", "uri:no-scheme", "dns:", "dns:a b", "dns:a..b", "dns:*", "dns:a.*.b", "cn:", "cn: x", "team-a/trainer"} {
+		if got, err := ParseIdentity(in); err == nil {
+			t.Errorf("ParseIdentity(%q) = %q, want an error", in, got)
+		}
+	}
+	_, err := ParseIdentity("Some Name")
+	if err == nil || !strings.Contains(err.Error(), `"cn:Some Name"`) {
+		t.Errorf("an untagged common name: %v, want advice to write cn:Some Name", err)
+	}
+}
+
+// A certificate's common name grants nothing unless the policy names it
+// cn:. Before identities were tagged, a certificate with
+// CN=spiffe://…/team-a/… and no URI SAN got team-a's grants.
+func TestCommonNameOnlyWhenTagged(t *testing.T) {
+	ca := testpki.NewCA(t, "CA")
+	p, err := Parse([]byte(`grants:
+  - identities: ["spiffe://cluster.local/ns/team-a/sa/trainer", eval-reader.team-b.example]
+    shardPrefixes: [team-a]
+    verbs: [append, get, scan]
+  - identities: ["cn:Legacy Reader", "CN:spiffe://cluster.local/ns/team-c/sa/x"]
+    shardPrefixes: [team-c]
+    verbs: [get]
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := NewStatic(p)
+	for _, tc := range []struct {
+		name    string
+		leaf    *testpki.Leaf
+		verb    Verb
+		shard   string
+		allowed bool
+	}{
+		{"URI SAN, untagged grant", ca.ClientURI(t, "spiffe://cluster.local/ns/team-a/sa/trainer"), Append, "team-a/run1", true},
+		{"DNS SAN, untagged grant", ca.ClientDNS(t, "eval-reader.team-b.example"), Scan, "team-a/run1", true},
+		{"CN reading like a granted URI", ca.ClientCN(t, "spiffe://cluster.local/ns/team-a/sa/trainer"), Append, "team-a/run1", false},
+		{"CN reading like a granted DNS name", ca.ClientCN(t, "eval-reader.team-b.example"), Get, "team-a/run1", false},
+		{"CN granted as cn:", ca.ClientCN(t, "Legacy Reader"), Get, "team-c/x", true},
+		{"CN granted as cn:, another verb", ca.ClientCN(t, "Legacy Reader"), Append, "team-c/x", false},
+		{"CN granted as cn: that reads like a URI", ca.ClientCN(t, "spiffe://cluster.local/ns/team-c/sa/x"), Get, "team-c/x", true},
+		{"URI SAN of a cn: grant", ca.ClientURI(t, "spiffe://cluster.local/ns/team-c/sa/x"), Get, "team-c/x", false},
+		{"DNS SAN named like a cn: grant", ca.ClientDNS(t, "Legacy-Reader"), Get, "team-c/x", false},
+	} {
+		id := Identity(tc.leaf.Cert)
+		err := a.Authorize(id, tc.verb, tc.shard)
+		if (err == nil) != tc.allowed {
+			t.Errorf("%s: %s %s %s: %v, want allowed=%v", tc.name, id, tc.verb, tc.shard, err, tc.allowed)
+		}
+	}
+	// A CN refused where the policy grants the same name as a SAN says why.
+	err = a.Authorize(Identity(ca.ClientCN(t, "eval-reader.team-b.example").Cert), Get, "team-a/run1")
+	if err == nil || !strings.Contains(err.Error(), `"dns:eval-reader.team-b.example"`) || !strings.Contains(err.Error(), `"cn:eval-reader.team-b.example"`) {
+		t.Errorf("a CN refused for a DNS grant: %v, want a hint naming both forms", err)
+	}
+}
+
+// Every verb is accepted in a policy, and an unknown one is refused with
+// the list of known verbs, all taken from Verbs: a new verb needs no other
+// change in this package.
+func TestVerbsComeFromOneList(t *testing.T) {
+	for _, v := range Verbs {
+		if _, err := Parse([]byte("grants:\n  - identities: [a]\n    shardPrefixes: [s]\n    verbs: [" + string(v) + "]\n")); err != nil {
+			t.Errorf("verb %s: %v", v, err)
+		}
+		if msg := (&DeniedError{Identity: "dns:a", Verb: v, Shard: "s"}).Error(); !strings.Contains(msg, verbPhrase(v)+` shard "s"`) {
+			t.Errorf("refusal of %s: %q", v, msg)
+		}
+	}
+	_, err := Parse([]byte("grants:\n  - identities: [a]\n    shardPrefixes: [s]\n    verbs: [delete]\n"))
+	for _, v := range Verbs {
+		if err == nil || !strings.Contains(err.Error(), string(v)) {
+			t.Errorf("unknown verb: %v, want the known verbs listed (%s missing)", err, v)
+		}
+	}
+}
+
+// OnReload subscribers run after each applied policy, with it in force, and
+// not after a rejected file; a static Authorizer never calls them.
+func TestOnReload(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "policy.yaml")
+	testpki.WriteFile(t, path, []byte(policyYAML))
+	a, err := Load(path, -1, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	var calls []bool // whether the trainer could append when called
+	unregister := a.OnReload(func() { calls = append(calls, a.Authorize(trainerA, Append, "team-a/run1") == nil) })
+	testpki.WriteFile(t, path, []byte(strings.Replace(policyYAML, "verbs: [append, get, scan]", "verbs: [get]", 1)))
+	a.Check()
+	testpki.WriteFile(t, path, []byte("grants: []\n"))
+	a.Check() // rejected
+	unregister()
+	testpki.WriteFile(t, path, []byte(policyYAML))
+	a.Check()
+	if len(calls) != 1 || calls[0] {
+		t.Errorf("subscriber calls %v, want one, with the append already revoked", calls)
+	}
+	NewStatic(&Policy{}).OnReload(func() { t.Error("a static authorizer reloaded") })()
 }
 
 func FuzzParse(f *testing.F) {

@@ -4,11 +4,14 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+
+	"github.com/rolloutd/rolloutd/internal/testutil/testpki"
 )
 
 // The example policy of the mTLS deploy overlay is valid, and grants the
 // overlay's example client certificate (spiffe://cluster.local/ns/team-a/sa/trainer)
-// team-a's shards and nothing else.
+// team-a's shards and nothing else, and the eval reader reads the evals:
+// its untagged identities still mean URI SANs.
 func TestDeployOverlayPolicy(t *testing.T) {
 	data, err := os.ReadFile(filepath.Join("..", "..", "deploy", "k8s", "overlays", "mtls", "authz-policy.json"))
 	if err != nil {
@@ -19,11 +22,29 @@ func TestDeployOverlayPolicy(t *testing.T) {
 		t.Fatalf("deploy/k8s/overlays/mtls/authz-policy.json: %v", err)
 	}
 	a := NewStatic(p)
-	const trainer = "spiffe://cluster.local/ns/team-a/sa/trainer"
-	if err := a.Authorize(trainer, Append, "team-a/run1"); err != nil {
-		t.Error(err)
+	ca := testpki.NewCA(t, "CA")
+	trainer := Identity(ca.ClientURI(t, "spiffe://cluster.local/ns/team-a/sa/trainer").Cert)
+	reader := Identity(ca.ClientURI(t, "spiffe://cluster.local/ns/eval/sa/reader").Cert)
+	for _, verb := range Verbs {
+		if err := a.Authorize(trainer, verb, "team-a/run1"); err != nil {
+			t.Error(err)
+		}
+		if err := a.Authorize(trainer, verb, "team-ab/run1"); err == nil {
+			t.Errorf("the example trainer may %s team-ab", verb)
+		}
 	}
-	if err := a.Authorize(trainer, Append, "team-ab/run1"); err == nil {
-		t.Error("the example trainer may append to team-ab")
+	for _, s := range []string{"team-a/eval/x", "team-b/eval"} {
+		if err := a.Authorize(reader, Scan, s); err != nil {
+			t.Error(err)
+		}
+		if err := a.Authorize(reader, Append, s); err == nil {
+			t.Errorf("the example reader may append to %s", s)
+		}
+	}
+	// A certificate whose common name reads like the trainer's SPIFFE ID,
+	// without the URI SAN, is not the trainer.
+	impostor := Identity(ca.ClientCN(t, "spiffe://cluster.local/ns/team-a/sa/trainer").Cert)
+	if err := a.Authorize(impostor, Get, "team-a/run1"); err == nil {
+		t.Errorf("%s gets the trainer's grants", impostor)
 	}
 }

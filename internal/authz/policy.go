@@ -27,15 +27,44 @@ import (
 // Verb is what a call does to a shard.
 type Verb string
 
-// The verbs a grant can allow.
-const (
-	Append Verb = "append"
-	Get    Verb = "get"
-	Scan   Verb = "scan"
+// The verbs a grant can allow. Adding a verb is one line here (and, in the
+// server, the RPC it authorizes): parsing, validation and the messages
+// follow from Verbs.
+var (
+	Append = defineVerb("append", "append to")
+	Get    = defineVerb("get", "get from")
+	Scan   = defineVerb("scan", "scan")
 )
 
-// Verbs are all verbs, in a stable order.
-var Verbs = []Verb{Append, Get, Scan}
+// Verbs are all verbs, in the order they were defined. Do not modify it.
+var Verbs []Verb
+
+// verbPhrases is how each verb reads before "shard" in a refusal.
+var verbPhrases = map[Verb]string{}
+
+// defineVerb adds a verb named name to Verbs; phrase is how it reads
+// before "shard" ("append to shard x").
+func defineVerb(name, phrase string) Verb {
+	v := Verb(name)
+	if _, dup := verbPhrases[v]; dup || name == "" {
+		panic("authz: verb " + name + " defined twice or empty")
+	}
+	Verbs = append(Verbs, v)
+	verbPhrases[v] = phrase
+	return v
+}
+
+// verbList is the verbs as a list for a message: "append, get or scan".
+func verbList() string {
+	names := make([]string, len(Verbs))
+	for i, v := range Verbs {
+		names[i] = string(v)
+	}
+	if len(names) < 2 {
+		return strings.Join(names, "")
+	}
+	return strings.Join(names[:len(names)-1], ", ") + " or " + names[len(names)-1]
+}
 
 // AllShards is the prefix that covers every shard.
 const AllShards = "*"
@@ -46,7 +75,7 @@ const AllShards = "*"
 //	  - identities: ["spiffe://cluster.local/ns/team-a/sa/trainer"]
 //	    shardPrefixes: ["team-a"]
 //	    verbs: [append, get, scan]
-//	  - identities: ["eval-reader.team-b.example"]
+//	  - identities: ["dns:eval-reader.team-b.example", "cn:Legacy Reader"]
 //	    shardPrefixes: ["team-a/eval", "team-b"]
 //	    verbs: [get, scan]
 type File struct {
@@ -57,20 +86,23 @@ type File struct {
 // that one of ShardPrefixes covers.
 type FileGrant struct {
 	// Identities are matched exactly against the client certificate's
-	// identity (see Identity).
+	// tagged identity (see Identity), after ParseIdentity: "uri:…",
+	// "dns:…", "cn:…", or untagged, where a URI with a scheme means uri:
+	// and a DNS name means dns:. A common name is matched only when
+	// tagged cn:.
 	Identities []string `yaml:"identities" json:"identities"`
 	// ShardPrefixes cover shards on whole '/'-separated segments: "team-a"
 	// (or "team-a/") covers "team-a" and "team-a/anything", not "team-ab".
 	// "*" covers every shard.
 	ShardPrefixes []string `yaml:"shardPrefixes" json:"shardPrefixes"`
-	// Verbs are append, get and scan.
+	// Verbs are among Verbs: append, get, scan.
 	Verbs []Verb `yaml:"verbs" json:"verbs"`
 }
 
 // Policy is a validated, compiled policy. The zero Policy denies
 // everything.
 type Policy struct {
-	// grants: identity → verb → shard prefixes.
+	// grants: tagged identity → verb → shard prefixes.
 	grants map[string]map[Verb][]string
 }
 
@@ -132,12 +164,13 @@ func Compile(f File) (*Policy, error) {
 		}
 		for _, v := range g.Verbs {
 			if !slices.Contains(Verbs, v) {
-				return nil, bad("unknown verb %q (want append, get or scan)", v)
+				return nil, bad("unknown verb %q (want %s)", v, verbList())
 			}
 		}
-		for _, id := range g.Identities {
-			if id == "" || strings.TrimSpace(id) != id {
-				return nil, bad("identity %q: must be non-empty, without surrounding spaces", id)
+		for _, raw := range g.Identities {
+			id, err := ParseIdentity(raw)
+			if err != nil {
+				return nil, bad("%v", err)
 			}
 			byVerb := p.grants[id]
 			if byVerb == nil {
@@ -177,8 +210,9 @@ func covers(prefix, shard string) bool {
 	return len(shard) > len(prefix) && shard[len(prefix)] == '/' && strings.HasPrefix(shard, prefix)
 }
 
-// Allows reports whether identity may do verb on shard. It does not check
-// that shard is a valid name; Authorizer.Authorize does.
+// Allows reports whether identity, in its tagged form (see Identity), may do
+// verb on shard. It does not check that shard is a valid name;
+// Authorizer.Authorize does.
 func (p *Policy) Allows(identity string, verb Verb, shard string) bool {
 	if p == nil || identity == "" {
 		return false
@@ -191,7 +225,23 @@ func (p *Policy) Allows(identity string, verb Verb, shard string) bool {
 	return false
 }
 
-// Identities lists the identities that have grants, sorted.
+// cnHint explains a refusal of a common-name identity whose value the
+// policy grants as a DNS or URI SAN: an untagged name in a policy that once
+// matched a certificate's CN no longer does. "" otherwise.
+func (p *Policy) cnHint(identity string) string {
+	v, ok := strings.CutPrefix(identity, KindCN+":")
+	if !ok || p == nil {
+		return ""
+	}
+	for _, kind := range []string{KindDNS, KindURI} {
+		if other := kind + ":" + v; p.grants[other] != nil {
+			return fmt.Sprintf("the policy grants %q, a certificate SAN; a common name counts only where the policy names it %q", other, identity)
+		}
+	}
+	return ""
+}
+
+// Identities lists the identities that have grants, tagged, sorted.
 func (p *Policy) Identities() []string {
 	ids := make([]string, 0, len(p.grants))
 	for id := range p.grants {

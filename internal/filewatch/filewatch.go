@@ -41,6 +41,9 @@ type Watcher struct {
 	loads   uint64     // loads that succeeded
 	readErr string     // the last read error logged, until a read succeeds
 
+	subMu sync.Mutex                 // guards subs
+	subs  map[*subscription]struct{} // called after each applied change
+
 	stop chan struct{}
 	done chan struct{}
 	once sync.Once
@@ -123,7 +126,47 @@ func (w *Watcher) Check() (bool, error) {
 	w.applied = sum
 	w.loads++
 	w.log.Info("config reload: applied the changed files", zap.Strings("files", w.files))
+	w.notify()
 	return true, nil
+}
+
+// subscription is one OnApply registration. It is a pointer so that two
+// registrations of the same function stay apart.
+type subscription struct{ f func() }
+
+// OnApply registers f to be called after each change that load applied
+// (not after the load at New, nor after a rejected change), and returns a
+// function that unregisters it. f runs on the goroutine that checked (the
+// polling goroutine, or a caller of Check), after the new configuration is
+// in force and with the next check held back until it returns: a
+// subscriber sees the changes in order and one at a time. f must be quick
+// and must not call Check.
+func (w *Watcher) OnApply(f func()) (unregister func()) {
+	sub := &subscription{f: f}
+	w.subMu.Lock()
+	if w.subs == nil {
+		w.subs = map[*subscription]struct{}{}
+	}
+	w.subs[sub] = struct{}{}
+	w.subMu.Unlock()
+	return func() {
+		w.subMu.Lock()
+		delete(w.subs, sub)
+		w.subMu.Unlock()
+	}
+}
+
+// notify calls the subscribers. w.mu is held.
+func (w *Watcher) notify() {
+	w.subMu.Lock()
+	subs := make([]*subscription, 0, len(w.subs))
+	for sub := range w.subs {
+		subs = append(subs, sub)
+	}
+	w.subMu.Unlock()
+	for _, sub := range subs {
+		sub.f()
+	}
 }
 
 // Stats reports how many loads succeeded (the one at New included) and how

@@ -163,3 +163,36 @@ func TestPollingPicksUpChanges(t *testing.T) {
 	w.Close()
 	w.Close()
 }
+
+// OnApply subscribers run after each applied change, with the new
+// configuration already in force, and never after a rejected or unchanged
+// one; an unregistered subscriber is not called again.
+func TestOnApply(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "f")
+	write(t, p, "v1")
+	var c config
+	w, err := New([]string{p}, -1, c.load, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	var seenA, seenB []string
+	unregA := w.OnApply(func() { seenA = append(seenA, c.get()) })
+	w.OnApply(func() { seenB = append(seenB, c.get()) })
+
+	write(t, p, "v2")
+	w.Check()
+	w.Check() // unchanged
+	write(t, p, "bad v3")
+	w.Check() // rejected
+	unregA()
+	unregA() // twice is harmless
+	write(t, p, "v4")
+	w.Check()
+	if got := strings.Join(seenA, ","); got != "v2" {
+		t.Errorf("subscriber A saw %q, want v2 (unregistered before v4)", got)
+	}
+	if got := strings.Join(seenB, ","); got != "v2,v4" {
+		t.Errorf("subscriber B saw %q, want v2,v4", got)
+	}
+}

@@ -24,10 +24,11 @@ import (
 )
 
 const (
-	idTrainer = "spiffe://test/ns/team-a/sa/trainer" // URI SAN
-	idReader  = "reader.team-b.test"                 // DNS SAN
-	idAdmin   = "cn-admin"                           // CN only
-	idOther   = "spiffe://test/ns/other/sa/x"        // no grant
+	idTrainer  = "spiffe://test/ns/team-a/sa/trainer"    // URI SAN
+	idReader   = "reader.team-b.test"                    // DNS SAN
+	idAdmin    = "cn-admin"                              // CN only, granted as cn:
+	idOther    = "spiffe://test/ns/other/sa/x"           // no grant
+	idImpostor = "cn:spiffe://test/ns/team-a/sa/trainer" // the trainer's SPIFFE ID as a CN, no SAN
 )
 
 const testPolicy = `
@@ -38,7 +39,7 @@ grants:
   - identities: [reader.team-b.test]
     shardPrefixes: [team-a/eval, team-b]
     verbs: [get, scan]
-  - identities: [cn-admin]
+  - identities: ["cn:cn-admin"]
     shardPrefixes: ["*"]
     verbs: [get]
 `
@@ -65,15 +66,23 @@ func startAuthz(t *testing.T, policy string) *authzServer {
 	t.Cleanup(az.Close)
 	as := &authzServer{p: p, policyFile: file, az: az, clients: map[string]rolloutv1.RolloutServiceClient{}}
 	as.tcpServer = startTCP(t, Config{Authorizer: az, ServerOptions: []grpc.ServerOption{grpc.Creds(credentials.NewTLS(p.reloader.Config()))}})
-	for id, leaf := range map[string]*testpki.Leaf{
-		idTrainer: p.clientCA.ClientURI(t, idTrainer),
-		idReader:  p.clientCA.ClientDNS(t, idReader),
-		idAdmin:   p.clientCA.ClientCN(t, idAdmin),
-		idOther:   p.clientCA.ClientURI(t, idOther),
-	} {
-		as.clients[id] = dial(t, as.addr, p.creds(t, leaf))
+	for _, id := range []string{idTrainer, idReader, idAdmin, idOther, idImpostor} {
+		as.clients[id] = dial(t, as.addr, p.creds(t, testLeaf(t, p.clientCA, id)))
 	}
 	return as
+}
+
+// testLeaf issues the test certificate of one of the identities above.
+func testLeaf(t testing.TB, ca *testpki.CA, id string) *testpki.Leaf {
+	switch id {
+	case idReader:
+		return ca.ClientDNS(t, id)
+	case idAdmin:
+		return ca.ClientCN(t, id)
+	case idImpostor:
+		return ca.ClientCN(t, strings.TrimPrefix(id, "cn:"))
+	}
+	return ca.ClientURI(t, id)
 }
 
 // The authorization table over real mTLS: each identity × verb × shard,
@@ -89,6 +98,8 @@ func TestAuthorizationTable(t *testing.T) {
 		idReader:  {authz.Get: {"team-a/eval", "team-b/x"}, authz.Scan: {"team-a/eval", "team-b/x"}},
 		idAdmin:   {authz.Get: shards},
 		idOther:   {},
+		// Before identities were tagged, the impostor was the trainer.
+		idImpostor: {},
 	}
 	n := 0
 	for _, verb := range authz.Verbs { // appends first, so gets and scans find data
@@ -213,9 +224,9 @@ func (f *fakeStream) SendMsg(any) error { f.sent++; return nil }
 
 // peerCtx is a context whose peer presented a verified certificate for id.
 func peerCtx(t *testing.T, id string) context.Context {
-	leaf := testpki.NewCA(t, "CA").ClientURI(t, id)
+	leaf := testLeaf(t, testpki.NewCA(t, "CA"), id)
 	return peer.NewContext(context.Background(), &peer.Peer{AuthInfo: credentials.TLSInfo{
-		State: tls.ConnectionState{VerifiedChains: [][]*x509.Certificate{{leaf.Cert}}},
+		State: tls.ConnectionState{PeerCertificates: []*x509.Certificate{leaf.Cert}, VerifiedChains: [][]*x509.Certificate{{leaf.Cert}}},
 	}})
 }
 
@@ -248,6 +259,7 @@ func TestGuardStream(t *testing.T) {
 		{idReader, "team-a/run1", codes.PermissionDenied},
 		{idTrainer, "team-ab", codes.PermissionDenied},
 		{idAdmin, "team-a", codes.PermissionDenied}, // the admin may get, not scan
+		{idImpostor, "team-a/run1", codes.PermissionDenied},
 		{idTrainer, "team-a/../team-b", codes.InvalidArgument},
 	} {
 		fs := &fakeStream{ctx: peerCtx(t, tc.id), msgs: []proto.Message{&rolloutv1.GetRequest{Shard: tc.shard}}}

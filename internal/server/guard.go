@@ -2,9 +2,12 @@ package server
 
 import (
 	"context"
+	"crypto/x509"
 	"fmt"
 	"net"
 	"strings"
+	"sync"
+	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
@@ -42,16 +45,28 @@ var methodVerbs = map[string]authz.Verb{
 	rolloutPrefix + "Scan":   authz.Scan,
 }
 
-// guard applies the authorization policy and the append rate limit to
-// RolloutService calls, before the handler runs: a refused call touches no
-// writer and no storage. Other services (health, reflection) pass: they
-// read no shard.
+// guard applies the authorization policy, the client CAs in force and the
+// append rate limit to RolloutService calls, before the handler runs: a
+// refused call touches no writer and no storage. Other services (health,
+// reflection) pass: they read no shard.
+//
+// It also keeps the open guarded streams (a follow Scan can live as long as
+// its connection) and re-checks them whenever the policy or the client CAs
+// are reloaded: a stream no longer allowed is ended with PERMISSION_DENIED.
+// Unary calls are not re-checked: a deadline bounds them.
 type guard struct {
 	authz   *authz.Authorizer // nil: every client that got through TLS may call
+	trust   *clientTrust      // nil: the handshake's verdict on the client stands
 	limiter appendLimiter     // nil: no limit
 	log     *zap.Logger       // sampled
+	events  *zap.Logger       // not sampled: stream revocations
 	denied  *prometheus.CounterVec
+	revoked *prometheus.CounterVec
 	limited prometheus.Counter
+
+	mu          sync.Mutex
+	open        map[*guardedStream]struct{} // streams whose first message passed
+	unsubscribe []func()                    // reload subscriptions, until close
 }
 
 // appendLimiter is *ratelimit.Limiter.
@@ -63,12 +78,22 @@ func newGuard(cfg Config, log *zap.Logger) *guard {
 	if log == nil {
 		log = zap.NewNop()
 	}
+	events := cfg.Logger
+	if events == nil {
+		events = zap.NewNop()
+	}
 	g := &guard{
-		authz: cfg.Authorizer,
-		log:   log,
+		authz:  cfg.Authorizer,
+		log:    log,
+		events: events,
+		open:   map[*guardedStream]struct{}{},
 		denied: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "rolloutd_rpc_denied_total",
 			Help: "RolloutService calls refused by the authorization policy, by verb.",
+		}, []string{"verb"}),
+		revoked: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "rolloutd_streams_revoked_total",
+			Help: "Open RolloutService streams ended because a reloaded policy or client CA bundle no longer allows them, by verb.",
 		}, []string{"verb"}),
 		limited: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "rolloutd_append_rate_limited_total",
@@ -78,11 +103,42 @@ func newGuard(cfg Config, log *zap.Logger) *guard {
 	if cfg.AppendLimiter != nil {
 		g.limiter = cfg.AppendLimiter
 	}
+	if cfg.ClientCAs != nil {
+		g.trust = newClientTrust(cfg.ClientCAs)
+	}
 	return g
 }
 
+// subscribe starts re-checking the open streams on every reload of the
+// policy and of the client CAs, until close. The callbacks run on the
+// reloading goroutine (the file watcher's): the guard starts none.
+func (g *guard) subscribe(cas ClientCAs) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.authz != nil {
+		g.unsubscribe = append(g.unsubscribe, g.authz.OnReload(func() { g.recheck(false) }))
+	}
+	if g.trust != nil {
+		g.unsubscribe = append(g.unsubscribe, cas.OnReload(func() {
+			g.trust.reset()
+			g.recheck(true)
+		}))
+	}
+}
+
+// close stops the re-checks. The open streams stay open.
+func (g *guard) close() {
+	g.mu.Lock()
+	unsubscribe := g.unsubscribe
+	g.unsubscribe = nil
+	g.mu.Unlock()
+	for _, f := range unsubscribe {
+		f()
+	}
+}
+
 func (g *guard) collectors() []prometheus.Collector {
-	return []prometheus.Collector{g.denied, g.limited}
+	return []prometheus.Collector{g.denied, g.revoked, g.limited}
 }
 
 // active reports whether calls to method need checking, and with which
@@ -92,7 +148,7 @@ func (g *guard) active(method string) (verb authz.Verb, check, ok bool) {
 		return "", false, true
 	}
 	verb, ok = methodVerbs[method]
-	check = g.authz != nil || (g.limiter != nil && verb == authz.Append)
+	check = g.authz != nil || g.trust != nil || (g.limiter != nil && verb == authz.Append)
 	return verb, check, ok || g.authz == nil
 }
 
@@ -104,6 +160,16 @@ func (g *guard) check(ctx context.Context, method string, verb authz.Verb, msg a
 		return toStatus(fmt.Errorf("%w: %s: the request names no shard", authz.ErrDenied, method))
 	}
 	identity := peerIdentity(ctx)
+	if g.trust != nil {
+		if chain := peerChain(ctx); len(chain) > 0 {
+			if err := g.trust.verify(chain); err != nil {
+				g.denied.WithLabelValues(string(verb)).Inc()
+				g.log.Info("rpc denied", zap.String("identity", identity), zap.String("verb", string(verb)),
+					zap.String("shard", r.GetShard()), zap.String("peer", peerAddr(ctx)), zap.Error(err))
+				return toStatus(untrusted(identity, err, false))
+			}
+		}
+	}
 	if g.authz != nil {
 		if err := g.authz.Authorize(identity, verb, r.GetShard()); err != nil {
 			if status.Code(toStatus(err)) == codes.PermissionDenied {
@@ -150,6 +216,13 @@ func (g *guard) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, 
 // refusal before the handler sees it (for a server-streaming RPC such as
 // Scan, before the handler is called at all). Until one message has passed,
 // the handler cannot send.
+//
+// Once a message has passed, the stream is registered with the guard until
+// the handler returns, and re-checked on every reload of the policy or the
+// client CAs. A stream no longer allowed is revoked: its context is
+// cancelled with the refusal as the cause, it sends nothing more, and the
+// stream ends with that refusal (PERMISSION_DENIED) whatever the handler
+// returns.
 func (g *guard) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
 	verb, check, ok := g.active(info.FullMethod)
 	if !ok {
@@ -158,33 +231,168 @@ func (g *guard) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInf
 	if !check {
 		return handler(srv, ss)
 	}
-	return handler(srv, &guardedStream{ServerStream: ss, g: g, method: info.FullMethod, verb: verb})
+	ctx, cancel := context.WithCancelCause(ss.Context())
+	gs := &guardedStream{ServerStream: ss, g: g, ctx: ctx, cancel: cancel, method: info.FullMethod, verb: verb,
+		identity: peerIdentity(ctx), chain: peerChain(ctx)}
+	defer g.unregister(gs)
+	err := handler(srv, gs)
+	if rerr := gs.revocation(); rerr != nil && err != nil {
+		return rerr
+	}
+	return err
 }
 
 func (g *guard) uncovered(method string) error {
 	return toStatus(fmt.Errorf("%w: %s has no authorization verb, so no policy can allow it", authz.ErrDenied, method))
 }
 
-// guardedStream checks every message the handler receives.
+// tracks reports whether streams are registered for re-checks: only when
+// something can be reloaded that would revoke them.
+func (g *guard) tracks() bool { return g.authz != nil || g.trust != nil }
+
+// register records that s's message for shard passed.
+func (g *guard) register(s *guardedStream, shard string) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	s.shards = append(s.shards, shard)
+	g.open[s] = struct{}{}
+}
+
+// unregister forgets s: its handler returned.
+func (g *guard) unregister(s *guardedStream) {
+	g.mu.Lock()
+	delete(g.open, s)
+	g.mu.Unlock()
+	s.cancel(context.Canceled)
+}
+
+// recheck re-checks every open stream against the policy in force and,
+// with verifyChains, its client's chain against the client CAs in force,
+// and revokes the streams no longer allowed.
+func (g *guard) recheck(verifyChains bool) {
+	g.mu.Lock()
+	open := make([]*guardedStream, 0, len(g.open))
+	for s := range g.open {
+		open = append(open, s)
+	}
+	g.mu.Unlock()
+	ended := 0
+	for _, s := range open {
+		if g.recheckOne(s, verifyChains) {
+			ended++
+		}
+	}
+	g.events.Info("open streams re-checked", zap.Bool("client_cas", verifyChains), zap.Int("streams", len(open)), zap.Int("revoked", ended))
+}
+
+// recheckOne re-checks s and revokes it if it is no longer allowed. It
+// reports whether it revoked s.
+func (g *guard) recheckOne(s *guardedStream, verifyChain bool) bool {
+	g.mu.Lock()
+	shards := s.shards
+	g.mu.Unlock()
+	var err error
+	if verifyChain && g.trust != nil && len(s.chain) > 0 {
+		if verr := g.trust.verify(s.chain); verr != nil {
+			err = untrusted(s.identity, verr, true)
+		}
+	}
+	if err == nil && g.authz != nil {
+		p := g.authz.Policy()
+		for _, shard := range shards {
+			if !p.Allows(s.identity, s.verb, shard) {
+				err = &authz.DeniedError{Identity: s.identity, Verb: s.verb, Shard: shard, Revoked: true}
+				break
+			}
+		}
+	}
+	if err == nil {
+		return false
+	}
+	st := toStatus(err)
+	if !s.revoke(st) {
+		return false
+	}
+	g.revoked.WithLabelValues(string(s.verb)).Inc()
+	g.events.Info("stream revoked", zap.String("method", s.method), zap.String("identity", s.identity),
+		zap.Strings("shards", shards), zap.String("peer", peerAddr(s.ctx)), zap.Error(err))
+	return true
+}
+
+// untrusted is the refusal of a client whose certificate the client CAs in
+// force no longer trust (cause says why). stream: an open stream is being
+// ended.
+func untrusted(identity string, cause error, stream bool) error {
+	then := "reconnect with a certificate they trust"
+	if stream {
+		then = "the stream is ended"
+	}
+	return fmt.Errorf("%w: the client certificate of identity %q is not trusted by the client CAs now in force (%v); %s", authz.ErrDenied, identity, cause, then)
+}
+
+// guardedStream checks every message the handler receives, and can be
+// revoked while it is open.
 type guardedStream struct {
 	grpc.ServerStream
-	g      *guard
-	method string
-	verb   authz.Verb
+	g        *guard
+	ctx      context.Context         // the stream's; cancelled with the revocation as cause
+	cancel   context.CancelCauseFunc // of ctx
+	method   string
+	verb     authz.Verb
+	identity string              // tagged; "" without a client certificate
+	chain    []*x509.Certificate // as the client presented it; nil without one
+
+	// Used only by the handler's goroutine.
 	passed bool  // a message was allowed
 	err    error // a message was refused: the stream stays refused
+
+	shards  []string              // that passed; guarded by g.mu
+	revoked atomic.Pointer[error] // the revocation, a gRPC status error
+}
+
+func (s *guardedStream) Context() context.Context { return s.ctx }
+
+// revoke ends s with err: from now on it receives and sends nothing, and
+// its context is cancelled with err as the cause. It reports whether s was
+// not revoked before.
+func (s *guardedStream) revoke(err error) bool {
+	if !s.revoked.CompareAndSwap(nil, &err) {
+		return false
+	}
+	s.cancel(err)
+	return true
+}
+
+// revocation is the error s was revoked with, or nil.
+func (s *guardedStream) revocation() error {
+	if p := s.revoked.Load(); p != nil {
+		return *p
+	}
+	return nil
 }
 
 func (s *guardedStream) RecvMsg(m any) error {
 	if s.err != nil {
 		return s.err
 	}
+	if err := s.revocation(); err != nil {
+		return err
+	}
 	if err := s.ServerStream.RecvMsg(m); err != nil {
 		return err
 	}
-	if err := s.g.check(s.Context(), s.method, s.verb, m); err != nil {
+	if err := s.g.check(s.ctx, s.method, s.verb, m); err != nil {
 		s.err = err
 		return err
+	}
+	if s.g.tracks() {
+		// Register, then re-check: a reload that came between the check
+		// and the registration, whose re-check missed this stream, is seen
+		// here.
+		s.g.register(s, m.(shardRequest).GetShard())
+		if s.g.recheckOne(s, true) {
+			return s.revocation()
+		}
 	}
 	s.passed = true
 	return nil
@@ -196,6 +404,9 @@ func (s *guardedStream) SendMsg(m any) error {
 		return s.err
 	case !s.passed:
 		return status.Error(codes.PermissionDenied, "nothing is sent on this stream before its request is authorized")
+	}
+	if err := s.revocation(); err != nil {
+		return err
 	}
 	return s.ServerStream.SendMsg(m)
 }
@@ -213,6 +424,19 @@ func peerIdentity(ctx context.Context) string {
 		return ""
 	}
 	return authz.Identity(ti.State.VerifiedChains[0][0])
+}
+
+// peerChain is the certificate chain the client presented on the
+// connection ctx belongs to (leaf first), or nil when there is none.
+func peerChain(ctx context.Context) []*x509.Certificate {
+	p, ok := peer.FromContext(ctx)
+	if !ok {
+		return nil
+	}
+	if ti, ok := p.AuthInfo.(credentials.TLSInfo); ok {
+		return ti.State.PeerCertificates
+	}
+	return nil
 }
 
 func peerAddr(ctx context.Context) string {

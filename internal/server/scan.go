@@ -7,6 +7,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/types/known/fieldmaskpb"
 
@@ -59,6 +60,11 @@ func (s *service) Scan(req *rolloutv1.ScanRequest, stream grpc.ServerStreamingSe
 	case err == nil:
 		return nil
 	case ctx.Err() != nil && errors.Is(err, ctx.Err()):
+		if st, ok := status.FromError(context.Cause(ctx)); ok && st.Code() != codes.OK {
+			// The stream was ended with an answer: its permission was
+			// revoked (see guard.stream).
+			return st.Err()
+		}
 		// The client went away, or the server is shutting down; either way
 		// the cursor says where to pick up.
 		f := failure{code: codes.Unavailable, msg: fmt.Sprintf("scan of shard %q ended (%v); resume with after_seq=%d", req.GetShard(), context.Cause(ctx), cursor)}

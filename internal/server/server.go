@@ -87,6 +87,13 @@ type Config struct {
 	// shards; nil admits every client that got through the transport (with
 	// mTLS, every client with a certificate from the client CA).
 	Authorizer *authz.Authorizer
+	// ClientCAs, under mutual TLS, is the client CA bundle in force
+	// (*tlsreload.Reloader). After each reload the server re-verifies the
+	// client chain of every open stream against it and ends the streams
+	// whose client it no longer trusts; a new call on a connection whose
+	// client it no longer trusts is refused. nil: a connection's handshake
+	// is the only check of its client certificate.
+	ClientCAs ClientCAs
 	// AppendLimiter bounds the bytes each client identity appends per
 	// second; nil means no limit.
 	AppendLimiter *ratelimit.Limiter
@@ -338,6 +345,7 @@ func New(cfg Config) (*Server, error) {
 	healthpb.RegisterHealthServer(s.grpc, s.health)
 	reflection.Register(s.grpc)
 	s.health.SetServingStatus(rolloutv1.RolloutService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
+	s.guard.subscribe(cfg.ClientCAs)
 	return s, nil
 }
 
@@ -362,6 +370,7 @@ func (s *Server) Serve(lis net.Listener) error {
 // append is durable. Shutdown returns when all of that is done.
 func (s *Server) Shutdown(ctx context.Context) {
 	start := time.Now()
+	s.guard.close()
 	s.health.Shutdown()
 	s.log.Info("shutdown: health NOT_SERVING", zap.Duration("drain_delay", s.cfg.DrainDelay))
 	if d := s.cfg.DrainDelay; d > 0 {

@@ -63,6 +63,7 @@ type material struct {
 	mtls       *tls.Config // client certificate required when a CA is set
 	serverOnly *tls.Config // never asks for a client certificate
 	clientCAs  int
+	clientPool *x509.CertPool // nil without a ClientCAFile
 }
 
 // New loads the files, failing if they are not a valid certificate and
@@ -134,6 +135,7 @@ func parse(cfg Config, certPEM, keyPEM, caPEM []byte) (*material, error) {
 		m.mtls.ClientAuth = tls.RequireAndVerifyClientCert
 		m.mtls.ClientCAs = pool
 		m.clientCAs = n
+		m.clientPool = pool
 	}
 	return m, nil
 }
@@ -190,6 +192,38 @@ func (r *Reloader) ServerOnlyConfig() *tls.Config {
 		},
 	}
 }
+
+// VerifyClient verifies a client's certificate chain, as the client
+// presented it (leaf first, then intermediates), against the client CAs in
+// force now, as a handshake now would: the leaf must chain to one of them,
+// be valid at this moment, and allow client authentication. A server calls
+// it after a reload to find the established clients the new CAs no longer
+// trust. It fails without a ClientCAFile.
+func (r *Reloader) VerifyClient(chain []*x509.Certificate) error {
+	m := r.cur.Load()
+	switch {
+	case m.clientPool == nil:
+		return errors.New("tlsreload: no client CAs to verify against")
+	case len(chain) == 0:
+		return errors.New("tlsreload: no client certificate")
+	}
+	opts := x509.VerifyOptions{
+		Roots:         m.clientPool,
+		Intermediates: x509.NewCertPool(),
+		KeyUsages:     []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+	}
+	for _, c := range chain[1:] {
+		opts.Intermediates.AddCert(c)
+	}
+	_, err := chain[0].Verify(opts)
+	return err
+}
+
+// OnReload registers f to be called after each reload that applied new
+// material (not after rejected files), and returns a function that
+// unregisters it. f runs on the goroutine that checked the files, after the
+// new material is in force; it must be quick and must not call Check.
+func (r *Reloader) OnReload(f func()) (unregister func()) { return r.w.OnApply(f) }
 
 // MutualTLS reports whether Config requires client certificates.
 func (r *Reloader) MutualTLS() bool { return r.cfg.ClientCAFile != "" }

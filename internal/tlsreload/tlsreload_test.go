@@ -231,3 +231,56 @@ func TestNewRejects(t *testing.T) {
 		}
 	}
 }
+
+// VerifyClient judges an established client's chain by the client CAs in
+// force now, as a new handshake would; OnReload tells subscribers when they
+// changed, after the new CAs are in force.
+func TestVerifyClientFollowsReloads(t *testing.T) {
+	dir := t.TempDir()
+	ca, other := testpki.NewCA(t, "rolloutd CA"), testpki.NewCA(t, "some other CA")
+	certFile, keyFile := ca.Server(t, "server").Write(t, dir)
+	caFile := filepath.Join(dir, "ca.pem")
+	testpki.WriteFile(t, caFile, ca.PEM)
+	r, err := New(Config{CertFile: certFile, KeyFile: keyFile, ClientCAFile: caFile, Interval: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	fromCA := []*x509.Certificate{ca.ClientURI(t, "spiffe://test/a").Cert}
+	fromOther := []*x509.Certificate{other.ClientURI(t, "spiffe://test/b").Cert}
+	serverCert := []*x509.Certificate{ca.Server(t, "not a client").Cert} // no client-auth usage
+
+	var notified []error // VerifyClient(fromCA) at each notification
+	r.OnReload(func() { notified = append(notified, r.VerifyClient(fromCA)) })
+
+	if err := r.VerifyClient(fromCA); err != nil {
+		t.Errorf("a client of the CA in force: %v", err)
+	}
+	for name, chain := range map[string][]*x509.Certificate{"another CA's client": fromOther, "a server certificate": serverCert, "no certificate": nil} {
+		if err := r.VerifyClient(chain); err == nil {
+			t.Errorf("%s verified", name)
+		}
+	}
+
+	testpki.WriteFile(t, caFile, []byte("# empty\n"))
+	r.Check() // rejected: no notification, the CA stays
+	testpki.WriteFile(t, caFile, other.PEM)
+	if changed, err := r.Check(); !changed || err != nil {
+		t.Fatalf("CA rotation: %v %v", changed, err)
+	}
+	if len(notified) != 1 || notified[0] == nil {
+		t.Errorf("notifications %v, want one, with the old CA's client already untrusted", notified)
+	}
+	if err := r.VerifyClient(fromOther); err != nil {
+		t.Errorf("a client of the new CA: %v", err)
+	}
+
+	serverOnly, err := New(Config{CertFile: certFile, KeyFile: keyFile, Interval: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer serverOnly.Close()
+	if err := serverOnly.VerifyClient(fromCA); err == nil {
+		t.Error("VerifyClient without client CAs verified")
+	}
+}
