@@ -307,11 +307,11 @@ func (s *writerSet) release(h *held) {
 		return
 	}
 	s.dropLocked(h)
-	s.mu.Unlock()
 	why := "evicted"
 	if h.dead {
 		why = "retired"
 	}
+	s.mu.Unlock()
 	s.abort([]*held{h}, why)
 }
 
@@ -424,6 +424,14 @@ func (s *writerSet) closeAll(ctx context.Context) (closed, failed int) {
 		wg.Go(func() { errs[i] = h.w.Close(ctx) })
 	}
 	wg.Wait()
+	// Requests still in flight may retire a writer meanwhile: read whether
+	// one was under the lock.
+	s.mu.Lock()
+	dead := make([]bool, len(hs))
+	for i, h := range hs {
+		dead[i] = h.dead
+	}
+	s.mu.Unlock()
 	for i, h := range hs {
 		fields := []zap.Field{zap.String("shard", h.shard), zap.Uint64("epoch", h.w.Epoch())}
 		switch err := errs[i]; {
@@ -433,7 +441,7 @@ func (s *writerSet) closeAll(ctx context.Context) (closed, failed int) {
 			// Another instance holds the shard. The fence already failed
 			// whatever was queued, so nothing is discarded here.
 			closed++
-			if !h.dead {
+			if !dead[i] {
 				s.log.Info("writer was fenced by another instance; closed", append(fields, zap.Error(err))...)
 			}
 		default:
