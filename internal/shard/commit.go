@@ -44,10 +44,13 @@ func (w *writer) commitBatch(ctx context.Context, batch []*pending, edits []*edi
 	present := map[string]found{}
 	for rebase := 0; ; rebase++ {
 		if w.stale {
-			out, err := w.resync(ctx, batch, present, attempts)
+			out, err := w.resync(ctx, attempts)
 			if err != errRebase {
 				return out, err
 			}
+		}
+		if err := w.recheck(ctx, batch, present); err != nil {
+			return commitOut{}, w.unsure(attempts, err)
 		}
 		a, next, err := w.prepare(ctx, batch, edits, present)
 		if err != nil {
@@ -297,7 +300,7 @@ func (w *writer) decide(m *storagepb.Manifest, etag blob.ETag, attempts []attemp
 		case committed:
 			w.opts.Notifier.Publish(w.shard)
 			if m.GetEpoch() == w.epoch {
-				w.setManifest(m, etag)
+				w.adopt(m, etag)
 			} else {
 				// Committed, then another writer claimed the shard: the
 				// ack stands, and the next commit finds the fence.
@@ -316,12 +319,11 @@ func (w *writer) decide(m *storagepb.Manifest, etag blob.ETag, attempts []attemp
 }
 
 // resync re-reads the manifest before a commit when this writer's copy may
-// be out of date (after an unclear or lost CAS), decides the batch's
-// earlier attempts on it (see decide), and finds which of the batch's ids a
-// landed commit had already stored, since the appends checked for them
-// against the stale manifest. It returns errRebase when the batch is to be
-// committed on the manifest it read.
-func (w *writer) resync(ctx context.Context, batch []*pending, present map[string]found, attempts []attempt) (commitOut, error) {
+// be out of date (after an unclear or lost CAS), and decides the batch's
+// earlier attempts on it (see decide). It returns errRebase when the batch
+// is to be committed on the manifest it read, which it adopts: recheck then
+// finds which of the queued ids a landed commit had already stored.
+func (w *writer) resync(ctx context.Context, attempts []attempt) (commitOut, error) {
 	m, etag, err := readManifest(ctx, w.store, w.shard)
 	if err != nil {
 		return commitOut{}, w.unsure(attempts, fmt.Errorf("shard %q: re-read manifest: %w", w.shard, err))
@@ -329,31 +331,44 @@ func (w *writer) resync(ctx context.Context, batch []*pending, present map[strin
 	if out, ok, err := w.decide(m, etag, attempts); ok {
 		return out, err
 	}
-	known := map[uint64]bool{}
-	for _, g := range w.m.GetGenerations() {
-		known[g.GetNumber()] = true
-	}
-	var added []*storagepb.Generation
-	for _, g := range m.GetGenerations() {
-		if !known[g.GetNumber()] {
-			added = append(added, g)
+	w.adopt(m, etag)
+	w.stale = false
+	return commitOut{}, errRebase
+}
+
+// recheck looks the ids of each append of batch up in the generations of
+// the writer's manifest that the append did not look them up in itself,
+// when a manifest was adopted since (see adopt): an append checks its ids
+// against the writer's manifest when it is queued, and a commit of unclear
+// outcome that landed after all may hold them. Ids found are acknowledged
+// as present, not stored again.
+func (w *writer) recheck(ctx context.Context, batch []*pending, present map[string]found) error {
+	m, adopted := w.m, w.adopted // the committer is the only one that changes them
+	for _, p := range batch {
+		if p.adopted == adopted {
+			continue
 		}
-	}
-	if len(added) > 0 {
-		var ids []string
-		for _, p := range batch {
-			for _, e := range p.entries {
-				ids = append(ids, e.ID)
+		seen := map[uint64]bool{}
+		for _, g := range p.checked.GetGenerations() {
+			seen[g.GetNumber()] = true
+		}
+		var added []*storagepb.Generation
+		for _, g := range m.GetGenerations() {
+			if !seen[g.GetNumber()] {
+				added = append(added, g)
 			}
+		}
+		ids := make([]string, len(p.entries))
+		for i, e := range p.entries {
+			ids[i] = e.ID
 		}
 		if err := lookupCommitted(ctx, w.store, w.opts.Cache, w.shard, added, ids, present); err != nil {
 			if errors.Is(err, blob.ErrNotFound) {
 				err = w.staleErr(err)
 			}
-			return commitOut{}, w.unsure(attempts, err)
+			return err
 		}
+		p.checked, p.adopted = m, adopted
 	}
-	w.setManifest(m, etag)
-	w.stale = false
-	return commitOut{}, errRebase
+	return nil
 }

@@ -106,6 +106,12 @@ type pending struct {
 	done    chan struct{}
 	results []Result
 	err     error
+
+	// checked is the manifest whose generations the entries' ids were
+	// looked up in (none was there), and adopted the writer's count of
+	// adopted manifests then; see writer.recheck.
+	checked *storagepb.Manifest
+	adopted uint64
 }
 
 func (p *pending) finish(results []Result, err error) {
@@ -153,6 +159,9 @@ type writer struct {
 	// snapshot of the pointer.
 	m    *storagepb.Manifest
 	etag blob.ETag
+	// adopted counts the manifests the committer read back and made m
+	// (adopt), as opposed to the ones it wrote itself.
+	adopted uint64
 	// claimed holds the generations that a merge in flight or the commit
 	// being prepared rewrites, so that the other leaves them alone.
 	claimed map[uint64]bool
@@ -444,7 +453,7 @@ func (w *writer) appendOnce(ctx context.Context, entries []Entry) ([]Result, err
 			w.mu.Unlock()
 			return nil, fmt.Errorf("%w: shard %q has %d bytes queued (limit %d); retry later", ErrBackpressure, w.shard, queued, w.opts.MaxQueuedBytes)
 		}
-		p = &pending{ctx: ctx, entries: fresh, bytes: freshSize, done: make(chan struct{})}
+		p = &pending{ctx: ctx, entries: fresh, bytes: freshSize, done: make(chan struct{}), checked: w.m, adopted: w.adopted}
 		for i, e := range fresh {
 			w.inflight[e.ID] = inflightRef{p: p, i: i, hash: e.ClientHash}
 		}
@@ -830,11 +839,23 @@ func (w *writer) allocGen() uint64 {
 	return gen
 }
 
-// setManifest publishes a manifest the committer committed or read.
+// setManifest publishes a manifest the committer committed.
 func (w *writer) setManifest(m *storagepb.Manifest, etag blob.ETag) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.m, w.etag = m, etag
+}
+
+// adopt publishes a manifest the committer read back after an unclear
+// commit. It may list generations that no append queued before it looked
+// its ids up in: a commit reported as of unknown outcome may have landed
+// after all, and its caller may be retrying the same ids. The committer
+// looks those up before it commits them (recheck).
+func (w *writer) adopt(m *storagepb.Manifest, etag blob.ETag) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.m, w.etag = m, etag
+	w.adopted++
 }
 
 // manifest returns the last published manifest; it must not be modified.
