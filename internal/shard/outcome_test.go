@@ -6,6 +6,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/rolloutd/rolloutd/internal/blob"
 	"github.com/rolloutd/rolloutd/internal/blob/memstore"
@@ -162,5 +163,95 @@ func TestFailureAfterARebaseIsOutcomeUnknown(t *testing.T) {
 				t.Fatalf("x stored %d times after the held CAS landed, want 1", n)
 			}
 		})
+	}
+}
+
+// casHook holds generation puts while hold is set, and runs afterCAS after
+// every manifest CAS that landed.
+type casHook struct {
+	blob.Store
+	mu       sync.Mutex
+	hold     chan struct{}
+	afterCAS func()
+}
+
+func (s *casHook) Put(ctx context.Context, name string, data []byte, opts blob.PutOptions) (blob.Attrs, error) {
+	s.mu.Lock()
+	hold, after := s.hold, s.afterCAS
+	s.mu.Unlock()
+	manifest := strings.HasSuffix(name, "/_manifest")
+	if !manifest && hold != nil {
+		<-hold
+	}
+	attrs, err := s.Store.Put(ctx, name, data, opts)
+	if manifest && opts.IfMatch != "" && err == nil && after != nil {
+		after()
+	}
+	return attrs, err
+}
+
+// W appends [x, y] while P's append of x is queued: W's y commits, and W
+// then waits for x, which P withdraws (its caller gave up). W must not be
+// told its append was not stored: y is. Before, W tried again on its own,
+// its context ended meanwhile, and it heard "not sent".
+func TestAppendPartlyCommittedIsOutcomeUnknown(t *testing.T) {
+	s := &casHook{Store: memstore.New()}
+	w := open(t, s, "s")
+	hold := make(chan struct{})
+	s.mu.Lock()
+	s.hold = hold
+	s.mu.Unlock()
+
+	var wg sync.WaitGroup
+	wg.Go(func() { _, _ = w.Append(context.Background(), entries(t, "z")) }) // held in its put
+	waitTaken(t, w)
+	ctxP, cancelP := context.WithCancel(context.Background())
+	pDone := make(chan error, 1)
+	go func() { _, err := w.Append(ctxP, entries(t, "x")); pDone <- err }()
+	waitQueue(t, w, 1)
+	ctxW, cancelW := context.WithCancel(context.Background())
+	defer cancelW()
+	var wErr error
+	wg.Go(func() { _, wErr = w.Append(ctxW, entries(t, "x", "y")) })
+	waitQueue(t, w, 2) // P's [x], then W's own [y]
+	cancelP()
+	if err := <-pDone; err == nil || errors.Is(err, ErrOutcomeUnknown) {
+		t.Fatalf("P, withdrawn while queued: %v, want not sent", err)
+	}
+	s.mu.Lock()
+	cas := 0
+	s.afterCAS = func() { // the held commit's CAS, then y's: W gives up just as y commits
+		if cas++; cas == 2 {
+			cancelW()
+		}
+	}
+	s.hold = nil
+	s.mu.Unlock()
+	close(hold)
+	wg.Wait()
+
+	if n := countRecords(t, s.Store, "s")["y"]; n != 1 {
+		t.Fatalf("y stored %d times; the test did not set up what it meant to", n)
+	}
+	if !errors.Is(wErr, ErrOutcomeUnknown) {
+		t.Fatalf("W, whose y is stored: %v, want ErrOutcomeUnknown", wErr)
+	}
+}
+
+// waitTaken waits until the committer took what was queued.
+func waitTaken(t *testing.T, w *Writer) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		w.w.mu.Lock()
+		taken := w.w.queued > 0 && len(w.w.queue) == 0
+		w.w.mu.Unlock()
+		if taken {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the committer took nothing")
+		}
+		time.Sleep(100 * time.Microsecond)
 	}
 }

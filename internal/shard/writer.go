@@ -328,13 +328,21 @@ func (h *Writer) Close(ctx context.Context) error { return h.w.close(ctx) }
 func (h *Writer) Abort() { h.w.abort() }
 
 func (w *writer) append(ctx context.Context, entries []Entry) ([]Result, error) {
+	partly := false // some of entries were committed by an earlier try
 	for {
-		results, err := w.appendOnce(ctx, entries)
-		if !errors.Is(err, errWithdrawn) {
-			return results, err
+		results, committed, err := w.appendOnce(ctx, entries)
+		partly = partly || committed
+		if errors.Is(err, errWithdrawn) {
+			// An append this one shared an id with failed for a reason of
+			// its own; try again on our own.
+			continue
 		}
-		// An append this one shared an id with was withdrawn by its own
-		// caller; try again on our own.
+		if err != nil && partly && !errors.Is(err, ErrOutcomeUnknown) {
+			// Its own records are stored; only a retry with the same ids
+			// can tell the caller about the rest.
+			err = fmt.Errorf("shard %q: some of the append's records were committed and others were not (%w): %w", w.shard, ErrOutcomeUnknown, err)
+		}
+		return results, err
 	}
 }
 
@@ -349,16 +357,19 @@ type shared struct {
 	i   int // index in this append
 }
 
-func (w *writer) appendOnce(ctx context.Context, entries []Entry) ([]Result, error) {
+// appendOnce tries entries once. committed reports whether the entries
+// this append committed itself (not those it shared) were committed,
+// whatever the error.
+func (w *writer) appendOnce(ctx context.Context, entries []Entry) (_ []Result, committed bool, _ error) {
 	if len(entries) == 0 {
-		return nil, nil
+		return nil, false, nil
 	}
 	var size int64
 	for _, e := range entries {
 		size += int64(len(e.Data)) + int64(len(e.ID))
 	}
 	if size > w.opts.MaxGenerationBytes {
-		return nil, fmt.Errorf("%w: batch of %d bytes exceeds the %d-byte generation limit", ErrTooLarge, size, w.opts.MaxGenerationBytes)
+		return nil, committed, fmt.Errorf("%w: batch of %d bytes exceeds the %d-byte generation limit", ErrTooLarge, size, w.opts.MaxGenerationBytes)
 	}
 	results := make([]Result, len(entries))
 	ids := make([]string, len(entries))
@@ -376,7 +387,7 @@ func (w *writer) appendOnce(ctx context.Context, entries []Entry) ([]Result, err
 		w.mu.Lock()
 		if err := w.refuseLocked(); err != nil {
 			w.mu.Unlock()
-			return nil, err
+			return nil, committed, err
 		}
 		m := w.m
 		var todo []*storagepb.Generation
@@ -404,12 +415,12 @@ func (w *writer) appendOnce(ctx context.Context, entries []Entry) ([]Result, err
 			if m, _, rerr := readManifest(ctx, w.store, w.shard); rerr == nil && m.GetEpoch() != w.epoch {
 				fe := &FencedError{Shard: w.shard, Local: w.epoch, Stored: m.GetEpoch()}
 				w.fence(fe)
-				return nil, fe
+				return nil, committed, fe
 			}
-			return nil, w.staleErr(err)
+			return nil, committed, w.staleErr(err)
 		}
 		if err != nil {
-			return nil, err
+			return nil, committed, err
 		}
 		if checked == nil {
 			checked = map[uint64]bool{}
@@ -426,7 +437,7 @@ func (w *writer) appendOnce(ctx context.Context, entries []Entry) ([]Result, err
 		if f, ok := present[e.ID]; ok {
 			if f.entry.GetClientHash() != e.ClientHash {
 				w.mu.Unlock()
-				return nil, &IDConflictError{Shard: w.shard, ID: e.ID, Seq: f.entry.GetSeq()}
+				return nil, committed, &IDConflictError{Shard: w.shard, ID: e.ID, Seq: f.entry.GetSeq()}
 			}
 			results[i] = Result{ID: e.ID, Seq: f.entry.GetSeq(), Epoch: f.gen.GetEpoch(), Generation: f.gen.GetNumber(), AlreadyPresent: true}
 			continue
@@ -434,7 +445,7 @@ func (w *writer) appendOnce(ctx context.Context, entries []Entry) ([]Result, err
 		if ref, ok := w.inflight[e.ID]; ok {
 			if ref.hash != e.ClientHash {
 				w.mu.Unlock()
-				return nil, &IDConflictError{Shard: w.shard, ID: e.ID, InFlight: true}
+				return nil, committed, &IDConflictError{Shard: w.shard, ID: e.ID, InFlight: true}
 			}
 			waits = append(waits, shared{ref: ref, i: i})
 			continue
@@ -451,7 +462,7 @@ func (w *writer) appendOnce(ctx context.Context, entries []Entry) ([]Result, err
 		if w.queued > 0 && w.queued+freshSize > w.opts.MaxQueuedBytes {
 			queued := w.queued
 			w.mu.Unlock()
-			return nil, fmt.Errorf("%w: shard %q has %d bytes queued (limit %d); retry later", ErrBackpressure, w.shard, queued, w.opts.MaxQueuedBytes)
+			return nil, committed, fmt.Errorf("%w: shard %q has %d bytes queued (limit %d); retry later", ErrBackpressure, w.shard, queued, w.opts.MaxQueuedBytes)
 		}
 		p = &pending{ctx: ctx, entries: fresh, bytes: freshSize, done: make(chan struct{}), checked: w.m, adopted: w.adopted}
 		for i, e := range fresh {
@@ -468,8 +479,9 @@ func (w *writer) appendOnce(ctx context.Context, entries []Entry) ([]Result, err
 		}
 		rs, err := w.await(ctx, p)
 		if err != nil {
-			return nil, err
+			return nil, false, err
 		}
+		committed = true
 		for k, i := range freshIdx {
 			results[i] = rs[k]
 		}
@@ -478,22 +490,22 @@ func (w *writer) appendOnce(ctx context.Context, entries []Entry) ([]Result, err
 		select {
 		case <-s.ref.p.done:
 		case <-ctx.Done():
-			return nil, fmt.Errorf("append to shard %q: %w while waiting for an in-flight append of id %q (%w)", w.shard, ctx.Err(), entries[s.i].ID, ErrOutcomeUnknown)
+			return nil, committed, fmt.Errorf("append to shard %q: %w while waiting for an in-flight append of id %q (%w)", w.shard, ctx.Err(), entries[s.i].ID, ErrOutcomeUnknown)
 		}
 		if err := s.ref.p.err; err != nil {
 			if !sharesFate(err, entries[s.i].ID) {
 				// The other append failed for a reason of its own (an id
 				// of its own conflicts, or it was withdrawn): this id
 				// was simply not committed. Try again on our own.
-				return nil, errWithdrawn
+				return nil, committed, errWithdrawn
 			}
-			return nil, err
+			return nil, committed, err
 		}
 		r := s.ref.p.results[s.ref.i]
 		r.AlreadyPresent = true
 		results[s.i] = r
 	}
-	return results, nil
+	return results, committed, nil
 }
 
 // sharesFate reports whether err, the failure of another append that was
