@@ -110,14 +110,26 @@ func newWriterSet(maxWriters int, open openFunc, openTimeout time.Duration, retr
 // append appends entries to the shard's writer. A writer that failed for
 // good under the request (fenced by another instance's epoch, closed,
 // aborted, or stale) is retired and the append retried on its replacement,
-// with a few jittered attempts within ctx. The shard reports each of those
-// only when the append was certainly not committed (a commit that may have
-// landed is ErrOutcomeUnknown instead), so retrying cannot duplicate it.
+// with a few jittered attempts within ctx. Retrying cannot duplicate
+// anything, since entries keep their ids across tries. A failed try may
+// still have stored some of the entries (then its error also matches
+// shard.ErrOutcomeUnknown, as when an append's own records committed and a
+// record it shared with another did not), and the answer of the last try
+// never hides that.
 func (s *writerSet) append(ctx context.Context, shardName string, entries []shard.Entry) ([]shard.Result, error) {
+	// landed is the error of an earlier try that may have been stored in
+	// part or whole: the final answer must not say less.
+	var landed error
+	fail := func(err error) ([]shard.Result, error) {
+		if landed != nil && !errors.Is(err, shard.ErrOutcomeUnknown) {
+			err = fmt.Errorf("%w; an earlier try may have been stored: %w", err, landed)
+		}
+		return nil, err
+	}
 	for attempt := 1; ; attempt++ {
 		h, err := s.acquire(ctx, shardName)
 		if err != nil {
-			return nil, err
+			return fail(err)
 		}
 		results, err := h.w.Append(ctx, entries)
 		if err == nil {
@@ -127,6 +139,9 @@ func (s *writerSet) append(ctx context.Context, shardName string, entries []shar
 			}
 			return results, nil
 		}
+		if errors.Is(err, shard.ErrOutcomeUnknown) {
+			landed = err
+		}
 		replace := ctx.Err() == nil && (errors.Is(err, shard.ErrFenced) || errors.Is(err, shard.ErrClosed) ||
 			errors.Is(err, shard.ErrAborted) || errors.Is(err, shard.ErrStale))
 		if replace {
@@ -134,14 +149,14 @@ func (s *writerSet) append(ctx context.Context, shardName string, entries []shar
 		}
 		s.release(h)
 		if !replace {
-			return nil, err
+			return fail(err)
 		}
 		if attempt == s.retry.attempts || !s.pause(ctx, attempt) {
 			var fenced *shard.FencedError
 			if errors.As(err, &fenced) {
-				return nil, fmt.Errorf("still fenced after %d attempts (another instance keeps claiming this shard): %w", attempt, err)
+				return fail(fmt.Errorf("still fenced after %d attempts (another instance keeps claiming this shard): %w", attempt, err))
 			}
-			return nil, fmt.Errorf("writer failed on %d attempts: %w", attempt, err)
+			return fail(fmt.Errorf("writer failed on %d attempts: %w", attempt, err))
 		}
 	}
 }
