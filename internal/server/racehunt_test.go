@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -38,7 +39,9 @@ import (
 //   - lost, delayed and hung manifest CAS responses and re-reads, failed
 //     reads, and merges and GC running all the time;
 //   - ids shared by concurrent appends and by retries, and "conflict ids"
-//     (the only ids appended with two different contents).
+//     (the only ids appended with two different contents), also in storms
+//     that leave a writer's manifest stale behind a commit of unknown
+//     outcome and then send appends that share ids with it.
 //
 // After every run it checks these invariants (racehunt_ledger_test.go):
 //
@@ -438,15 +441,15 @@ func (h *hunter) chaos() {
 	for !h.stopped() {
 		time.Sleep(h.rng.between(2*time.Millisecond, 40*time.Millisecond))
 		switch k := h.rng.intN(100); {
-		case k < 30:
+		case k < 25:
 			h.burst()
-		case k < 45:
+		case k < 37:
 			h.thirdInstance()
-		case k < 55:
+		case k < 45:
 			h.restart(h.rng.intN(2))
-		case k < 67:
-			h.conflictStorm()
-		case k < 75:
+		case k < 70:
+			h.work.Go(h.conflictStorm)
+		case k < 76:
 			h.claim(h.pickShard(), "claim")
 		}
 	}
@@ -573,32 +576,80 @@ func (h *hunter) restart(i int) {
 }
 
 // conflictStorm makes a writer's manifest stale with a commit whose outcome
-// is unknown (the CAS lands, its response is lost, the re-read fails), then
-// sends a stream of appends that share ids with one another and carry
-// conflict ids with either content. The next commit's resync then finds
-// conflict ids committed with the other content while appends sharing the
-// batch's other ids wait on it.
+// is unknown: its CAS lands, the response is lost, and the re-read fails.
+// That commit carried conflict id k with one content. Then append P sends a
+// shared id x and k with the other content: the writer cannot see that k is
+// stored, so P is queued, and the commit that takes it resyncs (its manifest
+// read is slowed down) and finds k committed. Meanwhile appends W1..Wn send
+// x (the same content as P's) and a fresh id, and wait on P for x. Only P
+// may get ErrIDConflict. A few looping appenders add retries of unanswered
+// appends and more shared and conflict ids around it.
 func (h *hunter) conflictStorm() {
 	h.count("storm")
 	i, s := h.rng.intN(2), h.pickShard()
+	svc := h.instance(i)
 	manifest := format.ManifestName(s)
+	round := h.round.Add(1)
+	k, x := fmt.Sprintf("k%d-s", round), fmt.Sprintf("p%d-s", round)
+	variant := h.rng.intN(2)
+	// Pin the shard's writer, as a long request would, so that eviction
+	// does not replace the stale writer before P reaches it.
+	held, err := svc.writers.acquire(context.Background(), s)
+	if err != nil {
+		return
+	}
+	var storm sync.WaitGroup
+	defer func() { h.work.Go(func() { storm.Wait(); svc.writers.release(held) }) }()
+	h.stormTraffic(svc, s)
+
 	h.fs.Add(faultstore.Rule{Ops: []faultstore.Op{faultstore.OpPut}, Prefix: manifest, Fault: faultstore.LoseResponse, Count: 1})
 	h.fs.Add(faultstore.Rule{Ops: []faultstore.Op{faultstore.OpGet}, Prefix: manifest, Fault: faultstore.Fail, Count: 1, Err: errInjected})
-	h.fs.Add(faultstore.Rule{Ops: []faultstore.Op{faultstore.OpGet}, Prefix: manifest, Fault: faultstore.Delay, Count: 20, Delay: h.rng.between(time.Millisecond, 5*time.Millisecond)})
-	h.round.Add(1)
+	if err := h.appendOnce(svc, s, []shard.Entry{h.entry(s, k, variant)}, 500*time.Millisecond); classifyAppend(err) != huntMaybe {
+		return // the writer may not be stale: no use going on
+	}
+	h.count("storm-stale")
+
+	h.fs.Add(faultstore.Rule{Ops: []faultstore.Op{faultstore.OpGet}, Prefix: manifest, Fault: faultstore.Delay, Count: 1, Delay: h.rng.between(5*time.Millisecond, 20*time.Millisecond)})
+	p := []shard.Entry{h.entry(s, x, 0), h.entry(s, k, 1-variant)}
+	storm.Go(func() {
+		if errors.Is(h.appendOnce(svc, s, p, 500*time.Millisecond), shard.ErrIDConflict) {
+			h.count("storm-conflict")
+		}
+	})
+	for range 2 + h.rng.intN(4) {
+		time.Sleep(h.rng.between(0, 2*time.Millisecond))
+		w := []shard.Entry{h.entry(s, x, 0), h.entry(s, fmt.Sprintf("f%d", h.next.Add(1)), 0)}
+		storm.Go(func() { h.appendOnce(svc, s, w, 500*time.Millisecond) })
+	}
+}
+
+// stormTraffic starts a few appenders that, for a moment, loop over appends
+// of shared and conflict ids to one shard of one instance, and retry what
+// was not acknowledged.
+func (h *hunter) stormTraffic(svc *service, s string) {
 	mix := idMix{shared: 0.6, conflict: 0.4, pool: 3}
 	end := time.Now().Add(h.rng.between(50*time.Millisecond, 250*time.Millisecond))
-	for range 4 + h.rng.intN(12) {
+	for range h.rng.intN(6) {
 		h.work.Go(func() {
 			for time.Now().Before(end) && !h.stopped() {
 				es := h.entries(s, 2, mix)
-				ctx, cancel := context.WithTimeout(context.Background(), h.rng.between(20*time.Millisecond, 300*time.Millisecond))
-				rs, err := huntAppend(ctx, h.instance(i), s, es)
-				cancel()
-				h.answered(s, es, rs, err)
+				for try := 0; try < 2; try++ {
+					if h.appendOnce(svc, s, es, h.rng.between(20*time.Millisecond, 300*time.Millisecond)) == nil {
+						break
+					}
+				}
 			}
 		})
 	}
+}
+
+// appendOnce sends one append through svc and records its answer.
+func (h *hunter) appendOnce(svc *service, s string, es []shard.Entry, timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	rs, err := huntAppend(ctx, svc, s, es)
+	h.answered(s, es, rs, err)
+	return err
 }
 
 // shutdown stops every instance gracefully and aborts the third instance's
