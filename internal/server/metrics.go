@@ -37,7 +37,7 @@ func NewMetrics() *Metrics {
 	m := &Metrics{
 		rpcDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "rolloutd_rpc_duration_seconds",
-			Help:    "Latency of RolloutService RPCs (Append, Get) by method and gRPC status code.",
+			Help:    "Latency of RPCs by method and gRPC status code: unary ones (Append, Get, health Check) and the whole life of a Scan stream.",
 			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 18), // 0.5 ms .. 65 s
 		}, []string{"method", "code"}),
 		recordsAppended: prometheus.NewCounter(prometheus.CounterOpts{
