@@ -297,7 +297,7 @@ func New(cfg Config) (*Server, error) {
 		// using a writer when Shutdown closes the writers.
 		grpc.WaitForHandlers(true),
 		// Unfiltered scans forward stored records without re-encoding.
-		grpc.ForceServerCodecV2(newPassthroughCodec()),
+		grpc.ForceServerCodecV2(newPassthroughCodec(s.metrics.decodeFailures)),
 	}, append(cfg.connOptions(), cfg.ServerOptions...)...)
 	s.grpc = grpc.NewServer(opts...)
 	s.healthOnly = newHealthOnly(cfg, s.health)
