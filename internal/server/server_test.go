@@ -5,6 +5,7 @@ import (
 	"errors"
 	"math"
 	"net"
+	"net/http"
 	"net/http/httptest"
 	"strings"
 	"sync/atomic"
@@ -339,14 +340,14 @@ func TestHealthReflectionAndDrain(t *testing.T) {
 }
 
 // /metrics exposes the server's and the process's metrics; /debug/pprof
-// answers.
+// answers only when asked for.
 func TestDebugHandler(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	ts := startServer(t, Config{Store: memstore.New(), Registerer: reg})
 	if _, err := appendOne(context.Background(), ts.client, "m", "a"); err != nil {
 		t.Fatal(err)
 	}
-	h := DebugHandler(reg)
+	h := DebugHandler(reg, true)
 	rec := httptest.NewRecorder()
 	h.ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
 	body := rec.Body.String()
@@ -371,6 +372,20 @@ func TestDebugHandler(t *testing.T) {
 	h.ServeHTTP(rec, httptest.NewRequest("GET", "/debug/pprof/", nil))
 	if rec.Code != 200 || !strings.Contains(rec.Body.String(), "goroutine") {
 		t.Errorf("/debug/pprof/: %d", rec.Code)
+	}
+
+	off := DebugHandler(reg, false)
+	for _, p := range []string{"/debug/pprof/", "/debug/pprof/cmdline", "/debug/pprof/profile", "/debug/pprof/heap"} {
+		rec = httptest.NewRecorder()
+		off.ServeHTTP(rec, httptest.NewRequest("GET", p, nil))
+		if rec.Code != http.StatusNotFound {
+			t.Errorf("%s without pprof: %d, want 404", p, rec.Code)
+		}
+	}
+	rec = httptest.NewRecorder()
+	off.ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	if rec.Code != 200 || !strings.Contains(rec.Body.String(), "rolloutd_records_appended_total 1") {
+		t.Errorf("/metrics without pprof: %d", rec.Code)
 	}
 }
 
