@@ -252,3 +252,43 @@ func histogramCount(t *testing.T, reg prometheus.Gatherer, name string, labels m
 	}
 	return 0
 }
+
+// fakeAppend is a request with the client strings an Append can carry.
+type fakeAppend struct{ shard, requestID string }
+
+func (f fakeAppend) GetShard() string     { return f.shard }
+func (f fakeAppend) GetRequestId() string { return f.requestID }
+
+// requestFields cuts every client string, its length beside it, at a
+// character boundary.
+func TestRequestFieldsBounded(t *testing.T) {
+	out := &logBytes{}
+	log := zap.New(zapcore.NewCore(zapcore.NewJSONEncoder(zap.NewProductionEncoderConfig()), out, zapcore.DebugLevel))
+	long := strings.Repeat("é", 1<<20) // 2 MiB, two bytes a character
+	log.Info("rpc", requestFields(fakeAppend{shard: "s", requestID: long})...)
+	line := out.String()
+	if len(line) > 1024 || !strings.Contains(line, `"shard":"s"`) || !strings.Contains(line, `"append_request_id_len":2097152`) ||
+		!strings.Contains(line, strings.Repeat("é", maxLoggedClientString/2)+truncated) {
+		t.Errorf("%d bytes: %s", len(line), line)
+	}
+	if strings.Contains(line, `"shard_len"`) {
+		t.Errorf("a short string has a length field: %s", line)
+	}
+}
+
+func TestTruncate(t *testing.T) {
+	for _, tt := range []struct {
+		s     string
+		limit int
+		want  string
+	}{
+		{"abc", 3, "abc"},
+		{"abcd", 3, "abc" + truncated},
+		{"éé", 3, "é" + truncated}, // never half a character
+		{"é", 1, truncated},
+	} {
+		if got := truncate(tt.s, tt.limit); got != tt.want {
+			t.Errorf("truncate(%q, %d) = %q, want %q", tt.s, tt.limit, got, tt.want)
+		}
+	}
+}

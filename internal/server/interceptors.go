@@ -122,6 +122,11 @@ func requestFields(req any) []zap.Field {
 	if r, ok := req.(interface{ GetId() string }); ok {
 		fields = append(fields, clientString("id", r.GetId()))
 	}
+	// An Append's own request_id (AIP-155) is the client's; request_id
+	// names the RPC.
+	if r, ok := req.(interface{ GetRequestId() string }); ok && r.GetRequestId() != "" {
+		fields = append(fields, clientString("append_request_id", r.GetRequestId()))
+	}
 	switch r := req.(type) {
 	case *rolloutv1.AppendRequest:
 		fields = append(fields, zap.Int("records", len(r.GetRecords())))
