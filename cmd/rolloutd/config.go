@@ -103,7 +103,7 @@ Usage: rolloutd [flags]
 	}
 
 	fs.StringVar(&c.Listen, "listen", ":50051", "`address` of the gRPC listener (RolloutService, grpc.health.v1, reflection)")
-	fs.StringVar(&c.MetricsListen, "metrics-listen", ":9090", "`address` of the HTTP listener for /metrics (Prometheus) and /debug/pprof/")
+	fs.StringVar(&c.MetricsListen, "metrics-listen", ":9090", "`address` of the HTTP listener for /metrics (Prometheus), and /debug/pprof/ with --pprof")
 	fs.StringVar(&c.Store, "store", "./rolloutd-data", "where records are stored: a local `directory` (also file:///abs/path), or azblob://CONTAINER[/PREFIX] for Azure\n"+
 		"Blob Storage, authenticated by "+envConnectionString+" (Azurite, development) or\n"+
 		"by --azure-account-url with workload identity")

@@ -4,6 +4,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -15,7 +16,7 @@ func TestSecurityConfigDefaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := c.securityConfig
-	if s.TLSCert != "" || s.TLSClientCA != "" || s.AuthzFile != "" || s.HealthListen != "" || s.MetricsTLS != "off" ||
+	if s.TLSCert != "" || s.TLSClientCA != "" || s.AuthzFile != "" || s.HealthListen != "" || s.MetricsTLS != "off" || s.Pprof || len(s.MetricsClientIdentities) != 0 ||
 		s.MaxConcurrentStreams != 1024 || s.KeepaliveMinTime != 10*time.Second || !s.KeepalivePermitWithoutStream ||
 		s.MaxConnectionAge != 10*time.Minute || s.MaxConnectionAgeGrace != time.Minute || s.AppendRateLimit != 0 ||
 		s.ReloadInterval != 10*time.Second {
@@ -25,10 +26,17 @@ func TestSecurityConfigDefaults(t *testing.T) {
 
 func TestSecurityConfig(t *testing.T) {
 	c, err := parseConfig([]string{"--tls-cert", "c.pem", "--tls-key", "k.pem", "--tls-client-ca", "ca.pem", "--authz-file", "p.yaml",
-		"--health-listen", ":8081", "--metrics-tls", "mtls", "--append-rate-limit", "1MiB"},
-		env("ROLLOUTD_KEEPALIVE_MIN_TIME", "30s"), io.Discard)
+		"--health-listen", ":8081", "--metrics-tls", "mtls", "--append-rate-limit", "1MiB",
+		"--metrics-client-identity", "spiffe://c/ns/monitoring/sa/prometheus, DNS:scraper.example", "--metrics-client-identity", "cn:Old Scraper"},
+		env("ROLLOUTD_KEEPALIVE_MIN_TIME", "30s", "ROLLOUTD_PPROF", "true"), io.Discard)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if want := []string{"uri:spiffe://c/ns/monitoring/sa/prometheus", "dns:scraper.example", "cn:Old Scraper"}; !slices.Equal(c.MetricsClientIdentities, want) {
+		t.Errorf("metrics client identities %q, want %q", c.MetricsClientIdentities, want)
+	}
+	if !c.Pprof {
+		t.Error("ROLLOUTD_PPROF=true did not turn --pprof on")
 	}
 	if c.AppendRateBurst != 64<<20 {
 		t.Errorf("burst %v, want the larger of the limit and --max-message-bytes (64MiB)", c.AppendRateBurst)
@@ -59,6 +67,12 @@ func TestSecurityConfigRejects(t *testing.T) {
 		{args: []string{"--tls-cert", "c", "--tls-key", "k", "--authz-file", "p.yaml"}, want: "--authz-file needs --tls-client-ca"},
 		{args: []string{"--metrics-tls", "tls"}, want: "--metrics-tls tls needs"},
 		{args: []string{"--tls-cert", "c", "--tls-key", "k", "--metrics-tls", "mtls"}, want: "--metrics-tls mtls needs --tls-client-ca"},
+		{args: []string{"--tls-cert", "c", "--tls-key", "k", "--tls-client-ca", "ca", "--metrics-tls", "mtls"}, want: "--metrics-tls mtls needs --metrics-client-identity"},
+		{args: []string{"--tls-cert", "c", "--tls-key", "k", "--metrics-tls", "tls", "--metrics-client-identity", "dns:x"}, want: "--metrics-client-identity needs --metrics-tls mtls"},
+		{args: []string{"--tls-cert", "c", "--tls-key", "k", "--tls-client-ca", "ca", "--metrics-tls", "mtls", "--metrics-client-identity", "Prometheus Scraper"}, want: `write "cn:Prometheus Scraper"`},
+		{args: []string{"--tls-cert", "c", "--tls-key", "k", "--tls-client-ca", "ca", "--metrics-tls", "mtls", "--metrics-client-identity", "uri:"}, want: "--metrics-client-identity"},
+		{args: []string{"--pprof=maybe"}, want: "-pprof"},
+		{env: []string{"ROLLOUTD_PPROF", "maybe"}, want: "--pprof (from ROLLOUTD_PPROF)"},
 		{args: []string{"--metrics-tls", "yes"}, want: "--metrics-tls"},
 		{args: []string{"--health-listen", "8081"}, want: "--health-listen"},
 		{args: []string{"--keepalive-min-time", "0s"}, want: "--keepalive-min-time"},
@@ -123,7 +137,7 @@ func TestSecurityHelp(t *testing.T) {
 	if _, err := parseConfig([]string{"--help"}, env(), &out); err == nil {
 		t.Fatal("--help returned no error")
 	}
-	for _, f := range []string{"-tls-cert", "-tls-key", "-tls-client-ca", "-authz-file", "-reload-interval", "-health-listen", "-metrics-tls",
+	for _, f := range []string{"-tls-cert", "-tls-key", "-tls-client-ca", "-authz-file", "-reload-interval", "-health-listen", "-metrics-tls", "-metrics-client-identity", "-pprof",
 		"-max-concurrent-streams", "-keepalive-min-time", "-keepalive-permit-without-stream", "-max-connection-age", "-max-connection-age-grace",
 		"-append-rate-limit", "-append-rate-burst", "-azure-connection-string-file"} {
 		if !strings.Contains(out.String(), f) {

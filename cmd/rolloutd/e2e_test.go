@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"os/exec"
 	"strings"
 	"sync"
@@ -219,7 +220,8 @@ func TestBinaryBadConfig(t *testing.T) {
 }
 
 // The default backend, a local directory: acked appends survive a restart,
-// and a second process on the same directory is refused at startup.
+// and a second process on the same directory is refused at startup. No
+// profiles are served by default.
 func TestBinaryLocalStore(t *testing.T) {
 	dir := t.TempDir()
 	p := start(t, nil, "--store", dir)
@@ -230,6 +232,15 @@ func TestBinaryLocalStore(t *testing.T) {
 	}
 	if m := metricsText(t, p.MetricsAddr); !strings.Contains(m, "\nrolloutd_store_failed 0\n") {
 		t.Errorf("/metrics has no rolloutd_store_failed 0:\n%s", m)
+	}
+	// Profiles are off unless --pprof asks for them.
+	resp, err := http.Get("http://" + p.MetricsAddr + "/debug/pprof/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusNotFound {
+		t.Errorf("/debug/pprof/ without --pprof: %s, want 404", resp.Status)
 	}
 
 	second := exec.Command(binary, "--store", dir, "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0")

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -33,6 +34,11 @@ type securityConfig struct {
 	ReloadInterval time.Duration
 	HealthListen   string
 	MetricsTLS     string
+	// MetricsClientIdentities are the identities (tagged: uri:, dns:,
+	// cn:) a client certificate must have to reach the metrics listener
+	// under --metrics-tls mtls; parsed from the flag by validateSecurity.
+	MetricsClientIdentities []string
+	Pprof                   bool
 
 	MaxConcurrentStreams         int
 	KeepaliveMinTime             time.Duration
@@ -62,7 +68,17 @@ func (c *securityConfig) registerFlags(fs *flag.FlagSet) {
 		"prefixes; default deny. Needs --tls-client-ca. Reloaded when it changes; an invalid change is logged and ignored")
 	fs.DurationVar(&c.ReloadInterval, "reload-interval", 10*time.Second, "how often the TLS files and the policy file are checked for changes")
 	fs.StringVar(&c.HealthListen, "health-listen", "", "`address` of a plaintext listener serving only grpc.health.v1, for kubelet gRPC probes under mTLS (empty: none)")
-	fs.StringVar(&c.MetricsTLS, "metrics-tls", metricsTLSOff, "serve --metrics-listen over TLS with --tls-cert: off, tls, or mtls (also require a client certificate from --tls-client-ca)")
+	fs.StringVar(&c.MetricsTLS, "metrics-tls", metricsTLSOff, "serve --metrics-listen over TLS with --tls-cert: off, tls, or mtls (also require a client certificate from --tls-client-ca\n"+
+		"with one of the --metrics-client-identity identities)")
+	fs.Func("metrics-client-identity", "`identity` of a scraper allowed on --metrics-listen under --metrics-tls mtls (required there): uri:spiffe://…, dns:NAME or cn:NAME,\n"+
+		"or an untagged URI (a URI SAN) or DNS name (a DNS SAN). Repeat the flag, or separate identities with commas", func(v string) error {
+		for id := range strings.SplitSeq(v, ",") {
+			c.MetricsClientIdentities = append(c.MetricsClientIdentities, strings.TrimSpace(id))
+		}
+		return nil
+	})
+	fs.BoolVar(&c.Pprof, "pprof", false, "serve the runtime profiles under /debug/pprof/ on --metrics-listen. Off by default: a profile shows the command line,\n"+
+		"stacks and heap samples, and costs CPU, to anyone who reaches the port; with it, prefer --metrics-tls mtls or a loopback --metrics-listen")
 	fs.IntVar(&c.MaxConcurrentStreams, "max-concurrent-streams", server.DefaultMaxConcurrentStreams, "maximum RPCs in flight on one client connection")
 	fs.DurationVar(&c.KeepaliveMinTime, "keepalive-min-time", server.DefaultKeepaliveMinTime, "shortest interval at which clients may ping; a client that pings more often is disconnected")
 	fs.BoolVar(&c.KeepalivePermitWithoutStream, "keepalive-permit-without-stream", true, "let clients ping (no more often than --keepalive-min-time) while they have no RPC in flight")
@@ -108,6 +124,20 @@ func (c *config) validateSecurity() error {
 		}
 	default:
 		return fmt.Errorf("--metrics-tls %q: want off, tls or mtls", s.MetricsTLS)
+	}
+	switch {
+	case s.MetricsTLS == metricsTLSMTLS && len(s.MetricsClientIdentities) == 0:
+		return errors.New("--metrics-tls mtls needs --metrics-client-identity: name the scraper (such as uri:spiffe://CLUSTER/ns/monitoring/sa/prometheus); " +
+			"otherwise every certificate from --tls-client-ca, every client workload's, could read the metrics")
+	case s.MetricsTLS != metricsTLSMTLS && len(s.MetricsClientIdentities) > 0:
+		return errors.New("--metrics-client-identity needs --metrics-tls mtls: only then do scrapers present a certificate")
+	}
+	for i, id := range s.MetricsClientIdentities {
+		tagged, err := parseIdentity(id)
+		if err != nil {
+			return fmt.Errorf("--metrics-client-identity: %w", err)
+		}
+		s.MetricsClientIdentities[i] = tagged
 	}
 	if s.HealthListen != "" {
 		if _, _, err := net.SplitHostPort(s.HealthListen); err != nil {
@@ -201,6 +231,7 @@ func newSecurity(cfg *config, log *zap.Logger, reg prometheus.Registerer) (*secu
 	log.Info("security",
 		zap.Bool("tls", s.tls != nil), zap.Bool("mtls", c.TLSClientCA != ""), zap.String("authz_file", c.AuthzFile),
 		zap.String("health_listen", c.HealthListen), zap.String("metrics_tls", c.MetricsTLS),
+		zap.Strings("metrics_client_identities", c.MetricsClientIdentities), zap.Bool("pprof", c.Pprof),
 		zap.Int64("append_rate_limit_bytes", int64(c.AppendRateLimit)), zap.Int64("append_rate_burst_bytes", int64(c.AppendRateBurst)))
 	if s.tls == nil {
 		log.Warn("gRPC is plaintext: anyone who reaches --listen can read and write every shard; set --tls-cert, --tls-key and --tls-client-ca outside development")
@@ -227,20 +258,58 @@ func (s *security) apply(sc *server.Config) {
 }
 
 // metricsListener wraps the metrics listener in TLS when --metrics-tls
-// asks for it, and warns when metrics and pprof are plaintext on an address
-// other than loopback while gRPC is protected.
+// asks for it (under mtls, admitting only the named scrapers), and warns
+// when what it serves is open to anyone who reaches it: /debug/pprof/
+// without client certificates, or plaintext metrics on an address other
+// than loopback while gRPC is protected.
 func (s *security) metricsListener(lis net.Listener, log *zap.Logger) net.Listener {
+	addr := zap.String("addr", lis.Addr().String())
+	if s.cfg.Pprof && s.cfg.MetricsTLS != metricsTLSMTLS {
+		log.Warn("--pprof: /debug/pprof/ is served to anyone who reaches --metrics-listen, without a client certificate: profiles show the command line, stacks and heap samples; "+
+			"bind --metrics-listen to 127.0.0.1, restrict it by network policy, or set --metrics-tls mtls", addr, zap.String("metrics_tls", s.cfg.MetricsTLS))
+	}
 	switch s.cfg.MetricsTLS {
 	case metricsTLSOn:
 		return tls.NewListener(lis, s.tls.ServerOnlyConfig())
 	case metricsTLSMTLS:
-		return tls.NewListener(lis, s.tls.Config())
+		return tls.NewListener(lis, scraperConfig(s.tls.Config(), s.cfg.MetricsClientIdentities, log))
 	}
 	if s.tls != nil && !isLoopback(lis.Addr()) {
-		log.Warn("metrics and /debug/pprof are served in plaintext on a non-loopback address; bind --metrics-listen to 127.0.0.1, restrict it by network policy, or set --metrics-tls",
-			zap.String("addr", lis.Addr().String()))
+		log.Warn("metrics are served in plaintext on a non-loopback address; bind --metrics-listen to 127.0.0.1, restrict it by network policy, or set --metrics-tls", addr)
 	}
 	return lis
+}
+
+// scraperConfig is base (a reloading mTLS config) admitting only client
+// certificates whose identity is one of identities (tagged forms). A
+// certificate from the client CA with another identity fails the
+// handshake, and is logged.
+func scraperConfig(base *tls.Config, identities []string, log *zap.Logger) *tls.Config {
+	verify := func(cs tls.ConnectionState) error {
+		if len(cs.VerifiedChains) == 0 || len(cs.VerifiedChains[0]) == 0 {
+			return errors.New("metrics: no verified client certificate")
+		}
+		id := certIdentity(cs.VerifiedChains[0][0])
+		if slices.Contains(identities, id) {
+			return nil
+		}
+		log.Warn("metrics: refused a client certificate whose identity is not a --metrics-client-identity", zap.String("identity", id))
+		return fmt.Errorf("metrics: identity %q is not a --metrics-client-identity", id)
+	}
+	return &tls.Config{
+		MinVersion: base.MinVersion,
+		// The material in force comes from base per handshake, so that
+		// reloads apply; the identity check rides on top of it.
+		GetConfigForClient: func(hello *tls.ClientHelloInfo) (*tls.Config, error) {
+			c, err := base.GetConfigForClient(hello)
+			if err != nil || c == nil {
+				return c, err
+			}
+			c = c.Clone()
+			c.VerifyConnection = verify
+			return c, nil
+		},
+	}
 }
 
 func isLoopback(a net.Addr) bool {

@@ -95,7 +95,7 @@ func serve(ctx context.Context, stopSignals func(), cfg *config) error {
 			return fmt.Errorf("--health-listen %s: %w", cfg.HealthListen, err)
 		}
 	}
-	metrics := &http.Server{Handler: server.DebugHandler(reg), ReadHeaderTimeout: 10 * time.Second}
+	metrics := &http.Server{Handler: server.DebugHandler(reg, cfg.Pprof), ReadHeaderTimeout: 10 * time.Second}
 
 	errc := make(chan error, 4)
 	stopWatch := watchStore(store, errc)

@@ -103,9 +103,37 @@ func TestDashboardQueriesParse(t *testing.T) {
 		"rolloutd_writer_fences_total",         // fences
 		"rolloutd_append_self_heals_total",     // self-heals
 		"rolloutd_blob_operation_duration_seconds_bucket",
+		"rolloutd_records_scanned_total",     // records scanned
+		"rolloutd_rpc_decode_failures_total", // requests that do not decode
 	} {
 		if !slices.Contains(metrics, want) {
 			t.Errorf("no panel queries %s", want)
+		}
+	}
+	// Scan: its rate, errors and duration, under its method label.
+	var d dashboard
+	if err := json.Unmarshal(readRepoFile(t, dashboardPath), &d); err != nil {
+		t.Fatal(err)
+	}
+	scan := map[string]bool{}
+	for _, pn := range d.Panels {
+		for _, tg := range pn.Targets {
+			if !strings.Contains(tg.Expr, `method="Scan"`) {
+				continue
+			}
+			switch {
+			case strings.Contains(tg.Expr, `code!="OK"`):
+				scan["errors"] = true
+			case strings.Contains(tg.Expr, "histogram_quantile"):
+				scan["duration"] = true
+			case strings.Contains(tg.Expr, "_count"):
+				scan["rate"] = true
+			}
+		}
+	}
+	for _, want := range []string{"rate", "errors", "duration"} {
+		if !scan[want] {
+			t.Errorf(`no panel shows Scan's %s (rolloutd_rpc_duration_seconds{method="Scan"})`, want)
 		}
 	}
 }

@@ -11,7 +11,6 @@ import (
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/keepalive"
-	"google.golang.org/grpc/reflection"
 )
 
 // Connection limits: what one client connection may hold or do. Each bounds
@@ -93,10 +92,15 @@ func (c Config) connOptions() []grpc.ServerOption {
 
 // newHealthOnly builds the health-only gRPC server: grpc.health.v1 over hs
 // (the main server's, so it reports the same status and goes NOT_SERVING on
-// Shutdown), and reflection, which lists only that service (so that grpcurl
-// needs no proto files), with small limits. It is meant for a plaintext
-// listener that kubelet's gRPC probes can reach when the main listener
-// requires client certificates; it exposes only the status.
+// Shutdown), with small limits, and nothing else. It is meant for a
+// plaintext listener that kubelet's gRPC probes can reach when the main
+// listener requires client certificates; it exposes only the status.
+//
+// No reflection: it describes every symbol linked into the binary (ask for
+// the file containing rollout.v1.RolloutService, and it is there), not only
+// the services registered here. Probes need none; people check the port
+// with grpc-health-probe, or grpcurl given the health proto (see
+// docs/operations.md).
 func newHealthOnly(c Config, hs *health.Server) *grpc.Server {
 	g := grpc.NewServer(
 		grpc.MaxRecvMsgSize(healthMaxMessageBytes),
@@ -105,7 +109,6 @@ func newHealthOnly(c Config, hs *health.Server) *grpc.Server {
 		grpc.ConnectionTimeout(handshakeTimeout),
 	)
 	healthpb.RegisterHealthServer(g, hs)
-	reflection.Register(g)
 	return g
 }
 

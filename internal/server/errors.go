@@ -112,33 +112,47 @@ const (
 )
 
 // toStatus maps an error of a call that writes nothing (Get, Scan, and the
-// refusals of the guard) to the gRPC status the client gets. Append's write
-// maps through appendStatus. Both go through classify, the one place where
-// the mapping lives.
+// refusals of the guard) to the error the client gets. Append's write maps
+// through appendStatus. Both go through classify, the one place where the
+// mapping lives.
+//
+// The error is a gRPC status, or an *internalError for a failure whose text
+// is withheld from the client (see internalError).
 func toStatus(err error) error {
 	if err == nil {
 		return nil
 	}
-	return classify(err, false).status().Err()
+	return classify(err, false).err()
 }
 
 // appendStatus maps an error of Append's write (the writer set and the
-// shard's writer) to the gRPC status the client gets. Unlike a read's, its
-// storage and context errors carry NOT_COMMITTED: the shard layer reports
-// every failure after which an attempt may have landed with
+// shard's writer) to the error the client gets, like toStatus. Unlike a
+// read's, its storage and context errors carry NOT_COMMITTED: the shard
+// layer reports every failure after which an attempt may have landed with
 // ErrOutcomeUnknown, so any other failure stored nothing.
 func appendStatus(err error) error {
 	if err == nil {
 		return nil
 	}
-	return classify(err, true).status().Err()
+	return classify(err, true).err()
 }
 
 // failure is a classified error: the status and the details a client acts
 // on.
 type failure struct {
 	code codes.Code
-	msg  string
+	// msg is the error's own text, which names the shard, the field or
+	// the blob involved.
+	msg string
+	// hint says what the reason means, in words: "; not stored, safe to
+	// retry". It never carries the server's internals.
+	hint string
+	// internal: msg may carry the server's internals (absolute file paths,
+	// the storage endpoint, account, container and prefix). The client
+	// gets a generic text and the RPC's request id instead, and msg goes
+	// to the log under that id. Set for Internal, DataLoss and
+	// storage-caused Unavailable.
+	internal bool
 	// reason is the ErrorInfo reason; "" sends no ErrorInfo.
 	reason   string
 	metadata map[string]string
@@ -155,6 +169,26 @@ type failure struct {
 // wrapped errors keep their class. The message is the error's own text,
 // which names the shard, the field or the blob involved, and a hint.
 func classify(err error, write bool) failure {
+	f := classifyCode(err, write)
+	switch f.code {
+	case codes.Internal, codes.DataLoss:
+		f.internal = true
+	case codes.Unavailable:
+		f.internal = storageCaused(err)
+	}
+	return f
+}
+
+// storageCaused reports whether an Unavailable err comes from the blob
+// store (the Azure backend and the local store report storage that failed
+// or could not be reached with these classes), as opposed to fencing, a
+// closed writer or a shutdown, whose texts stay helpful.
+func storageCaused(err error) bool {
+	return errors.Is(err, blob.ErrUnavailable) || errors.Is(err, blob.ErrStoreFailed) ||
+		errors.Is(err, blob.ErrOutcomeUnknown)
+}
+
+func classifyCode(err error, write bool) failure {
 	msg := err.Error()
 	// First: an outcome-unknown error may also wrap a context error or a
 	// storage class, and must never read as "not committed".
@@ -166,7 +200,7 @@ func classify(err error, write bool) failure {
 		case errors.Is(err, context.Canceled):
 			code = codes.Canceled
 		}
-		return failure{code: code, msg: msg + hintOutcomeUnknown, reason: ReasonOutcomeUnknown}
+		return failure{code: code, msg: msg, hint: hintOutcomeUnknown, reason: ReasonOutcomeUnknown}
 	}
 	switch {
 	case errors.Is(err, validate.ErrInvalid):
@@ -192,9 +226,9 @@ func classify(err error, write bool) failure {
 		return f
 
 	case errors.Is(err, shard.ErrBackpressure):
-		return failure{code: codes.ResourceExhausted, msg: msg + "; back off, then retry", reason: ReasonBackpressure, retry: backpressureRetry}
+		return failure{code: codes.ResourceExhausted, msg: msg, hint: "; back off, then retry", reason: ReasonBackpressure, retry: backpressureRetry}
 	case errors.Is(err, shard.ErrTooLarge), errors.Is(err, ErrLimitExceeded):
-		f := failure{code: codes.ResourceExhausted, msg: msg + "; split the batch", reason: ReasonTooLarge, field: "records", fieldDesc: msg}
+		f := failure{code: codes.ResourceExhausted, msg: msg, hint: "; split the batch", reason: ReasonTooLarge, field: "records", fieldDesc: msg}
 		var le *LimitError
 		if errors.As(err, &le) {
 			f.field, f.fieldDesc = le.Field, le.Detail
@@ -210,7 +244,7 @@ func classify(err error, write bool) failure {
 			f.code = codes.Canceled
 		}
 		if write {
-			f.msg += hintNotSent
+			f.hint = hintNotSent
 			f.reason = ReasonNotCommitted
 		}
 		return f
@@ -225,9 +259,9 @@ func classify(err error, write bool) failure {
 		errors.Is(err, blob.ErrStoreFailed),
 		errors.Is(err, ErrShuttingDown):
 		if !write {
-			return failure{code: codes.Unavailable, msg: msg + "; retry"}
+			return failure{code: codes.Unavailable, msg: msg, hint: "; retry"}
 		}
-		return failure{code: codes.Unavailable, msg: msg + hintNotCommitted, reason: ReasonNotCommitted, retry: notCommittedRetry}
+		return failure{code: codes.Unavailable, msg: msg, hint: hintNotCommitted, reason: ReasonNotCommitted, retry: notCommittedRetry}
 
 	case errors.Is(err, blob.ErrNotFound):
 		// The reader turns a missing manifest or record into its own
@@ -240,9 +274,45 @@ func classify(err error, write bool) failure {
 	}
 }
 
-// status builds the gRPC status of f, with its details.
-func (f failure) status() *status.Status {
-	st := status.New(f.code, f.msg)
+// Generic texts of the failures whose own text is withheld.
+var genericText = map[codes.Code]string{
+	codes.Internal:    "internal error",
+	codes.DataLoss:    "stored data failed verification",
+	codes.Unavailable: "storage unavailable",
+}
+
+// message is the status message of f for the RPC with requestID ("" when
+// unknown). An internal failure's is a generic text, its hint, and the
+// request id under which the server logged the details.
+func (f failure) message(requestID string) string {
+	if !f.internal {
+		return truncate(f.msg+f.hint, maxStatusMessage)
+	}
+	text := genericText[f.code]
+	if text == "" {
+		text = "error"
+	}
+	text += f.hint
+	if requestID != "" {
+		text += "; the server logged the details under request id " + requestID
+	}
+	return text
+}
+
+// err is f as the error a handler returns: its gRPC status, or for an
+// internal failure an *internalError, which the outermost interceptor
+// answers with the generic text and the request id.
+func (f failure) err() error {
+	if f.internal {
+		return &internalError{f: f}
+	}
+	return f.status("").Err()
+}
+
+// status builds the gRPC status of f, with its details, for the RPC with
+// requestID.
+func (f failure) status(requestID string) *status.Status {
+	st := status.New(f.code, f.message(requestID))
 	var details []protoadapt.MessageV1
 	if f.reason != "" {
 		details = append(details, &errdetails.ErrorInfo{Reason: f.reason, Domain: ErrorDomain, Metadata: f.metadata})
@@ -250,9 +320,9 @@ func (f failure) status() *status.Status {
 	if f.retry > 0 {
 		details = append(details, &errdetails.RetryInfo{RetryDelay: durationpb.New(f.retry)})
 	}
-	if f.field != "" {
+	if f.field != "" && !f.internal {
 		details = append(details, &errdetails.BadRequest{FieldViolations: []*errdetails.BadRequest_FieldViolation{
-			{Field: f.field, Description: f.fieldDesc},
+			{Field: truncate(f.field, maxLoggedClientString), Description: truncate(f.fieldDesc, maxStatusMessage)},
 		}})
 	}
 	if len(details) == 0 {
@@ -264,6 +334,25 @@ func (f failure) status() *status.Status {
 	}
 	return withDetails
 }
+
+// internalError is a failure whose own text is withheld from the client:
+// it may carry file paths or the storage endpoint, account, container and
+// prefix. The outermost interceptor (Server.answer) sends the client the
+// generic text with the RPC's request id, the reason and the retry advice,
+// and logs the text under that id.
+//
+// Until then it reads as that generic status without a request id, as an
+// error and as a gRPC status, so that no path can leak the text by
+// skipping the interceptor.
+type internalError struct{ f failure }
+
+func (e *internalError) Error() string { return e.f.message("") }
+
+// GRPCStatus makes status.FromError see the generic status.
+func (e *internalError) GRPCStatus() *status.Status { return e.f.status("") }
+
+// detail is the withheld text.
+func (e *internalError) detail() string { return e.f.msg }
 
 // resumeAt makes f, the failure of a Scan that ended after its request
 // was accepted, carry the cursor to resume from as ErrorInfo metadata when a

@@ -105,49 +105,52 @@ func TestToStatus(t *testing.T) {
 		reason string        // "" for no ErrorInfo
 		retry  time.Duration // 0 for no RetryInfo
 		field  string        // "" for no BadRequest
+		// internal: the client gets a generic text, and the error's own
+		// text only reaches the log.
+		internal bool
 	}{
-		{"invalid", &validate.FieldError{Field: "shard", Rule: "must not be empty"}, true, codes.InvalidArgument, "shard: must not be empty", "", 0, ""},
-		{"no shard", wrap(shard.ErrShardNotFound), false, codes.NotFound, "shard not found", "", 0, ""},
-		{"no record", wrap(shard.ErrRecordNotFound), false, codes.NotFound, "record not found", "", 0, ""},
-		{"id conflict", wrap(shard.ErrIDConflict), true, codes.AlreadyExists, "different content", "", 0, ""},
-		{"corrupt", fmt.Errorf("%w: blob shards/s/_manifest: bad crc", shard.ErrCorrupt), false, codes.DataLoss, "shards/s/_manifest", "", 0, ""},
-		{"storage not-found", wrap(blob.ErrNotFound), true, codes.Internal, "unexpected storage not-found", "", 0, ""},
-		{"unclassified", errors.New("boom"), true, codes.Internal, "boom", "", 0, ""},
+		{"invalid", &validate.FieldError{Field: "shard", Rule: "must not be empty"}, true, codes.InvalidArgument, "shard: must not be empty", "", 0, "", false},
+		{"no shard", wrap(shard.ErrShardNotFound), false, codes.NotFound, "shard not found", "", 0, "", false},
+		{"no record", wrap(shard.ErrRecordNotFound), false, codes.NotFound, "record not found", "", 0, "", false},
+		{"id conflict", wrap(shard.ErrIDConflict), true, codes.AlreadyExists, "different content", "", 0, "", false},
+		{"corrupt", fmt.Errorf("%w: blob shards/s/_manifest: bad crc", shard.ErrCorrupt), false, codes.DataLoss, "stored data failed verification", "", 0, "", true},
+		{"storage not-found", wrap(blob.ErrNotFound), true, codes.Internal, "internal error", "", 0, "", true},
+		{"unclassified", errors.New("boom"), true, codes.Internal, "internal error", "", 0, "", true},
 
-		{"backpressure", wrap(shard.ErrBackpressure), true, codes.ResourceExhausted, "queue full; back off, then retry", ReasonBackpressure, backpressureRetry, ""},
-		{"batch over the generation limit", wrap(shard.ErrTooLarge), true, codes.ResourceExhausted, "split the batch", ReasonTooLarge, 0, "records"},
-		{"batch over the record count", &LimitError{Field: "records", Detail: "the batch has 9 records, the server takes at most 3 per Append"}, true, codes.ResourceExhausted, "request over the server's limit: the batch has 9 records, the server takes at most 3 per Append; split the batch", ReasonTooLarge, 0, "records"},
-		{"record over the limit", wrap(&LimitError{Field: "records[3]", Detail: "records[3] encodes to 9 bytes, the server takes at most 5 per record"}), true, codes.ResourceExhausted, "records[3] encodes to 9 bytes", ReasonTooLarge, 0, "records[3]"},
-		{"rate limited", &ratelimit.LimitedError{Identity: "x", Bytes: 10, Rate: 5, Burst: 20, Retry: 1500 * time.Millisecond}, true, codes.ResourceExhausted, "retry this call of 10 bytes in 1.5s", ReasonRateLimited, 1500 * time.Millisecond, ""},
-		{"rate limited, never fits", &ratelimit.LimitedError{Identity: "x", Bytes: 30, Rate: 5, Burst: 20}, true, codes.ResourceExhausted, "split the batch", ReasonRateLimited, 0, "records"},
+		{"backpressure", wrap(shard.ErrBackpressure), true, codes.ResourceExhausted, "queue full; back off, then retry", ReasonBackpressure, backpressureRetry, "", false},
+		{"batch over the generation limit", wrap(shard.ErrTooLarge), true, codes.ResourceExhausted, "split the batch", ReasonTooLarge, 0, "records", false},
+		{"batch over the record count", &LimitError{Field: "records", Detail: "the batch has 9 records, the server takes at most 3 per Append"}, true, codes.ResourceExhausted, "request over the server's limit: the batch has 9 records, the server takes at most 3 per Append; split the batch", ReasonTooLarge, 0, "records", false},
+		{"record over the limit", wrap(&LimitError{Field: "records[3]", Detail: "records[3] encodes to 9 bytes, the server takes at most 5 per record"}), true, codes.ResourceExhausted, "records[3] encodes to 9 bytes", ReasonTooLarge, 0, "records[3]", false},
+		{"rate limited", &ratelimit.LimitedError{Identity: "x", Bytes: 10, Rate: 5, Burst: 20, Retry: 1500 * time.Millisecond}, true, codes.ResourceExhausted, "retry this call of 10 bytes in 1.5s", ReasonRateLimited, 1500 * time.Millisecond, "", false},
+		{"rate limited, never fits", &ratelimit.LimitedError{Identity: "x", Bytes: 30, Rate: 5, Burst: 20}, true, codes.ResourceExhausted, "split the batch", ReasonRateLimited, 0, "records", false},
 
 		// Append: certainly not stored.
-		{"fenced", fenced, true, codes.Unavailable, "epoch 3 fenced by epoch 4; not stored, safe to retry", ReasonNotCommitted, notCommittedRetry, ""},
-		{"aborted", wrap(shard.ErrAborted), true, codes.Unavailable, "aborted; not stored, safe to retry", ReasonNotCommitted, notCommittedRetry, ""},
-		{"closed", wrap(shard.ErrClosed), true, codes.Unavailable, "closed; not stored, safe to retry", ReasonNotCommitted, notCommittedRetry, ""},
-		{"stale", wrap(shard.ErrStale), true, codes.Unavailable, "stale; not stored, safe to retry", ReasonNotCommitted, notCommittedRetry, ""},
-		{"store failed for good", wrap(blob.ErrStoreFailed), true, codes.Unavailable, "store failed; not stored, safe to retry", ReasonNotCommitted, notCommittedRetry, ""},
-		{"store failed by this write", fmt.Errorf("%w (%w)", blob.ErrStoreFailed, blob.ErrOutcomeUnknown), true, codes.Unavailable, "may have been stored", ReasonOutcomeUnknown, 0, ""},
-		{"shutting down", wrap(ErrShuttingDown), true, codes.Unavailable, "shutting down; not stored, safe to retry", ReasonNotCommitted, notCommittedRetry, ""},
-		{"storage refused the write", wrap(blob.ErrUnavailable), true, codes.Unavailable, "unavailable; not stored, safe to retry", ReasonNotCommitted, notCommittedRetry, ""},
-		{"deadline before sending", wrap(context.DeadlineExceeded), true, codes.DeadlineExceeded, "not sent, so not stored", ReasonNotCommitted, 0, ""},
-		{"cancelled before sending", wrap(context.Canceled), true, codes.Canceled, "not sent, so not stored", ReasonNotCommitted, 0, ""},
+		{"fenced", fenced, true, codes.Unavailable, "epoch 3 fenced by epoch 4; not stored, safe to retry", ReasonNotCommitted, notCommittedRetry, "", false},
+		{"aborted", wrap(shard.ErrAborted), true, codes.Unavailable, "aborted; not stored, safe to retry", ReasonNotCommitted, notCommittedRetry, "", false},
+		{"closed", wrap(shard.ErrClosed), true, codes.Unavailable, "closed; not stored, safe to retry", ReasonNotCommitted, notCommittedRetry, "", false},
+		{"stale", wrap(shard.ErrStale), true, codes.Unavailable, "stale; not stored, safe to retry", ReasonNotCommitted, notCommittedRetry, "", false},
+		{"store failed for good", wrap(blob.ErrStoreFailed), true, codes.Unavailable, "storage unavailable; not stored, safe to retry", ReasonNotCommitted, notCommittedRetry, "", true},
+		{"store failed by this write", fmt.Errorf("%w (%w)", blob.ErrStoreFailed, blob.ErrOutcomeUnknown), true, codes.Unavailable, "may have been stored", ReasonOutcomeUnknown, 0, "", true},
+		{"shutting down", wrap(ErrShuttingDown), true, codes.Unavailable, "shutting down; not stored, safe to retry", ReasonNotCommitted, notCommittedRetry, "", false},
+		{"storage refused the write", wrap(blob.ErrUnavailable), true, codes.Unavailable, "storage unavailable; not stored, safe to retry", ReasonNotCommitted, notCommittedRetry, "", true},
+		{"deadline before sending", wrap(context.DeadlineExceeded), true, codes.DeadlineExceeded, "not sent, so not stored", ReasonNotCommitted, 0, "", false},
+		{"cancelled before sending", wrap(context.Canceled), true, codes.Canceled, "not sent, so not stored", ReasonNotCommitted, 0, "", false},
 
 		// Append: may have been stored. The reason wins over every other
 		// class the error wraps; the code keeps a context's.
-		{"outcome unknown", wrap(shard.ErrOutcomeUnknown), true, codes.Unavailable, "may have been stored: retry with the same ids or request_id", ReasonOutcomeUnknown, 0, ""},
-		{"storage outcome unknown", wrap(blob.ErrOutcomeUnknown), true, codes.Unavailable, "may have been stored", ReasonOutcomeUnknown, 0, ""},
-		{"deadline, commit in flight", cutOff, true, codes.DeadlineExceeded, "may have been stored", ReasonOutcomeUnknown, 0, ""},
-		{"cancelled, commit in flight", fmt.Errorf("%w (%w)", context.Canceled, blob.ErrOutcomeUnknown), true, codes.Canceled, "may have been stored", ReasonOutcomeUnknown, 0, ""},
-		{"fenced, commit in flight", fmt.Errorf("%w after %w", shard.ErrOutcomeUnknown, &shard.FencedError{Shard: "s", Local: 3, Stored: 4}), true, codes.Unavailable, "may have been stored", ReasonOutcomeUnknown, 0, ""},
-		{"storage refused the re-read", fmt.Errorf("%w (%w)", shard.ErrOutcomeUnknown, blob.ErrUnavailable), true, codes.Unavailable, "may have been stored", ReasonOutcomeUnknown, 0, ""},
+		{"outcome unknown", wrap(shard.ErrOutcomeUnknown), true, codes.Unavailable, "may have been stored: retry with the same ids or request_id", ReasonOutcomeUnknown, 0, "", false},
+		{"storage outcome unknown", wrap(blob.ErrOutcomeUnknown), true, codes.Unavailable, "may have been stored", ReasonOutcomeUnknown, 0, "", true},
+		{"deadline, commit in flight", cutOff, true, codes.DeadlineExceeded, "may have been stored", ReasonOutcomeUnknown, 0, "", false},
+		{"cancelled, commit in flight", fmt.Errorf("%w (%w)", context.Canceled, blob.ErrOutcomeUnknown), true, codes.Canceled, "may have been stored", ReasonOutcomeUnknown, 0, "", false},
+		{"fenced, commit in flight", fmt.Errorf("%w after %w", shard.ErrOutcomeUnknown, &shard.FencedError{Shard: "s", Local: 3, Stored: 4}), true, codes.Unavailable, "may have been stored", ReasonOutcomeUnknown, 0, "", false},
+		{"storage refused the re-read", fmt.Errorf("%w (%w)", shard.ErrOutcomeUnknown, blob.ErrUnavailable), true, codes.Unavailable, "may have been stored", ReasonOutcomeUnknown, 0, "", true},
 
 		// Reads: a storage or context error says nothing about a write.
-		{"read, storage unavailable", wrap(blob.ErrUnavailable), false, codes.Unavailable, "blob: unavailable; retry", "", 0, ""},
-		{"read, deadline", wrap(context.DeadlineExceeded), false, codes.DeadlineExceeded, "deadline", "", 0, ""},
-		{"read, cancelled", wrap(context.Canceled), false, codes.Canceled, "canceled", "", 0, ""},
-		{"read, shutting down", wrap(ErrShuttingDown), false, codes.Unavailable, "shutting down; retry", "", 0, ""},
-		{"read, store failed", wrap(blob.ErrStoreFailed), false, codes.Unavailable, "store failed; retry", "", 0, ""},
+		{"read, storage unavailable", wrap(blob.ErrUnavailable), false, codes.Unavailable, "storage unavailable; retry", "", 0, "", true},
+		{"read, deadline", wrap(context.DeadlineExceeded), false, codes.DeadlineExceeded, "deadline", "", 0, "", false},
+		{"read, cancelled", wrap(context.Canceled), false, codes.Canceled, "canceled", "", 0, "", false},
+		{"read, shutting down", wrap(ErrShuttingDown), false, codes.Unavailable, "shutting down; retry", "", 0, "", false},
+		{"read, store failed", wrap(blob.ErrStoreFailed), false, codes.Unavailable, "storage unavailable; retry", "", 0, "", true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -155,9 +158,18 @@ func TestToStatus(t *testing.T) {
 			if tt.write {
 				mapper = appendStatus
 			}
-			st := status.Convert(mapper(tt.err))
-			if st.Code() != tt.code || !strings.Contains(st.Message(), tt.hint) || !strings.Contains(st.Message(), tt.err.Error()) {
-				t.Errorf("%q = %v %q, want %v with the error's text and %q", tt.err, st.Code(), st.Message(), tt.code, tt.hint)
+			err := mapper(tt.err)
+			st := status.Convert(err)
+			var ie *internalError
+			switch {
+			case errors.As(err, &ie) != tt.internal:
+				t.Errorf("%q: %T, want internal=%v", tt.err, err, tt.internal)
+			case st.Code() != tt.code || !strings.Contains(st.Message(), tt.hint):
+				t.Errorf("%q = %v %q, want %v with %q", tt.err, st.Code(), st.Message(), tt.code, tt.hint)
+			case tt.internal && (strings.Contains(st.Message(), tt.err.Error()) || !strings.Contains(ie.detail(), tt.err.Error())):
+				t.Errorf("%q = %q, detail %q: want the error's text withheld from the message and kept in the detail", tt.err, st.Message(), ie.detail())
+			case !tt.internal && !strings.Contains(st.Message(), tt.err.Error()):
+				t.Errorf("%q = %q, want the error's text", tt.err, st.Message())
 			}
 			d := detailsOf(t, st)
 			if got := d.reason(t); got != tt.reason {
@@ -207,7 +219,7 @@ func TestScanResumeAt(t *testing.T) {
 		{shard.ErrShardNotFound, codes.NotFound, ""},
 	}
 	for _, tt := range tests {
-		st := classify(tt.err, false).resumeAt(41).status()
+		st := classify(tt.err, false).resumeAt(41).status("")
 		d := detailsOf(t, st)
 		if st.Code() != tt.code || d.reason(t) != tt.reason || d.retry != nil || d.bad != nil {
 			t.Errorf("%q: %v %v, want %v %q", tt.err, st, st.Details(), tt.code, tt.reason)

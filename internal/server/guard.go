@@ -174,8 +174,8 @@ func (g *guard) check(ctx context.Context, method string, verb authz.Verb, msg a
 		if err := g.authz.Authorize(identity, verb, r.GetShard()); err != nil {
 			if status.Code(toStatus(err)) == codes.PermissionDenied {
 				g.denied.WithLabelValues(string(verb)).Inc()
-				g.log.Info("rpc denied", zap.String("identity", identity), zap.String("verb", string(verb)),
-					zap.String("shard", r.GetShard()), zap.String("peer", peerAddr(ctx)))
+				g.log.Info("rpc denied", clientString("identity", identity), zap.String("verb", string(verb)),
+					clientString("shard", r.GetShard()), zap.String("peer", peerAddr(ctx)))
 			}
 			return toStatus(err)
 		}

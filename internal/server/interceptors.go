@@ -2,41 +2,190 @@ package server
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"path"
+	"strings"
+	"sync"
 	"time"
 
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	rolloutv1 "github.com/rolloutd/rolloutd/gen/rollout/v1"
 )
 
-// accessLog times every unary RPC for the latency histograms and logs it
-// through a sampled logger: per second, the first 10 lines of each message
-// and level, then one in 100. Failures that point at the server (Internal,
-// DataLoss, Unknown) are logged at Warn.
+// accessLog times every unary RPC for the latency histograms, answers its
+// error (see answer), and logs it through a sampled logger: per second, the
+// first 10 lines of each message and level, then one in 100. Failures that
+// point at the server (Internal, DataLoss, Unknown) are logged at Warn.
+//
+// Every line names the caller (identity under mTLS, peer address) and the
+// RPC's request id. It runs before the guard, so that refusals are logged
+// too; every string the client chose is cut to a bound (clientString).
 func (s *Server) accessLog(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 	start := time.Now()
+	c := callFrom(ctx)
+	method := path.Base(info.FullMethod)
 	resp, err := handler(ctx, req)
+	err = s.answer(ctx, c, method, err)
 	elapsed := time.Since(start)
 	code := status.Code(err)
-	method := path.Base(info.FullMethod)
 	s.metrics.rpcDuration.WithLabelValues(method, code.String()).Observe(elapsed.Seconds())
 
-	fields := []zap.Field{zap.String("method", method), zap.String("code", code.String()), zap.Duration("duration", elapsed)}
-	if r, ok := req.(interface{ GetShard() string }); ok {
-		fields = append(fields, zap.String("shard", r.GetShard()))
+	fields := append(s.rpcFields(ctx, c, method), zap.String("code", code.String()), zap.Duration("duration", elapsed))
+	fields = append(fields, requestFields(req)...)
+	s.logRPC(code, fields, err)
+	return resp, err
+}
+
+// streamLog is accessLog for streaming RPCs. For RolloutService's (Scan),
+// it logs the start, once the request has arrived, and the end with what
+// was sent, and times it under its method label; other streams (health
+// Watch, reflection) are only answered.
+func (s *Server) streamLog(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+	start := time.Now()
+	ctx := ss.Context()
+	c := callFrom(ctx)
+	method := path.Base(info.FullMethod)
+	if !strings.HasPrefix(info.FullMethod, rolloutPrefix) {
+		return s.answer(ctx, c, method, handler(srv, ss))
 	}
+	ls := &loggedStream{ServerStream: ss, s: s, call: c, method: method}
+	err := s.answer(ctx, c, method, handler(srv, ls))
+	elapsed := time.Since(start)
+	code := status.Code(err)
+	s.metrics.rpcDuration.WithLabelValues(method, code.String()).Observe(elapsed.Seconds())
+
+	fields := append(s.rpcFields(ctx, c, method), zap.String("code", code.String()), zap.Duration("duration", elapsed))
+	fields = append(fields, ls.request()...)
+	fields = append(fields, zap.Int64("records_sent", c.records.Load()), zap.Int64("bytes_sent", c.bytesSent.Load()))
+	s.logRPC(code, fields, err)
+	return err
+}
+
+// loggedStream logs the start of a stream when its request arrives, before
+// the guard decides on it.
+type loggedStream struct {
+	grpc.ServerStream
+	s      *Server
+	call   *rpcCall
+	method string
+
+	mu  sync.Mutex // the handler's goroutine receives; streamLog reads at the end
+	req []zap.Field
+}
+
+func (l *loggedStream) RecvMsg(m any) error {
+	if err := l.ServerStream.RecvMsg(m); err != nil {
+		return err
+	}
+	l.mu.Lock()
+	first := l.req == nil
+	if first {
+		l.req = requestFields(m)
+	}
+	req := l.req
+	l.mu.Unlock()
+	if first {
+		l.s.access.Info("rpc started", append(l.s.rpcFields(l.Context(), l.call, l.method), req...)...)
+	}
+	return nil
+}
+
+// request is the log fields of the stream's request, nil before it arrived.
+func (l *loggedStream) request() []zap.Field {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.req
+}
+
+// rpcFields name an RPC and its caller in a log line.
+func (s *Server) rpcFields(ctx context.Context, c *rpcCall, method string) []zap.Field {
+	fields := make([]zap.Field, 0, 12)
+	fields = append(fields, zap.String("method", method), zap.String("request_id", c.id))
+	if id := peerIdentity(ctx); id != "" {
+		fields = append(fields, clientString("identity", id))
+	}
+	return append(fields, zap.String("peer", peerAddr(ctx)))
+}
+
+// requestFields are the log fields of a RolloutService request, every
+// string cut to its bound.
+func requestFields(req any) []zap.Field {
+	var fields []zap.Field
+	if r, ok := req.(interface{ GetShard() string }); ok {
+		fields = append(fields, clientString("shard", r.GetShard()))
+	}
+	if r, ok := req.(interface{ GetId() string }); ok {
+		fields = append(fields, clientString("id", r.GetId()))
+	}
+	// An Append's own request_id (AIP-155) is the client's; request_id
+	// names the RPC.
+	if r, ok := req.(interface{ GetRequestId() string }); ok && r.GetRequestId() != "" {
+		fields = append(fields, clientString("append_request_id", r.GetRequestId()))
+	}
+	switch r := req.(type) {
+	case *rolloutv1.AppendRequest:
+		fields = append(fields, zap.Int("records", len(r.GetRecords())))
+	case *rolloutv1.ScanRequest:
+		fields = append(fields, zap.Uint64("after_seq", r.GetAfterSeq()), zap.Bool("follow", r.GetFollow()))
+		if r.GetLimit() != 0 {
+			fields = append(fields, zap.Uint32("limit", r.GetLimit()))
+		}
+		if r.GetRolloutId() != "" {
+			fields = append(fields, clientString("rollout_id", r.GetRolloutId()))
+		}
+	}
+	return fields
+}
+
+// logRPC writes an RPC's access-log line: "rpc", or "rpc failed" with the
+// status message (Warn when it points at the server).
+func (s *Server) logRPC(code codes.Code, fields []zap.Field, err error) {
 	switch code {
 	case codes.OK:
 		s.access.Info("rpc", fields...)
 	case codes.Internal, codes.DataLoss, codes.Unknown:
-		s.access.Warn("rpc failed", append(fields, zap.Error(err))...)
+		s.access.Warn("rpc failed", append(fields, errorField(err))...)
 	default:
-		s.access.Info("rpc failed", append(fields, zap.Error(err))...)
+		s.access.Info("rpc failed", append(fields, errorField(err))...)
 	}
-	return resp, err
+}
+
+// answer turns a handler's error into the status the client gets, on every
+// path: handlers, the guard and the recovery of panics all run inside the
+// interceptor that calls it.
+//
+// A failure whose text may carry the server's internals (an
+// *internalError: Internal, DataLoss, storage-caused Unavailable) is
+// answered with a generic text naming the RPC's request id, keeping its
+// ErrorInfo and RetryInfo, and its text is logged under that id, unsampled,
+// so that the id always finds it. An error that is not a gRPC status (a
+// handler that skipped toStatus) is classified first, so that its text does
+// not reach the client as Unknown.
+func (s *Server) answer(ctx context.Context, c *rpcCall, method string, err error) error {
+	if err == nil {
+		return nil
+	}
+	var ie *internalError
+	if !errors.As(err, &ie) {
+		if _, ok := status.FromError(err); ok {
+			return err
+		}
+		if err = toStatus(err); !errors.As(err, &ie) {
+			return err
+		}
+	}
+	lvl := zap.ErrorLevel
+	if ie.f.code == codes.Unavailable {
+		lvl = zap.WarnLevel
+	}
+	fields := append(s.rpcFields(ctx, c, method), zap.String("code", ie.f.code.String()), boundedString("error", ie.detail(), maxLoggedError))
+	s.log.Log(lvl, "rpc error withheld from the client", fields...)
+	return ie.f.status(c.id).Err()
 }
 
 // defaultDeadline gives an RPC that carries no deadline the server's
@@ -55,26 +204,32 @@ func (s *Server) defaultDeadline(ctx context.Context, req any, _ *grpc.UnaryServ
 func (s *Server) recoverUnary(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (resp any, err error) {
 	defer func() {
 		if p := recover(); p != nil {
-			resp, err = nil, s.panicked(info.FullMethod, p)
+			resp, err = nil, s.panicked(ctx, info.FullMethod, p)
 		}
 	}()
 	return handler(ctx, req)
 }
 
-// recoverStream is recoverUnary for streaming RPCs.
+// recoverStream is recoverUnary for streaming RPCs. It must be the
+// innermost stream interceptor: cancelOnShutdown runs the handler in a
+// goroutine of its own, and a panic is recovered only in its goroutine.
 func (s *Server) recoverStream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) (err error) {
 	defer func() {
 		if p := recover(); p != nil {
-			err = s.panicked(info.FullMethod, p)
+			err = s.panicked(ss.Context(), info.FullMethod, p)
 		}
 	}()
 	return handler(srv, ss)
 }
 
-func (s *Server) panicked(method string, p any) error {
+// panicked logs a handler's panic with its stack under the RPC's request
+// id, and returns the Internal status naming that id.
+func (s *Server) panicked(ctx context.Context, method string, p any) error {
 	s.metrics.panics.Inc()
-	s.log.Error("rpc handler panicked", zap.String("method", method), zap.Any("panic", p), zap.StackSkip("stack", 2))
-	return status.Error(codes.Internal, fmt.Sprintf("internal error in %s (the server logged it)", path.Base(method)))
+	id := callFrom(ctx).id
+	s.log.Error("rpc handler panicked", zap.String("method", path.Base(method)), zap.String("request_id", id),
+		boundedString("panic", fmt.Sprint(p), maxLoggedError), zap.StackSkip("stack", 2))
+	return status.Error(codes.Internal, fmt.Sprintf("internal error in %s; the server logged the details under request id %s", path.Base(method), id))
 }
 
 // cancelOnShutdown ends every streaming RPC when Shutdown cancels the

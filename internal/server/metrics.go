@@ -23,6 +23,7 @@ type Metrics struct {
 	fences            prometheus.Counter
 	selfHeals         prometheus.Counter
 	panics            prometheus.Counter
+	decodeFailures    *prometheus.CounterVec
 	scannedRecords    prometheus.Counter
 	merges            prometheus.Counter
 	mergeDuration     prometheus.Histogram
@@ -37,7 +38,7 @@ func NewMetrics() *Metrics {
 	m := &Metrics{
 		rpcDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "rolloutd_rpc_duration_seconds",
-			Help:    "Latency of RolloutService RPCs (Append, Get) by method and gRPC status code.",
+			Help:    "Latency of RPCs by method and gRPC status code: unary ones (Append, Get, health Check) and the whole life of a Scan stream.",
 			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 18), // 0.5 ms .. 65 s
 		}, []string{"method", "code"}),
 		recordsAppended: prometheus.NewCounter(prometheus.CounterOpts{
@@ -86,6 +87,10 @@ func NewMetrics() *Metrics {
 			Name: "rolloutd_rpc_panics_total",
 			Help: "RPC handlers that panicked (recovered, answered Internal).",
 		}),
+		decodeFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "rolloutd_rpc_decode_failures_total",
+			Help: "Requests whose message did not decode (not protobuf, or not the method's request), by method; they are answered Internal by gRPC and reach no handler or access log.",
+		}, []string{"method"}),
 		scannedRecords: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "rolloutd_records_scanned_total",
 			Help: "Records delivered by Scan streams (after filtering).",
@@ -106,8 +111,11 @@ func NewMetrics() *Metrics {
 	}
 	m.collectors = []prometheus.Collector{
 		m.rpcDuration, m.recordsAppended, m.bytesAppended, m.alreadyPresent, m.generationsPerRPC,
-		m.residentWriters, m.writerOpens, m.openDuration, m.evictions, m.fences, m.selfHeals, m.panics,
+		m.residentWriters, m.writerOpens, m.openDuration, m.evictions, m.fences, m.selfHeals, m.panics, m.decodeFailures,
 		m.scannedRecords, m.merges, m.mergeDuration, m.mergeSources,
+	}
+	for _, method := range requestMethods {
+		m.decodeFailures.WithLabelValues(method) // exported at 0 from the start
 	}
 	return m
 }

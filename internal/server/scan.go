@@ -30,6 +30,7 @@ func (s *service) Scan(req *rolloutv1.ScanRequest, stream grpc.ServerStreamingSe
 		return toStatus(err)
 	}
 	ctx := stream.Context()
+	call := callFrom(ctx)
 	cursor := req.GetAfterSeq()
 	opts := shard.ScanOptions{
 		AfterSeq: req.GetAfterSeq(),
@@ -53,7 +54,9 @@ func (s *service) Scan(req *rolloutv1.ScanRequest, stream grpc.ServerStreamingSe
 			return err
 		}
 		cursor = b.Cursor
-		s.metrics.scannedRecords.Add(float64(len(b.Records) + len(b.Raw)))
+		n := len(b.Records) + len(b.Raw)
+		call.records.Add(int64(n))
+		s.metrics.scannedRecords.Add(float64(n))
 		return nil
 	})
 	switch {
@@ -67,12 +70,12 @@ func (s *service) Scan(req *rolloutv1.ScanRequest, stream grpc.ServerStreamingSe
 		}
 		// The client went away, or the server is shutting down; either way
 		// the cursor says where to pick up.
-		f := failure{code: codes.Unavailable, msg: fmt.Sprintf("scan of shard %q ended (%v); resume with after_seq=%d", req.GetShard(), context.Cause(ctx), cursor)}
-		return f.resumeAt(cursor).status().Err()
+		f := failure{code: codes.Unavailable, msg: fmt.Sprintf("scan of shard %q ended (%v)", req.GetShard(), context.Cause(ctx)), hint: fmt.Sprintf("; resume with after_seq=%d", cursor)}
+		return f.resumeAt(cursor).err()
 	}
 	f := classify(err, false)
-	f.msg = fmt.Sprintf("%s (resume with after_seq=%d)", f.msg, cursor)
-	return f.resumeAt(cursor).status().Err()
+	f.hint += fmt.Sprintf(" (resume with after_seq=%d)", cursor)
+	return f.resumeAt(cursor).err()
 }
 
 // scanFilter returns the request's record filter, or nil for none.
@@ -107,7 +110,9 @@ func projection(mask *fieldmaskpb.FieldMask) (func(*rolloutv1.Record), error) {
 			fd = fields.ByJSONName(p)
 		}
 		if fd == nil {
-			return nil, &validate.FieldError{Field: fmt.Sprintf("fields.paths[%d]", i), Rule: "must name a top-level Record field", Detail: fmt.Sprintf("got %q", p)}
+			// The path is the client's: quote no more of it than a log
+			// line or a status message should carry.
+			return nil, &validate.FieldError{Field: fmt.Sprintf("fields.paths[%d]", i), Rule: "must name a top-level Record field", Detail: fmt.Sprintf("got %q", truncate(p, maxLoggedClientString))}
 		}
 		keep[fd.Number()] = true
 	}

@@ -332,12 +332,17 @@ func New(cfg Config) (*Server, error) {
 		grpc.MaxRecvMsgSize(cfg.MaxMessageBytes),
 		grpc.MaxSendMsgSize(cfg.MaxMessageBytes),
 		grpc.ChainUnaryInterceptor(s.accessLog, s.recoverUnary, s.guard.unary, s.defaultDeadline),
-		grpc.ChainStreamInterceptor(s.recoverStream, s.guard.stream, s.cancelOnShutdown),
+		// recoverStream is innermost: cancelOnShutdown runs the handler in
+		// a goroutine of its own.
+		grpc.ChainStreamInterceptor(s.streamLog, s.guard.stream, s.cancelOnShutdown, s.recoverStream),
+		// Gives every RPC its request id before the first interceptor,
+		// and counts what it sends.
+		grpc.StatsHandler(rpcStats{}),
 		// Stop waits for handlers to return, so that no append is still
 		// using a writer when Shutdown closes the writers.
 		grpc.WaitForHandlers(true),
 		// Unfiltered scans forward stored records without re-encoding.
-		grpc.ForceServerCodecV2(newPassthroughCodec()),
+		grpc.ForceServerCodecV2(newPassthroughCodec(s.metrics.decodeFailures)),
 	}, append(cfg.connOptions(), cfg.ServerOptions...)...)
 	s.grpc = grpc.NewServer(opts...)
 	s.healthOnly = newHealthOnly(cfg, s.health)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"math"
 	"net"
+	"net/http"
 	"net/http/httptest"
 	"strings"
 	"sync/atomic"
@@ -231,7 +232,7 @@ func TestStorageErrorsMapToCodes(t *testing.T) {
 		msg   string
 	}{
 		{"unavailable", &faultStore{getErr: blob.ErrUnavailable}, codes.Unavailable, "unavailable; retry"},
-		{"unclassified", &faultStore{getErr: errors.New("disk on fire")}, codes.Internal, "disk on fire"},
+		{"unclassified", &faultStore{getErr: errors.New("disk on fire")}, codes.Internal, "internal error; the server logged the details under request id "},
 		{"panic", &faultStore{getPanic: true}, codes.Internal, "internal error in Get"},
 		{"default deadline", &faultStore{getBlock: true}, codes.DeadlineExceeded, "deadline"},
 	}
@@ -254,7 +255,8 @@ func TestStorageErrorsMapToCodes(t *testing.T) {
 
 // A generation that vanished from storage under a manifest that lists it is
 // an internal inconsistency (Internal), not the client's NotFound; bytes that
-// fail their checksum are DataLoss naming the blob.
+// fail their checksum are DataLoss. Both name the blob in the log only
+// (errors_leak_test.go).
 func TestStoredDataProblems(t *testing.T) {
 	mem := memstore.New()
 	ts := startServer(t, Config{Store: mem})
@@ -272,7 +274,7 @@ func TestStoredDataProblems(t *testing.T) {
 		}
 	}
 	_, err = ts.client.Get(ctx, &rolloutv1.GetRequest{Shard: "gone", Id: "a"})
-	if st := status.Convert(err); st.Code() != codes.Internal || !strings.Contains(st.Message(), "not-found") {
+	if st := status.Convert(err); st.Code() != codes.Internal || !strings.Contains(st.Message(), "request id") {
 		t.Errorf("Get with its generation deleted: %v %q, want Internal", st.Code(), st.Message())
 	}
 
@@ -280,8 +282,8 @@ func TestStoredDataProblems(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = ts.client.Get(ctx, &rolloutv1.GetRequest{Shard: "junk", Id: "a"})
-	if st := status.Convert(err); st.Code() != codes.DataLoss || !strings.Contains(st.Message(), format.ManifestName("junk")) {
-		t.Errorf("Get of a corrupt manifest: %v %q, want DataLoss naming the blob", st.Code(), st.Message())
+	if st := status.Convert(err); st.Code() != codes.DataLoss || !strings.Contains(st.Message(), "request id") {
+		t.Errorf("Get of a corrupt manifest: %v %q, want DataLoss with a request id", st.Code(), st.Message())
 	}
 }
 
@@ -340,14 +342,14 @@ func TestHealthReflectionAndDrain(t *testing.T) {
 }
 
 // /metrics exposes the server's and the process's metrics; /debug/pprof
-// answers.
+// answers only when asked for.
 func TestDebugHandler(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	ts := startServer(t, Config{Store: memstore.New(), Registerer: reg})
 	if _, err := appendOne(context.Background(), ts.client, "m", "a"); err != nil {
 		t.Fatal(err)
 	}
-	h := DebugHandler(reg)
+	h := DebugHandler(reg, true)
 	rec := httptest.NewRecorder()
 	h.ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
 	body := rec.Body.String()
@@ -372,6 +374,20 @@ func TestDebugHandler(t *testing.T) {
 	h.ServeHTTP(rec, httptest.NewRequest("GET", "/debug/pprof/", nil))
 	if rec.Code != 200 || !strings.Contains(rec.Body.String(), "goroutine") {
 		t.Errorf("/debug/pprof/: %d", rec.Code)
+	}
+
+	off := DebugHandler(reg, false)
+	for _, p := range []string{"/debug/pprof/", "/debug/pprof/cmdline", "/debug/pprof/profile", "/debug/pprof/heap"} {
+		rec = httptest.NewRecorder()
+		off.ServeHTTP(rec, httptest.NewRequest("GET", p, nil))
+		if rec.Code != http.StatusNotFound {
+			t.Errorf("%s without pprof: %d, want 404", p, rec.Code)
+		}
+	}
+	rec = httptest.NewRecorder()
+	off.ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	if rec.Code != 200 || !strings.Contains(rec.Body.String(), "rolloutd_records_appended_total 1") {
+		t.Errorf("/metrics without pprof: %d", rec.Code)
 	}
 }
 
