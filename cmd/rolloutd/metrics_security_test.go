@@ -7,7 +7,6 @@ import (
 	"net"
 	"net/http"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
@@ -164,28 +163,5 @@ func TestPprofFlag(t *testing.T) {
 				t.Errorf("warned %v, want %v: %v", warned, tc.warn, logs.All())
 			}
 		})
-	}
-}
-
-func TestParseIdentity(t *testing.T) {
-	for in, want := range map[string]string{
-		"spiffe://c/ns/monitoring/sa/prometheus":     "uri:spiffe://c/ns/monitoring/sa/prometheus",
-		"uri:spiffe://c/ns/monitoring/sa/prometheus": "uri:spiffe://c/ns/monitoring/sa/prometheus",
-		"URI:spiffe://x":        "uri:spiffe://x",
-		"scraper.example":       "dns:scraper.example",
-		"dns:scraper.example":   "dns:scraper.example",
-		"cn:Prometheus Scraper": "cn:Prometheus Scraper",
-		"Prometheus Scraper":    "",
-		"cn:":                   "",
-		" dns:x":                "",
-		"":                      "",
-	} {
-		got, err := parseIdentity(in)
-		if (err == nil) != (want != "") || got != want {
-			t.Errorf("parseIdentity(%q) = %q, %v; want %q", in, got, err, want)
-		}
-		if err != nil && strings.Contains(in, " ") && !strings.HasPrefix(in, " ") && !strings.Contains(err.Error(), `"cn:`) {
-			t.Errorf("parseIdentity(%q): %v does not suggest cn:", in, err)
-		}
 	}
 }

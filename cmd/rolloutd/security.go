@@ -133,7 +133,7 @@ func (c *config) validateSecurity() error {
 		return errors.New("--metrics-client-identity needs --metrics-tls mtls: only then do scrapers present a certificate")
 	}
 	for i, id := range s.MetricsClientIdentities {
-		tagged, err := parseIdentity(id)
+		tagged, err := authz.ParseIdentity(id)
 		if err != nil {
 			return fmt.Errorf("--metrics-client-identity: %w", err)
 		}
@@ -289,7 +289,7 @@ func scraperConfig(base *tls.Config, identities []string, log *zap.Logger) *tls.
 		if len(cs.VerifiedChains) == 0 || len(cs.VerifiedChains[0]) == 0 {
 			return errors.New("metrics: no verified client certificate")
 		}
-		id := certIdentity(cs.VerifiedChains[0][0])
+		id := authz.Identity(cs.VerifiedChains[0][0])
 		if slices.Contains(identities, id) {
 			return nil
 		}
