@@ -188,6 +188,8 @@ func storageCaused(err error) bool {
 		errors.Is(err, blob.ErrOutcomeUnknown)
 }
 
+// classifyCode decides the code, the client-facing texts and the details of
+// err; classify then marks which failures withhold their text.
 func classifyCode(err error, write bool) failure {
 	msg := err.Error()
 	// First: an outcome-unknown error may also wrap a context error or a
