@@ -16,7 +16,7 @@ func TestSecurityConfigDefaults(t *testing.T) {
 	}
 	s := c.securityConfig
 	if s.TLSCert != "" || s.TLSClientCA != "" || s.AuthzFile != "" || s.HealthListen != "" || s.MetricsTLS != "off" ||
-		s.MaxConcurrentStreams != 1024 || s.KeepaliveMinTime != 10*time.Second || !s.KeepalivePermitWithoutStream ||
+		s.MaxConcurrentStreams != 256 || s.KeepaliveMinTime != 10*time.Second || !s.KeepalivePermitWithoutStream ||
 		s.MaxConnectionAge != 10*time.Minute || s.MaxConnectionAgeGrace != time.Minute || s.AppendRateLimit != 0 ||
 		s.ReloadInterval != 10*time.Second {
 		t.Errorf("defaults: %+v", s)
@@ -30,8 +30,8 @@ func TestSecurityConfig(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.AppendRateBurst != 64<<20 {
-		t.Errorf("burst %v, want the larger of the limit and --max-message-bytes (64MiB)", c.AppendRateBurst)
+	if c.AppendRateBurst != 16<<20 {
+		t.Errorf("burst %v, want the larger of the limit and --max-message-bytes (16MiB)", c.AppendRateBurst)
 	}
 	if c.KeepaliveMinTime != 30*time.Second {
 		t.Errorf("keepalive-min-time %v, want the env's 30s", c.KeepaliveMinTime)
