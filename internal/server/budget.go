@@ -204,17 +204,22 @@ func memoryLimit() (int64, string) {
 	return limit, from
 }
 
-// validateBudget checks that a request of MaxMessageBytes, decoded, fits
-// one connection's share of the budget: otherwise it could never be
-// admitted, and its refusal would say to retry.
+// MinRequestBudget is the smallest request budget for messages of up to
+// maxMessageBytes: one connection's share must hold such a request,
+// decoded, or it could never be admitted, and its refusal would say to
+// retry.
+func MinRequestBudget(maxMessageBytes int) int64 {
+	return connShareDivisor * (decodedCostFactor*int64(maxMessageBytes) + streamWindow + maxHeaderListBytes)
+}
+
+// validateBudget checks the budget against MinRequestBudget.
 func (c Config) validateBudget() error {
 	if c.RequestBudgetBytes < 0 {
 		return fmt.Errorf("server: RequestBudgetBytes must not be negative, got %d", c.RequestBudgetBytes)
 	}
-	need := decodedCostFactor*int64(c.MaxMessageBytes) + streamWindow + maxHeaderListBytes
-	if share := c.RequestBudgetBytes / connShareDivisor; need > share {
-		return fmt.Errorf("server: a request budget of %d bytes is too small for requests of up to %d bytes: decoded, such a request holds up to %d bytes, more than one connection's share (a quarter of the budget, %d); raise the budget to at least %d bytes, or lower the message limit",
-			c.RequestBudgetBytes, c.MaxMessageBytes, need, share, need*connShareDivisor)
+	if least := MinRequestBudget(c.MaxMessageBytes); c.RequestBudgetBytes < least {
+		return fmt.Errorf("server: a request budget of %d bytes is too small for requests of up to %d bytes: decoded, such a request holds up to %d bytes, more than one connection's share (a quarter of the budget); raise the budget to at least %d bytes, or lower the message limit",
+			c.RequestBudgetBytes, c.MaxMessageBytes, least/connShareDivisor, least)
 	}
 	return nil
 }
