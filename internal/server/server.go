@@ -108,8 +108,8 @@ type Config struct {
 	// Memory (budget.go, admission.go).
 
 	// RequestBudgetBytes bounds the bytes that requests in flight may hold:
-	// each is charged MaxMessageBytes from just before its message is read
-	// until it is decoded, then what it costs decoded, until it ends. One
+	// each is charged twice MaxMessageBytes from just before its message is
+	// read until it is decoded, then what it costs decoded, until it ends. One
 	// connection may hold a quarter of it, one client identity half. A
 	// request that does not fit is refused RESOURCE_EXHAUSTED
 	// (BACKPRESSURE). Default: DefaultRequestBudget, from the memory limit.
