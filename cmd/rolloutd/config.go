@@ -121,9 +121,9 @@ Usage: rolloutd [flags]
 	fs.IntVar(&c.MaxBatchRecords, "max-batch-records", server.DefaultMaxBatchRecords, "maximum records in one Append")
 	fs.Var(&c.MaxRecordBytes, "max-record-bytes", "largest encoded record in `bytes`")
 	fs.DurationVar(&c.DefaultDeadline, "default-deadline", server.DefaultDeadline, "deadline of RPCs whose client set none")
-	fs.Var(&c.RequestBudgetBytes, "request-budget-bytes", "`bytes` of memory that requests in flight may hold: each is charged --max-message-bytes before its body is read,\n"+
+	fs.Var(&c.RequestBudgetBytes, "request-budget-bytes", "`bytes` of memory that requests in flight may hold: each is charged twice --max-message-bytes before its body is read,\n"+
 		"then 4x its size once decoded, until it ends; one connection may hold a quarter, one client identity half.\n"+
-		"Over it, requests fail RESOURCE_EXHAUSTED (reason BACKPRESSURE, with a RetryInfo). Default: 30% of GOMEMLIMIT or of\n"+
+		"Over it, requests fail RESOURCE_EXHAUSTED (reason BACKPRESSURE, with a RetryInfo). Default: 25% of GOMEMLIMIT or of\n"+
 		"the cgroup memory limit, whichever is smaller; 1GiB without either")
 	fs.DurationVar(&c.RecvTimeout, "recv-timeout", server.DefaultRecvTimeout, "time a request's message may take to arrive after its headers; a slower stream is cancelled (DEADLINE_EXCEEDED)")
 	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", 30*time.Second, "budget for the whole shutdown on SIGTERM/SIGINT; rolloutd exits within it")
