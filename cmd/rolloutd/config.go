@@ -48,6 +48,9 @@ type config struct {
 	MaxRecordBytes  byteSize
 	DefaultDeadline time.Duration
 
+	RequestBudgetBytes byteSize // 0: from the memory limit
+	RecvTimeout        time.Duration
+
 	ShutdownTimeout time.Duration
 	DrainDelay      time.Duration
 
@@ -118,6 +121,11 @@ Usage: rolloutd [flags]
 	fs.IntVar(&c.MaxBatchRecords, "max-batch-records", server.DefaultMaxBatchRecords, "maximum records in one Append")
 	fs.Var(&c.MaxRecordBytes, "max-record-bytes", "largest encoded record in `bytes`; the default is the largest a default gRPC client (4 MiB receive limit) can read back. Raise clients' receive limit with it")
 	fs.DurationVar(&c.DefaultDeadline, "default-deadline", server.DefaultDeadline, "deadline of RPCs whose client set none")
+	fs.Var(&c.RequestBudgetBytes, "request-budget-bytes", "`bytes` of memory that requests in flight may hold: each is charged twice --max-message-bytes before its body is read,\n"+
+		"then 4x its size once decoded, until it ends; one connection may hold a quarter, one client identity half.\n"+
+		"Over it, requests fail RESOURCE_EXHAUSTED (reason BACKPRESSURE, with a RetryInfo). Default: 25% of GOMEMLIMIT or of\n"+
+		"the cgroup memory limit, whichever is smaller; 1GiB without either")
+	fs.DurationVar(&c.RecvTimeout, "recv-timeout", server.DefaultRecvTimeout, "time a request's message may take to arrive after its headers; a slower stream is cancelled (DEADLINE_EXCEEDED)")
 	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", 30*time.Second, "budget for the whole shutdown on SIGTERM/SIGINT; rolloutd exits within it")
 	fs.DurationVar(&c.DrainDelay, "drain-delay", 2*time.Second, "how long to keep serving after reporting NOT_SERVING on shutdown, so load balancers stop sending")
 	fs.StringVar(&c.LogFormat, "log-format", "json", "log `format`: json or console")
@@ -200,6 +208,7 @@ func (c *config) validate() error {
 		{"max-batch-records", int64(c.MaxBatchRecords)},
 		{"max-record-bytes", int64(c.MaxRecordBytes)},
 		{"default-deadline", int64(c.DefaultDeadline)},
+		{"recv-timeout", int64(c.RecvTimeout)},
 		{"shutdown-timeout", int64(c.ShutdownTimeout)},
 	}
 	for _, p := range positive {
@@ -212,6 +221,9 @@ func (c *config) validate() error {
 		return fmt.Errorf("--max-message-bytes %s: at most 2GiB-1, gRPC's limit", c.MaxMessageBytes)
 	case c.MaxRecordBytes > c.MaxMessageBytes:
 		return fmt.Errorf("--max-record-bytes %s exceeds --max-message-bytes %s: no such record could be sent", c.MaxRecordBytes, c.MaxMessageBytes)
+	case int64(c.budget()) < server.MinRequestBudget(int(c.MaxMessageBytes)):
+		return fmt.Errorf("--request-budget-bytes %s is too small for --max-message-bytes %s: one connection may hold a quarter of the budget, and a request holds up to 4x its size decoded; raise the budget to at least %s, or lower the message limit",
+			c.budget(), c.MaxMessageBytes, byteSize(server.MinRequestBudget(int(c.MaxMessageBytes))))
 	case c.DrainDelay < 0:
 		return fmt.Errorf("--drain-delay %s: must not be negative", c.DrainDelay)
 	case c.DrainDelay >= c.ShutdownTimeout/2:
@@ -228,6 +240,16 @@ func (c *config) validate() error {
 	}
 	c.logLevel = lvl
 	return c.validateSecurity()
+}
+
+// budget is --request-budget-bytes, or the server's default from the memory
+// limit.
+func (c *config) budget() byteSize {
+	if c.RequestBudgetBytes > 0 {
+		return c.RequestBudgetBytes
+	}
+	b, _ := server.DefaultRequestBudget()
+	return byteSize(b)
 }
 
 // parseStore parses --store: azblob://CONTAINER[/PREFIX], file:///abs/path,

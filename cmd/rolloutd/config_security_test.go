@@ -17,7 +17,7 @@ func TestSecurityConfigDefaults(t *testing.T) {
 	}
 	s := c.securityConfig
 	if s.TLSCert != "" || s.TLSClientCA != "" || s.AuthzFile != "" || s.HealthListen != "" || s.MetricsTLS != "off" || s.Pprof || len(s.MetricsClientIdentities) != 0 ||
-		s.MaxConcurrentStreams != 1024 || s.KeepaliveMinTime != 10*time.Second || !s.KeepalivePermitWithoutStream ||
+		s.MaxConcurrentStreams != 256 || s.KeepaliveMinTime != 10*time.Second || !s.KeepalivePermitWithoutStream ||
 		s.MaxConnectionAge != 10*time.Minute || s.MaxConnectionAgeGrace != time.Minute || s.AppendRateLimit != 0 ||
 		s.ReloadInterval != 10*time.Second {
 		t.Errorf("defaults: %+v", s)
@@ -38,8 +38,8 @@ func TestSecurityConfig(t *testing.T) {
 	if !c.Pprof {
 		t.Error("ROLLOUTD_PPROF=true did not turn --pprof on")
 	}
-	if c.AppendRateBurst != 64<<20 {
-		t.Errorf("burst %v, want the larger of the limit and --max-message-bytes (64MiB)", c.AppendRateBurst)
+	if c.AppendRateBurst != 16<<20 {
+		t.Errorf("burst %v, want the larger of the limit and --max-message-bytes (16MiB)", c.AppendRateBurst)
 	}
 	if c.KeepaliveMinTime != 30*time.Second {
 		t.Errorf("keepalive-min-time %v, want the env's 30s", c.KeepaliveMinTime)

@@ -22,7 +22,7 @@ func TestConfigDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.Listen != ":50051" || c.MetricsListen != ":9090" || c.MaxMessageBytes != 64<<20 || c.LogFormat != "json" ||
+	if c.Listen != ":50051" || c.MetricsListen != ":9090" || c.MaxMessageBytes != 16<<20 || c.RecvTimeout != 10*time.Second || c.RequestBudgetBytes != 0 || c.LogFormat != "json" ||
 		c.store.Container != "" || !strings.HasSuffix(c.store.Dir, "/rolloutd-data") {
 		t.Errorf("defaults: %+v", c)
 	}
@@ -31,7 +31,7 @@ func TestConfigDefaults(t *testing.T) {
 // A flag wins over its ROLLOUTD_ variable, which wins over the default.
 func TestConfigPrecedence(t *testing.T) {
 	c, err := parseConfig([]string{"--max-writers", "7"},
-		env("ROLLOUTD_MAX_WRITERS", "9", "ROLLOUTD_SHUTDOWN_TIMEOUT", "45s", "ROLLOUTD_MAX_MESSAGE_BYTES", "128MiB"), io.Discard)
+		env("ROLLOUTD_MAX_WRITERS", "9", "ROLLOUTD_SHUTDOWN_TIMEOUT", "45s", "ROLLOUTD_MAX_MESSAGE_BYTES", "32MiB"), io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -41,8 +41,8 @@ func TestConfigPrecedence(t *testing.T) {
 	if c.ShutdownTimeout != 45*time.Second {
 		t.Errorf("shutdown-timeout %v, want the env's 45s", c.ShutdownTimeout)
 	}
-	if c.MaxMessageBytes != 128<<20 {
-		t.Errorf("max-message-bytes %v, want 128MiB", c.MaxMessageBytes)
+	if c.MaxMessageBytes != 32<<20 {
+		t.Errorf("max-message-bytes %v, want 32MiB", c.MaxMessageBytes)
 	}
 	if c.DrainDelay != 2*time.Second {
 		t.Errorf("drain-delay %v, want the default 2s", c.DrainDelay)
@@ -97,6 +97,8 @@ func TestConfigRejects(t *testing.T) {
 		{args: []string{"--store", "azblob://rollouts", "--azure-account-url", "acct"}, want: "--azure-account-url"},
 		{args: []string{"--max-message-bytes", "64 parsecs"}, want: "-max-message-bytes"},
 		{args: []string{"--max-record-bytes", "128MiB"}, want: "--max-record-bytes"},
+		{args: []string{"--max-message-bytes", "64MiB", "--request-budget-bytes", "512MiB"}, want: "--request-budget-bytes 512MiB is too small for --max-message-bytes 64MiB: "},
+		{args: []string{"--recv-timeout", "0s"}, want: "--recv-timeout"},
 		{args: []string{"--shutdown-timeout", "0s"}, want: "--shutdown-timeout"},
 		{args: []string{"--drain-delay", "20s"}, want: "--drain-delay"},
 		{args: []string{"--log-format", "xml"}, want: "--log-format"},
@@ -119,7 +121,7 @@ func TestConfigHelp(t *testing.T) {
 	}
 	for _, f := range []string{"-listen", "-metrics-listen", "-store", "-azure-account-url", "-max-writers", "-shutdown-timeout",
 		"-drain-delay", "-default-deadline", "-max-message-bytes", "-max-batch-records", "-max-record-bytes", "-log-format",
-		"-log-level", "-writer-queue-bytes", "-index-cache-bytes", "ROLLOUTD_"} {
+		"-log-level", "-writer-queue-bytes", "-index-cache-bytes", "-request-budget-bytes", "-recv-timeout", "ROLLOUTD_"} {
 		if !strings.Contains(out.String(), f) {
 			t.Errorf("--help does not explain %s", f)
 		}

@@ -70,6 +70,9 @@ func serve(ctx context.Context, stopSignals func(), cfg *config) error {
 		MaxRecordBytes:  int(cfg.MaxRecordBytes),
 		DefaultDeadline: cfg.DefaultDeadline,
 		DrainDelay:      cfg.DrainDelay,
+
+		RequestBudgetBytes: int64(cfg.RequestBudgetBytes),
+		RecvTimeout:        cfg.RecvTimeout,
 	}
 	sec.apply(&scfg)
 	srv, err := server.New(scfg)

@@ -115,6 +115,14 @@ func (a *Authorizer) Authorize(identity string, verb Verb, shard string) error {
 	return nil
 }
 
+// HasAnyGrant reports whether the policy in force grants identity anything
+// at all: a server can refuse a caller without one before reading its
+// request. It looks identities up as Policy.Allows does.
+func (a *Authorizer) HasAnyGrant(identity string) bool {
+	p := a.cur.Load()
+	return p != nil && identity != "" && len(p.grants[identity]) > 0
+}
+
 // Policy returns the policy in force.
 func (a *Authorizer) Policy() *Policy { return a.cur.Load() }
 

@@ -399,3 +399,27 @@ func FuzzParse(f *testing.F) {
 		}
 	})
 }
+
+// HasAnyGrant is true exactly for the identities that some call is allowed
+// to: a server may refuse the others before reading their requests.
+func TestHasAnyGrant(t *testing.T) {
+	p, err := Parse([]byte(policyYAML))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := NewStatic(p)
+	for _, id := range []string{trainerA, readerB, admin, "spiffe://cluster.local/ns/team-c/sa/x", ""} {
+		allowed := false
+		for _, v := range Verbs {
+			for _, s := range []string{"team-a", "team-a/eval", "team-b", "team-c"} {
+				allowed = allowed || a.Authorize(id, v, s) == nil
+			}
+		}
+		if got := a.HasAnyGrant(id); got != allowed {
+			t.Errorf("HasAnyGrant(%q) = %v, but some call allowed: %v", id, got, allowed)
+		}
+	}
+	if !NewStatic(p).HasAnyGrant(trainerA) || NewStatic(&Policy{}).HasAnyGrant(trainerA) {
+		t.Error("HasAnyGrant must follow the policy in force")
+	}
+}

@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -70,7 +71,9 @@ func TestLogIsNotAnAmplifier(t *testing.T) {
 	clients := mtlsServer(t, testPolicy, log, nil, idTrainer, idOther)
 	trainer, other := clients[idTrainer], clients[idOther]
 
-	big := strings.Repeat("a", 16<<20)
+	// As long as fits a request under the default --max-message-bytes
+	// (16 MiB): a longer one is refused before it is decoded, or logged.
+	big := strings.Repeat("a", 15<<20)
 	calls := []struct {
 		name string
 		call func(context.Context) error
@@ -89,12 +92,16 @@ func TestLogIsNotAnAmplifier(t *testing.T) {
 		{"Scan with a 16 MiB field path", func(ctx context.Context) error {
 			return scanErr(ctx, trainer, &rolloutv1.ScanRequest{Shard: "team-a/run1", Fields: &fieldmaskpb.FieldMask{Paths: []string{big}}})
 		}},
-		{"Get of a 16 MiB shard, no grant", func(ctx context.Context) error {
-			_, err := other.Get(ctx, &rolloutv1.GetRequest{Shard: big, Id: "a"})
+		{"Get of a 16 MiB shard, no grant for it", func(ctx context.Context) error {
+			_, err := trainer.Get(ctx, &rolloutv1.GetRequest{Shard: big, Id: "a"})
 			return err
 		}},
-		{"Scan of a 16 MiB rollout id, no grant", func(ctx context.Context) error {
-			return scanErr(ctx, other, &rolloutv1.ScanRequest{Shard: "team-a/run1", RolloutId: big})
+		{"Scan of a 16 MiB rollout id, no grant for the shard", func(ctx context.Context) error {
+			return scanErr(ctx, trainer, &rolloutv1.ScanRequest{Shard: "team-b/run1", RolloutId: big})
+		}},
+		{"Get of a 16 MiB shard, no grant at all (refused before its body is read)", func(ctx context.Context) error {
+			_, err := other.Get(ctx, &rolloutv1.GetRequest{Shard: big, Id: "a"})
+			return err
 		}},
 	}
 	for _, c := range calls {
@@ -109,14 +116,14 @@ func TestLogIsNotAnAmplifier(t *testing.T) {
 	}
 	logged := out.String()
 	if n := len(logged); n > 64<<10 {
-		t.Errorf("six requests logged %d bytes", n)
+		t.Errorf("seven requests logged %d bytes", n)
 	}
-	for _, want := range []string{`"shard_len":16777216`, `"id_len":16777216`, `"rollout_id_len":16777216`, truncated} {
+	for _, want := range []string{`"shard_len":15728640`, `"id_len":15728640`, `"rollout_id_len":15728640`, truncated} {
 		if !strings.Contains(logged, want) {
 			t.Errorf("the log lacks %s", want)
 		}
 	}
-	t.Logf("six requests with 16 MiB strings logged %d bytes", len(logged))
+	t.Logf("seven requests with 16 MiB strings logged %d bytes", len(logged))
 }
 
 func scanErr(ctx context.Context, c rolloutv1.RolloutServiceClient, req *rolloutv1.ScanRequest) error {
@@ -145,8 +152,8 @@ func TestAccessLogNamesCallerAndScans(t *testing.T) {
 	if _, err := trainer.Append(ctx, appendReq("team-a/run1", "a", "b", "c")); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := other.Get(ctx, &rolloutv1.GetRequest{Shard: "team-a/run1", Id: "a"}); status.Code(err) != codes.PermissionDenied {
-		t.Fatalf("Get without a grant: %v", err)
+	if _, err := trainer.Get(ctx, &rolloutv1.GetRequest{Shard: "team-b/run1", Id: "a"}); status.Code(err) != codes.PermissionDenied {
+		t.Fatalf("Get without a grant for the shard: %v", err)
 	}
 	stream, err := trainer.Scan(ctx, &rolloutv1.ScanRequest{Shard: "team-a/run1", AfterSeq: 1})
 	if err != nil {
@@ -166,37 +173,48 @@ func TestAccessLogNamesCallerAndScans(t *testing.T) {
 	if records != 2 {
 		t.Fatalf("Scan after seq 1 returned %d records, want 2", records)
 	}
-	if err := scanErr(ctx, other, &rolloutv1.ScanRequest{Shard: "team-a/run1"}); status.Code(err) != codes.PermissionDenied {
-		t.Fatalf("Scan without a grant: %v", err)
+	if err := scanErr(ctx, trainer, &rolloutv1.ScanRequest{Shard: "team-b/run1"}); status.Code(err) != codes.PermissionDenied {
+		t.Fatalf("Scan without a grant for the shard: %v", err)
+	}
+	// An identity with no grant at all is refused before its request is
+	// read (admission.go); that refusal is logged with the caller too.
+	if _, err := other.Get(ctx, &rolloutv1.GetRequest{Shard: "team-a/run1", Id: "a"}); status.Code(err) != codes.PermissionDenied {
+		t.Fatalf("Get with no grant at all: %v", err)
+	}
+	early := logs.FilterMessage("rpc denied before its body").All()
+	if len(early) != 1 {
+		t.Fatalf("%d lines for the refusal before the body, want 1", len(early))
+	}
+	if m := early[0].ContextMap(); m["identity"] != "uri:"+idOther || !strings.HasPrefix(fmt.Sprint(m["peer"]), "127.0.0.1:") {
+		t.Errorf("the refusal before the body names identity %v, peer %v", m["identity"], m["peer"])
 	}
 
 	type line struct {
 		msg, method, code, identity string
 	}
 	want := []line{
-		{"rpc", "Append", "OK", idTrainer},
-		{"rpc failed", "Get", "PermissionDenied", idOther},
-		{"rpc started", "Scan", "", idTrainer},
-		{"rpc", "Scan", "OK", idTrainer},
-		{"rpc started", "Scan", "", idOther},
-		{"rpc failed", "Scan", "PermissionDenied", idOther},
+		{"rpc", "Append", "OK", "uri:" + idTrainer},
+		{"rpc failed", "Get", "PermissionDenied", "uri:" + idTrainer},
+		{"rpc started", "Scan", "", "uri:" + idTrainer},
+		{"rpc", "Scan", "OK", "uri:" + idTrainer},
+		{"rpc started", "Scan", "", "uri:" + idTrainer},
+		{"rpc failed", "Scan", "PermissionDenied", "uri:" + idTrainer},
 	}
 	var got []line
 	for _, e := range logs.FilterLoggerName("access").All() {
 		m := e.ContextMap()
-		if m["method"] == "Check" || e.Message == "rpc denied" {
+		if m["method"] == "Check" || e.Message == "rpc denied" || e.Message == "rpc denied before its body" {
 			continue
 		}
 		str := func(k string) string { s, _ := m[k].(string); return s }
-		// (Identities may carry their type: "uri:spiffe://…".)
-		got = append(got, line{e.Message, str("method"), str("code"), strings.TrimPrefix(str("identity"), "uri:")})
+		got = append(got, line{e.Message, str("method"), str("code"), str("identity")})
 		if p := str("peer"); !strings.HasPrefix(p, "127.0.0.1:") {
 			t.Errorf("%s %s: peer %q", e.Message, str("method"), p)
 		}
 		if len(str("request_id")) != 36 {
 			t.Errorf("%s %s: request_id %q", e.Message, str("method"), str("request_id"))
 		}
-		if str("shard") != "team-a/run1" {
+		if sh := str("shard"); sh != "team-a/run1" && sh != "team-b/run1" {
 			t.Errorf("%s %s: shard %q", e.Message, str("method"), str("shard"))
 		}
 		if str("method") == "Scan" {

@@ -18,8 +18,11 @@ import (
 const (
 	// DefaultMaxConcurrentStreams bounds the RPCs in flight on one
 	// connection; a client that wants more waits for a slot (gRPC clients
-	// queue on their side) or opens another connection.
-	DefaultMaxConcurrentStreams = 1024
+	// queue on their side) or opens another connection. Each stream holds
+	// at least its 64 KiB window of the request budget: 256 of them, 16
+	// MiB, leave most of a pod's connection share (about 135 MiB, see
+	// docs/operations.md, "Memory") to request bodies.
+	DefaultMaxConcurrentStreams = 256
 	// DefaultKeepaliveMinTime is the shortest interval at which a client may
 	// ping. Pinging more often is a protocol violation: after three such
 	// pings the server answers GOAWAY "too_many_pings" and closes the

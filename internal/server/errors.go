@@ -61,8 +61,9 @@ const (
 	// sent). Retrying is safe, with any ids. Code UNAVAILABLE, with a
 	// RetryInfo; or DEADLINE_EXCEEDED or CANCELLED, without one.
 	ReasonNotCommitted = "NOT_COMMITTED"
-	// ReasonBackpressure: the shard's writer holds its cap of queued bytes.
-	// Nothing was stored; retry after the RetryInfo delay. Code
+	// ReasonBackpressure: the shard's writer holds its cap of queued bytes,
+	// or the server's request memory budget (or the caller's share of it)
+	// is spent. Nothing was stored; retry after the RetryInfo delay. Code
 	// RESOURCE_EXHAUSTED.
 	ReasonBackpressure = "BACKPRESSURE"
 	// ReasonRateLimited: the caller is over its append rate limit. Nothing
@@ -229,6 +230,8 @@ func classifyCode(err error, write bool) failure {
 
 	case errors.Is(err, shard.ErrBackpressure):
 		return failure{code: codes.ResourceExhausted, msg: msg, hint: "; back off, then retry", reason: ReasonBackpressure, retry: backpressureRetry}
+	case errors.Is(err, ErrOverBudget):
+		return failure{code: codes.ResourceExhausted, msg: msg, hint: "; back off, then retry", reason: ReasonBackpressure, retry: overBudgetRetry}
 	case errors.Is(err, shard.ErrTooLarge), errors.Is(err, ErrLimitExceeded):
 		f := failure{code: codes.ResourceExhausted, msg: msg, hint: "; split the batch", reason: ReasonTooLarge, field: "records", fieldDesc: msg}
 		var le *LimitError

@@ -58,7 +58,7 @@ type Config struct {
 	OpenTimeout time.Duration
 
 	// MaxMessageBytes is the largest request the server receives. Default
-	// 64 MiB.
+	// 16 MiB (see docs/operations.md, "Memory").
 	MaxMessageBytes int
 	// MaxBatchRecords bounds the records of one Append. Default 10000.
 	MaxBatchRecords int
@@ -113,6 +113,20 @@ type Config struct {
 	// MaxConnectionAgeGrace is how long RPCs in flight get to finish after
 	// that. Default 1 min.
 	MaxConnectionAgeGrace time.Duration
+
+	// Memory (budget.go, admission.go).
+
+	// RequestBudgetBytes bounds the bytes that requests in flight may hold:
+	// each is charged twice MaxMessageBytes from just before its message is
+	// read until it is decoded, then what it costs decoded, until it ends. One
+	// connection may hold a quarter of it, one client identity half. A
+	// request that does not fit is refused RESOURCE_EXHAUSTED
+	// (BACKPRESSURE). Default: DefaultRequestBudget, from the memory limit.
+	RequestBudgetBytes int64
+	// RecvTimeout bounds how long a request's message may take to arrive
+	// after its headers; a stream past it is cancelled. Default
+	// DefaultRecvTimeout.
+	RecvTimeout time.Duration
 }
 
 // Defaults.
@@ -120,7 +134,7 @@ const (
 	DefaultMaxWriters      = 1024
 	DefaultIndexCacheBytes = 64 << 20
 	DefaultOpenTimeout     = 30 * time.Second
-	DefaultMaxMessageBytes = 64 << 20
+	DefaultMaxMessageBytes = 16 << 20
 	DefaultMaxBatchRecords = 10000
 	DefaultDeadline        = 30 * time.Second
 	DefaultAppendAttempts  = 4
@@ -203,6 +217,12 @@ func (c Config) withDefaults() Config {
 	if c.RetryBackoff == 0 {
 		c.RetryBackoff = DefaultRetryBackoff
 	}
+	if c.RequestBudgetBytes == 0 {
+		c.RequestBudgetBytes, _ = DefaultRequestBudget()
+	}
+	if c.RecvTimeout == 0 {
+		c.RecvTimeout = DefaultRecvTimeout
+	}
 	if c.Writer.MaxGenerationBytes == 0 {
 		// A batch that the server accepts must fit one generation.
 		c.Writer.MaxGenerationBytes = int64(c.MaxMessageBytes) + int64(c.MaxBatchRecords)*recordOverhead
@@ -226,6 +246,11 @@ func (c Config) validate() error {
 		return fmt.Errorf("server: AppendAttempts must be at least 1, got %d", c.AppendAttempts)
 	case c.DrainDelay < 0, c.OpenTimeout < 0, c.RetryBackoff < 0:
 		return errors.New("server: durations must not be negative")
+	case c.RecvTimeout < 0:
+		return fmt.Errorf("server: RecvTimeout must be positive, got %s", c.RecvTimeout)
+	}
+	if err := c.validateBudget(); err != nil {
+		return err
 	}
 	return c.validateConn()
 }
@@ -245,6 +270,7 @@ type Server struct {
 	cancelStreams context.CancelFunc
 
 	guard      *guard       // authorization and the append rate limit
+	admission  *admission   // the request memory budget
 	healthOnly *grpc.Server // grpc.health.v1 alone, for ServeHealth
 }
 
@@ -266,6 +292,10 @@ func New(cfg Config) (*Server, error) {
 	}))
 	s.streams, s.cancelStreams = context.WithCancel(context.Background())
 	s.guard = newGuard(cfg, s.access)
+	s.admission = newAdmission(cfg, s.guard, s.access)
+	s.log.Info("request memory budget", zap.Int64("budget_bytes", cfg.RequestBudgetBytes),
+		zap.Int64("connection_share_bytes", s.admission.budget.connLimit), zap.Int64("identity_share_bytes", s.admission.budget.identityLimit),
+		zap.Int("max_message_bytes", cfg.MaxMessageBytes), zap.Duration("recv_timeout", cfg.RecvTimeout))
 
 	cache := shard.NewIndexCache(cfg.IndexCacheBytes)
 	notifier := shard.NewNotifier()
@@ -321,7 +351,7 @@ func New(cfg Config) (*Server, error) {
 				return nil, fmt.Errorf("server: register metrics: %w", err)
 			}
 		}
-		for _, c := range s.guard.collectors() {
+		for _, c := range append(s.guard.collectors(), s.admission.collectors()...) {
 			if err := reg.Register(c); err != nil {
 				return nil, fmt.Errorf("server: register metrics: %w", err)
 			}
@@ -343,12 +373,15 @@ func New(cfg Config) (*Server, error) {
 		grpc.WaitForHandlers(true),
 		// Unfiltered scans forward stored records without re-encoding.
 		grpc.ForceServerCodecV2(newPassthroughCodec(s.metrics.decodeFailures)),
-	}, append(cfg.connOptions(), cfg.ServerOptions...)...)
+	}, append(append(cfg.connOptions(), s.admission.options()...), cfg.ServerOptions...)...)
 	s.grpc = grpc.NewServer(opts...)
 	s.healthOnly = newHealthOnly(cfg, s.health)
-	rolloutv1.RegisterRolloutServiceServer(s.grpc, svc)
-	healthpb.RegisterHealthServer(s.grpc, s.health)
-	reflection.Register(s.grpc)
+	// Every service registers through the admission, which charges its
+	// requests to the memory budget before their bodies are read.
+	reg := s.admission.registrar(s.grpc)
+	rolloutv1.RegisterRolloutServiceServer(reg, svc)
+	healthpb.RegisterHealthServer(reg, s.health)
+	reflection.Register(reg)
 	s.health.SetServingStatus(rolloutv1.RolloutService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
 	s.guard.subscribe(cfg.ClientCAs)
 	return s, nil

@@ -1,0 +1,552 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/stats"
+	"google.golang.org/grpc/status"
+	"google.golang.org/grpc/tap"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/rolloutd/rolloutd/internal/authz"
+)
+
+// Admission: what a request may hold in memory, decided before gRPC reads
+// its body.
+//
+// gRPC reads a request's body when its handler asks for the message: the
+// 5-byte prefix declares the length, and the transport opens the stream's
+// flow-control window to it, so a client can make the server buffer up to
+// MaxMessageBytes per stream before any interceptor runs. Until then, a
+// stream holds at most its (static) window and its headers. So:
+//
+//  1. The tap handle, which runs on the connection's reader goroutine when
+//     a stream's headers arrive, charges the stream's floor (its window
+//     and its headers) against the budget, its connection's share and its
+//     client identity's share, and refuses the stream at once
+//     (RESOURCE_EXHAUSTED, BACKPRESSURE, RetryInfo) when that does not fit.
+//     Under an authorization policy it refuses a RolloutService call from
+//     an identity without any grant, or one whose rolloutd-shard header
+//     names a shard it may not use (PERMISSION_DENIED). It starts the
+//     receive timer. It never blocks.
+//  2. Every service's handlers are wrapped (admission.registrar): on the
+//     stream's own goroutine, before the message is asked for, the stream
+//     charges readCostFactor times MaxMessageBytes more (gRPC holds the
+//     message's wire bytes and its decoded copy before any of our code sees
+//     it), waiting up to admissionWait for it to fit, and is refused
+//     (BACKPRESSURE) if it does not. A stream waiting holds only its floor.
+//  3. Once the message is decoded, the receive timer stops and the charge
+//     becomes what the request costs decoded (decodedCostFactor times its
+//     size, plus the floor), which may refuse it now.
+//  4. The charge is held until both the handler has returned and the
+//     stream has ended (its context is done), then released.
+//
+// The tap does not charge the message itself, though it could: a burst
+// of small requests on one connection (64 concurrent Gets) would then find
+// the connection's share spent by requests that are only about to be
+// decoded, and most of them were refused. Charging on the stream's own
+// goroutine lets them wait microseconds instead, while what a stream can
+// buffer stays charged before it can buffer it.
+//
+// A stream whose message has not arrived within the receive timeout has its
+// context cancelled: gRPC stops waiting for the body, drops what it
+// buffered, and the call ends DEADLINE_EXCEEDED.
+//
+// The connection is known to the tap through a stats.Handler: grpc-go calls
+// TagConn for each new connection before it reads any stream, and every
+// stream's context (the tap's included) derives from the context TagConn
+// returns (grpc-go v1.85, server.go serveStreams and
+// internal/transport/http2_server.go operateHeaders). The peer, and so the
+// mTLS identity, is in that context too.
+
+// Admission defaults and constants.
+const (
+	// decodedCostFactor is what a request holds in memory at its peak,
+	// per byte of its encoded size. Measured with Appends of 16 × 3.9 MB,
+	// 4 × 15.7 MB, 1 × 60 MB and 1000 × 60 kB records against the local
+	// store: the heap grew by 6.5–7.6× the request's size in one process
+	// holding client and server, of which the client's encoding is about
+	// 1–2×; the server alone: gRPC's wire buffers (1×), the decoded request
+	// (1×), the prepared records (1×), the generation being written (1×),
+	// and garbage of the same not yet collected. Four is the server's
+	// live peak; the budget's fraction of the memory limit leaves the
+	// garbage collector its headroom.
+	decodedCostFactor = 4
+	// readCostFactor is what a message holds, per byte of the message
+	// limit, until our code sees it: gRPC reads the wire bytes, then
+	// decodes a copy before freeing them. (Compressed messages are refused:
+	// no decompressor is registered.) Charging only the limit let refused
+	// requests hold a decoded copy each beyond the budget: peak RSS was 25%
+	// higher with clients saturating it.
+	readCostFactor = 2
+	// streamWindow is every stream's HTTP/2 flow-control window: what a
+	// client may send on a stream beyond the message the server is reading.
+	// It is static: gRPC's dynamic windows (BDP estimation) would let a
+	// client grow it to 16 MiB per stream, unaccounted. A large message
+	// still arrives at full speed: the transport opens the window to the
+	// length the message declares while it reads it.
+	streamWindow = 64 << 10
+	// connWindow is every connection's flow-control window. It bounds
+	// bytes in flight, not bytes held (the transport returns it as bytes
+	// arrive), so it is as large as dynamic windows would grow it.
+	connWindow = 16 << 20
+	// maxHeaderListBytes bounds a stream's headers (gRPC's default is 16
+	// MiB, which a stream holds as its metadata for its whole life).
+	// Shard names are at most 255 bytes.
+	maxHeaderListBytes = 64 << 10
+	// headerFieldOverhead is what HTTP/2 counts per header field beyond its
+	// name and value (RFC 9113, section 6.5.2).
+	headerFieldOverhead = 32
+	// admissionWait is how long a stream waits for its message's charge
+	// to fit before it is refused: requests being decoded release most of
+	// theirs within microseconds, and Appends within a commit.
+	admissionWait = time.Second
+	// overBudgetRetry is the RetryInfo delay of a request refused over the
+	// budget: requests in flight release their charge when they finish, in
+	// tens of milliseconds (a Get) to a few hundred (a large Append).
+	overBudgetRetry = 200 * time.Millisecond
+)
+
+// DefaultRecvTimeout is how long a request's message may take to arrive
+// after its headers.
+const DefaultRecvTimeout = 10 * time.Second
+
+// ShardHeader is the request metadata key naming the shard a call acts on,
+// as affine clients send it (examples/affine). Under an authorization
+// policy, a call whose header names a shard the caller may not use is
+// refused before its body is read; the shard in the request is checked as
+// always.
+const ShardHeader = "rolloutd-shard"
+
+// Reasons of rolloutd_admission_refusals_total.
+const (
+	refusedServer      = "budget"
+	refusedConnection  = "connection_share"
+	refusedIdentity    = "identity_share"
+	refusedRecvTimeout = "recv_timeout"
+	refusedNoGrants    = "no_grants"
+)
+
+// errRecvTimeout is the cause of a stream cancelled by the receive timeout.
+var errRecvTimeout = errors.New("the request message did not arrive in time")
+
+// admission charges requests against the budget (see above).
+type admission struct {
+	budget      *budget
+	maxMessage  int64
+	recvTimeout time.Duration
+	authz       *authz.Authorizer // nil: no policy
+	guard       *guard            // counts and logs denials
+	log         *zap.Logger       // sampled
+
+	refused *prometheus.CounterVec
+	gauges  []prometheus.Collector
+
+	admitted []string // the services registered through registrar
+}
+
+func newAdmission(cfg Config, g *guard, log *zap.Logger) *admission {
+	a := &admission{
+		budget:      newBudget(cfg.RequestBudgetBytes, cfg.RequestBudgetBytes/connShareDivisor, cfg.RequestBudgetBytes/identityShareDivisor),
+		maxMessage:  int64(cfg.MaxMessageBytes),
+		recvTimeout: cfg.RecvTimeout,
+		authz:       cfg.Authorizer,
+		guard:       g,
+		log:         log,
+		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "rolloutd_admission_refusals_total",
+			Help: "Requests refused before or as their message was read, by reason: budget, connection_share, identity_share (the request memory budget), recv_timeout (the message did not arrive in time), no_grants (the caller may not use the method or the shard it names).",
+		}, []string{"reason"}),
+	}
+	for _, r := range []string{refusedServer, refusedConnection, refusedIdentity, refusedRecvTimeout, refusedNoGrants} {
+		a.refused.WithLabelValues(r)
+	}
+	a.gauges = []prometheus.Collector{
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "rolloutd_request_budget_bytes",
+			Help: "The request memory budget: bytes that requests in flight may hold (--request-budget-bytes).",
+		}, func() float64 { return float64(a.budget.limit) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "rolloutd_request_budget_in_use_bytes",
+			Help: "Bytes of the request memory budget that requests in flight hold now.",
+		}, func() float64 { return float64(a.budget.inUse()) }),
+	}
+	return a
+}
+
+func (a *admission) collectors() []prometheus.Collector {
+	return append([]prometheus.Collector{a.refused}, a.gauges...)
+}
+
+// options are the gRPC server options that admit requests.
+func (a *admission) options() []grpc.ServerOption {
+	return []grpc.ServerOption{
+		grpc.StatsHandler(connTagger{}),
+		grpc.InTapHandle(a.tap),
+		grpc.StaticStreamWindowSize(streamWindow),
+		grpc.StaticConnWindowSize(connWindow),
+		grpc.MaxHeaderListSize(maxHeaderListBytes),
+	}
+}
+
+// tap admits a stream when its headers arrive (see above). It runs on the
+// connection's reader goroutine, under the transport's lock: it must not
+// block.
+func (a *admission) tap(ctx context.Context, info *tap.Info) (context.Context, error) {
+	identity := peerIdentity(ctx)
+	if err := a.authorizeEarly(ctx, identity, info); err != nil {
+		return nil, err
+	}
+	conn, _ := ctx.Value(connKey{}).(*connUsage)
+	if conn == nil {
+		conn = &connUsage{} // not served through connTagger: a share of its own
+	}
+	key := identity
+	if key == "" {
+		key = "addr:" + peerHost(ctx)
+	}
+	overhead := int64(streamWindow)
+	for k, vs := range info.Header {
+		for _, v := range vs {
+			overhead += int64(len(k) + len(v) + headerFieldOverhead)
+		}
+	}
+	if err := a.budget.charge(conn, key, overhead); err != nil {
+		return nil, a.refuse(err)
+	}
+	r := &reservation{budget: a.budget, conn: conn, identity: key, overhead: overhead, held: overhead, holds: 1}
+	inner, cancel := context.WithCancelCause(ctx)
+	r.cancel = cancel
+	r.timer = time.AfterFunc(a.recvTimeout, func() {
+		if r.timeout() {
+			a.refused.WithLabelValues(refusedRecvTimeout).Inc()
+		}
+	})
+	// Under mu: if the stream has already ended, streamEnded runs at once
+	// and needs unwatch.
+	r.mu.Lock()
+	r.unwatch = context.AfterFunc(inner, r.streamEnded)
+	r.mu.Unlock()
+	return &admittedContext{Context: inner, r: r}, nil
+}
+
+// authorizeEarly refuses, under a policy, a RolloutService call from an
+// identity that has no grant at all, or whose rolloutd-shard header names a
+// shard it may not use the method on. Anything else passes, to the guard.
+func (a *admission) authorizeEarly(ctx context.Context, identity string, info *tap.Info) error {
+	if a.authz == nil || !strings.HasPrefix(info.FullMethodName, rolloutPrefix) {
+		return nil
+	}
+	verb := methodVerbs[info.FullMethodName]
+	var err error
+	shardName := ""
+	if !a.authz.HasAnyGrant(identity) {
+		err = fmt.Errorf("%w: identity %q has no grant in the authorization policy: no %s on any shard", authz.ErrDenied, identity, verb)
+	} else if vs := info.Header.Get(ShardHeader); len(vs) > 0 && verb != "" {
+		shardName = vs[0]
+		if e := a.authz.Authorize(identity, verb, shardName); errors.Is(e, authz.ErrDenied) {
+			err = e
+		}
+	}
+	if err == nil {
+		return nil
+	}
+	a.refused.WithLabelValues(refusedNoGrants).Inc()
+	a.guard.denied.WithLabelValues(string(verb)).Inc()
+	a.log.Info("rpc denied before its body", zap.String("identity", identity), zap.String("verb", string(verb)),
+		clientString("shard_header", shardName), zap.String("peer", peerAddr(ctx)))
+	return toStatus(err)
+}
+
+// refuse counts an over-budget refusal and returns its status.
+func (a *admission) refuse(err error) error {
+	reason := refusedServer
+	var oe *OverBudgetError
+	if errors.As(err, &oe) {
+		switch oe.Share {
+		case shareConnection:
+			reason = refusedConnection
+		case shareIdentity:
+			reason = refusedIdentity
+		}
+	}
+	a.refused.WithLabelValues(reason).Inc()
+	return toStatus(err)
+}
+
+// decodedCost is what a request message costs once decoded.
+func decodedCost(m any) int64 {
+	pm, ok := m.(proto.Message)
+	if !ok {
+		return -1 // unknown: keep the charge
+	}
+	return decodedCostFactor * int64(proto.Size(pm))
+}
+
+// registrar returns a grpc.ServiceRegistrar (with GetServiceInfo, for
+// reflection) that registers services on g with every handler wrapped:
+// every service on the server must be registered through it, or its
+// requests' bodies go uncharged.
+func (a *admission) registrar(g *grpc.Server) *admittedRegistrar {
+	return &admittedRegistrar{Server: g, a: a}
+}
+
+type admittedRegistrar struct {
+	*grpc.Server
+	a *admission
+}
+
+// RegisterService registers impl under a copy of desc whose handlers are
+// admitted.
+func (r *admittedRegistrar) RegisterService(desc *grpc.ServiceDesc, impl any) {
+	d := *desc
+	d.Methods = make([]grpc.MethodDesc, len(desc.Methods))
+	for i, m := range desc.Methods {
+		d.Methods[i] = grpc.MethodDesc{MethodName: m.MethodName, Handler: r.a.unaryHandler(m.Handler)}
+	}
+	d.Streams = make([]grpc.StreamDesc, len(desc.Streams))
+	for i, sd := range desc.Streams {
+		sd.Handler = r.a.streamHandler(sd.Handler, sd.ClientStreams)
+		d.Streams[i] = sd
+	}
+	r.Server.RegisterService(&d, impl)
+	r.a.admitted = append(r.a.admitted, desc.ServiceName)
+}
+
+// unaryHandler admits h's request: it charges the message before h's
+// decoder reads it, and its decoded cost after.
+func (a *admission) unaryHandler(h grpc.MethodHandler) grpc.MethodHandler {
+	return func(srv any, ctx context.Context, dec func(any) error, interceptor grpc.UnaryServerInterceptor) (any, error) {
+		r := reservationOf(ctx)
+		if r == nil {
+			return h(srv, ctx, dec, interceptor)
+		}
+		if !r.enter() {
+			return nil, status.FromContextError(context.Cause(ctx)).Err()
+		}
+		defer r.exit()
+		return h(srv, ctx, func(m any) error { return a.recv(ctx, r, m, false, dec) }, interceptor)
+	}
+}
+
+// streamHandler admits h's request messages. The charge follows the first
+// one; a stream that may receive more (client streaming) keeps the
+// message's charge, since each further message may be as large.
+func (a *admission) streamHandler(h grpc.StreamHandler, clientStreams bool) grpc.StreamHandler {
+	return func(srv any, ss grpc.ServerStream) error {
+		r := reservationOf(ss.Context())
+		if r == nil {
+			return h(srv, ss)
+		}
+		if !r.enter() {
+			return status.FromContextError(context.Cause(ss.Context())).Err()
+		}
+		defer r.exit()
+		return h(srv, &admittedStream{ServerStream: ss, a: a, r: r, keep: clientStreams})
+	}
+}
+
+// admittedStream admits the messages a stream handler receives.
+type admittedStream struct {
+	grpc.ServerStream
+	a    *admission
+	r    *reservation
+	keep bool
+}
+
+func (s *admittedStream) RecvMsg(m any) error {
+	return s.a.recv(s.Context(), s.r, m, s.keep, s.ServerStream.RecvMsg)
+}
+
+// recv receives m through read, charging its message first and its decoded
+// cost after (see above). The error is a gRPC status.
+func (a *admission) recv(ctx context.Context, r *reservation, m any, keep bool, read func(any) error) error {
+	if err := r.reserveMessage(ctx, readCostFactor*a.maxMessage); err != nil {
+		if ctx.Err() != nil {
+			return a.recvFailed(ctx, err)
+		}
+		return a.refuse(err)
+	}
+	if err := read(m); err != nil {
+		return a.recvFailed(ctx, err)
+	}
+	if err := r.received(decodedCost(m), keep); err != nil {
+		return a.refuse(err)
+	}
+	return nil
+}
+
+// recvFailed is the error of a read that failed: the receive timeout's own
+// when it was the cause.
+func (a *admission) recvFailed(ctx context.Context, err error) error {
+	if context.Cause(ctx) == errRecvTimeout {
+		return status.Error(codes.DeadlineExceeded, fmt.Sprintf("%v: not within %s of its headers", errRecvTimeout, a.recvTimeout))
+	}
+	if ctx.Err() != nil {
+		return status.FromContextError(ctx.Err()).Err()
+	}
+	return err
+}
+
+// reservation is one stream's charge against the budget.
+type reservation struct {
+	budget   *budget
+	conn     *connUsage
+	identity string
+	overhead int64 // the stream's window and headers
+	cancel   context.CancelCauseFunc
+	timer    *time.Timer // the receive timeout; stopped when the message is in
+	unwatch  func() bool // stops the context.AfterFunc of streamEnded
+
+	mu       sync.Mutex
+	held     int64 // charged
+	holds    int   // the stream until its context is done, the handler while it runs
+	arrived  bool  // a request message was received
+	message  bool  // a message's charge is held (from reserveMessage to received)
+	timedOut bool
+}
+
+// reserveMessage charges a message of up to n bytes before it is read,
+// waiting up to admissionWait for it to fit. Its caller holds r (enter). A charge already held (a
+// client stream's earlier message, kept) covers it.
+func (r *reservation) reserveMessage(ctx context.Context, n int64) error {
+	r.mu.Lock()
+	covered := r.message || r.held >= n+r.overhead
+	r.mu.Unlock()
+	if covered {
+		return nil
+	}
+	if err := r.budget.chargeWait(ctx, r.conn, r.identity, n, admissionWait); err != nil {
+		return err
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.held += n
+	r.message = true
+	return nil
+}
+
+// received stops the receive timer and makes the charge cost (plus the
+// stream's overhead); keep makes it no less than it is. A larger charge
+// that does not fit is refused, and the charge stays.
+func (r *reservation) received(cost int64, keep bool) error {
+	r.timer.Stop()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.arrived = true
+	r.message = keep
+	n := cost + r.overhead
+	if cost < 0 || keep && n < r.held {
+		return nil
+	}
+	if err := r.budget.charge(r.conn, r.identity, n-r.held); err != nil {
+		return err
+	}
+	r.held = n
+	return nil
+}
+
+// timeout cancels the stream if its message has not arrived, and reports
+// whether it did.
+func (r *reservation) timeout() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.arrived || r.holds == 0 {
+		return false
+	}
+	r.timedOut = true
+	r.cancel(errRecvTimeout)
+	return true
+}
+
+// enter holds the charge for a handler; false means the stream has ended
+// and the charge is released.
+func (r *reservation) enter() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.holds == 0 {
+		return false
+	}
+	r.holds++
+	return true
+}
+
+// exit ends a handler's hold.
+func (r *reservation) exit() { r.drop() }
+
+// streamEnded ends the stream's hold, when its context is done.
+func (r *reservation) streamEnded() {
+	r.timer.Stop()
+	r.drop()
+}
+
+// drop ends one hold and releases the charge with the last.
+func (r *reservation) drop() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.holds--
+	if r.holds > 0 {
+		return
+	}
+	r.timer.Stop()
+	r.unwatch()
+	_ = r.budget.charge(r.conn, r.identity, -r.held)
+	r.held = 0
+}
+
+type reservationKey struct{}
+
+func reservationOf(ctx context.Context) *reservation {
+	r, _ := ctx.Value(reservationKey{}).(*reservation)
+	return r
+}
+
+// admittedContext is a stream's context as the tap returns it: it carries
+// the reservation, and reports a stream cancelled by the receive timeout as
+// past its deadline. The transport reads the stream's body under this
+// context, and when it is done answers with its Err (grpc-go's
+// serverStream.RecvMsg writes that status itself): DEADLINE_EXCEEDED, not
+// CANCELLED, for a request that did not arrive in time.
+type admittedContext struct {
+	context.Context
+	r *reservation
+}
+
+func (c *admittedContext) Value(key any) any {
+	if key == (reservationKey{}) {
+		return c.r
+	}
+	return c.Context.Value(key)
+}
+
+func (c *admittedContext) Err() error {
+	err := c.Context.Err()
+	if err != nil && context.Cause(c.Context) == errRecvTimeout {
+		return context.DeadlineExceeded
+	}
+	return err
+}
+
+// connTagger gives every connection its share of the budget, in the context
+// its streams derive from.
+type connTagger struct{}
+
+type connKey struct{}
+
+func (connTagger) TagConn(ctx context.Context, _ *stats.ConnTagInfo) context.Context {
+	return context.WithValue(ctx, connKey{}, &connUsage{})
+}
+func (connTagger) HandleConn(context.Context, stats.ConnStats) {}
+func (connTagger) TagRPC(ctx context.Context, _ *stats.RPCTagInfo) context.Context {
+	return ctx
+}
+func (connTagger) HandleRPC(context.Context, stats.RPCStats) {}
