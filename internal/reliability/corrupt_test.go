@@ -2,11 +2,15 @@ package reliability
 
 import (
 	"context"
+	"fmt"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest/observer"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
@@ -83,7 +87,8 @@ func TestCorruptStoredBytes(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer mem.Put(ctx, c.blob, good[c.blob], blob.PutOptions{})
-			in := startInstance(t, "reader", server.Config{Store: mem, Writer: shard.Options{DisableMerge: true}})
+			core, logs := observer.New(zapcore.WarnLevel)
+			in := startInstance(t, "reader", server.Config{Store: mem, Logger: zap.New(core), Writer: shard.Options{DisableMerge: true}})
 			defer in.stop(t, 5*time.Second)
 			for i, rec := range recs {
 				got, err := in.client.Get(ctx, &rolloutv1.GetRequest{Shard: sh, Id: rec.GetId()})
@@ -96,8 +101,20 @@ func TestCorruptStoredBytes(t *testing.T) {
 					}
 				case status.Code(err) == codes.DataLoss:
 					dataLoss++
-					if !strings.Contains(status.Convert(err).Message(), c.blob) {
-						t.Errorf("Get %s: DataLoss that does not name the blob %s: %v", rec.GetId(), c.blob, err)
+					// The client is told the request id; the server's
+					// log names the blob under it.
+					msg := status.Convert(err).Message()
+					_, id, ok := strings.Cut(msg, "request id ")
+					if !ok || strings.Contains(msg, c.blob) {
+						t.Errorf("Get %s: DataLoss %q, want a request id and no blob name", rec.GetId(), msg)
+						break
+					}
+					named := false
+					for _, e := range logs.FilterField(zap.String("request_id", id)).All() {
+						named = named || strings.Contains(fmt.Sprint(e.ContextMap()["error"]), c.blob)
+					}
+					if !named {
+						t.Errorf("Get %s: no log line under request id %s names the blob %s", rec.GetId(), id, c.blob)
 					}
 				default:
 					t.Errorf("Get %s through damaged storage: %v, want DataLoss naming %s", rec.GetId(), err, c.blob)
@@ -105,5 +122,5 @@ func TestCorruptStoredBytes(t *testing.T) {
 			}
 		})
 	}
-	t.Logf("%d kinds of damage, %d Gets answered DataLoss naming the blob, the rest read back intact", len(cases), dataLoss)
+	t.Logf("%d kinds of damage, %d Gets answered DataLoss (the blob named in the log), the rest read back intact", len(cases), dataLoss)
 }
