@@ -60,6 +60,9 @@ type config struct {
 	store     storeLocation
 	logLevel  zapcore.Level
 	azureConn string // from AZURE_STORAGE_CONNECTION_STRING or --azure-connection-string-file; never logged
+
+	flagNames  []string // every flag serve knows
+	unknownEnv []string // ROLLOUTD_* variables that name no flag (env.go); serve warns about them
 }
 
 // storeLocation is a parsed --store.
@@ -133,9 +136,11 @@ Flags of serve:
 	fs.StringVar(&c.LogLevel, "log-level", "info", "log `level`: debug, info, warn or error")
 	c.securityConfig.registerFlags(fs)
 	printVersion := fs.Bool("version", false, "print the version, the commit and the Go version, then exit (as rolloutd version does)")
+	restoreValues := explainParseErrors(fs)
 
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
+			restoreValues()
 			usage()
 		} else {
 			err = fmt.Errorf("%w (see rolloutd --help)", err)
@@ -148,6 +153,7 @@ Flags of serve:
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("unexpected argument %q: rolloutd serve takes flags only (see --help)", fs.Arg(0))
 	}
+	fs.VisitAll(func(f *flag.Flag) { c.flagNames = append(c.flagNames, f.Name) })
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	var envErr error

@@ -47,6 +47,7 @@ func runServe(args []string, stdout, _ io.Writer) error {
 	case err != nil:
 		return err
 	}
+	cfg.unknownEnv = unknownEnvVars(os.Environ(), cfg.flagNames)
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	return serve(ctx, stop, cfg)
@@ -65,6 +66,9 @@ func serve(ctx context.Context, stopSignals func(), cfg *config) error {
 		return err
 	}
 	defer func() { _ = log.Sync() }()
+	for _, name := range cfg.unknownEnv {
+		log.Warn("ignoring an environment variable that names no flag", zap.String("name", name), zap.String("hint", "every flag is also ROLLOUTD_<FLAG_IN_CAPS>; see rolloutd --help"))
+	}
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
