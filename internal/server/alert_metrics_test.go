@@ -29,6 +29,11 @@ func TestAlertSeriesExportedAtZero(t *testing.T) {
 	want[`rolloutd_rpc_error_reasons_total{method="Scan",reason="SCAN_INTERRUPTED"}`] = true
 	want[`rolloutd_shutdown_timeouts_total{stage="rpcs"}`] = true
 	want[`rolloutd_shutdown_timeouts_total{stage="writers"}`] = true
+	reg.MustRegister(newGuard(Config{}, nil).collectors()...)
+	for _, v := range []string{"append", "get", "scan"} {
+		want[fmt.Sprintf(`rolloutd_rpc_denied_total{verb=%q}`, v)] = true
+		want[fmt.Sprintf(`rolloutd_streams_revoked_total{verb=%q}`, v)] = true
+	}
 	mfs, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)
