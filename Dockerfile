@@ -29,7 +29,8 @@ RUN --mount=type=cache,target=/go/pkg/mod \
 FROM gcr.io/distroless/static-debian12:nonroot
 ARG VERSION=dev
 LABEL org.opencontainers.image.title="rolloutd" \
-      org.opencontainers.image.version="${VERSION}"
+      org.opencontainers.image.version="${VERSION}" \
+      org.opencontainers.image.licenses="Apache-2.0"
 COPY --from=build /src/bin/rolloutd /rolloutd
 USER 65532:65532
 # gRPC (--listen) and Prometheus metrics plus pprof (--metrics-listen).

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# Runs rolloutd's whole test suite on a fresh machine: installs what the tests
-# need (Azurite from npm, the pinned buf toolchain from the Go module proxy),
-# then vets and runs every test under the race detector.
+# Runs rolloutd's whole test suite on a fresh machine: installs Azurite from
+# npm (pinned by test/azurite/package-lock.json), checks gofmt, then vets and
+# runs every test under the race detector, and the same for the deploy/check
+# module. Tests that need more build it themselves: internal/apicheck builds
+# buf from the Go module proxy (pinned by tools/buf/go.mod).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

@@ -18,7 +18,7 @@ import (
 	"github.com/rolloutd/rolloutd/internal/shard/format"
 )
 
-// targetCheck is one target of the issue, measured.
+// targetCheck is one target of docs/performance.md's targets table, measured.
 type targetCheck struct {
 	ID     string   `json:"id"`
 	What   string   `json:"what"`

@@ -73,8 +73,8 @@ type config struct {
 	azureConn string // from the environment or Azurite; never printed
 }
 
-// compareSizes sizes the phases of --compare. The defaults are the issue's
-// figures; the smoke test shrinks them.
+// compareSizes sizes the phases of --compare. The defaults are the figures
+// of docs/performance.md's targets table; the smoke test shrinks them.
 type compareSizes struct {
 	SingleAppends  int           // target 1: appends per mode, single client
 	PerAppendOps   int           // target 1: per-append appends (each mode)

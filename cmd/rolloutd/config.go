@@ -63,6 +63,9 @@ type config struct {
 	store     storeLocation
 	logLevel  zapcore.Level
 	azureConn string // from AZURE_STORAGE_CONNECTION_STRING or --azure-connection-string-file; never logged
+
+	flagNames  []string // every flag serve knows
+	unknownEnv []string // ROLLOUTD_* variables that name no flag (env.go); serve warns about them
 }
 
 // storeLocation is a parsed --store.
@@ -81,8 +84,8 @@ func (l storeLocation) String() string {
 
 // parseConfig parses args (without the program name) and the environment
 // (getenv) into a validated config. It writes usage to out for --help and
-// returns flag.ErrHelp then. A bad value fails with a message naming the
-// flag.
+// returns flag.ErrHelp then; it returns errPrintVersion for --version. A
+// bad value fails with a message naming the flag.
 func parseConfig(args []string, getenv func(string) string, out io.Writer) (*config, error) {
 	c := &config{
 		WriterQueueBytes: 64 << 20,
@@ -91,18 +94,27 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (*con
 		MaxRecordBytes:   server.DefaultMaxRecordBytes,
 	}
 	fs := flag.NewFlagSet("rolloutd", flag.ContinueOnError)
-	fs.SetOutput(out)
-	fs.Usage = func() {
-		fmt.Fprintf(out, `rolloutd serves rollout.v1.RolloutService (Append, Get) over gRPC and stores
-records durably in blob storage: a local directory by default, or Azure Blob
-Storage. Every flag can also be set with the environment variable
+	// The flag package prints nothing: a bad flag is returned as an error
+	// (main prints it once, to stderr), and --help prints below, to out.
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {}
+	usage := func() {
+		fmt.Fprintf(out, `rolloutd serves rollout.v1.RolloutService (Append, Get, Scan) over gRPC and
+stores records durably in blob storage: a local directory by default, or Azure
+Blob Storage. Every flag can also be set with the environment variable
 %s<FLAG_IN_CAPS> (--max-writers: %sMAX_WRITERS); a flag wins over
 its variable, which wins over the default.
 
-Usage: rolloutd [flags]
+Usage: rolloutd [serve] [flags]
+       rolloutd COMMAND [flags]
 
-`, envPrefix, envPrefix)
+Commands:
+%s
+Flags of serve:
+`, envPrefix, envPrefix, commandList())
+		fs.SetOutput(out)
 		fs.PrintDefaults()
+		fs.SetOutput(io.Discard)
 	}
 
 	fs.StringVar(&c.Listen, "listen", ":50051", "`address` of the gRPC listener (RolloutService, grpc.health.v1, reflection)")
@@ -131,13 +143,25 @@ Usage: rolloutd [flags]
 	fs.StringVar(&c.LogFormat, "log-format", "json", "log `format`: json or console")
 	fs.StringVar(&c.LogLevel, "log-level", "info", "log `level`: debug, info, warn or error")
 	c.securityConfig.registerFlags(fs)
+	printVersion := fs.Bool("version", false, "print the version, the commit and the Go version, then exit (as rolloutd version does)")
+	restoreValues := explainParseErrors(fs)
 
 	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			restoreValues()
+			usage()
+		} else {
+			err = fmt.Errorf("%w (see rolloutd --help)", err)
+		}
 		return nil, err
 	}
-	if fs.NArg() > 0 {
-		return nil, fmt.Errorf("unexpected argument %q: rolloutd takes flags only (see --help)", fs.Arg(0))
+	if *printVersion {
+		return nil, errPrintVersion
 	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("unexpected argument %q: rolloutd serve takes flags only (see --help)", fs.Arg(0))
+	}
+	fs.VisitAll(func(f *flag.Flag) { c.flagNames = append(c.flagNames, f.Name) })
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	var envErr error

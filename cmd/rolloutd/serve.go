@@ -3,9 +3,14 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
+	"os"
+	"os/signal"
+	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -21,6 +26,33 @@ import (
 	"github.com/rolloutd/rolloutd/internal/shard"
 )
 
+func init() {
+	register(&command{
+		name:    "serve",
+		summary: "serve gRPC and /metrics until SIGTERM or SIGINT (the default: rolloutd [flags] is rolloutd serve [flags])",
+		run:     runServe,
+	})
+}
+
+// runServe parses serve's flags and environment, then serves until a
+// signal.
+func runServe(args []string, stdout, _ io.Writer) error {
+	cfg, err := parseConfig(args, os.Getenv, stdout)
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		return nil
+	case errors.Is(err, errPrintVersion):
+		printVersion(stdout)
+		return nil
+	case err != nil:
+		return err
+	}
+	cfg.unknownEnv = unknownEnvVars(os.Environ(), cfg.flagNames)
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	return serve(ctx, stop, cfg)
+}
+
 // storeOpenTimeout bounds opening the store at startup (Azure: checking or
 // creating the container).
 const storeOpenTimeout = 30 * time.Second
@@ -34,6 +66,9 @@ func serve(ctx context.Context, stopSignals func(), cfg *config) error {
 		return err
 	}
 	defer func() { _ = log.Sync() }()
+	for _, name := range cfg.unknownEnv {
+		log.Warn("ignoring an environment variable that names no flag", zap.String("name", name), zap.String("hint", "every flag is also ROLLOUTD_<FLAG_IN_CAPS>; see rolloutd --help"))
+	}
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -121,7 +156,7 @@ func serve(ctx context.Context, stopSignals func(), cfg *config) error {
 			errc <- fmt.Errorf("metrics server: %w", err)
 		}
 	}()
-	log.Info("rolloutd started", zap.String("version", version), zap.String("store", cfg.store.String()), zap.Int("max_writers", cfg.MaxWriters))
+	log.Info("rolloutd started", zap.String("version", version), zap.String("commit", buildCommit()), zap.String("store", cfg.store.String()), zap.Int("max_writers", cfg.MaxWriters))
 
 	var failed error
 	select {

@@ -44,7 +44,14 @@
 //     timeouts it quotes are the Deployment's, and every ROLLOUTD_* key it
 //     suggests is a real flag;
 //   - every query of deploy/grafana/rolloutd-dashboard.json parses with
-//     Prometheus' own PromQL parser.
+//     Prometheus' own PromQL parser;
+//   - the alert rules (deploy/k8s/monitoring) decode strictly with the
+//     Prometheus Operator's own PrometheusRule type, pass Prometheus' rule
+//     file validation (rulefmt: expressions, templates, durations), alert
+//     on every condition the docs name, and select only metrics that the
+//     binary, started under mutual TLS with a policy, exports;
+//   - the aks overlay (mtls plus the AKS values) passes the same rules as
+//     the mtls overlay, and is the text docs/operations.md writes.
 //
 // The package is its own Go module (deploy/check/go.mod) so that the heavy
 // tool dependencies (k8s.io/api, kustomize, buildkit, prometheus) stay out of the root

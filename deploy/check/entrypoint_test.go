@@ -289,7 +289,7 @@ func rolloutdFlags(t *testing.T, bin string) []string {
 func TestManifestSettingsAreRealFlags(t *testing.T) {
 	bin, _ := buildImageBinary(t)
 	flags := rolloutdFlags(t, bin)
-	for _, dir := range []string{"base", "overlays/dev"} {
+	for _, dir := range []string{"base", "overlays/dev", "overlays/mtls", "overlays/aks"} {
 		_, b := renderOnDisk(t, dir)
 		c := rolloutdContainer(t, b)
 		for _, a := range c.Args {

@@ -156,6 +156,10 @@ type mtlsBundle struct {
 func renderMTLS(t *testing.T) mtlsBundle {
 	t.Helper()
 	_, b := renderOnDisk(t, "overlays/mtls")
+	return newMTLSBundle(b)
+}
+
+func newMTLSBundle(b *bundle) mtlsBundle {
 	m := mtlsBundle{bundle: b, certs: map[string]*cmCertificate{}, issuers: map[string]*cmIssuer{}}
 	for _, o := range b.objects {
 		switch o := o.(type) {
@@ -168,12 +172,21 @@ func renderMTLS(t *testing.T) mtlsBundle {
 	return m
 }
 
-// The mTLS overlay renders; the rules every deployment passes still hold
-// (probes aside: they move to the health-only port on purpose); and the
-// TLS, policy and probe wiring is consistent from the Certificate to the
-// flags.
+// The mTLS overlay and the aks overlay built on it render; the rules every
+// deployment passes still hold (probes aside: they move to the
+// health-only port on purpose); and the TLS, policy and probe wiring is
+// consistent from the Certificate to the flags.
 func TestMTLSOverlay(t *testing.T) {
-	m := renderMTLS(t)
+	for _, dir := range []string{"overlays/mtls", "overlays/aks"} {
+		t.Run(dir, func(t *testing.T) {
+			_, b := renderOnDisk(t, dir)
+			checkMTLSBundle(t, newMTLSBundle(b))
+		})
+	}
+}
+
+func checkMTLSBundle(t *testing.T, m mtlsBundle) {
+	t.Helper()
 	kinds := map[string]int{}
 	for _, o := range m.objects {
 		kinds[o.GetObjectKind().GroupVersionKind().Kind]++

@@ -140,6 +140,9 @@ func TestRulesCatchBrokenManifests(t *testing.T) {
 		{"PDB selects other pods", func(b *bundle) {
 			b.pdbs[0].Spec.Selector.MatchLabels["app.kubernetes.io/name"] = "other"
 		}, "no PodDisruptionBudget selects its pods"},
+		{"service links on", func(b *bundle) {
+			b.deployment(appName).Spec.Template.Spec.EnableServiceLinks = nil
+		}, "enableServiceLinks is not false"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			objs, err := decodeManifests(rendered)

@@ -484,6 +484,13 @@ func (b *bundle) rolloutdProblems(d *appsv1.Deployment, prod bool) []string {
 		}
 	}
 
+	// No service links: Kubernetes would set ROLLOUTD_SERVICE_HOST,
+	// ROLLOUTD_PORT_... for the Service named rolloutd, in the namespace
+	// of the variables rolloutd reads as settings.
+	if spec.EnableServiceLinks == nil || *spec.EnableServiceLinks {
+		add("enableServiceLinks is not false: Kubernetes would inject ROLLOUTD_SERVICE_HOST and ROLLOUTD_PORT_* beside rolloutd's ROLLOUTD_* settings")
+	}
+
 	// GOMEMLIMIT, if set, must leave room under the memory limit.
 	if v, ok := b.envValue(c, "GOMEMLIMIT"); ok {
 		limit, hasLimit := c.Resources.Limits[corev1.ResourceMemory]

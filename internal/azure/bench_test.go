@@ -14,7 +14,7 @@ import (
 
 // The benchmarks measure the Store against the package's Azurite: the floor
 // of an acknowledged append is one create-only generation put plus one
-// manifest CAS (DESIGN §1). Run them with
+// manifest CAS (docs/performance.md, "floor"). Run them with
 //
 //	go test -run='^$' -bench=. -benchtime=2000x ./internal/azure
 

@@ -260,7 +260,7 @@ func (s *Store) Put(ctx context.Context, name string, data []byte, opts blob.Put
 	h, herr := s.head(ctx, full, "")
 	if herr == nil && h.hasPutID(id, auto) {
 		s.log.Info("an earlier attempt of this put landed; its response was lost",
-			zap.String("blob", full), zap.Int32("tries", st.tries.Load()), zap.NamedError("lastError", native(err)))
+			zap.String("blob", full), zap.Int32("tries", st.tries.Load()), zap.NamedError("last_error", native(err)))
 		return blob.Attrs{
 			Name:         name,
 			Size:         h.Size,

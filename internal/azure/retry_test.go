@@ -46,7 +46,7 @@ func lostResponseStore(t *testing.T, container string) (s *Store, arm func(), lo
 	return s, func() { log.reset(); armed.Store(true) }, log
 }
 
-// TestLostResponse is the SlateDB bug (DESIGN §2): the first try of a
+// TestLostResponse is the SlateDB bug (slatedb#766): the first try of a
 // conditional put lands but its response is lost; the SDK retries, the
 // retry loses the condition to the first try. The put must report success
 // with the first try's ETag, the content must be written once, and nothing

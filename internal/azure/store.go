@@ -2,7 +2,8 @@
 // the azblob SDK.
 //
 // A process builds one Store and shares it: one SDK client over one
-// explicitly sized HTTP transport (DESIGN §2). Conditional writes stay
+// explicitly sized HTTP transport (a transport per client leaves a socket
+// in TIME_WAIT per request: docs/performance.md, target 2). Conditional writes stay
 // correct under the SDK's own retries: every conditional put records an
 // idempotency key in the blob's metadata, and when a retry then loses its
 // condition the Store reads the blob back to see whether the loser was in

@@ -306,7 +306,7 @@ func TestMaxConnsBoundsRequestsInFlight(t *testing.T) {
 // TestConnectionReuse: 32 concurrent operations on one Store, round after
 // round, reuse their connections. A pool sized like the SDK's default (10
 // idle per host) churns: every round dials ~22 new connections and closes
-// them again into TIME_WAIT (DESIGN §2).
+// them again into TIME_WAIT (docs/performance.md, target 2).
 func TestConnectionReuse(t *testing.T) {
 	const workers, rounds = 32, 15
 	run := func(t *testing.T, idlePerHost int) int64 {

@@ -16,7 +16,7 @@ import (
 // newTransport builds the process's one HTTP transport, sized for cfg.MaxConns
 // concurrent requests. The SDK's shared default keeps only 10 idle
 // connections per host, so any concurrency above 10 closes connections after
-// use and dials new ones (TIME_WAIT churn, DESIGN §2).
+// use and dials new ones (TIME_WAIT churn; docs/performance.md, target 2).
 func newTransport(cfg *Config) *http.Transport {
 	dialer := &net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}
 	dial := dialer.DialContext

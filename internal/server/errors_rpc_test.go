@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -89,6 +90,9 @@ func TestAppendBackpressureCarriesRetryInfo(t *testing.T) {
 	d := detailsOf(t, st)
 	if st.Code() != codes.ResourceExhausted || d.reason(t) != ReasonBackpressure || d.retry.GetRetryDelay().AsDuration() != backpressureRetry || d.bad != nil {
 		t.Errorf("got %v %v, want ResourceExhausted BACKPRESSURE with a RetryInfo of %v", st, st.Details(), backpressureRetry)
+	}
+	if got := testutil.ToFloat64(ts.metrics.errorReasons.WithLabelValues("Append", ReasonBackpressure)); got != 1 {
+		t.Errorf(`rolloutd_rpc_error_reasons_total{method="Append",reason="BACKPRESSURE"} = %v, want 1`, got)
 	}
 	if err := <-first; err != nil {
 		t.Fatalf("the first append: %v", err)

@@ -100,6 +100,12 @@ func newGuard(cfg Config, log *zap.Logger) *guard {
 			Help: "Appends refused by the per-identity append rate limit.",
 		}),
 	}
+	for _, v := range authz.Verbs {
+		// Exported at 0 from the start, so that alerts on increase() see
+		// the first refusal and the first revocation.
+		g.denied.WithLabelValues(string(v))
+		g.revoked.WithLabelValues(string(v))
+	}
 	if cfg.AppendLimiter != nil {
 		g.limiter = cfg.AppendLimiter
 	}

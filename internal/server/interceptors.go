@@ -34,6 +34,7 @@ func (s *Server) accessLog(ctx context.Context, req any, info *grpc.UnaryServerI
 	elapsed := time.Since(start)
 	code := status.Code(err)
 	s.metrics.rpcDuration.WithLabelValues(method, code.String()).Observe(elapsed.Seconds())
+	s.metrics.observeErrorReason(method, err)
 
 	fields := append(s.rpcFields(ctx, c, method), zap.String("code", code.String()), zap.Duration("duration", elapsed))
 	fields = append(fields, requestFields(req)...)
@@ -58,6 +59,7 @@ func (s *Server) streamLog(srv any, ss grpc.ServerStream, info *grpc.StreamServe
 	elapsed := time.Since(start)
 	code := status.Code(err)
 	s.metrics.rpcDuration.WithLabelValues(method, code.String()).Observe(elapsed.Seconds())
+	s.metrics.observeErrorReason(method, err)
 
 	fields := append(s.rpcFields(ctx, c, method), zap.String("code", code.String()), zap.Duration("duration", elapsed))
 	fields = append(fields, ls.request()...)

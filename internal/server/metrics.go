@@ -4,6 +4,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc/status"
 )
 
 // Metrics are the server's Prometheus collectors. Blob operations are counted
@@ -28,6 +30,8 @@ type Metrics struct {
 	merges            prometheus.Counter
 	mergeDuration     prometheus.Histogram
 	mergeSources      prometheus.Counter
+	errorReasons      *prometheus.CounterVec
+	shutdownTimeouts  *prometheus.CounterVec
 
 	collectors []prometheus.Collector
 }
@@ -108,16 +112,59 @@ func NewMetrics() *Metrics {
 			Name: "rolloutd_merge_source_generations_total",
 			Help: "Generations replaced by merges (so merged-away minus merges is the net reduction).",
 		}),
+		errorReasons: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "rolloutd_rpc_error_reasons_total",
+			Help: "RPCs answered with an error that carries a google.rpc.ErrorInfo reason (OUTCOME_UNKNOWN, NOT_COMMITTED, BACKPRESSURE, RATE_LIMITED, TOO_LARGE, SCAN_INTERRUPTED), by method and reason.",
+		}, []string{"method", "reason"}),
+		shutdownTimeouts: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "rolloutd_shutdown_timeouts_total",
+			Help: "Shutdown steps that ran out of their share of --shutdown-timeout, by stage: rpcs (in-flight RPCs were cancelled) or writers (writers were aborted with appends still queued). Exported only until the process exits.",
+		}, []string{"stage"}),
 	}
 	m.collectors = []prometheus.Collector{
 		m.rpcDuration, m.recordsAppended, m.bytesAppended, m.alreadyPresent, m.generationsPerRPC,
 		m.residentWriters, m.writerOpens, m.openDuration, m.evictions, m.fences, m.selfHeals, m.panics, m.decodeFailures,
-		m.scannedRecords, m.merges, m.mergeDuration, m.mergeSources,
+		m.scannedRecords, m.merges, m.mergeDuration, m.mergeSources, m.errorReasons, m.shutdownTimeouts,
 	}
 	for _, method := range requestMethods {
 		m.decodeFailures.WithLabelValues(method) // exported at 0 from the start
 	}
+	for method, reasons := range map[string][]string{
+		"Append": {ReasonOutcomeUnknown, ReasonNotCommitted, ReasonBackpressure, ReasonRateLimited, ReasonTooLarge},
+		"Scan":   {ReasonScanInterrupted},
+	} {
+		for _, r := range reasons {
+			m.errorReasons.WithLabelValues(method, r) // exported at 0, so that alerts on increase() see the first one
+		}
+	}
+	for _, stage := range []string{shutdownStageRPCs, shutdownStageWriters} {
+		m.shutdownTimeouts.WithLabelValues(stage)
+	}
 	return m
+}
+
+// The stages of rolloutd_shutdown_timeouts_total.
+const (
+	shutdownStageRPCs    = "rpcs"
+	shutdownStageWriters = "writers"
+)
+
+// observeErrorReason counts an answered error by its ErrorInfo reason, if
+// it has one of rolloutd's domain.
+func (m *Metrics) observeErrorReason(method string, err error) {
+	if err == nil {
+		return
+	}
+	st, ok := status.FromError(err)
+	if !ok {
+		return
+	}
+	for _, d := range st.Details() {
+		if info, ok := d.(*errdetails.ErrorInfo); ok && info.GetDomain() == ErrorDomain {
+			m.errorReasons.WithLabelValues(method, info.GetReason()).Inc()
+			return
+		}
+	}
 }
 
 // observeMerge is the shard writers' OnMerge hook.

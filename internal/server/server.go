@@ -442,11 +442,15 @@ func (s *Server) Shutdown(ctx context.Context) {
 		s.log.Info("shutdown: gRPC stopped gracefully")
 	default:
 		s.log.Warn("shutdown: graceful stop ran out of time; cancelling the RPCs still in flight")
+		s.metrics.shutdownTimeouts.WithLabelValues(shutdownStageRPCs).Inc()
 		s.grpc.Stop()
 		<-stopped
 	}
 	s.healthOnly.Stop()
 
 	closed, failed := s.writers.closeAll(ctx)
+	if failed > 0 && ctx.Err() != nil {
+		s.metrics.shutdownTimeouts.WithLabelValues(shutdownStageWriters).Inc()
+	}
 	s.log.Info("shutdown: writers closed", zap.Int("closed", closed), zap.Int("aborted", failed), zap.Duration("elapsed", time.Since(start)))
 }

@@ -199,7 +199,7 @@ func TestInstalledVersionMatchesPin(t *testing.T) {
 		t.Fatal(err)
 	}
 	if want != "3.35.0" {
-		t.Errorf("package-lock.json pins azurite %s; DESIGN §3 says 3.35.0 is the newest that runs on Node 20", want)
+		t.Errorf("package-lock.json pins azurite %s; 3.35.0 is the newest that runs on Node 20", want)
 	}
 	if _, err := ensureInstalled(); err != nil {
 		t.Fatal(err)

@@ -1,0 +1,276 @@
+package check
+
+import (
+	"context"
+	"crypto/tls"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	monitoringv1 "github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring/v1"
+	"github.com/prometheus/common/model"
+	"github.com/prometheus/prometheus/model/rulefmt"
+	"github.com/prometheus/prometheus/promql/parser"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"sigs.k8s.io/yaml"
+
+	"github.com/rolloutd/rolloutd/internal/testutil/testpki"
+)
+
+// The Prometheus Operator's own API types (monitoring.coreos.com/v1),
+// registered in the package's strict scheme: every PrometheusRule under
+// deploy/k8s decodes strictly, so a misspelled field fails like one in a
+// Deployment.
+func init() {
+	scheme.AddKnownTypes(monitoringv1.SchemeGroupVersion, &monitoringv1.PrometheusRule{})
+}
+
+const rulesDir = "monitoring"
+
+// alertConditions are what the rules must alert on: the conditions
+// docs/security.md says to alert on, and those docs/operations.md does.
+// Each is a metric (and a matcher) that some alert's expression selects.
+var alertConditions = []struct {
+	what, metric, matcher string
+}{
+	{"serving certificate expiry (docs/security.md)", "rolloutd_tls_certificate_expiry_timestamp_seconds", ""},
+	{"TLS reload failures (docs/security.md)", "rolloutd_tls_reload_failures_total", ""},
+	{"policy reload failures (docs/security.md)", "rolloutd_authz_policy_reload_failures_total", ""},
+	{"revoked streams (docs/security.md)", "rolloutd_streams_revoked_total", ""},
+	{"fence storms", "rolloutd_writer_fences_total", ""},
+	{"DATA_LOSS answers", "rolloutd_rpc_duration_seconds_count", `code="DataLoss"`},
+	{"OUTCOME_UNKNOWN answers", "rolloutd_rpc_error_reasons_total", `reason="OUTCOME_UNKNOWN"`},
+	{"backpressure", "rolloutd_rpc_error_reasons_total", `reason="BACKPRESSURE"`},
+	{"shutdown timeouts", "rolloutd_shutdown_timeouts_total", ""},
+	{"a failed local store", "rolloutd_store_failed", ""},
+}
+
+// renderRules renders deploy/k8s/monitoring and returns its one
+// PrometheusRule.
+func renderRules(t *testing.T) *monitoringv1.PrometheusRule {
+	t.Helper()
+	_, b := renderOnDisk(t, rulesDir)
+	var rules []*monitoringv1.PrometheusRule
+	for _, o := range b.objects {
+		if r, ok := o.(*monitoringv1.PrometheusRule); ok {
+			rules = append(rules, r)
+		} else {
+			t.Errorf("%s renders %s; want only PrometheusRule", rulesDir, describe(o))
+		}
+	}
+	if len(rules) != 1 {
+		t.Fatalf("%s renders %d PrometheusRules, want 1", rulesDir, len(rules))
+	}
+	if rules[0].Namespace != "rolloutd" {
+		t.Errorf("PrometheusRule/%s is in namespace %q, want rolloutd", rules[0].Name, rules[0].Namespace)
+	}
+	return rules[0]
+}
+
+// ruleProblems checks a PrometheusRule as Prometheus would load it, and
+// returns the problems and the metric names (with their matchers) the
+// alerts select.
+func ruleProblems(r *monitoringv1.PrometheusRule) (problems []string, selectors map[string][]string) {
+	add := func(format string, args ...any) { problems = append(problems, fmt.Sprintf(format, args...)) }
+	selectors = map[string][]string{}
+
+	// Prometheus' own rule-file validation (what promtool check rules and
+	// the operator's admission webhook run): groups, names, durations,
+	// label and annotation templates, and expressions.
+	spec, err := yaml.Marshal(r.Spec)
+	if err != nil {
+		add("marshal: %v", err)
+		return problems, selectors
+	}
+	p := parser.NewParser(parser.Options{})
+	if _, errs := rulefmt.Parse(spec, false, model.UTF8Validation, p, slog.New(slog.NewTextHandler(io.Discard, nil))); len(errs) > 0 {
+		for _, e := range errs {
+			add("rulefmt: %v", e)
+		}
+	}
+
+	for _, g := range r.Spec.Groups {
+		for _, rule := range g.Rules {
+			name := g.Name + "/" + rule.Alert
+			if rule.Alert == "" {
+				add("%s: a recording rule (%s); this file holds alerts only", g.Name, rule.Record)
+				continue
+			}
+			expr, err := p.ParseExpr(rule.Expr.String())
+			if err != nil {
+				add("%s: expr does not parse: %v", name, err)
+				continue
+			}
+			parser.Inspect(expr, func(n parser.Node, _ []parser.Node) error {
+				if vs, ok := n.(*parser.VectorSelector); ok {
+					var ms []string
+					for _, m := range vs.LabelMatchers {
+						if m.Name != model.MetricNameLabel {
+							ms = append(ms, m.String())
+						}
+					}
+					selectors[vs.Name] = append(selectors[vs.Name], strings.Join(ms, ","))
+				}
+				return nil
+			})
+			switch rule.Labels["severity"] {
+			case "critical", "warning", "info":
+			default:
+				add("%s: severity %q, want critical, warning or info", name, rule.Labels["severity"])
+			}
+			if rule.Annotations["summary"] == "" || rule.Annotations["description"] == "" {
+				add("%s: needs a summary and a description", name)
+			}
+		}
+	}
+	for _, c := range alertConditions {
+		if !slices.ContainsFunc(selectors[c.metric], func(ms string) bool { return strings.Contains(ms, c.matcher) }) {
+			add("no alert on %s (%s%s)", c.what, c.metric, map[bool]string{true: "", false: "{" + c.matcher + "}"}[c.matcher == ""])
+		}
+	}
+	return problems, selectors
+}
+
+// TestPrometheusRulesLoad renders the alert rules, validates them as
+// Prometheus does, and requires an alert for each condition the docs name.
+func TestPrometheusRulesLoad(t *testing.T) {
+	r := renderRules(t)
+	problems, selectors := ruleProblems(r)
+	for _, p := range problems {
+		t.Error(p)
+	}
+	n := 0
+	for _, g := range r.Spec.Groups {
+		n += len(g.Rules)
+	}
+	t.Logf("PrometheusRule/%s: %d groups, %d alerts; every expression parses; metrics: %v", r.Name, len(r.Spec.Groups), n, sortedKeys(selectors))
+}
+
+// Each rule check fires on a broken copy.
+func TestPrometheusRuleChecksFire(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		breakIt func(r *monitoringv1.PrometheusRule)
+		want    string
+	}{
+		{"expression that does not parse", func(r *monitoringv1.PrometheusRule) {
+			r.Spec.Groups[0].Rules[0].Expr.StrVal = "sum by (namespace (rolloutd_store_failed)"
+		}, "does not parse"},
+		{"template that does not parse", func(r *monitoringv1.PrometheusRule) {
+			r.Spec.Groups[0].Rules[0].Annotations["summary"] = "on {{ $labels.pod }"
+		}, "rulefmt"},
+		{"no severity", func(r *monitoringv1.PrometheusRule) { delete(r.Spec.Groups[0].Rules[0].Labels, "severity") }, "severity"},
+		{"DataLoss alert dropped", func(r *monitoringv1.PrometheusRule) {
+			r.Spec.Groups[0].Rules = slices.DeleteFunc(r.Spec.Groups[0].Rules, func(rl monitoringv1.Rule) bool { return rl.Alert == "RolloutdDataLoss" })
+		}, `no alert on DATA_LOSS answers`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := renderRules(t)
+			tc.breakIt(r)
+			problems, _ := ruleProblems(r)
+			if got := strings.Join(problems, "\n"); !strings.Contains(got, tc.want) {
+				t.Errorf("want a problem mentioning %q, got:\n%s", tc.want, got)
+			}
+		})
+	}
+}
+
+// A misspelled field in the PrometheusRule fails strict decoding with the
+// operator's types.
+func TestMisspelledPrometheusRuleFails(t *testing.T) {
+	data, err := os.ReadFile(filepath.Join(k8sDir(), rulesDir, "prometheusrule.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := decodeManifests(data); err != nil {
+		t.Fatalf("prometheusrule.yaml: %v", err)
+	}
+	for typo, with := range map[string]string{"groups:": "group:", "annotations:": "anotations:", "- alert: RolloutdDataLoss": "- alerts: RolloutdDataLoss"} {
+		bad := strings.Replace(string(data), typo, with, 1)
+		if bad == string(data) {
+			t.Fatalf("typo %q did not apply", typo)
+		}
+		if _, err := decodeManifests([]byte(bad)); err == nil || !runtime.IsStrictDecodingError(unwrapAll(err)) {
+			t.Errorf("a misspelled %q decoded: %v", typo, err)
+		}
+	}
+}
+
+// TestPrometheusRuleMetricsAreExported starts the binary the Dockerfile
+// builds with TLS, mutual TLS and a policy (so that the security metrics
+// exist) on a local store, and requires every metric an alert selects in
+// its /metrics.
+func TestPrometheusRuleMetricsAreExported(t *testing.T) {
+	_, selectors := ruleProblems(renderRules(t))
+	bin, _ := buildImageBinary(t)
+	dir := t.TempDir()
+	ca := testpki.NewCA(t, "deploycheck-ca")
+	cert, key := ca.Server(t, "localhost").Write(t, dir)
+	caFile := filepath.Join(dir, "ca.pem")
+	testpki.WriteFile(t, caFile, ca.PEM)
+	policy := filepath.Join(dir, "policy.yaml")
+	testpki.WriteFile(t, policy, []byte("grants:\n  - identities: [\"spiffe://deploycheck/reader\"]\n    shardPrefixes: [deploycheck]\n    verbs: [get]\n"))
+	grpcAddr, metricsAddr := freePort(t), freePort(t)
+	p := startProc(t, dir, []string{"HOME=" + dir, "PATH=/usr/bin:/bin"}, bin, "--listen="+grpcAddr, "--metrics-listen="+metricsAddr,
+		"--store="+filepath.Join(dir, "data"), "--tls-cert="+cert, "--tls-key="+key, "--tls-client-ca="+caFile, "--authz-file="+policy)
+	waitForMetrics(t, p, "http://"+metricsAddr+"/metrics")
+	// One RPC over mTLS, so that the RPC histogram has a series.
+	client := ca.ClientURI(t, "spiffe://deploycheck/reader").TLS(t)
+	cc, err := grpc.NewClient(grpcAddr, grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{
+		Certificates: []tls.Certificate{client}, RootCAs: ca.Pool(), ServerName: "localhost"})))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := healthpb.NewHealthClient(cc).Check(ctx, &healthpb.HealthCheckRequest{}); err != nil {
+		t.Fatalf("health Check over mTLS: %v", err)
+	}
+	exported := scrapeMetricNames(t, "http://"+metricsAddr+"/metrics")
+	var missing []string
+	for name := range selectors {
+		if !exported[name] {
+			missing = append(missing, name)
+		}
+	}
+	sort.Strings(missing)
+	if len(missing) > 0 {
+		t.Errorf("the alert rules select metrics that rolloutd's /metrics does not export: %v", missing)
+	} else {
+		t.Logf("/metrics (under mTLS with a policy) exports all %d metrics the alert rules select", len(selectors))
+	}
+}
+
+// waitForMetrics scrapes url until it answers, while p runs.
+func waitForMetrics(t *testing.T, p *proc, url string) map[string]bool {
+	t.Helper()
+	for i := 0; ; i++ {
+		if p.exited() {
+			t.Fatalf("rolloutd exited (%v):\n%s", p.err, p.out.String())
+		}
+		if strings.Contains(p.out.String(), `"rolloutd started"`) || i > 300 {
+			return scrapeMetricNames(t, url)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
