@@ -78,6 +78,11 @@ def channel_options(max_message_bytes: int, tls: Optional[TLS], server_name: Opt
         ("grpc.max_send_message_length", max_message_bytes),
         ("grpc.max_receive_message_length", max_message_bytes + RECEIVE_MARGIN),
         ("grpc.service_config", SERVICE_CONFIG),
+        # A server that restarts (a rolling update) is back within a
+        # second or two; grpc's default first reconnect backoff (1 s,
+        # growing 1.6x) would leave the channel idle well after that.
+        ("grpc.initial_reconnect_backoff_ms", 100),
+        ("grpc.max_reconnect_backoff_ms", 5_000),
         # rolloutd disconnects clients that ping more often than every 10 s.
         ("grpc.keepalive_time_ms", 30_000),
         ("grpc.keepalive_timeout_ms", 10_000),

@@ -120,14 +120,30 @@ class Client:
             except grpc.RpcError as e:
                 err = errors.from_rpc_error(e, request_id)
                 cause: Optional[BaseException] = e
-            if err.code == grpc.StatusCode.UNAVAILABLE and err.reason is None:
+            transport = err.code == grpc.StatusCode.UNAVAILABLE and err.reason is None
+            if transport:
                 self._endpoints.eject(addr)
             if not retry(err):
                 raise err from cause
             wait = backoff.wait(err.retry_delay)
             if time.monotonic() + wait >= deadline:
                 raise err from cause
+            self._pause(stubs, wait, transport)
+
+    def _pause(self, stubs: _Stubs, wait: float, transport: bool) -> None:
+        """Waits before a retry. After a transport failure on the only
+        channel, it returns as soon as the channel is ready again: a channel
+        left in TRANSIENT_FAILURE reconnects on its own backoff, and an RPC
+        sent before then fails at once with the old error."""
+        if not transport or self._endpoints.ring is not None:
             time.sleep(wait)
+            return
+        time.sleep(wait / 10)
+        ready = grpc.channel_ready_future(stubs.channel)
+        try:
+            ready.result(timeout=wait * 9 / 10)
+        except grpc.FutureTimeoutError:
+            ready.cancel()  # unsubscribes
 
     def append(self, shard: str, records: Iterable[RecordLike], *, request_id: Optional[str] = None, timeout: Optional[float] = None) -> List[AppendResult]:
         """Appends records to shard atomically and returns one result per
@@ -267,7 +283,7 @@ class Scan(Iterator[Record]):
             if timeout <= 0:
                 raise errors.DeadlineExceeded("the scan's deadline passed")
         addr, stubs = self._client._endpoints.pick(self._shard)
-        self._addr = addr
+        self._addr, self._stubs = addr, stubs
         return stubs.calls[_calls.SCAN](req, timeout=timeout, metadata=((SHARD_HEADER, self._shard),))
 
     def __next__(self) -> Record:
@@ -321,7 +337,7 @@ class Scan(Iterator[Record]):
                 if time.monotonic() + wait >= give_up:
                     self._done = True
                     raise err from e
-                time.sleep(wait)
+                self._client._pause(self._stubs, wait, err.code == grpc.StatusCode.UNAVAILABLE)
                 self.reconnects += 1
                 continue
             self._batch = resp.records
