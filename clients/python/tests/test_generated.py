@@ -41,7 +41,7 @@ def test_installs_and_imports_in_a_clean_virtualenv(tmp_path):
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH",)}
     subprocess.run([str(py), "-m", "pip", "install", "-q", "--no-index", "--no-build-isolation", str(CLIENT)], check=True, env=env, cwd=tmp_path)
     code = (
-        "import rolloutd, pathlib, sys\n"
+        "import rolloutd, rolloutd.aio, pathlib, sys\n"
         "from rolloutd._proto.rollout.v1 import rollout_pb2, rollout_pb2_grpc\n"
         "from rolloutd._proto.rolloutd_vendor.google.rpc import status_pb2, error_details_pb2\n"
         "from rolloutd._proto.rolloutd_vendor.grpc.health.v1 import health_pb2\n"
