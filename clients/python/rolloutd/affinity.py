@@ -20,9 +20,12 @@ below the running target (which grows by scale * w per endpoint). The
 entries are sorted by hash. A shard's hash is ``XXH64(shard)``; it picks the
 first entry whose hash is >= it, wrapping to the first. If that pod is down,
 the walk continues clockwise to the next distinct pod, as ring_hash skips
-endpoints in TRANSIENT_FAILURE. When a pod goes away, only the shards on its
-arcs move. Affinity is an optimization: correctness never depends on it
-(rolloutd fences writers).
+endpoints in TRANSIENT_FAILURE: while a pod is down, only the shards on its
+arcs move. When the resolver drops it, the ring is rebuilt for n-1 pods, and
+since each pod's entry count is ceil(min_ring_size/n), the survivors' new
+entries take a few other arcs too (about 1 shard in 8 for 5 -> 4 pods);
+grpc-go does the same, and matching it is what matters. Affinity is an
+optimization: correctness never depends on it (rolloutd fences writers).
 """
 
 from __future__ import annotations
