@@ -1,4 +1,4 @@
-.PHONY: run test bench gen
+.PHONY: run test bench gen gen-python
 
 # Builds rolloutd into bin/ and runs it on the embedded local-disk store
 # (./rolloutd-data); pass flags with ARGS='--log-format console'. The
@@ -24,3 +24,10 @@ bench:
 # Regenerates the Go code for the protos in proto/ (see proto/README.md).
 gen:
 	./scripts/gen.sh
+
+# Regenerates the Python client's committed protobuf and gRPC code
+# (clients/python/rolloutd/_proto) with Debian's protoc and
+# grpc_python_plugin; clients/python/tests/test_generated.py fails when it is
+# stale.
+gen-python:
+	/usr/bin/python3 clients/python/scripts/regen.py

@@ -1,0 +1,102 @@
+"""Channel settings shared by the blocking and the asyncio client: TLS,
+message limits and the service config (load balancing only: the client owns
+retries, so the config has no retryPolicy and two retry layers never
+stack)."""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from typing import List, Optional, Sequence, Tuple, Union
+
+import grpc
+
+#: The server's default --max-message-bytes (16 MiB). The send limit is this,
+#: and the receive limit this plus 1 KiB, so that every record a server with
+#: the defaults accepts (at most 4 MiB - 177 bytes by default, and never more
+#: than --max-message-bytes) can be read back with Get and Scan. Raise
+#: ``max_message_bytes`` together with the server's flag.
+DEFAULT_MAX_MESSAGE_BYTES = 16 << 20
+RECEIVE_MARGIN = 1 << 10
+
+#: The request header that carries the shard (the Go client's ring_hash
+#: hashes it; the Python client sends it too, for any L7 proxy that does).
+SHARD_HEADER = "rolloutd-shard"
+
+SERVICE_CONFIG = json.dumps({"loadBalancingConfig": [{"pick_first": {}}]})
+
+Options = List[Tuple[str, Union[str, int]]]
+
+
+@dataclass(frozen=True)
+class TLS:
+    """TLS settings from PEM files (see docs/security.md).
+
+    Args:
+        ca: CA certificates to trust; None trusts the system's roots.
+        cert, key: the client certificate and its key, for mTLS (both or
+            neither).
+        server_name: the name to check the server's certificate against,
+            when it differs from the target's host (for example when
+            dialing a pod's IP).
+    """
+
+    ca: Optional[str] = None
+    cert: Optional[str] = None
+    key: Optional[str] = None
+    server_name: Optional[str] = None
+
+    def __post_init__(self) -> None:
+        if (self.cert is None) != (self.key is None):
+            raise ValueError("TLS: give both cert and key for mTLS, or neither")
+
+    def credentials(self) -> grpc.ChannelCredentials:
+        def read(path: Optional[str]) -> Optional[bytes]:
+            if path is None:
+                return None
+            with open(os.fspath(path), "rb") as f:
+                return f.read()
+
+        return grpc.ssl_channel_credentials(
+            root_certificates=read(self.ca), private_key=read(self.key), certificate_chain=read(self.cert)
+        )
+
+
+def resolve_tls(tls: Union[None, bool, TLS]) -> Optional[TLS]:
+    if tls is None or tls is False:
+        return None
+    if tls is True:
+        return TLS()
+    if isinstance(tls, TLS):
+        return tls
+    raise TypeError("tls: want None, True or rolloutd.TLS, got %s" % type(tls).__name__)
+
+
+def channel_options(max_message_bytes: int, tls: Optional[TLS], server_name: Optional[str] = None, extra: Sequence[Tuple[str, Union[str, int]]] = ()) -> Options:
+    opts: Options = [
+        ("grpc.max_send_message_length", max_message_bytes),
+        ("grpc.max_receive_message_length", max_message_bytes + RECEIVE_MARGIN),
+        ("grpc.service_config", SERVICE_CONFIG),
+        # A server that restarts (a rolling update) is back within a
+        # second or two; grpc's default first reconnect backoff (1 s,
+        # growing 1.6x) would leave the channel idle well after that.
+        ("grpc.initial_reconnect_backoff_ms", 100),
+        ("grpc.max_reconnect_backoff_ms", 5_000),
+        # rolloutd disconnects clients that ping more often than every 10 s.
+        ("grpc.keepalive_time_ms", 30_000),
+        ("grpc.keepalive_timeout_ms", 10_000),
+    ]
+    name = (tls.server_name if tls else None) or server_name
+    if tls is not None and name:
+        opts.append(("grpc.ssl_target_name_override", name))
+    opts.extend(extra)
+    return opts
+
+
+def strip_scheme(target: str) -> str:
+    """host:port of a target written as host:port or dns:///host:port."""
+    for prefix in ("dns:///", "dns:"):
+        if target.startswith(prefix):
+            return target[len(prefix):]
+    return target

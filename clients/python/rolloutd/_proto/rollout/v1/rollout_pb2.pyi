@@ -1,0 +1,160 @@
+from google.protobuf import field_mask_pb2 as _field_mask_pb2
+from google.protobuf import timestamp_pb2 as _timestamp_pb2
+from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from typing import ClassVar as _ClassVar, Iterable as _Iterable, Mapping as _Mapping, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+ROLE_ARTIFACT: Role
+ROLE_ASSISTANT: Role
+ROLE_GRADE: Role
+ROLE_SYSTEM: Role
+ROLE_TOOL: Role
+ROLE_UNSPECIFIED: Role
+ROLE_USER: Role
+
+class AppendRequest(_message.Message):
+    __slots__ = ["records", "request_id", "shard"]
+    RECORDS_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    SHARD_FIELD_NUMBER: _ClassVar[int]
+    records: _containers.RepeatedCompositeFieldContainer[Record]
+    request_id: str
+    shard: str
+    def __init__(self, shard: _Optional[str] = ..., records: _Optional[_Iterable[_Union[Record, _Mapping]]] = ..., request_id: _Optional[str] = ...) -> None: ...
+
+class AppendResponse(_message.Message):
+    __slots__ = ["results"]
+    RESULTS_FIELD_NUMBER: _ClassVar[int]
+    results: _containers.RepeatedCompositeFieldContainer[AppendResult]
+    def __init__(self, results: _Optional[_Iterable[_Union[AppendResult, _Mapping]]] = ...) -> None: ...
+
+class AppendResult(_message.Message):
+    __slots__ = ["already_present", "epoch", "generation", "id", "seq"]
+    ALREADY_PRESENT_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    GENERATION_FIELD_NUMBER: _ClassVar[int]
+    ID_FIELD_NUMBER: _ClassVar[int]
+    SEQ_FIELD_NUMBER: _ClassVar[int]
+    already_present: bool
+    epoch: int
+    generation: int
+    id: str
+    seq: int
+    def __init__(self, id: _Optional[str] = ..., seq: _Optional[int] = ..., already_present: bool = ..., epoch: _Optional[int] = ..., generation: _Optional[int] = ...) -> None: ...
+
+class GetRequest(_message.Message):
+    __slots__ = ["id", "shard"]
+    ID_FIELD_NUMBER: _ClassVar[int]
+    SHARD_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    shard: str
+    def __init__(self, shard: _Optional[str] = ..., id: _Optional[str] = ...) -> None: ...
+
+class GetResponse(_message.Message):
+    __slots__ = ["record"]
+    RECORD_FIELD_NUMBER: _ClassVar[int]
+    record: Record
+    def __init__(self, record: _Optional[_Union[Record, _Mapping]] = ...) -> None: ...
+
+class Record(_message.Message):
+    __slots__ = ["advantage", "binary_payload", "content", "content_type", "created_at", "dataset", "grader_id", "id", "include_in_training", "input_tokens", "loss_mask", "metadata", "output_logprobs", "output_tokens", "policy_version", "problem_id", "ref_logprobs", "relationships", "reward", "role", "rollout_id", "score", "seq", "sequence_order"]
+    class MetadataEntry(_message.Message):
+        __slots__ = ["key", "value"]
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    ADVANTAGE_FIELD_NUMBER: _ClassVar[int]
+    BINARY_PAYLOAD_FIELD_NUMBER: _ClassVar[int]
+    CONTENT_FIELD_NUMBER: _ClassVar[int]
+    CONTENT_TYPE_FIELD_NUMBER: _ClassVar[int]
+    CREATED_AT_FIELD_NUMBER: _ClassVar[int]
+    DATASET_FIELD_NUMBER: _ClassVar[int]
+    GRADER_ID_FIELD_NUMBER: _ClassVar[int]
+    ID_FIELD_NUMBER: _ClassVar[int]
+    INCLUDE_IN_TRAINING_FIELD_NUMBER: _ClassVar[int]
+    INPUT_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    LOSS_MASK_FIELD_NUMBER: _ClassVar[int]
+    METADATA_FIELD_NUMBER: _ClassVar[int]
+    OUTPUT_LOGPROBS_FIELD_NUMBER: _ClassVar[int]
+    OUTPUT_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    POLICY_VERSION_FIELD_NUMBER: _ClassVar[int]
+    PROBLEM_ID_FIELD_NUMBER: _ClassVar[int]
+    REF_LOGPROBS_FIELD_NUMBER: _ClassVar[int]
+    RELATIONSHIPS_FIELD_NUMBER: _ClassVar[int]
+    REWARD_FIELD_NUMBER: _ClassVar[int]
+    ROLE_FIELD_NUMBER: _ClassVar[int]
+    ROLLOUT_ID_FIELD_NUMBER: _ClassVar[int]
+    SCORE_FIELD_NUMBER: _ClassVar[int]
+    SEQUENCE_ORDER_FIELD_NUMBER: _ClassVar[int]
+    SEQ_FIELD_NUMBER: _ClassVar[int]
+    advantage: float
+    binary_payload: bytes
+    content: str
+    content_type: str
+    created_at: _timestamp_pb2.Timestamp
+    dataset: str
+    grader_id: str
+    id: str
+    include_in_training: bool
+    input_tokens: _containers.RepeatedScalarFieldContainer[int]
+    loss_mask: bytes
+    metadata: _containers.ScalarMap[str, str]
+    output_logprobs: _containers.RepeatedScalarFieldContainer[float]
+    output_tokens: _containers.RepeatedScalarFieldContainer[int]
+    policy_version: str
+    problem_id: str
+    ref_logprobs: _containers.RepeatedScalarFieldContainer[float]
+    relationships: _containers.RepeatedCompositeFieldContainer[Relationship]
+    reward: float
+    role: Role
+    rollout_id: str
+    score: float
+    seq: int
+    sequence_order: int
+    def __init__(self, id: _Optional[str] = ..., seq: _Optional[int] = ..., rollout_id: _Optional[str] = ..., problem_id: _Optional[str] = ..., dataset: _Optional[str] = ..., sequence_order: _Optional[int] = ..., role: _Optional[_Union[Role, str]] = ..., created_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., content: _Optional[str] = ..., content_type: _Optional[str] = ..., input_tokens: _Optional[_Iterable[int]] = ..., output_tokens: _Optional[_Iterable[int]] = ..., output_logprobs: _Optional[_Iterable[float]] = ..., ref_logprobs: _Optional[_Iterable[float]] = ..., loss_mask: _Optional[bytes] = ..., reward: _Optional[float] = ..., advantage: _Optional[float] = ..., score: _Optional[float] = ..., policy_version: _Optional[str] = ..., include_in_training: bool = ..., grader_id: _Optional[str] = ..., relationships: _Optional[_Iterable[_Union[Relationship, _Mapping]]] = ..., metadata: _Optional[_Mapping[str, str]] = ..., binary_payload: _Optional[bytes] = ...) -> None: ...
+
+class Relationship(_message.Message):
+    __slots__ = ["relation", "target_id", "weight"]
+    RELATION_FIELD_NUMBER: _ClassVar[int]
+    TARGET_ID_FIELD_NUMBER: _ClassVar[int]
+    WEIGHT_FIELD_NUMBER: _ClassVar[int]
+    relation: str
+    target_id: str
+    weight: float
+    def __init__(self, target_id: _Optional[str] = ..., relation: _Optional[str] = ..., weight: _Optional[float] = ...) -> None: ...
+
+class ScanRequest(_message.Message):
+    __slots__ = ["after_seq", "fields", "follow", "include_in_training", "limit", "role", "rollout_id", "shard"]
+    AFTER_SEQ_FIELD_NUMBER: _ClassVar[int]
+    FIELDS_FIELD_NUMBER: _ClassVar[int]
+    FOLLOW_FIELD_NUMBER: _ClassVar[int]
+    INCLUDE_IN_TRAINING_FIELD_NUMBER: _ClassVar[int]
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
+    ROLE_FIELD_NUMBER: _ClassVar[int]
+    ROLLOUT_ID_FIELD_NUMBER: _ClassVar[int]
+    SHARD_FIELD_NUMBER: _ClassVar[int]
+    after_seq: int
+    fields: _field_mask_pb2.FieldMask
+    follow: bool
+    include_in_training: bool
+    limit: int
+    role: Role
+    rollout_id: str
+    shard: str
+    def __init__(self, shard: _Optional[str] = ..., after_seq: _Optional[int] = ..., limit: _Optional[int] = ..., rollout_id: _Optional[str] = ..., include_in_training: bool = ..., role: _Optional[_Union[Role, str]] = ..., fields: _Optional[_Union[_field_mask_pb2.FieldMask, _Mapping]] = ..., follow: bool = ...) -> None: ...
+
+class ScanResponse(_message.Message):
+    __slots__ = ["cursor", "records"]
+    CURSOR_FIELD_NUMBER: _ClassVar[int]
+    RECORDS_FIELD_NUMBER: _ClassVar[int]
+    cursor: int
+    records: _containers.RepeatedCompositeFieldContainer[Record]
+    def __init__(self, records: _Optional[_Iterable[_Union[Record, _Mapping]]] = ..., cursor: _Optional[int] = ...) -> None: ...
+
+class Role(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = []

@@ -1,0 +1,79 @@
+"""The retry policy of append and the reconnect policy of scan, shared by the
+blocking and the asyncio client. It decides from the status code and the
+ErrorInfo reason, never from the message text (examples/client/retry.go is
+the Go reference)."""
+
+from __future__ import annotations
+
+import random
+from typing import Optional
+
+import grpc
+
+from . import errors
+
+#: The first backoff; it doubles per attempt up to MAX_BACKOFF, and each wait
+#: is drawn from [backoff/2, backoff].
+FIRST_BACKOFF = 0.1
+MAX_BACKOFF = 5.0
+
+
+def append_retry(err: errors.RolloutdError) -> bool:
+    """Whether an append that failed with err is worth resending unchanged
+    (same records, same request_id).
+
+    OUTCOME_UNKNOWN, NOT_COMMITTED and BACKPRESSURE always are; RATE_LIMITED
+    only with a RetryInfo (without one the batch never fits). A status with
+    no ErrorInfo counts as OUTCOME_UNKNOWN when it is UNAVAILABLE (the
+    connection broke, or no server answered) or DEADLINE_EXCEEDED (this
+    attempt's own timeout): the resend carries the same request_id, so the
+    records that landed come back already_present. Any other reason
+    (TOO_LARGE, or one this client does not know) or code raises.
+    """
+    reason = err.reason
+    if reason in (errors.OUTCOME_UNKNOWN, errors.NOT_COMMITTED, errors.BACKPRESSURE):
+        return True
+    if reason == errors.RATE_LIMITED:
+        return err.retry_delay is not None and err.retry_delay > 0
+    if reason is None:
+        return err.code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
+    return False
+
+
+def scan_resumable(err: errors.RolloutdError) -> bool:
+    """Whether a Scan stream that ended with err can be resumed from its
+    cursor: SCAN_INTERRUPTED (the server names its resume point), or any
+    UNAVAILABLE (the connection broke; the client's cursor is exact)."""
+    return err.reason == errors.SCAN_INTERRUPTED or err.code == grpc.StatusCode.UNAVAILABLE
+
+
+def resume_after(err: errors.RolloutdError) -> Optional[int]:
+    """The resume_after_seq a SCAN_INTERRUPTED names, if any."""
+    raw = err.metadata.get(errors.RESUME_AFTER_SEQ)
+    if raw is None:
+        return None
+    try:
+        return int(raw)
+    except ValueError:
+        return None
+
+
+class Backoff:
+    """Jittered exponential backoff; the server's RetryInfo is a floor."""
+
+    def __init__(self, first: float = FIRST_BACKOFF, maximum: float = MAX_BACKOFF, rng: Optional[random.Random] = None) -> None:
+        self._next = first
+        self._first = first
+        self._max = maximum
+        self._rng = rng or random.Random()
+
+    def reset(self) -> None:
+        self._next = self._first
+
+    def wait(self, retry_delay: Optional[float] = None) -> float:
+        b = self._next
+        self._next = min(self._next * 2, self._max)
+        w = b / 2 + self._rng.uniform(0, b / 2)
+        if retry_delay is not None and retry_delay > w:
+            w = retry_delay
+        return w

@@ -1,0 +1,303 @@
+"""The asyncio client: ``rolloutd.aio.Client``, the surface of
+``rolloutd.Client`` on ``grpc.aio``.
+
+    async with rolloutd.aio.Client("localhost:50051") as client:
+        await client.append("exp-1/actor-0", [{"role": "assistant", "content": "4"}])
+        async for record in client.scan("exp-1/actor-0"):
+            print(record.seq, record.content)
+
+Create it inside the event loop that uses it (grpc.aio channels belong to
+one loop). Retries, timeouts, errors, types and affinity are those of the
+blocking client; see its documentation.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from typing import Any, AsyncIterator, Callable, Iterable, List, Optional, Sequence, Tuple, Union
+
+import grpc
+import grpc.aio
+
+from . import _calls, _retry, errors
+from ._channel import DEFAULT_MAX_MESSAGE_BYTES, SHARD_HEADER, TLS, channel_options, resolve_tls, strip_scheme
+from ._proto.rollout.v1 import rollout_pb2
+from ._proto.rolloutd_vendor.grpc.health.v1 import health_pb2
+from .affinity import Affinity, Endpoints
+from .client import DEFAULT_ATTEMPT_TIMEOUT, DEFAULT_TIMEOUT
+from .types import AppendResult, HealthStatus, Record, RecordLike, Role
+
+__all__ = ["Client", "Scan"]
+
+
+class _Stubs:
+    def __init__(self, channel: grpc.aio.Channel) -> None:
+        self.channel = channel
+        self.calls = {
+            m: (channel.unary_stream if m == _calls.SCAN else channel.unary_unary)(m, request_serializer=s, response_deserializer=d)
+            for m, (s, d) in _calls.SERIALIZERS.items()
+        }
+
+
+def _close_later(stubs: _Stubs) -> None:
+    try:
+        asyncio.get_running_loop().create_task(stubs.channel.close())
+    except RuntimeError:
+        pass
+
+
+class Client:
+    """An asyncio rolloutd client; use it with ``async with``. The
+    arguments are those of :class:`rolloutd.Client`."""
+
+    def __init__(
+        self,
+        target: str,
+        *,
+        tls: Union[None, bool, TLS] = None,
+        affinity: Optional[Affinity] = None,
+        timeout: float = DEFAULT_TIMEOUT,
+        attempt_timeout: float = DEFAULT_ATTEMPT_TIMEOUT,
+        max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+        options: Sequence[Tuple[str, Any]] = (),
+    ) -> None:
+        self._tls = resolve_tls(tls)
+        self._timeout = timeout
+        self._attempt_timeout = attempt_timeout
+        creds = self._tls.credentials() if self._tls else None
+        host = strip_scheme(target).rpartition(":")[0].strip("[]") if affinity is not None else None
+
+        def make(addr: str) -> _Stubs:
+            opts = channel_options(max_message_bytes, self._tls, host, options)
+            if creds is not None:
+                return _Stubs(grpc.aio.secure_channel(addr, creds, opts))
+            return _Stubs(grpc.aio.insecure_channel(addr, opts))
+
+        self._endpoints: Endpoints[_Stubs] = Endpoints(target, affinity, make, _close_later)
+        self._closed = False
+
+    async def __aenter__(self) -> "Client":
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        """Closes every channel; calls in flight are cancelled. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        for s in self._endpoints.close():
+            await s.channel.close()
+
+    @property
+    def endpoints(self) -> Endpoints[_Stubs]:
+        return self._endpoints
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ValueError("rolloutd.aio.Client is closed")
+
+    async def _pause(self, stubs: _Stubs, wait: float, transport: bool) -> None:
+        if not transport or self._endpoints.ring is not None:
+            await asyncio.sleep(wait)
+            return
+        await asyncio.sleep(wait / 10)
+        try:
+            await asyncio.wait_for(stubs.channel.channel_ready(), wait * 9 / 10)
+        except asyncio.TimeoutError:
+            pass
+
+    async def _unary(self, method: str, shard: str, req: Any, timeout: Optional[float], retry: Callable[[errors.RolloutdError], bool], request_id: Optional[str] = None) -> Any:
+        self._check_open()
+        deadline = time.monotonic() + (self._timeout if timeout is None else timeout)
+        backoff = _retry.Backoff()
+        md = ((SHARD_HEADER, shard),)
+        while True:
+            addr, stubs = self._endpoints.pick(shard)
+            remaining = deadline - time.monotonic()
+            try:
+                if remaining <= 0:
+                    raise errors.DeadlineExceeded("the call's deadline passed before an attempt could start", request_id=request_id)
+                resp = await stubs.calls[method](req, timeout=min(self._attempt_timeout, remaining), metadata=md)
+                self._endpoints.healthy(addr)
+                return resp
+            except grpc.RpcError as e:
+                err = errors.from_rpc_error(e, request_id)
+                cause: Optional[BaseException] = e
+            transport = err.code == grpc.StatusCode.UNAVAILABLE and err.reason is None
+            if transport:
+                self._endpoints.eject(addr)
+            if not retry(err):
+                raise err from cause
+            wait = backoff.wait(err.retry_delay)
+            if time.monotonic() + wait >= deadline:
+                raise err from cause
+            await self._pause(stubs, wait, transport)
+
+    async def append(self, shard: str, records: Iterable[RecordLike], *, request_id: Optional[str] = None, timeout: Optional[float] = None) -> List[AppendResult]:
+        """See :meth:`rolloutd.Client.append`."""
+        rid = request_id or str(uuid.uuid4())
+        req = _calls.append_request(shard, records, rid)
+        resp = await self._unary(_calls.APPEND, shard, req, timeout, _retry.append_retry, rid)
+        return _calls.append_results(resp)
+
+    async def get(self, shard: str, id: str, *, timeout: Optional[float] = None) -> Record:
+        """See :meth:`rolloutd.Client.get`; raises rolloutd.NotFound."""
+        resp = await self._unary(_calls.GET, shard, rollout_pb2.GetRequest(shard=shard, id=id), timeout, _retry.append_retry)
+        return Record(resp.record)
+
+    async def health(self, *, service: str = _calls.SERVICE_NAME, timeout: Optional[float] = None) -> HealthStatus:
+        """See :meth:`rolloutd.Client.health`."""
+        self._check_open()
+        t = self._timeout if timeout is None else timeout
+        first: Optional[HealthStatus] = None
+        last_err: Optional[errors.RolloutdError] = None
+        for _, stubs in self._endpoints.channels():
+            try:
+                resp = await stubs.calls[_calls.HEALTH_CHECK](health_pb2.HealthCheckRequest(service=service), timeout=t)
+            except grpc.RpcError as e:
+                last_err = errors.from_rpc_error(e)
+                continue
+            st = HealthStatus(resp.status)
+            if st == HealthStatus.SERVING:
+                return st
+            first = first if first is not None else st
+        if first is not None:
+            return first
+        assert last_err is not None
+        raise last_err
+
+    def scan(
+        self,
+        shard: str,
+        *,
+        after_seq: int = 0,
+        follow: bool = False,
+        limit: int = 0,
+        rollout_id: Optional[str] = None,
+        role: Union[None, Role, int, str] = None,
+        include_in_training: Optional[bool] = None,
+        fields: Optional[Sequence[str]] = None,
+        timeout: Optional[float] = None,
+        reconnect_timeout: Optional[float] = None,
+    ) -> "Scan":
+        """See :meth:`rolloutd.Client.scan`; returns an async iterator with
+        the same ``cursor``."""
+        self._check_open()
+        req = _calls.scan_request(
+            shard, after_seq=after_seq, follow=follow, limit=limit, rollout_id=rollout_id, role=role,
+            include_in_training=include_in_training, fields=fields,
+        )
+        return Scan(self, req, timeout, self._timeout if reconnect_timeout is None else reconnect_timeout)
+
+
+class Scan(AsyncIterator[Record]):
+    """The async iterator ``Client.scan`` returns; ``cursor`` means what
+    :class:`rolloutd.Scan`'s does. ``await scan.aclose()`` (or ``async with``)
+    stops a follow."""
+
+    def __init__(self, client: Client, req: rollout_pb2.ScanRequest, timeout: Optional[float], reconnect_timeout: float) -> None:
+        self._client = client
+        self._req = req
+        self._shard = req.shard
+        self._limit = req.limit
+        self.cursor: int = req.after_seq
+        self._yielded = 0
+        self._deadline = None if timeout is None else time.monotonic() + timeout
+        self._reconnect_timeout = reconnect_timeout
+        self._call: Any = None
+        self._batch: Sequence[rollout_pb2.Record] = ()
+        self._pos = 0
+        self._batch_cursor: Optional[int] = None
+        self._done = False
+        self.reconnects = 0
+
+    def __aiter__(self) -> "Scan":
+        return self
+
+    async def __aenter__(self) -> "Scan":
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        self._done = True
+        if self._call is not None:
+            self._call.cancel()
+
+    def _open(self) -> Any:
+        req = rollout_pb2.ScanRequest()
+        req.CopyFrom(self._req)
+        req.after_seq = self.cursor
+        if self._limit:
+            req.limit = self._limit - self._yielded
+        timeout = None
+        if self._deadline is not None:
+            timeout = self._deadline - time.monotonic()
+            if timeout <= 0:
+                raise errors.DeadlineExceeded("the scan's deadline passed")
+        self._addr, self._stubs = self._client._endpoints.pick(self._shard)
+        return self._stubs.calls[_calls.SCAN](req, timeout=timeout, metadata=((SHARD_HEADER, self._shard),))
+
+    async def __anext__(self) -> Record:
+        while True:
+            if self._pos < len(self._batch):
+                rec = self._batch[self._pos]
+                self._pos += 1
+                self.cursor = rec.seq
+                self._yielded += 1
+                return Record(rec)
+            if self._batch_cursor is not None:
+                self.cursor = max(self.cursor, self._batch_cursor)
+                self._batch_cursor = None
+            if self._done or (self._limit and self._yielded >= self._limit):
+                self._done = True
+                raise StopAsyncIteration
+            await self._fill()
+
+    async def _fill(self) -> None:
+        backoff = _retry.Backoff(maximum=2.0)
+        give_up = time.monotonic() + self._reconnect_timeout
+        while True:
+            if self._done:
+                raise StopAsyncIteration
+            if self._call is None:
+                self._call = self._open()
+            try:
+                resp = await self._call.read()
+            except asyncio.CancelledError:
+                if self._done:
+                    raise StopAsyncIteration from None
+                raise
+            except grpc.RpcError as e:
+                self._call = None
+                if self._done:
+                    raise StopAsyncIteration from None
+                err = errors.from_rpc_error(e)
+                if not _retry.scan_resumable(err) or (self._deadline is not None and time.monotonic() >= self._deadline):
+                    self._done = True
+                    raise err from e
+                resume = _retry.resume_after(err)
+                if resume is not None:
+                    self.cursor = max(self.cursor, resume)
+                if err.reason is None:
+                    self._client._endpoints.eject(self._addr)
+                wait = backoff.wait(err.retry_delay)
+                if time.monotonic() + wait >= give_up:
+                    self._done = True
+                    raise err from e
+                await self._client._pause(self._stubs, wait, err.code == grpc.StatusCode.UNAVAILABLE)
+                self.reconnects += 1
+                continue
+            if resp is grpc.aio.EOF:
+                self._call = None
+                self._done = True
+                raise StopAsyncIteration
+            self._batch = resp.records
+            self._pos = 0
+            self._batch_cursor = resp.cursor
+            return

@@ -1,0 +1,346 @@
+"""The blocking client: ``rolloutd.Client``."""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from typing import Any, Callable, Iterable, Iterator, List, Optional, Sequence, Tuple, Union
+
+import grpc
+
+from . import _calls, _retry, errors
+from ._channel import DEFAULT_MAX_MESSAGE_BYTES, SHARD_HEADER, TLS, channel_options, resolve_tls, strip_scheme
+from ._proto.rollout.v1 import rollout_pb2
+from ._proto.rolloutd_vendor.grpc.health.v1 import health_pb2
+from .affinity import Affinity, Endpoints
+from .types import AppendResult, HealthStatus, Record, RecordLike, Role
+
+__all__ = ["Client", "Scan"]
+
+DEFAULT_TIMEOUT = 30.0
+DEFAULT_ATTEMPT_TIMEOUT = 10.0
+
+
+class _Stubs:
+    """One channel and its multi-callables."""
+
+    def __init__(self, channel: grpc.Channel) -> None:
+        self.channel = channel
+        self.calls = {
+            m: (channel.unary_stream if m == _calls.SCAN else channel.unary_unary)(m, request_serializer=s, response_deserializer=d)
+            for m, (s, d) in _calls.SERIALIZERS.items()
+        }
+
+
+class Client:
+    """A blocking rolloutd client; use it as a context manager.
+
+    Args:
+        target: "host:port", or "dns:///host:port" (a headless Service with
+            ``affinity``).
+        tls: None for plaintext, True for TLS with the system's roots, or a
+            :class:`rolloutd.TLS` with PEM paths (mTLS with cert and key).
+        affinity: None, or a :class:`rolloutd.Affinity` to route each shard to
+            one pod as grpc's ring_hash does (``Affinity()`` resolves target).
+        timeout: the default deadline of a call, in seconds, retries
+            included. A scan's is None (no deadline) unless given.
+        attempt_timeout: the most one attempt may take, so that one hung try
+            cannot use up a call's deadline.
+        max_message_bytes: the server's --max-message-bytes; sets the send
+            limit, and the receive limit to it plus 1 KiB.
+        options: extra grpc channel options.
+
+    The client is safe to share between threads.
+    """
+
+    def __init__(
+        self,
+        target: str,
+        *,
+        tls: Union[None, bool, TLS] = None,
+        affinity: Optional[Affinity] = None,
+        timeout: float = DEFAULT_TIMEOUT,
+        attempt_timeout: float = DEFAULT_ATTEMPT_TIMEOUT,
+        max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+        options: Sequence[Tuple[str, Any]] = (),
+    ) -> None:
+        self._tls = resolve_tls(tls)
+        self._timeout = timeout
+        self._attempt_timeout = attempt_timeout
+        creds = self._tls.credentials() if self._tls else None
+        host = strip_scheme(target).rpartition(":")[0].strip("[]") if affinity is not None else None
+
+        def make(addr: str) -> _Stubs:
+            opts = channel_options(max_message_bytes, self._tls, host, options)
+            ch = grpc.secure_channel(addr, creds, opts) if creds is not None else grpc.insecure_channel(addr, opts)
+            return _Stubs(ch)
+
+        self._endpoints: Endpoints[_Stubs] = Endpoints(target, affinity, make, lambda s: s.channel.close())
+        self._closed = False
+
+    # Context manager and lifetime.
+    def __enter__(self) -> "Client":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Closes every channel; calls in flight are cancelled. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        for s in self._endpoints.close():
+            s.channel.close()
+
+    @property
+    def endpoints(self) -> Endpoints[_Stubs]:
+        """The channels (one per pod with affinity), for inspection."""
+        return self._endpoints
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ValueError("rolloutd.Client is closed")
+
+    def _unary(self, method: str, shard: str, req: Any, timeout: Optional[float], retry: Callable[[errors.RolloutdError], bool], request_id: Optional[str] = None) -> Any:
+        self._check_open()
+        deadline = time.monotonic() + (self._timeout if timeout is None else timeout)
+        backoff = _retry.Backoff()
+        md = ((SHARD_HEADER, shard),)
+        while True:
+            addr, stubs = self._endpoints.pick(shard)
+            remaining = deadline - time.monotonic()
+            try:
+                if remaining <= 0:
+                    raise errors.DeadlineExceeded("the call's deadline passed before an attempt could start", request_id=request_id)
+                resp = stubs.calls[method](req, timeout=min(self._attempt_timeout, remaining), metadata=md)
+                self._endpoints.healthy(addr)
+                return resp
+            except grpc.RpcError as e:
+                err = errors.from_rpc_error(e, request_id)
+                cause: Optional[BaseException] = e
+            transport = err.code == grpc.StatusCode.UNAVAILABLE and err.reason is None
+            if transport:
+                self._endpoints.eject(addr)
+            if not retry(err):
+                raise err from cause
+            wait = backoff.wait(err.retry_delay)
+            if time.monotonic() + wait >= deadline:
+                raise err from cause
+            self._pause(stubs, wait, transport)
+
+    def _pause(self, stubs: _Stubs, wait: float, transport: bool) -> None:
+        """Waits before a retry. After a transport failure on the only
+        channel, it returns as soon as the channel is ready again: a channel
+        left in TRANSIENT_FAILURE reconnects on its own backoff, and an RPC
+        sent before then fails at once with the old error."""
+        if not transport or self._endpoints.ring is not None:
+            time.sleep(wait)
+            return
+        time.sleep(wait / 10)
+        ready = grpc.channel_ready_future(stubs.channel)
+        try:
+            ready.result(timeout=wait * 9 / 10)
+        except grpc.FutureTimeoutError:
+            ready.cancel()  # unsubscribes
+
+    def append(self, shard: str, records: Iterable[RecordLike], *, request_id: Optional[str] = None, timeout: Optional[float] = None) -> List[AppendResult]:
+        """Appends records to shard atomically and returns one result per
+        record, in order.
+
+        Records are dicts with the proto's snake_case keys, ``rolloutd.Record``
+        or ``rollout_pb2.Record``. request_id (a fresh UUID4 when None) is
+        sent on every attempt, so that a resend after OUTCOME_UNKNOWN, a broken
+        connection or an attempt timeout stores nothing twice: records that
+        landed come back with ``already_present`` set. Retries follow the
+        ErrorInfo reason (OUTCOME_UNKNOWN, NOT_COMMITTED, BACKPRESSURE,
+        RATE_LIMITED with a RetryInfo) with jittered backoff within timeout;
+        anything else raises. A raised error carries ``request_id``.
+        """
+        rid = request_id or str(uuid.uuid4())
+        req = _calls.append_request(shard, records, rid)
+        resp = self._unary(_calls.APPEND, shard, req, timeout, _retry.append_retry, rid)
+        return _calls.append_results(resp)
+
+    def get(self, shard: str, id: str, *, timeout: Optional[float] = None) -> Record:
+        """Returns the record with id; raises rolloutd.NotFound when the shard
+        has none. UNAVAILABLE is retried within timeout."""
+        resp = self._unary(_calls.GET, shard, rollout_pb2.GetRequest(shard=shard, id=id), timeout, _retry.append_retry)
+        return Record(resp.record)
+
+    def health(self, *, service: str = _calls.SERVICE_NAME, timeout: Optional[float] = None) -> HealthStatus:
+        """grpc.health.v1 Check of service. With affinity, SERVING when any
+        pod serves (the client can work), else the first pod's status."""
+        self._check_open()
+        t = self._timeout if timeout is None else timeout
+        first: Optional[HealthStatus] = None
+        last_err: Optional[errors.RolloutdError] = None
+        for _, stubs in self._endpoints.channels():
+            try:
+                resp = stubs.calls[_calls.HEALTH_CHECK](health_pb2.HealthCheckRequest(service=service), timeout=t)
+            except grpc.RpcError as e:
+                last_err = errors.from_rpc_error(e)
+                continue
+            st = HealthStatus(resp.status)
+            if st == HealthStatus.SERVING:
+                return st
+            first = first if first is not None else st
+        if first is not None:
+            return first
+        assert last_err is not None
+        raise last_err
+
+    def scan(
+        self,
+        shard: str,
+        *,
+        after_seq: int = 0,
+        follow: bool = False,
+        limit: int = 0,
+        rollout_id: Optional[str] = None,
+        role: Union[None, Role, int, str] = None,
+        include_in_training: Optional[bool] = None,
+        fields: Optional[Sequence[str]] = None,
+        timeout: Optional[float] = None,
+        reconnect_timeout: Optional[float] = None,
+    ) -> "Scan":
+        """Iterates over shard's records in seq order, after after_seq.
+
+        Returns a :class:`Scan`, an iterator of :class:`Record` whose
+        ``cursor`` is the checkpoint to resume from. With follow, it waits for
+        new records until closed. When the stream breaks (UNAVAILABLE, for
+        example a server that shuts down and names its resume point), it
+        reconnects and resumes from its cursor, so every record is yielded
+        exactly once; it gives up after reconnect_timeout seconds (default:
+        the client's timeout) without a delivered batch. timeout bounds the
+        whole scan (default: none).
+        """
+        self._check_open()
+        req = _calls.scan_request(
+            shard, after_seq=after_seq, follow=follow, limit=limit, rollout_id=rollout_id, role=role,
+            include_in_training=include_in_training, fields=fields,
+        )
+        return Scan(self, req, timeout, self._timeout if reconnect_timeout is None else reconnect_timeout)
+
+
+class Scan(Iterator[Record]):
+    """The iterator ``Client.scan`` returns.
+
+    ``cursor`` is the after_seq to resume from (pass it to a later
+    ``scan(after_seq=...)`` to continue after a checkpoint):
+
+    * after a record is yielded, it is that record's seq;
+    * at the end of each batch (when the next record is asked for), it is
+      the batch's cursor, which can be higher when filters skipped records.
+
+    Close it (or use it as a context manager) to cancel a follow.
+    """
+
+    def __init__(self, client: Client, req: rollout_pb2.ScanRequest, timeout: Optional[float], reconnect_timeout: float) -> None:
+        self._client = client
+        self._req = req
+        self._shard = req.shard
+        self._limit = req.limit
+        self.cursor: int = req.after_seq
+        self._yielded = 0
+        self._deadline = None if timeout is None else time.monotonic() + timeout
+        self._reconnect_timeout = reconnect_timeout
+        self._stream: Any = None
+        self._batch: Sequence[rollout_pb2.Record] = ()
+        self._pos = 0
+        self._batch_cursor: Optional[int] = None
+        self._done = False
+        self._lock = threading.Lock()
+        #: How many times the stream was reopened after a break.
+        self.reconnects = 0
+
+    def __iter__(self) -> "Scan":
+        return self
+
+    def __enter__(self) -> "Scan":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Cancels the stream; the iterator then ends. Safe from any thread."""
+        with self._lock:
+            self._done = True
+            if self._stream is not None:
+                self._stream.cancel()
+
+    def _open(self) -> Any:
+        req = rollout_pb2.ScanRequest()
+        req.CopyFrom(self._req)
+        req.after_seq = self.cursor
+        if self._limit:
+            req.limit = self._limit - self._yielded
+        timeout = None
+        if self._deadline is not None:
+            timeout = self._deadline - time.monotonic()
+            if timeout <= 0:
+                raise errors.DeadlineExceeded("the scan's deadline passed")
+        addr, stubs = self._client._endpoints.pick(self._shard)
+        self._addr, self._stubs = addr, stubs
+        return stubs.calls[_calls.SCAN](req, timeout=timeout, metadata=((SHARD_HEADER, self._shard),))
+
+    def __next__(self) -> Record:
+        while True:
+            if self._pos < len(self._batch):
+                rec = self._batch[self._pos]
+                self._pos += 1
+                self.cursor = rec.seq
+                self._yielded += 1
+                return Record(rec)
+            if self._batch_cursor is not None:
+                self.cursor = max(self.cursor, self._batch_cursor)
+                self._batch_cursor = None
+            if self._done or (self._limit and self._yielded >= self._limit):
+                self._done = True
+                raise StopIteration
+            self._fill()
+
+    def _fill(self) -> None:
+        """Reads the next batch, reconnecting from the cursor when the stream
+        breaks in a way a new Scan gets past."""
+        backoff = _retry.Backoff(maximum=2.0)
+        give_up = time.monotonic() + self._reconnect_timeout
+        while True:
+            with self._lock:
+                if self._done:
+                    raise StopIteration
+                if self._stream is None:
+                    self._stream = self._open()
+                stream = self._stream
+            try:
+                resp = next(stream)
+            except StopIteration:
+                self._done = True
+                raise
+            except grpc.RpcError as e:
+                with self._lock:
+                    self._stream = None
+                    if self._done:  # closed by close()
+                        raise StopIteration from None
+                err = errors.from_rpc_error(e)
+                if not _retry.scan_resumable(err) or (self._deadline is not None and time.monotonic() >= self._deadline):
+                    self._done = True
+                    raise err from e
+                resume = _retry.resume_after(err)
+                if resume is not None:
+                    self.cursor = max(self.cursor, resume)
+                if err.reason is None:
+                    self._client._endpoints.eject(self._addr)
+                wait = backoff.wait(err.retry_delay)
+                if time.monotonic() + wait >= give_up:
+                    self._done = True
+                    raise err from e
+                self._client._pause(self._stubs, wait, err.code == grpc.StatusCode.UNAVAILABLE)
+                self.reconnects += 1
+                continue
+            self._batch = resp.records
+            self._pos = 0
+            self._batch_cursor = resp.cursor
+            return

@@ -1,0 +1,258 @@
+"""Exceptions raised by the rolloutd client, one class per gRPC status code.
+
+Every error a call raises is a :class:`RolloutdError` carrying the server's
+message and the details rolloutd attaches (see "Errors and retries" in the
+repository README): the ``google.rpc.ErrorInfo`` reason and metadata, the
+``google.rpc.RetryInfo`` delay and the ``google.rpc.BadRequest`` field
+violations. Client-side mistakes (an unknown field in a record dict, an
+unknown role name) are ``ValueError`` or ``TypeError`` and never reach the
+server.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Dict, Mapping, Optional, Sequence, Tuple, Type
+
+import grpc
+
+from ._proto.rolloutd_vendor.google.rpc import error_details_pb2, status_pb2
+
+__all__ = [
+    "ERROR_DOMAIN",
+    "FieldViolation",
+    "RolloutdError",
+    "Cancelled",
+    "UnknownError",
+    "InvalidArgument",
+    "DeadlineExceeded",
+    "NotFound",
+    "AlreadyExists",
+    "PermissionDenied",
+    "ResourceExhausted",
+    "FailedPrecondition",
+    "Aborted",
+    "OutOfRange",
+    "Unimplemented",
+    "Internal",
+    "Unavailable",
+    "DataLoss",
+    "Unauthenticated",
+]
+
+#: The domain of every ErrorInfo rolloutd sends.
+ERROR_DOMAIN = "rolloutd.io"
+
+# ErrorInfo reasons (proto/rollout/v1/rollout.proto, "Errors and retries").
+OUTCOME_UNKNOWN = "OUTCOME_UNKNOWN"
+NOT_COMMITTED = "NOT_COMMITTED"
+BACKPRESSURE = "BACKPRESSURE"
+RATE_LIMITED = "RATE_LIMITED"
+TOO_LARGE = "TOO_LARGE"
+SCAN_INTERRUPTED = "SCAN_INTERRUPTED"
+#: The ErrorInfo metadata key of a Scan's resume cursor.
+RESUME_AFTER_SEQ = "resume_after_seq"
+
+_STATUS_DETAILS_KEY = "grpc-status-details-bin"
+
+
+@dataclass(frozen=True)
+class FieldViolation:
+    """One ``google.rpc.BadRequest`` field violation: ``field`` is for example
+    ``"records[3]"`` or ``"records"``."""
+
+    field: str
+    description: str
+
+
+class RolloutdError(Exception):
+    """An RPC failed. Subclasses name the gRPC status code.
+
+    Attributes:
+        code: the gRPC status code.
+        message: the server's (or the gRPC library's) message.
+        reason: the ErrorInfo reason in domain ``rolloutd.io``
+            (``"OUTCOME_UNKNOWN"``, ``"NOT_COMMITTED"``, ``"BACKPRESSURE"``,
+            ``"RATE_LIMITED"``, ``"TOO_LARGE"``, ``"SCAN_INTERRUPTED"``), or
+            None when the status carries no ErrorInfo.
+        metadata: the ErrorInfo metadata, e.g. ``{"resume_after_seq": "42"}``.
+        retry_delay: the RetryInfo delay in seconds, or None.
+        field_violations: the BadRequest violations, possibly empty.
+        request_id: for ``append``, the request_id every attempt carried;
+            resend with it to learn the outcome of an OUTCOME_UNKNOWN.
+    """
+
+    code: grpc.StatusCode = grpc.StatusCode.UNKNOWN
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        code: Optional[grpc.StatusCode] = None,
+        reason: Optional[str] = None,
+        metadata: Optional[Mapping[str, str]] = None,
+        retry_delay: Optional[float] = None,
+        field_violations: Sequence[FieldViolation] = (),
+        request_id: Optional[str] = None,
+    ) -> None:
+        super().__init__(message)
+        if code is not None:
+            self.code = code
+        self.message = message
+        self.reason = reason
+        self.metadata: Dict[str, str] = dict(metadata or {})
+        self.retry_delay = retry_delay
+        self.field_violations: Tuple[FieldViolation, ...] = tuple(field_violations)
+        self.request_id = request_id
+
+    def __str__(self) -> str:
+        s = "%s: %s" % (self.code.name, self.message)
+        if self.reason:
+            s += " [%s]" % self.reason
+        return s
+
+    def __repr__(self) -> str:
+        return "%s(%r, reason=%r)" % (type(self).__name__, self.message, self.reason)
+
+
+class Cancelled(RolloutdError):
+    code = grpc.StatusCode.CANCELLED
+
+
+class UnknownError(RolloutdError):
+    code = grpc.StatusCode.UNKNOWN
+
+
+class InvalidArgument(RolloutdError, ValueError):
+    code = grpc.StatusCode.INVALID_ARGUMENT
+
+
+class DeadlineExceeded(RolloutdError, TimeoutError):
+    code = grpc.StatusCode.DEADLINE_EXCEEDED
+
+
+class NotFound(RolloutdError, LookupError):
+    code = grpc.StatusCode.NOT_FOUND
+
+
+class AlreadyExists(RolloutdError):
+    """The same id is stored with different content, or a request_id was
+    reused with different content."""
+
+    code = grpc.StatusCode.ALREADY_EXISTS
+
+
+class PermissionDenied(RolloutdError):
+    code = grpc.StatusCode.PERMISSION_DENIED
+
+
+class ResourceExhausted(RolloutdError):
+    """BACKPRESSURE and RATE_LIMITED (retried by ``append`` until its
+    deadline), or TOO_LARGE: split the batch (see ``field_violations``)."""
+
+    code = grpc.StatusCode.RESOURCE_EXHAUSTED
+
+
+class FailedPrecondition(RolloutdError):
+    code = grpc.StatusCode.FAILED_PRECONDITION
+
+
+class Aborted(RolloutdError):
+    code = grpc.StatusCode.ABORTED
+
+
+class OutOfRange(RolloutdError):
+    code = grpc.StatusCode.OUT_OF_RANGE
+
+
+class Unimplemented(RolloutdError):
+    code = grpc.StatusCode.UNIMPLEMENTED
+
+
+class Internal(RolloutdError):
+    code = grpc.StatusCode.INTERNAL
+
+
+class Unavailable(RolloutdError):
+    code = grpc.StatusCode.UNAVAILABLE
+
+
+class DataLoss(RolloutdError):
+    code = grpc.StatusCode.DATA_LOSS
+
+
+class Unauthenticated(RolloutdError):
+    code = grpc.StatusCode.UNAUTHENTICATED
+
+
+_BY_CODE: Dict[grpc.StatusCode, Type[RolloutdError]] = {
+    cls.code: cls
+    for cls in (
+        Cancelled, UnknownError, InvalidArgument, DeadlineExceeded, NotFound, AlreadyExists,
+        PermissionDenied, ResourceExhausted, FailedPrecondition, Aborted, OutOfRange,
+        Unimplemented, Internal, Unavailable, DataLoss, Unauthenticated,
+    )
+}
+
+
+def _type_name(type_url: str) -> str:
+    return type_url.rsplit("/", 1)[-1]
+
+
+def from_status(
+    code: grpc.StatusCode,
+    message: str,
+    trailing_metadata: Optional[Sequence[Tuple[str, object]]],
+    request_id: Optional[str] = None,
+) -> RolloutdError:
+    """Builds the exception for a failed call from its code, message and
+    trailers. The details are decoded by type URL with the vendored
+    messages, so the user's own google.rpc modules are never touched."""
+    reason = None
+    metadata: Dict[str, str] = {}
+    retry_delay = None
+    violations = []
+    for key, value in trailing_metadata or ():
+        if key != _STATUS_DETAILS_KEY or not isinstance(value, bytes):
+            continue
+        try:
+            st = status_pb2.Status.FromString(value)
+        except Exception:  # a malformed trailer: keep the code and message
+            break
+        if st.message:
+            message = st.message
+        for any_ in st.details:
+            name = _type_name(any_.type_url)
+            try:
+                if name == "google.rpc.ErrorInfo":
+                    info = error_details_pb2.ErrorInfo.FromString(any_.value)
+                    if info.domain == ERROR_DOMAIN:
+                        reason = info.reason
+                        metadata = dict(info.metadata)
+                elif name == "google.rpc.RetryInfo":
+                    ri = error_details_pb2.RetryInfo.FromString(any_.value)
+                    retry_delay = ri.retry_delay.seconds + ri.retry_delay.nanos / 1e9
+                elif name == "google.rpc.BadRequest":
+                    br = error_details_pb2.BadRequest.FromString(any_.value)
+                    violations.extend(FieldViolation(v.field, v.description) for v in br.field_violations)
+            except Exception:
+                continue
+        break
+    cls = _BY_CODE.get(code, UnknownError)
+    return cls(
+        message or "",
+        code=code,
+        reason=reason,
+        metadata=metadata,
+        retry_delay=retry_delay,
+        field_violations=violations,
+        request_id=request_id,
+    )
+
+
+def from_rpc_error(err: grpc.RpcError, request_id: Optional[str] = None) -> RolloutdError:
+    """Converts a grpc (or grpc.aio) RpcError to a RolloutdError."""
+    code = err.code() if hasattr(err, "code") else grpc.StatusCode.UNKNOWN  # type: ignore[attr-defined]
+    details = err.details() if hasattr(err, "details") else str(err)  # type: ignore[attr-defined]
+    trailers = err.trailing_metadata() if hasattr(err, "trailing_metadata") else None  # type: ignore[attr-defined]
+    return from_status(code or grpc.StatusCode.UNKNOWN, details or "", trailers, request_id)
