@@ -1,5 +1,11 @@
 package client
 
+import (
+	// Registers the ring_hash_experimental load-balancing policy that
+	// ServiceConfig names; without it grpc.NewClient rejects the config.
+	_ "google.golang.org/grpc/balancer/ringhash"
+)
+
 // ShardHeader is the request header (gRPC metadata key) that carries a
 // call's shard. Every call sets it; with WithAffinity(true), ring_hash
 // hashes its value to pick the server.
