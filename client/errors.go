@@ -102,7 +102,8 @@ type Error struct {
 	// Field and FieldDescription are the first BadRequest field violation
 	// ("records[3]", or "records" for the batch), "" without one.
 	Field, FieldDescription string
-	// Attempts is how many attempts the call made.
+	// Attempts is how many attempts the call made; for Scan, how many
+	// attempts in a row failed without receiving anything.
 	Attempts int
 
 	// unknown: an Append failure without an ErrorInfo, which counts as
