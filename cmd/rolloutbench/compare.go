@@ -10,8 +10,7 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"google.golang.org/grpc"
-
+	"github.com/rolloutd/rolloutd/client"
 	rolloutv1 "github.com/rolloutd/rolloutd/gen/rollout/v1"
 	"github.com/rolloutd/rolloutd/internal/blob"
 	"github.com/rolloutd/rolloutd/internal/shard"
@@ -58,24 +57,24 @@ func skipped(id, what, op string, want float64, why string) targetCheck {
 // resident is the product path over gRPC for one phase: an in-process
 // server of its own over the shared store, or the remote --target.
 type resident struct {
-	conn    *grpc.ClientConn
+	conn    *client.Client
 	figures func() (serverFigures, error)
 	rss     func() float64
 	path    string
 	stop    func()
 }
 
-func (b *bench) resident(store blob.Store, maxWriters int, target *grpc.ClientConn) (*resident, error) {
+func (b *bench) resident(store blob.Store, maxWriters int, target *client.Client) (*resident, error) {
 	return b.residentWith(store, maxWriters, target, shard.Options{})
 }
 
 // residentWith is resident with writer options other than rolloutd's
 // defaults (in-process only: a remote target has its own).
-func (b *bench) residentWith(store blob.Store, maxWriters int, target *grpc.ClientConn, wopts shard.Options) (*resident, error) {
+func (b *bench) residentWith(store blob.Store, maxWriters int, target *client.Client, wopts shard.Options) (*resident, error) {
 	if b.cfg.Target != "" {
-		r := &resident{conn: target, stop: func() {}, path: "remote rolloutd " + b.cfg.Target + " over gRPC"}
+		r := &resident{conn: target, stop: func() {}, path: "remote rolloutd " + b.cfg.Target + " over gRPC (Go client package, retries off)"}
 		if target == b.getTarget && b.cfg.GetTarget != "" {
-			r.path = "remote rolloutd " + b.cfg.GetTarget + " over gRPC"
+			r.path = "remote rolloutd " + b.cfg.GetTarget + " over gRPC (Go client package, retries off)"
 		}
 		if b.scrape != nil {
 			r.figures = func() (serverFigures, error) { return figuresOf(b.scrape) }
@@ -95,7 +94,7 @@ func (b *bench) residentWith(store blob.Store, maxWriters int, target *grpc.Clie
 	}
 	return &resident{
 		conn: s.conn, figures: s.figures, rss: selfRSS, stop: s.stop,
-		path: fmt.Sprintf("in-process rolloutd server (internal/server, max-writers %d) over loopback gRPC, on %s", maxWriters, b.storeDesc),
+		path: fmt.Sprintf("in-process rolloutd server (internal/server, max-writers %d) over loopback gRPC (Go client package, retries off), on %s", maxWriters, b.storeDesc),
 	}, nil
 }
 

@@ -10,9 +10,9 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 
+	"github.com/rolloutd/rolloutd/client"
 	rolloutv1 "github.com/rolloutd/rolloutd/gen/rollout/v1"
 	"github.com/rolloutd/rolloutd/internal/blob"
 	"github.com/rolloutd/rolloutd/internal/blob/instrumented"
@@ -39,18 +39,18 @@ func (c *opCounter) wrap(s blob.Store) blob.Store { return instrumented.New(s, c
 
 func (c *opCounter) figures() (serverFigures, error) { return figuresOf(c.reg) }
 
-// grpcClients: the product path over gRPC, one ClientConn shared by every
-// client of the phase (HTTP/2 multiplexes them), as one client process would.
-func grpcClients(conn *grpc.ClientConn) func(int) (clientOps, error) {
-	c := rolloutv1.NewRolloutServiceClient(conn)
+// grpcClients: the product path over gRPC through the client package, one
+// client (one ClientConn) shared by every client of the phase (HTTP/2
+// multiplexes them), as one client process would.
+func grpcClients(c *client.Client) func(int) (clientOps, error) {
 	return func(int) (clientOps, error) {
 		return clientOps{
 			append: func(ctx context.Context, sh string, recs []*rolloutv1.Record) error {
-				_, err := c.Append(ctx, &rolloutv1.AppendRequest{Shard: sh, Records: recs})
+				_, err := c.Append(ctx, sh, recs)
 				return err
 			},
 			get: func(ctx context.Context, sh, id string) error {
-				_, err := c.Get(ctx, &rolloutv1.GetRequest{Shard: sh, Id: id})
+				_, err := c.Get(ctx, sh, id)
 				return err
 			},
 		}, nil

@@ -34,7 +34,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	corev1 "k8s.io/api/core/v1"
 
-	"github.com/rolloutd/rolloutd/examples/affine"
+	"github.com/rolloutd/rolloutd/client"
 	rolloutv1 "github.com/rolloutd/rolloutd/gen/rollout/v1"
 	"github.com/rolloutd/rolloutd/internal/testutil/azurite"
 )
@@ -519,29 +519,28 @@ func runEntrypoint(t *testing.T, b *bundle, connectionString string) {
 
 	// Append and Get through the published client: dns:/// and ring_hash on
 	// the shard header.
-	ac, err := affine.NewClient("dns:///"+grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	ac, err := client.New("dns:///"+grpcAddr, client.WithAffinity(true))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer ac.Close()
-	client := rolloutv1.NewRolloutServiceClient(ac)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	app, err := client.Append(ctx, &rolloutv1.AppendRequest{Shard: "deploycheck/entrypoint", Records: []*rolloutv1.Record{
+	app, err := ac.Append(ctx, "deploycheck/entrypoint", []*rolloutv1.Record{
 		{Id: "turn-1", RolloutId: "r1", Role: rolloutv1.Role_ROLE_USER, Content: "2+2?"},
 		{Id: "turn-2", RolloutId: "r1", Role: rolloutv1.Role_ROLE_ASSISTANT, Content: "4"},
-	}})
+	})
 	if err != nil {
 		t.Fatalf("Append: %v", err)
 	}
-	got, err := client.Get(ctx, &rolloutv1.GetRequest{Shard: "deploycheck/entrypoint", Id: "turn-2"})
+	got, err := ac.Get(ctx, "deploycheck/entrypoint", "turn-2")
 	if err != nil {
 		t.Fatalf("Get: %v", err)
 	}
-	if got.GetRecord().GetContent() != "4" {
-		t.Fatalf("Get returned %v", got.GetRecord())
+	if got.GetContent() != "4" {
+		t.Fatalf("Get returned %v", got)
 	}
-	t.Logf("Append: %v; Get turn-2: seq %d content %q", app.GetResults(), got.GetRecord().GetSeq(), got.GetRecord().GetContent())
+	t.Logf("Append: %v; Get turn-2: seq %d content %q", app, got.GetSeq(), got.GetContent())
 
 	// The grpcurl session of docs/operations.md: the same calls, and the
 	// same answers (but for server-assigned timestamps).

@@ -12,9 +12,9 @@ import (
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
+	"github.com/rolloutd/rolloutd/client"
 	rolloutv1 "github.com/rolloutd/rolloutd/gen/rollout/v1"
 	"github.com/rolloutd/rolloutd/internal/blob/memstore"
 	"github.com/rolloutd/rolloutd/internal/server"
@@ -24,8 +24,8 @@ import (
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // serve starts a real server on loopback, with opts added, and returns a
-// client connected to it.
-func serve(t *testing.T, store *memstore.Store, opts ...grpc.ServerOption) rolloutv1.RolloutServiceClient {
+// client of it.
+func serve(t *testing.T, store *memstore.Store, opts ...grpc.ServerOption) *client.Client {
 	t.Helper()
 	srv, err := server.New(server.Config{Store: store, ServerOptions: opts})
 	if err != nil {
@@ -37,18 +37,18 @@ func serve(t *testing.T, store *memstore.Store, opts ...grpc.ServerOption) rollo
 	}
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(lis) }()
-	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithUnaryInterceptor(retryByReason))
+	c, err := client.New(lis.Addr().String())
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		conn.Close()
+		c.Close()
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		srv.Shutdown(ctx)
 		<-served
 	})
-	return rolloutv1.NewRolloutServiceClient(conn)
+	return c
 }
 
 func recordCount(t *testing.T, store *memstore.Store, shardName string) uint64 {
@@ -101,7 +101,7 @@ func TestClientRetryAfterLostAnswer(t *testing.T) {
 	loseFirst := func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 		resp, err := handler(ctx, req)
 		if info.FullMethod == rolloutv1.RolloutService_Append_FullMethodName && appends.Add(1) == 1 && err == nil {
-			st, _ := status.New(codes.Unavailable, "answer lost after commit").WithDetails(&errdetails.ErrorInfo{Domain: errorDomain, Reason: reasonOutcomeUnknown})
+			st, _ := status.New(codes.Unavailable, "answer lost after commit").WithDetails(&errdetails.ErrorInfo{Domain: server.ErrorDomain, Reason: server.ReasonOutcomeUnknown})
 			return nil, st.Err()
 		}
 		return resp, err

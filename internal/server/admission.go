@@ -121,7 +121,7 @@ const (
 const DefaultRecvTimeout = 10 * time.Second
 
 // ShardHeader is the request metadata key naming the shard a call acts on,
-// as affine clients send it (examples/affine). Under an authorization
+// as the Go client sends it on every call (package client). Under an authorization
 // policy, a call whose header names a shard the caller may not use is
 // refused before its body is read; the shard in the request is checked as
 // always.

@@ -1,6 +1,7 @@
-"""The Python ring routes exactly as grpc-go's ring_hash: on the same
-address set, 1,000 shard names go to the same pod (tests/ringpicks drives
-grpc-go's real balancer against fake servers). And when a pod goes away,
+"""The Python ring routes exactly as the Go client's: on the same address
+set, 1,000 shard names go to the same pod. The Go side is the Go client
+package with affinity on (client/internal/cmd/ringpicks), which routes real
+calls through grpc-go's ring_hash to fake servers. And when a pod goes away,
 only its shards move."""
 
 from __future__ import annotations
@@ -37,18 +38,16 @@ def shard_names(n=1000, seed=7):
 @pytest.fixture(scope="module")
 def ringpicks(tmp_path_factory):
     out = tmp_path_factory.mktemp("ringpicks") / "ringpicks"
-    subprocess.run(["go", "build", "-o", str(out), "./clients/python/tests/ringpicks"], cwd=REPO, check=True)
+    subprocess.run(["go", "build", "-o", str(out), "./client/internal/cmd/ringpicks"], cwd=REPO, check=True)
     return out
 
 
 def go_picks(binary, servers, shards):
-    r = subprocess.run([str(binary), "-servers", str(servers), "-service-config", str(SERVICE_CONFIG)],
+    addrs = ["10.0.%d.%d:50051" % (i // 200, 7 + i) for i in range(servers)]
+    r = subprocess.run([str(binary), "-addrs", ",".join(addrs)],
                        input="\n".join(shards) + "\n", capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
-    lines = r.stdout.splitlines()
-    assert lines[0].startswith("#addresses\t")
-    addrs = lines[0].split("\t", 1)[1].split(",")
-    picks = dict(line.split("\t") for line in lines[1:])
+    picks = dict(line.split("\t") for line in r.stdout.splitlines())
     return addrs, picks
 
 

@@ -1,0 +1,68 @@
+// Package client is the Go client of rolloutd: retry-safe appends,
+// resumable scans, errors matched with errors.Is, and optional shard
+// affinity across rolloutd pods.
+//
+//	c, err := client.New("localhost:50051")
+//	if err != nil { ... }
+//	defer c.Close()
+//	results, err := c.Append(ctx, "exp-42/actor-7", []*rolloutv1.Record{{Id: "r-1", Content: "4"}})
+//	rec, err := c.Get(ctx, "exp-42/actor-7", "r-1")
+//	for rec, err := range c.Scan(ctx, "exp-42/actor-7", client.Follow()) { ... }
+//
+// # Retries
+//
+// The client owns retries; the channel's service config only balances
+// load. Append gives every call a request_id (a UUIDv4, unless
+// WithRequestID names one) and resends the same request, request_id
+// included, when the server's google.rpc.ErrorInfo reason (domain
+// rolloutd.io) says a resend helps: OUTCOME_UNKNOWN, NOT_COMMITTED,
+// BACKPRESSURE, and RATE_LIMITED with a RetryInfo. A failure without an
+// ErrorInfo, such as a connection that broke (UNAVAILABLE) or an attempt
+// that ran out of its own timeout (DEADLINE_EXCEEDED), counts as
+// OUTCOME_UNKNOWN. Because the request_id is the same on every attempt,
+// records without an id get the same server-derived ids each time, and a
+// resend of an attempt that was committed after all comes back
+// already_present: nothing is stored twice. Get resends on UNAVAILABLE and
+// on an attempt's timeout. Waits are jittered and grow, never shorter than
+// the server's RetryInfo, and never past the call's deadline; each attempt
+// has its own timeout (WithAttemptTimeout), so one hung attempt cannot use
+// up the call's deadline. Everything else returns at once. See "Errors and
+// retries" in the README for what each reason means.
+//
+// # Errors
+//
+// Every error a call returns from the server is an *Error, which carries
+// the status code, the ErrorInfo reason, the server's message and its
+// RetryInfo and BadRequest details. Match classes with errors.Is:
+// ErrNotFound, ErrAlreadyExists, ErrInvalidArgument, ErrPermissionDenied,
+// ErrTooLarge, ErrUnavailable, ErrOutcomeUnknown, ErrNotCommitted,
+// ErrBackpressure, ErrRateLimited, ErrDataLoss, ErrInternal. An error of
+// a call whose context ended also matches context.DeadlineExceeded or
+// context.Canceled.
+//
+// # Scans
+//
+// Scan yields records, not batches. When its stream breaks with
+// UNAVAILABLE (a pod shutting down says where to resume with the ErrorInfo
+// reason SCAN_INTERRUPTED and metadata resume_after_seq), it opens a new
+// stream after its cursor, so a follower sees every record exactly once.
+// WithCursor exposes that cursor for checkpointing.
+//
+// # Shard affinity
+//
+// rolloutd keeps one resident writer per shard, and two pods writing one
+// shard fence each other. WithAffinity(true) balances with gRPC's
+// ring_hash policy keyed on the ShardHeader request header, which every
+// call sets to its shard, so that every call for a shard reaches the same
+// pod of a headless Service (dial DefaultTarget). A pod that joins or
+// leaves moves only the shards on its arcs of the ring. Correctness never
+// depends on it: fencing keeps two writers safe. ServiceConfig is the
+// same document as deploy/client/service-config.json; see docs/routing.md.
+//
+// # Message sizes
+//
+// The client sends and receives messages up to DefaultMaxMessageBytes,
+// rolloutd's default --max-message-bytes, plus what the server adds to a
+// stored record, so that every record the server accepts can be read
+// back. Match a server with another limit with WithMaxMessageBytes.
+package client

@@ -1,0 +1,66 @@
+package client
+
+import (
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+)
+
+// retryable decides from the code and the reason alone.
+func TestRetryable(t *testing.T) {
+	tests := []struct {
+		code         codes.Code
+		reason       string
+		delay        time.Duration
+		append, read bool
+	}{
+		{codes.Unavailable, ReasonOutcomeUnknown, 0, true, false},
+		{codes.DeadlineExceeded, ReasonOutcomeUnknown, 0, true, false},
+		{codes.Unavailable, ReasonNotCommitted, 100 * time.Millisecond, true, false},
+		{codes.DeadlineExceeded, ReasonNotCommitted, 0, true, false},
+		{codes.ResourceExhausted, ReasonBackpressure, 200 * time.Millisecond, true, false},
+		{codes.ResourceExhausted, ReasonRateLimited, time.Second, true, true},
+		{codes.ResourceExhausted, ReasonRateLimited, 0, false, false},
+		{codes.ResourceExhausted, ReasonTooLarge, 0, false, false},
+		{codes.ResourceExhausted, "", 0, false, false},
+		{codes.Unavailable, ReasonScanInterrupted, 0, false, true},
+		{codes.Unavailable, "SOMETHING_NEW", 0, false, false},
+		{codes.Unavailable, "", 0, true, true},
+		{codes.DeadlineExceeded, "", 0, true, true},
+		{codes.Canceled, "", 0, false, false},
+		{codes.InvalidArgument, "", 0, false, false},
+		{codes.AlreadyExists, "", 0, false, false},
+		{codes.NotFound, "", 0, false, false},
+		{codes.Internal, "", 0, false, false},
+	}
+	for _, tt := range tests {
+		e := &Error{Code: tt.code, Reason: tt.reason, RetryDelay: tt.delay}
+		if got := retryable(appendCall, e); got != tt.append {
+			t.Errorf("Append %v %q %v: retryable %v, want %v", tt.code, tt.reason, tt.delay, got, tt.append)
+		}
+		if got := retryable(readCall, e); got != tt.read {
+			t.Errorf("read %v %q %v: retryable %v, want %v", tt.code, tt.reason, tt.delay, got, tt.read)
+		}
+	}
+}
+
+// Waits grow to the cap, are jittered within [b/2, b], and are never
+// shorter than the server's RetryInfo.
+func TestBackoff(t *testing.T) {
+	p := RetryPolicy{MaxAttempts: 10, InitialBackoff: 100 * time.Millisecond, MaxBackoff: time.Second}
+	low := func(time.Duration) time.Duration { return 0 }
+	high := func(n time.Duration) time.Duration { return n - 1 }
+	for n, want := range []time.Duration{100, 200, 400, 800, 1000, 1000} {
+		want *= time.Millisecond
+		if lo, hi := p.backoff(n+1, 0, low), p.backoff(n+1, 0, high); lo != want/2 || hi != want {
+			t.Errorf("attempt %d: waits %v..%v, want %v..%v", n+1, lo, hi, want/2, want)
+		}
+	}
+	if got := p.backoff(1, 2*time.Second, low); got != 2*time.Second {
+		t.Errorf("with a RetryInfo of 2s: %v", got)
+	}
+	if got := p.backoff(1, 2*time.Second, high); got != 2*time.Second+400*time.Millisecond {
+		t.Errorf("with a RetryInfo of 2s, jittered: %v", got)
+	}
+}
