@@ -3,6 +3,7 @@ package shard
 import (
 	"context"
 	"errors"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -219,4 +220,40 @@ func TestDroppedCleanupDoesNotWait(t *testing.T) {
 		t.Errorf("append whose generation put was held when the writer was dropped: %v, want ErrAborted", err)
 	}
 	w.Abort() // waits for the goroutines, for goleak
+}
+
+// A handle stays reachable while one of its own calls runs: its cleanup
+// must not abort the writer under an Append or a Close whose caller holds
+// the handle only for that call (`return w.Close(ctx)`).
+func TestHandleIsNotDroppedWhileItsCallsRun(t *testing.T) {
+	g := newGate(memstore.New())
+	w, err := Open(context.Background(), g, "s", testOptions(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	inner := w.w
+	defer inner.abort()
+	appended, closed := make(chan error, 1), make(chan error, 1)
+	go func(h *Writer) {
+		_, err := h.Append(context.Background(), entries(t, "x"))
+		appended <- err
+	}(w)
+	<-g.reached
+	go func(h *Writer) { closed <- h.Close(context.Background()) }(w)
+	w = nil
+	deadline := time.Now().Add(5 * time.Second)
+	for inner.currentState() != stateClosing && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	for range 5 { // give the cleanup every chance to run
+		runtime.GC()
+		time.Sleep(5 * time.Millisecond)
+	}
+	close(g.open)
+	if err := <-appended; err != nil {
+		t.Errorf("append through a handle its caller no longer holds: %v", err)
+	}
+	if err := <-closed; err != nil {
+		t.Errorf("Close through a handle its caller no longer holds: %v", err)
+	}
 }

@@ -301,6 +301,10 @@ func (h *Writer) Stats() Stats {
 // By state: open appends; closing and closed fail with ErrClosed, aborted
 // with ErrAborted, fenced with the *FencedError.
 func (h *Writer) Append(ctx context.Context, entries []Entry) ([]Result, error) {
+	// The handle must outlive its own call: a caller that holds it only
+	// for this call would otherwise let its cleanup abort the writer
+	// under the append.
+	defer runtime.KeepAlive(h)
 	return h.w.append(ctx, entries)
 }
 
@@ -314,7 +318,10 @@ func (h *Writer) Append(ctx context.Context, entries []Entry) ([]Result, error) 
 // another is closing waits for it, then returns ErrClosed, as does a Close
 // of a closed writer. Aborted returns ErrAborted; fenced stops the
 // writer's background work and returns the *FencedError.
-func (h *Writer) Close(ctx context.Context) error { return h.w.close(ctx) }
+func (h *Writer) Close(ctx context.Context) error {
+	defer runtime.KeepAlive(h) // see Append
+	return h.w.close(ctx)
+}
 
 // Abort discards un-acknowledged state, at once: it fails queued appends
 // with ErrAborted and an in-flight commit's appends with ErrOutcomeUnknown,
