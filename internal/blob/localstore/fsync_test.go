@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/rolloutd/rolloutd/internal/blob"
+	"github.com/rolloutd/rolloutd/internal/blob/localstore/vfs"
 )
 
 // syncFault fails the fsync of every file or directory its armed match
@@ -25,7 +26,7 @@ var errInjected = syscall.EIO
 func (f *syncFault) arm(match func(path string, isDir bool) bool) { f.match.Store(&match) }
 func (f *syncFault) disarm()                                      { f.match.Store(nil) }
 
-func (f *syncFault) sync(file *os.File) error {
+func (f *syncFault) sync(file vfs.File) error {
 	if m := f.match.Load(); m != nil {
 		fi, err := file.Stat()
 		if err != nil {

@@ -45,17 +45,16 @@ import (
 	"hash/maphash"
 	"io"
 	"io/fs"
-	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
 
-	"github.com/gofrs/flock"
-
 	"github.com/rolloutd/rolloutd/internal/blob"
+	"github.com/rolloutd/rolloutd/internal/blob/localstore/vfs"
 )
 
 // DefaultListMax is the page size List uses when max <= 0.
@@ -82,7 +81,11 @@ type Store struct {
 	blobsDir string
 	tmpDir   string
 	now      func() time.Time
-	lock     *flock.Flock
+	fs       vfs.FS
+	unlock   func() error
+	// tmpSeq names temporary files: tmp/ is emptied by Open and the
+	// directory is locked, so a counter is unique.
+	tmpSeq atomic.Uint64
 
 	// closeMu is held shared by every operation and exclusively by Close,
 	// so Close waits for operations in flight and the lock is released only
@@ -97,9 +100,9 @@ type Store struct {
 	// be on stable storage (see syncParents).
 	durable sync.Map // string → struct{}
 
-	// syncFile fsyncs a file or directory: (*os.File).Sync, replaced only
+	// syncFile fsyncs a file or directory: its Sync method, replaced only
 	// by tests (withSync) to inject failures.
-	syncFile func(*os.File) error
+	syncFile func(vfs.File) error
 	// failure is set, once, when a change already visible could not be made
 	// durable (see fail); from then on every call returns it. failed is
 	// closed when it is set.
@@ -117,7 +120,11 @@ func WithClock(now func() time.Time) Option { return func(s *Store) { s.now = no
 
 // withSync replaces the fsync of files and directories, for tests that
 // inject failures.
-func withSync(sync func(*os.File) error) Option { return func(s *Store) { s.syncFile = sync } }
+func withSync(sync func(vfs.File) error) Option { return func(s *Store) { s.syncFile = sync } }
+
+// withFS makes the store do its file operations on fsys instead of the
+// operating system's, for tests on a strict in-memory file system.
+func withFS(fsys vfs.FS) Option { return func(s *Store) { s.fs = fsys } }
 
 // Open opens (creating it if needed) the data directory dir and locks it
 // against other processes. It removes temporary files left by a crash.
@@ -132,34 +139,34 @@ func Open(dir string, opts ...Option) (*Store, error) {
 		tmpDir:   filepath.Join(abs, tmpDir),
 		now:      time.Now,
 		seed:     maphash.MakeSeed(),
-		syncFile: (*os.File).Sync,
+		fs:       vfs.Default,
+		syncFile: vfs.File.Sync,
 		failed:   make(chan struct{}),
 	}
 	for _, o := range opts {
 		o(s)
 	}
-	if err := os.MkdirAll(abs, 0o750); err != nil {
+	if err := s.fs.MkdirAll(abs, 0o750); err != nil {
 		return nil, fmt.Errorf("localstore: open %q: %w", abs, err)
 	}
-	s.lock = flock.New(filepath.Join(abs, lockFile))
-	ok, err := s.lock.TryLock()
+	unlock, ok, err := s.fs.Lock(filepath.Join(abs, lockFile))
 	if err != nil {
 		return nil, fmt.Errorf("localstore: open %q: lock: %w", abs, err)
 	}
 	if !ok {
-		_ = s.lock.Close()
 		return nil, fmt.Errorf("%w: %s is in use by another rolloutd process (it holds %s); stop it or choose another data directory",
 			ErrLocked, abs, filepath.Join(abs, lockFile))
 	}
+	s.unlock = unlock
 	if err := s.init(); err != nil {
-		_ = s.lock.Unlock()
+		_ = s.unlock()
 		return nil, fmt.Errorf("localstore: open %q: %w", abs, err)
 	}
 	return s, nil
 }
 
 func (s *Store) init() error {
-	switch b, err := os.ReadFile(filepath.Join(s.dir, formatFile)); {
+	switch b, err := s.readFile(filepath.Join(s.dir, formatFile)); {
 	case err == nil && string(b) != formatVersion:
 		return fmt.Errorf("unknown format %q in %s", strings.TrimSpace(string(b)), formatFile)
 	case errors.Is(err, fs.ErrNotExist):
@@ -170,26 +177,40 @@ func (s *Store) init() error {
 		return err
 	}
 	// Whatever is in tmp/ is a write that was never acknowledged.
-	if err := os.RemoveAll(s.tmpDir); err != nil {
+	if err := s.fs.RemoveAll(s.tmpDir); err != nil {
 		return fmt.Errorf("clean %s: %w", s.tmpDir, err)
 	}
 	for _, d := range []string{s.tmpDir, s.blobsDir} {
-		if err := os.Mkdir(d, 0o750); err != nil && !errors.Is(err, fs.ErrExist) {
+		if err := s.fs.Mkdir(d, 0o750); err != nil && !errors.Is(err, fs.ErrExist) {
 			return err
 		}
 	}
 	return s.syncDir(s.dir)
 }
 
+func (s *Store) readFile(name string) ([]byte, error) {
+	f, err := s.fs.Open(name)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return io.ReadAll(f)
+}
+
+// createTemp creates a new file in tmp/.
+func (s *Store) createTemp(prefix string) (vfs.File, error) {
+	return s.fs.Create(filepath.Join(s.tmpDir, prefix+strconv.FormatUint(s.tmpSeq.Add(1), 10)))
+}
+
 func (s *Store) writeFormat() error {
-	if err := os.MkdirAll(s.tmpDir, 0o750); err != nil {
+	if err := s.fs.MkdirAll(s.tmpDir, 0o750); err != nil {
 		return err
 	}
-	f, err := os.CreateTemp(s.tmpDir, "format-*")
+	f, err := s.createTemp("format-")
 	if err != nil {
 		return err
 	}
-	_, err = f.WriteString(formatVersion)
+	_, err = f.Write([]byte(formatVersion))
 	if err == nil {
 		err = s.syncFile(f)
 	}
@@ -197,10 +218,10 @@ func (s *Store) writeFormat() error {
 		err = cerr
 	}
 	if err == nil {
-		err = os.Rename(f.Name(), filepath.Join(s.dir, formatFile))
+		err = s.fs.Rename(f.Name(), filepath.Join(s.dir, formatFile))
 	}
 	if err != nil {
-		_ = os.Remove(f.Name())
+		_ = s.fs.Remove(f.Name())
 	}
 	return err
 }
@@ -215,7 +236,7 @@ func (s *Store) Close() error {
 		return fmt.Errorf("localstore: close %s: %w", s.dir, blob.ErrClosed)
 	}
 	s.closed = true
-	if err := s.lock.Unlock(); err != nil {
+	if err := s.unlock(); err != nil {
 		return fmt.Errorf("localstore: close %s: unlock: %w", s.dir, err)
 	}
 	return nil
@@ -300,8 +321,8 @@ func newETag() blob.ETag {
 }
 
 // openBlob opens a blob's file and decodes its header. The caller closes f.
-func (s *Store) openBlob(name, path string) (f *os.File, a blob.Attrs, hlen int64, err error) {
-	f, err = os.Open(path)
+func (s *Store) openBlob(name, path string) (f vfs.File, a blob.Attrs, hlen int64, err error) {
+	f, err = s.fs.Open(path)
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ENOTDIR) {
 			return nil, blob.Attrs{}, 0, blob.ErrNotFound
@@ -320,7 +341,7 @@ func (s *Store) openBlob(name, path string) (f *os.File, a blob.Attrs, hlen int6
 }
 
 // readHeader reads the header of an open blob file and its size.
-func readHeader(f *os.File) (blob.Attrs, int64, error) {
+func readHeader(f vfs.File) (blob.Attrs, int64, error) {
 	buf := make([]byte, headerReadLen)
 	n, err := f.ReadAt(buf, 0)
 	if err != nil && !errors.Is(err, io.EOF) {
@@ -456,7 +477,7 @@ func (s *Store) Put(ctx context.Context, name string, data []byte, opts blob.Put
 	published := false
 	defer func() {
 		if !published {
-			_ = os.Remove(tmp)
+			_ = s.fs.Remove(tmp)
 		}
 	}()
 	if err := ctx.Err(); err != nil {
@@ -502,7 +523,7 @@ func (s *Store) writeTemp(a blob.Attrs, data []byte) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	f, err := os.CreateTemp(s.tmpDir, "put-*")
+	f, err := s.createTemp("put-")
 	if err != nil {
 		return "", err
 	}
@@ -519,7 +540,7 @@ func (s *Store) writeTemp(a blob.Attrs, data []byte) (string, error) {
 		err = cerr
 	}
 	if err != nil {
-		_ = os.Remove(f.Name())
+		_ = s.fs.Remove(f.Name())
 		return "", err
 	}
 	return f.Name(), nil
@@ -539,7 +560,7 @@ func (s *Store) publish(tmp, path string) (renamed bool, err error) {
 	for attempt := 0; ; attempt++ {
 		err := s.mkdirs(dir)
 		if err == nil {
-			err = os.Rename(tmp, path)
+			err = s.fs.Rename(tmp, path)
 		}
 		if err == nil {
 			break
@@ -559,12 +580,12 @@ func (s *Store) mkdirs(dir string) error {
 	if dir == s.blobsDir {
 		return nil
 	}
-	err := os.Mkdir(dir, 0o750)
+	err := s.fs.Mkdir(dir, 0o750)
 	if errors.Is(err, fs.ErrNotExist) {
 		if err := s.mkdirs(filepath.Dir(dir)); err != nil {
 			return err
 		}
-		err = os.Mkdir(dir, 0o750)
+		err = s.fs.Mkdir(dir, 0o750)
 	}
 	if err != nil && !errors.Is(err, fs.ErrExist) {
 		return err
@@ -599,7 +620,7 @@ func (s *Store) syncParents(dir string) error {
 // opening and closing included, means the directory's entries are not known
 // to be durable.
 func (s *Store) syncDir(dir string) error {
-	f, err := os.Open(dir)
+	f, err := s.fs.Open(dir)
 	if err != nil {
 		return err
 	}
@@ -638,7 +659,7 @@ func (s *Store) Delete(ctx context.Context, name string, opts blob.DeleteOptions
 	case opts.IfMatch != "" && opts.IfMatch != cur.ETag:
 		err = blob.ErrConditionFailed
 	default:
-		err = os.Remove(path)
+		err = s.fs.Remove(path)
 		if err == nil {
 			removed = true
 			err = s.syncDir(filepath.Dir(path))
@@ -667,7 +688,7 @@ func (s *Store) Delete(ctx context.Context, name string, opts blob.DeleteOptions
 func (s *Store) prune(dir string) {
 	for d := dir; d != s.blobsDir && strings.HasPrefix(d, s.blobsDir); d = filepath.Dir(d) {
 		s.durable.Delete(d)
-		if os.Remove(d) != nil {
+		if s.fs.Remove(d) != nil {
 			return
 		}
 	}
