@@ -58,7 +58,7 @@ type crashPoint struct {
 // returns what a crash after each file-system operation would leave. Each
 // writer puts sequentially, so the versions it acknowledged are known at
 // every step.
-func crashWorkload(t *testing.T, writers, rounds int, opts ...Option) []crashPoint {
+func crashWorkload(t *testing.T, writers, rounds int, opts ...Option) ([]crashPoint, int) {
 	t.Helper()
 	mem := vfs.NewStrictMem()
 	// The data directory exists, durably, as an operator made it.
@@ -68,7 +68,8 @@ func crashWorkload(t *testing.T, writers, rounds int, opts ...Option) []crashPoi
 	if err := mem.SyncFS("/"); err != nil {
 		t.Fatal(err)
 	}
-	s := openOn(t, mem, opts...)
+	obs := &groups{}
+	s := openOn(t, mem, append(opts, WithGroupObserver(obs.observe))...)
 	var (
 		mu     sync.Mutex
 		acked  = map[string]int{}
@@ -122,7 +123,7 @@ func crashWorkload(t *testing.T, writers, rounds int, opts ...Option) []crashPoi
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
-	return points
+	return points, obs.max()
 }
 
 // checkCrash opens the store on what a crash left and checks that every
@@ -178,17 +179,18 @@ func crashNames(writers, rounds int) []string {
 }
 
 // crashViolations runs the workload and checks a crash at every step; it
-// returns the first violation found and how many steps were checked.
-func crashViolations(t *testing.T, opts ...Option) (first error, steps int) {
+// returns the first violation found, how many steps were checked, and the
+// largest group of puts made durable together.
+func crashViolations(t *testing.T, opts ...Option) (first error, steps, maxGroup int) {
 	const writers, rounds = 6, 3
-	points := crashWorkload(t, writers, rounds, opts...)
+	points, maxGroup := crashWorkload(t, writers, rounds, opts...)
 	names := crashNames(writers, rounds)
 	for _, p := range points {
 		if err := checkCrash(p, names); err != nil {
-			return fmt.Errorf("crash after step %d (%s): %w", p.step, p.op, err), len(points)
+			return fmt.Errorf("crash after step %d (%s): %w", p.step, p.op, err), len(points), maxGroup
 		}
 	}
-	return nil, len(points)
+	return nil, len(points), maxGroup
 }
 
 // TestCrashAtEveryStep crashes, on a strict in-memory file system that
@@ -196,9 +198,13 @@ func crashViolations(t *testing.T, opts ...Option) (first error, steps int) {
 // concurrent workload: every blob is absent or whole, and nothing
 // acknowledged is lost.
 func TestCrashAtEveryStep(t *testing.T) {
-	err, steps := crashViolations(t)
+	err, steps, maxGroup := crashViolations(t)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("checked a crash after each of %d steps", steps)
+	// Each step clones the file system, so puts queue behind every pass.
+	if maxGroup < 2 {
+		t.Fatalf("no group of more than one put formed: the test did not crash mid-group")
+	}
+	t.Logf("checked a crash after each of %d steps; the largest group held %d puts", steps, maxGroup)
 }

@@ -39,6 +39,11 @@ func (s *Store) List(ctx context.Context, prefix, token string, max int) (blob.L
 	if err := w.walk(dir, dirPrefix); err != nil {
 		return blob.ListPage{}, fmt.Errorf("localstore: list %q: %w", prefix, err)
 	}
+	for _, it := range w.items {
+		if !s.sync.awaitDurable(ctx.Done(), it.Name, it.ETag) {
+			return blob.ListPage{}, fmt.Errorf("localstore: list %q: waiting for the put of %q to become durable: %w", prefix, it.Name, ctx.Err())
+		}
+	}
 	if err := s.refused("list", prefix); err != nil {
 		return blob.ListPage{}, err
 	}

@@ -11,9 +11,13 @@
 //	blobs/   one file per blob, see path.go for the naming
 //
 // A write goes to a temporary file that is fsynced and then renamed over the
-// blob's file; the containing directory is fsynced before the write is
-// acknowledged. A crash therefore leaves either the old or the new version,
-// never a torn one. ETags are random, never derived from time or content.
+// blob's file (or, for a create-only write, linked to its name); the
+// containing directory is fsynced before the write is acknowledged. A crash
+// therefore leaves either the old or the new version, never a torn one.
+// Concurrent writes, from any writers, are made durable in groups that
+// share those fsyncs (see syncer.go); a read never reports a version whose
+// group is still in flight. ETags are random, never derived from time or
+// content.
 //
 // A failed fsync is never retried (after one, Linux may already have dropped
 // the dirty pages and marked them clean, so a second fsync "succeeds"
@@ -24,16 +28,17 @@
 // directory fsyncs after a rename in Put, after the parent directories a Put
 // created, after the unlink in Delete), the change may be lost in a crash
 // although a reader could have seen it, and the shard layer acknowledges
-// commits it reads back. So the store fails for good: that call returns an
-// error matching both blob.ErrStoreFailed and blob.ErrOutcomeUnknown, every
-// later call, reads included, blob.ErrStoreFailed, until the process restarts
-// and Open reads back what is really on disk. Failed reports it. A read that
-// ran while the failing fsync was still in progress may have returned the
-// new version: reads do not wait for writes' fsyncs, here as on any store;
-// every read that ends after the failure was recorded is refused.
+// commits it reads back. So the store fails for good: that call (for a
+// put, every put of its group) returns an error matching both
+// blob.ErrStoreFailed and blob.ErrOutcomeUnknown, every later call, reads
+// included, blob.ErrStoreFailed, until the process restarts and Open reads
+// back what is really on disk. Failed reports it. A read that finds a version whose put's group is still in flight waits for the
+// group's outcome, so it is refused too when that group failed; every read
+// that ends after the failure was recorded is refused.
 //
 // The store is for one process: Open takes an exclusive lock on the
-// directory, and conditional writes are serialized in memory per name.
+// directory, and conditional writes are checked in memory, in the order the
+// syncer publishes them, under a lock per name.
 package localstore
 
 import (
@@ -108,6 +113,14 @@ type Store struct {
 	// closed when it is set.
 	failure atomic.Pointer[error]
 	failed  chan struct{}
+
+	// sync makes puts durable in groups (see syncer.go).
+	sync    *syncer
+	barrier Barrier
+	observe func(size int, elapsed time.Duration)
+	// skipFileBarrier and skipDirBarrier remove a barrier, only for the
+	// test that proves the crash test catches it.
+	skipFileBarrier, skipDirBarrier bool
 }
 
 var _ blob.Store = (*Store)(nil)
@@ -117,6 +130,18 @@ type Option func(*Store)
 
 // WithClock sets the clock that stamps LastModified (default time.Now).
 func WithClock(now func() time.Time) Option { return func(s *Store) { s.now = now } }
+
+// WithBarrier sets how groups of puts are made durable (default
+// BarrierFsync; see docs/performance.md for the measurements).
+func WithBarrier(b Barrier) Option { return func(s *Store) { s.barrier = b } }
+
+// WithGroupObserver makes the store call observe after each group of puts
+// it made durable, with the number of puts and the time the group took from
+// its start to its outcome. observe must be quick and safe for concurrent
+// use.
+func WithGroupObserver(observe func(size int, elapsed time.Duration)) Option {
+	return func(s *Store) { s.observe = observe }
+}
 
 // withSync replaces the fsync of files and directories, for tests that
 // inject failures.
@@ -162,6 +187,8 @@ func Open(dir string, opts ...Option) (*Store, error) {
 		_ = s.unlock()
 		return nil, fmt.Errorf("localstore: open %q: %w", abs, err)
 	}
+	s.sync = newSyncer(s)
+	s.sync.start()
 	return s, nil
 }
 
@@ -236,6 +263,7 @@ func (s *Store) Close() error {
 		return fmt.Errorf("localstore: close %s: %w", s.dir, blob.ErrClosed)
 	}
 	s.closed = true
+	s.sync.close()
 	if err := s.unlock(); err != nil {
 		return fmt.Errorf("localstore: close %s: unlock: %w", s.dir, err)
 	}
@@ -407,6 +435,9 @@ func (s *Store) Get(ctx context.Context, name string, opts blob.GetOptions) ([]b
 		return nil, blob.Attrs{}, fmt.Errorf("localstore: get %q: %w", name, err)
 	}
 	defer f.Close()
+	if !s.sync.awaitDurable(ctx.Done(), name, a.ETag) {
+		return nil, blob.Attrs{}, fmt.Errorf("localstore: get %q: waiting for its put to become durable: %w", name, ctx.Err())
+	}
 	if opts.IfNoneMatch != "" && opts.IfNoneMatch == a.ETag {
 		return nil, a, fmt.Errorf("localstore: get %q: %w", name, blob.ErrNotModified)
 	}
@@ -447,191 +478,13 @@ func (s *Store) Head(ctx context.Context, name string) (blob.Attrs, error) {
 	if err := f.Close(); err != nil {
 		return blob.Attrs{}, fmt.Errorf("localstore: head %q: %w", name, err)
 	}
+	if !s.sync.awaitDurable(ctx.Done(), name, a.ETag) {
+		return blob.Attrs{}, fmt.Errorf("localstore: head %q: waiting for its put to become durable: %w", name, ctx.Err())
+	}
 	if err := s.refused("head", name); err != nil {
 		return blob.Attrs{}, err
 	}
 	return a, nil
-}
-
-// Put implements blob.Store. The content is written and fsynced to a
-// temporary file first; only the check of the condition and the rename are
-// serialized per name.
-func (s *Store) Put(ctx context.Context, name string, data []byte, opts blob.PutOptions) (blob.Attrs, error) {
-	if err := blob.ValidateName(name); err != nil {
-		return blob.Attrs{}, err
-	}
-	done, err := s.enter(ctx, "put", name)
-	if err != nil {
-		return blob.Attrs{}, err
-	}
-	defer done()
-	path, err := s.blobPath(name)
-	if err != nil {
-		return blob.Attrs{}, err
-	}
-	a := blob.Attrs{Name: name, Size: int64(len(data)), ETag: newETag(), PutID: opts.PutID, LastModified: s.now()}
-	tmp, err := s.writeTemp(a, data)
-	if err != nil {
-		return blob.Attrs{}, fmt.Errorf("localstore: put %q: %w", name, err)
-	}
-	published := false
-	defer func() {
-		if !published {
-			_ = s.fs.Remove(tmp)
-		}
-	}()
-	if err := ctx.Err(); err != nil {
-		return blob.Attrs{}, fmt.Errorf("localstore: put %q: %w", name, err)
-	}
-
-	mu := s.stripe(name)
-	mu.Lock()
-	defer mu.Unlock()
-	// Checked under the name's lock: an earlier attempt of this put whose
-	// publish failed its fsync set the failure before releasing it, so its
-	// blob, which may not survive a crash, never passes for landed below.
-	if err := s.refused("put", name); err != nil {
-		return blob.Attrs{}, err
-	}
-	cur, exists, err := s.current(name, path)
-	if err != nil {
-		return blob.Attrs{}, fmt.Errorf("localstore: put %q: %w", name, err)
-	}
-	if (opts.IfNoneMatch && exists) || (opts.IfMatch != "" && (!exists || cur.ETag != opts.IfMatch)) {
-		if exists && opts.PutID != "" && cur.PutID == opts.PutID {
-			return cur, nil // an earlier attempt of this put landed
-		}
-		return blob.Attrs{}, fmt.Errorf("localstore: put %q: %w", name, blob.ErrConditionFailed)
-	}
-	renamed, err := s.publish(tmp, path)
-	published = renamed
-	if err != nil {
-		if renamed {
-			return blob.Attrs{}, s.fail("put", name, err)
-		}
-		return blob.Attrs{}, fmt.Errorf("localstore: put %q: %w", name, err)
-	}
-	if ferr := s.Failed(); ferr != nil {
-		return blob.Attrs{}, inDoubt("put", name, ferr) // another call failed the store meanwhile
-	}
-	return a, nil
-}
-
-// writeTemp writes header and data to a new fsynced file in tmp/.
-func (s *Store) writeTemp(a blob.Attrs, data []byte) (string, error) {
-	hdr, err := encodeHeader(a)
-	if err != nil {
-		return "", err
-	}
-	f, err := s.createTemp("put-")
-	if err != nil {
-		return "", err
-	}
-	_, err = f.Write(hdr)
-	if err == nil {
-		_, err = f.Write(data)
-	}
-	if err == nil {
-		// Safe to fail without failing the store: nothing is visible yet,
-		// and the file is removed.
-		err = s.syncFile(f)
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		_ = s.fs.Remove(f.Name())
-		return "", err
-	}
-	return f.Name(), nil
-}
-
-// publish renames tmp to path, creating parent directories, and makes the
-// result durable. A concurrent Delete may remove an empty parent directory
-// between our mkdir and rename; then we try again.
-//
-// renamed reports whether the rename happened: then the new version is
-// visible, and an error is a failed sync of a directory (of path's, or of a
-// parent's recording a directory just created), which the caller must treat
-// as failing the store. Otherwise nothing is visible but empty directories,
-// and the error is an ordinary one.
-func (s *Store) publish(tmp, path string) (renamed bool, err error) {
-	dir := filepath.Dir(path)
-	for attempt := 0; ; attempt++ {
-		err := s.mkdirs(dir)
-		if err == nil {
-			err = s.fs.Rename(tmp, path)
-		}
-		if err == nil {
-			break
-		}
-		if !errors.Is(err, fs.ErrNotExist) || attempt >= 100 {
-			return false, err
-		}
-	}
-	if err := s.syncDir(dir); err != nil {
-		return true, err
-	}
-	return true, s.syncParents(dir)
-}
-
-// mkdirs creates dir and its missing parents below the blob directory.
-func (s *Store) mkdirs(dir string) error {
-	if dir == s.blobsDir {
-		return nil
-	}
-	err := s.fs.Mkdir(dir, 0o750)
-	if errors.Is(err, fs.ErrNotExist) {
-		if err := s.mkdirs(filepath.Dir(dir)); err != nil {
-			return err
-		}
-		err = s.fs.Mkdir(dir, 0o750)
-	}
-	if err != nil && !errors.Is(err, fs.ErrExist) {
-		return err
-	}
-	return nil
-}
-
-// syncParents makes sure that dir and its ancestors are recorded durably in
-// their parents, fsyncing each parent once per directory lifetime.
-//
-// Invariant: a directory is in s.durable only if its entry, and those of all
-// its ancestors, are on stable storage. Delete removes a directory from the
-// set before removing it from disk.
-func (s *Store) syncParents(dir string) error {
-	var pending []string
-	for d := dir; d != s.blobsDir; d = filepath.Dir(d) {
-		if _, ok := s.durable.Load(d); ok {
-			break
-		}
-		pending = append(pending, d)
-	}
-	for i := len(pending) - 1; i >= 0; i-- {
-		if err := s.syncDir(filepath.Dir(pending[i])); err != nil {
-			return err
-		}
-		s.durable.Store(pending[i], struct{}{})
-	}
-	return nil
-}
-
-// syncDir fsyncs a directory. Its error names the directory. Any error,
-// opening and closing included, means the directory's entries are not known
-// to be durable.
-func (s *Store) syncDir(dir string) error {
-	f, err := s.fs.Open(dir)
-	if err != nil {
-		return err
-	}
-	err = s.syncFile(f)
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return fmt.Errorf("fsync of directory %s: %w", dir, err)
-	}
-	return nil
 }
 
 // Delete implements blob.Store. Directories left empty are removed.
@@ -651,6 +504,19 @@ func (s *Store) Delete(ctx context.Context, name string, opts blob.DeleteOptions
 	mu := s.stripe(name)
 	mu.Lock()
 	cur, exists, err := s.current(name, path)
+	// A version that a group in flight published is deleted only once it
+	// is durable.
+	for err == nil && exists && s.sync.pending(name, cur.ETag) {
+		mu.Unlock()
+		if !s.sync.awaitDurable(ctx.Done(), name, cur.ETag) {
+			return fmt.Errorf("localstore: delete %q: waiting for a put of it to become durable: %w", name, ctx.Err())
+		}
+		mu.Lock()
+		cur, exists, err = s.current(name, path)
+	}
+	if err == nil {
+		err = s.refused("delete", name) // the group waited for may have failed the store
+	}
 	removed := false
 	switch {
 	case err != nil:
