@@ -51,7 +51,9 @@ type bench struct {
 	// writer, reader and floor.
 	store     blob.Store
 	storeDesc string
-	closers   []func() error
+	// localDir is the local store's directory ("" for other stores).
+	localDir string
+	closers  []func() error
 	// closeStore closes an Azure store, which fresh replaces.
 	closeStore func() error
 	// azuriteRuns counts the Azurite instances this run started; used
@@ -138,7 +140,7 @@ func (b *bench) setup(ctx context.Context) error {
 			return fmt.Errorf("--store %s: %w", cfg.store, err)
 		}
 		b.closers = append(b.closers, s.Close)
-		b.store, b.storeDesc = s, "embedded local-disk store ("+dir+")"
+		b.store, b.storeDesc, b.localDir = s, "embedded local-disk store ("+dir+")", s.Dir()
 	case "azblob":
 		if err := b.setupAzure(ctx); err != nil {
 			return err
@@ -323,6 +325,17 @@ func (b *bench) dial(addr string) (*grpc.ClientConn, error) {
 	}
 	b.closers = append(b.closers, conn.Close)
 	return conn, nil
+}
+
+// fsFloorDir creates a directory for the floor-fs mode beside the local
+// store's, on the same file system; the run removes it at its end.
+func (b *bench) fsFloorDir(name string) (string, error) {
+	dir := fmt.Sprintf("%s-floor-%s-%s", b.localDir, b.runID, name)
+	if err := os.MkdirAll(dir, 0o750); err != nil {
+		return "", fmt.Errorf("floor-fs: %w", err)
+	}
+	b.closers = append(b.closers, func() error { return os.RemoveAll(dir) })
+	return dir, nil
 }
 
 func (b *bench) close() error {
