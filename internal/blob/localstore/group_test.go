@@ -358,16 +358,18 @@ func TestFailedGroupFailsEveryPut(t *testing.T) {
 // barrier, a crash at some step loses an acknowledged blob or leaves a
 // published one torn.
 func TestCrashTestCatchesMissingBarriers(t *testing.T) {
-	for name, opt := range map[string]Option{
-		"file data before publish":   func(s *Store) { s.skipFileBarrier = true },
-		"directories before answers": func(s *Store) { s.skipDirBarrier = true },
-	} {
-		t.Run(name, func(t *testing.T) {
-			err, steps, _ := crashViolations(t, opt)
-			if err == nil {
-				t.Fatalf("without the barrier (%s), a crash at each of %d steps left nothing wrong", name, steps)
-			}
-			t.Logf("caught: %v", err)
-		})
+	for bname, b := range barriers {
+		for name, opt := range map[string]Option{
+			"file data before publish":   func(s *Store) { s.skipFileBarrier = true },
+			"directories before answers": func(s *Store) { s.skipDirBarrier = true },
+		} {
+			t.Run(bname+"/"+name, func(t *testing.T) {
+				err, steps, _ := crashViolations(t, WithBarrier(b), opt)
+				if err == nil {
+					t.Fatalf("without the barrier (%s), a crash at each of %d steps left nothing wrong", name, steps)
+				}
+				t.Logf("caught: %v", err)
+			})
+		}
 	}
 }

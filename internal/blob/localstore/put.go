@@ -157,20 +157,18 @@ func (s *Store) lostConditionTo(r *putReq, cur blob.Attrs, exists bool) {
 	r.err = fmt.Errorf("localstore: put %q: %w", r.name, blob.ErrConditionFailed)
 }
 
-// retryMissingDir runs op (a rename or link to path), creating path's
-// parent directories first. A concurrent Delete may remove an empty parent
-// between the mkdir and op; then it tries again.
+// retryMissingDir runs op (a rename or link to path), and if path's
+// directory is missing creates it and its parents and runs op again. A
+// concurrent Delete may remove an empty parent between the mkdir and op;
+// then it tries again.
 func (s *Store) retryMissingDir(path string, op func() error) error {
-	dir := filepath.Dir(path)
-	for attempt := 0; ; attempt++ {
-		err := s.mkdirs(dir)
-		if err == nil {
+	err := op()
+	for attempt := 0; err != nil && errors.Is(err, fs.ErrNotExist) && attempt < 100; attempt++ {
+		if err = s.mkdirs(filepath.Dir(path)); err == nil {
 			err = op()
 		}
-		if err == nil || !errors.Is(err, fs.ErrNotExist) || attempt >= 100 {
-			return err
-		}
 	}
+	return err
 }
 
 // mkdirs creates dir and its missing parents below the blob directory.

@@ -117,7 +117,9 @@ type Store struct {
 	// sync makes puts durable in groups (see syncer.go).
 	sync    *syncer
 	barrier Barrier
-	observe func(size int, elapsed time.Duration)
+	// syncfsOK: syncfs(2) reports write-back errors on this file system.
+	syncfsOK bool
+	observe  func(size int, elapsed time.Duration)
 	// skipFileBarrier and skipDirBarrier remove a barrier, only for the
 	// test that proves the crash test catches it.
 	skipFileBarrier, skipDirBarrier bool
@@ -132,7 +134,7 @@ type Option func(*Store)
 func WithClock(now func() time.Time) Option { return func(s *Store) { s.now = now } }
 
 // WithBarrier sets how groups of puts are made durable (default
-// BarrierFsync; see docs/performance.md for the measurements).
+// BarrierAuto; see Barrier).
 func WithBarrier(b Barrier) Option { return func(s *Store) { s.barrier = b } }
 
 // WithGroupObserver makes the store call observe after each group of puts
@@ -187,6 +189,7 @@ func Open(dir string, opts ...Option) (*Store, error) {
 		_ = s.unlock()
 		return nil, fmt.Errorf("localstore: open %q: %w", abs, err)
 	}
+	s.syncfsOK = vfs.SyncFSReportsErrors(s.fs)
 	s.sync = newSyncer(s)
 	s.sync.start()
 	return s, nil

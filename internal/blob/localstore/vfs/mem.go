@@ -75,7 +75,18 @@ func (m *MemFS) done(op, path string) {
 // every directory reached from the root through synced entries, with its
 // synced entries, and every file with its synced data. Locks are not
 // carried over (the crashed process held them).
-func (m *MemFS) CrashClone() *MemFS {
+func (m *MemFS) CrashClone() *MemFS { return m.crashClone(false) }
+
+// CrashCloneMetadataDurable returns what a crash now could leave if every
+// directory's entries had become durable without being synced, as a
+// journal commit made for another file's fsync (or the file system's
+// periodic commit) may do, but no file's data had: every directory with
+// its current entries, every file with its synced data. Code that
+// publishes a file (renames or links it) before its data is durable leaves
+// a torn file here, even if it later syncs data and names together.
+func (m *MemFS) CrashCloneMetadataDurable() *MemFS { return m.crashClone(true) }
+
+func (m *MemFS) crashClone(metadata bool) *MemFS {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	seen := map[*node]*node{}
@@ -87,8 +98,12 @@ func (m *MemFS) CrashClone() *MemFS {
 		c := &node{dir: n.dir, mtime: n.mtime}
 		seen[n] = c
 		if n.dir {
-			c.children = make(map[string]*node, len(n.syncedChildren))
-			for name, child := range n.syncedChildren {
+			entries := n.syncedChildren
+			if metadata {
+				entries = n.children
+			}
+			c.children = make(map[string]*node, len(entries))
+			for name, child := range entries {
 				c.children[name] = clone(child)
 			}
 			c.syncedChildren = maps.Clone(c.children)

@@ -1,6 +1,7 @@
 package vfs
 
 import (
+	"fmt"
 	"io/fs"
 	"os"
 
@@ -67,4 +68,31 @@ func (osFS) Lock(name string) (func() error, bool, error) {
 		return nil, ok, err
 	}
 	return l.Unlock, true, nil
+}
+
+// SyncFSReportsErrors reports whether fsys's SyncFS reports write-back
+// errors: for the operating system's, whether the kernel is Linux 5.8 or
+// later (before, syncfs(2) returned 0 whatever happened).
+func SyncFSReportsErrors(fsys FS) bool {
+	switch fsys.(type) {
+	case *MemFS:
+		return true
+	case osFS:
+		var u unix.Utsname
+		if unix.Uname(&u) != nil {
+			return false
+		}
+		return kernelAtLeast(unix.ByteSliceToString(u.Release[:]), 5, 8)
+	}
+	return false
+}
+
+// kernelAtLeast reports whether a release string such as "6.18.44-fc"
+// names a kernel at least major.minor.
+func kernelAtLeast(release string, major, minor int) bool {
+	var ma, mi int
+	if _, err := fmt.Sscanf(release, "%d.%d", &ma, &mi); err != nil {
+		return false
+	}
+	return ma > major || ma == major && mi >= minor
 }
