@@ -3,8 +3,9 @@ package localstore
 import (
 	"context"
 	"errors"
-	"os"
+	"io/fs"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -117,19 +118,31 @@ func goPut(ctx context.Context, s *Store, name, data string, opts blob.PutOption
 // fsync, so that puts made meanwhile queue for the next group.
 func holdPass(t *testing.T, s *Store, g *gate, name string) <-chan putResult {
 	t.Helper()
-	g.arm(func(p string, isDir bool) bool { return !isDir && filepath.Dir(p) == s.tmpDir })
+	g.arm(func(p string, isDir bool) bool { return !isDir && isTemp(s, p) })
 	c := goPut(t.Context(), s, name, "blocker", blob.PutOptions{})
 	<-g.entered
 	return c
 }
 
+// tmpFiles counts the files below tmp/.
 func tmpFiles(t *testing.T, s *Store) int {
 	t.Helper()
-	des, err := os.ReadDir(s.tmpDir)
+	n := 0
+	err := filepath.WalkDir(s.tmpDir, func(_ string, d fs.DirEntry, err error) error {
+		if err == nil && !d.IsDir() {
+			n++
+		}
+		return err
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return len(des)
+	return n
+}
+
+// isTemp reports whether path is a temporary file of s.
+func isTemp(s *Store, path string) bool {
+	return strings.HasPrefix(path, s.tmpDir+string(filepath.Separator))
 }
 
 // TestGroupChecksConditionsInOrder: puts queued while a pass runs form the
@@ -283,7 +296,7 @@ func TestDeleteOfPendingVersionWaits(t *testing.T) {
 func TestGivingUp(t *testing.T) {
 	s, g, _ := openGated(t)
 	inFlight, cancelInFlight := context.WithCancel(t.Context())
-	g.arm(func(p string, isDir bool) bool { return !isDir && filepath.Dir(p) == s.tmpDir })
+	g.arm(func(p string, isDir bool) bool { return !isDir && isTemp(s, p) })
 	first := goPut(inFlight, s, "first", "1", blob.PutOptions{IfNoneMatch: true})
 	<-g.entered
 

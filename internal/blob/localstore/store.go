@@ -7,7 +7,8 @@
 //
 //	LOCK     flock(2)ed by the one process that has the directory open
 //	FORMAT   "rolloutd-localstore 1"
-//	tmp/     temporary files of writes in flight; emptied by Open
+//	tmp/     temporary files of writes in flight, in tmp/0 … tmp/15;
+//	         emptied by Open
 //	blobs/   one file per blob, see path.go for the naming
 //
 // A write goes to a temporary file that is fsynced and then renamed over the
@@ -72,6 +73,11 @@ const (
 	tmpDir        = "tmp"
 	blobsDir      = "blobs"
 	stripes       = 64
+	// tmpSubdirs spreads temporary files over this many directories, so
+	// that concurrent writers do not all create and remove files in one
+	// (measured here, 64 writers over 100 shards: 21% less CPU per append
+	// at the median of 5 paired runs, lower in 4 of them).
+	tmpSubdirs = 16
 )
 
 // ErrLocked: the data directory is held by another process (or another
@@ -227,9 +233,19 @@ func (s *Store) readFile(name string) ([]byte, error) {
 	return io.ReadAll(f)
 }
 
-// createTemp creates a new file in tmp/.
+// createTemp creates a new file in one of tmp/'s subdirectories, in turn,
+// creating the subdirectory when missing.
 func (s *Store) createTemp(prefix string) (vfs.File, error) {
-	return s.fs.Create(filepath.Join(s.tmpDir, prefix+strconv.FormatUint(s.tmpSeq.Add(1), 10)))
+	n := s.tmpSeq.Add(1)
+	dir := filepath.Join(s.tmpDir, strconv.FormatUint(n%tmpSubdirs, 10))
+	name := filepath.Join(dir, prefix+strconv.FormatUint(n, 10))
+	f, err := s.fs.Create(name)
+	if errors.Is(err, fs.ErrNotExist) {
+		if err = s.fs.Mkdir(dir, 0o750); err == nil || errors.Is(err, fs.ErrExist) {
+			f, err = s.fs.Create(name)
+		}
+	}
+	return f, err
 }
 
 func (s *Store) writeFormat() error {
