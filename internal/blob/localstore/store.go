@@ -140,7 +140,7 @@ type Option func(*Store)
 func WithClock(now func() time.Time) Option { return func(s *Store) { s.now = now } }
 
 // WithBarrier sets how groups of puts are made durable (default
-// BarrierAuto; see Barrier).
+// BarrierFsync; see Barrier).
 func WithBarrier(b Barrier) Option { return func(s *Store) { s.barrier = b } }
 
 // WithGroupObserver makes the store call observe after each group of puts

@@ -66,20 +66,24 @@ func (g *group) holds(name string, etag blob.ETag) bool {
 //
 // Measured here (docs/performance.md): fsyncs of a group's N files, issued
 // in parallel, share journal commits but each still flushes the disk's
-// cache, so a barrier over 30 files took 3-4 times as long as one
-// syncfs(2). But syncfs writes back everything dirty on the file system,
-// other programs' files included: beside a program writing continuously, a
-// lone put's p50 rose from 1.3 ms to 40 ms. So BarrierAuto, the default,
-// fsyncs a lone put's file and directory, and uses syncfs for a barrier
-// over syncfsMin or more, where its one flush pays.
+// cache, so on a quiet machine a barrier over 30 files took 2-4 times as
+// long as one syncfs(2). But syncfs writes back everything dirty on the
+// file system, other programs' files included: beside a program writing
+// continuously, a lone put's p50 rose from 1.3 ms to 40 ms, and with other
+// work writing on the machine syncfs groups were from 0.45 to 1.3 times as
+// fast as fsyncs. rolloutd's data directory shares its file system with
+// whatever else the box writes (an RL job's checkpoints), so the default
+// is BarrierFsync, whose cost does not depend on other programs' writes.
+// BarrierAuto suits a file system of rolloutd's own.
 type Barrier int
 
 const (
+	// BarrierFsync, the default, fsyncs each file, then each directory,
+	// in parallel.
+	BarrierFsync Barrier = iota
 	// BarrierAuto: fsync below syncfsMin files (or directories), syncfs
 	// from there, where the kernel reports syncfs errors (Linux 5.8+).
-	BarrierAuto Barrier = iota
-	// BarrierFsync fsyncs each file, then each directory, in parallel.
-	BarrierFsync
+	BarrierAuto
 	// BarrierSyncfs calls syncfs(2) on the store's file system for each
 	// barrier (falling back to fsync where the kernel would not report its
 	// errors).
