@@ -48,7 +48,9 @@ type bench struct {
 	// writer, reader and floor.
 	store     blob.Store
 	storeDesc string
-	closers   []func() error
+	// localDir is the local store's directory ("" for other stores).
+	localDir string
+	closers  []func() error
 	// closeStore closes an Azure store, which fresh replaces.
 	closeStore func() error
 	// azuriteRuns counts the Azurite instances this run started; used
@@ -135,7 +137,7 @@ func (b *bench) setup(ctx context.Context) error {
 			return fmt.Errorf("--store %s: %w", cfg.store, err)
 		}
 		b.closers = append(b.closers, s.Close)
-		b.store, b.storeDesc = s, "embedded local-disk store ("+dir+")"
+		b.store, b.storeDesc, b.localDir = s, "embedded local-disk store ("+dir+")", s.Dir()
 	case "azblob":
 		if err := b.setupAzure(ctx); err != nil {
 			return err
@@ -322,6 +324,17 @@ func newGRPCClient(target string, opts ...client.Option) (*client.Client, error)
 		client.WithAttemptTimeout(24 * time.Hour),
 		client.WithMaxMessageBytes(64 << 20),
 	}, opts...)...)
+}
+
+// fsFloorDir creates a directory for the floor-fs mode beside the local
+// store's, on the same file system; the run removes it at its end.
+func (b *bench) fsFloorDir(name string) (string, error) {
+	dir := fmt.Sprintf("%s-floor-%s-%s", b.localDir, b.runID, name)
+	if err := os.MkdirAll(dir, 0o750); err != nil {
+		return "", fmt.Errorf("floor-fs: %w", err)
+	}
+	b.closers = append(b.closers, func() error { return os.RemoveAll(dir) })
+	return dir, nil
 }
 
 func (b *bench) close() error {

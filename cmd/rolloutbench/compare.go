@@ -392,6 +392,23 @@ func (b *bench) compareRun(ctx context.Context) ([]phaseResult, []targetCheck, e
 		}
 	}
 
+	// --- Target 6: the embedded local store, across shards and alone. ---
+	if b.want("6") {
+		if b.cfg.store.Kind != "local" || !inproc {
+			checks = append(checks,
+				skipped("6a", "local store: 64 clients over 100 shards: appends/s / 64 clients on one shard's", ">=", 0.5, "needs --inprocess on the embedded local store"),
+				skipped("6b", "local store, single client: resident p50 over gRPC / local floor p50", "<=", 1.4, "needs --inprocess on the embedded local store"))
+		} else {
+			say("target 6: the local store: %d clients on 1 shard vs over %d shards; a single client vs the local floor (file writes, fsyncs, renames in a loop)", sz.LocalClients, sz.LocalShards)
+			rs, cs, err := b.target6(ctx)
+			if err != nil {
+				return nil, nil, err
+			}
+			results = append(results, rs...)
+			checks = append(checks, cs...)
+		}
+	}
+
 	// --- Per-append, last. ---
 	if store == nil {
 		if b.want("1") {
@@ -520,6 +537,92 @@ func (b *bench) target1(ctx context.Context, prefix string, wopts shard.Options,
 	return rs, nil
 }
 
+// target6 measures the embedded local store, in-process over gRPC: a
+// single client against the local floor (the same file writes, fsyncs and
+// renames in a plain loop, beside the store), interleaved; then
+// LocalClients clients on one shard against the same clients over
+// LocalShards shards, interleaved, with this process's CPU per append in
+// both.
+func (b *bench) target6(ctx context.Context) ([]phaseResult, []targetCheck, error) {
+	sz := b.cfg.sizes
+	base := b.base() + "/t6"
+	res, err := b.resident(b.store, b.cfg.MaxWriters, nil)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer res.stop()
+	var ps []*phase
+	defer func() {
+		for _, p := range ps {
+			p.close()
+		}
+	}()
+	newPhase := func(s loadSpec) (*phase, error) {
+		p, err := b.newPhase(s)
+		if err == nil {
+			ps = append(ps, p)
+		}
+		return p, err
+	}
+
+	s := b.spec("T6 resident gRPC 1 client", modeResident, res.path, 1, []string{base + "-single"})
+	s.NewClient, s.Figures = grpcClients(res.conn), res.figures
+	single, err := newPhase(s)
+	if err != nil {
+		return nil, nil, err
+	}
+	warm(ctx, 20, single)
+	// The floor's manifest is the product shard's, as the warm-up left it.
+	fs, err := b.floorFor(ctx, "", base+"-single")
+	if err != nil {
+		return nil, nil, err
+	}
+	dir, err := b.fsFloorDir("t6")
+	if err != nil {
+		return nil, nil, err
+	}
+	s = b.spec("T6 local floor", modeFloorFS, "plain file operations in a loop, beside the store: write+fsync+rename of the generation, fsync of its directory, the same for the manifest", 1, []string{base + "-single"})
+	s.NewClient = fsFloorClients(dir, fs.generation, fs.manifest)
+	floor, err := newPhase(s)
+	if err != nil {
+		return nil, nil, err
+	}
+	warm(ctx, 20, floor)
+	interleave(ctx, int64(sz.LocalSingle), sz.LocalSingle/10, floor, single)
+
+	s = b.spec(fmt.Sprintf("T6 resident %d clients, 1 shard", sz.LocalClients), modeResident, res.path, sz.LocalClients, []string{base + "-one"})
+	s.NewClient, s.Figures = grpcClients(res.conn), res.figures
+	one, err := newPhase(s)
+	if err != nil {
+		return nil, nil, err
+	}
+	s = b.spec(fmt.Sprintf("T6 resident %d clients, %d shards", sz.LocalClients, sz.LocalShards), modeResident, res.path, sz.LocalClients, shardNames(base+"-wide", sz.LocalShards))
+	s.NewClient, s.Figures = grpcClients(res.conn), res.figures
+	wide, err := newPhase(s)
+	if err != nil {
+		return nil, nil, err
+	}
+	// Every writer open before measuring.
+	warm(ctx, int64(4*max(sz.LocalShards, sz.LocalClients)), one, wide)
+	interleave(ctx, int64(sz.LocalClients*sz.LocalEach), 4, one, wide)
+
+	rs := []phaseResult{floor.result(), single.result(), one.result(), wide.result()}
+	fr, sr, or, wr := rs[0], rs[1], rs[2], rs[3]
+	cpu := func(r phaseResult) string {
+		if r.CPUusPerAppend == nil {
+			return "?"
+		}
+		return fmt.Sprintf("%.0f µs", *r.CPUusPerAppend)
+	}
+	return rs, []targetCheck{
+		check("6a", fmt.Sprintf("local store: %d clients over %d shards: appends/s / %d clients on one shard's", sz.LocalClients, sz.LocalShards, sz.LocalClients),
+			wr.AppendsPerSec/or.AppendsPerSec, ">=", 0.5,
+			fmt.Sprintf("%.0f/s vs %.0f/s; CPU per append %s vs %s", wr.AppendsPerSec, or.AppendsPerSec, cpu(wr), cpu(or))),
+		check("6b", "local store, single client: resident p50 over gRPC / local floor p50", p50(sr)/p50(fr), "<=", 1.4,
+			fmt.Sprintf("%s vs %s", ms(p50(sr)), ms(p50(fr)))),
+	}, nil
+}
+
 // tw is a phase's peak client TIME_WAIT count toward the blob endpoint, or
 // NaN without one.
 func tw(r phaseResult) float64 {
@@ -530,7 +633,7 @@ func tw(r phaseResult) float64 {
 }
 
 func sortChecks(cs []targetCheck) []targetCheck {
-	order := []string{"1a", "1b", "1c", "2", "3a", "3b", "3c", "4a", "4b", "4c", "5"}
+	order := []string{"1a", "1b", "1c", "2", "3a", "3b", "3c", "4a", "4b", "4c", "5", "6a", "6b"}
 	var out []targetCheck
 	for _, id := range order {
 		for _, c := range cs {

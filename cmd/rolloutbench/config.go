@@ -18,15 +18,18 @@ import (
 
 // Modes a run can measure. "resident" is the product path over gRPC (an
 // in-process server on loopback, or --target); "resident-shard" calls a
-// resident shard.Writer directly, in-process, without gRPC.
+// resident shard.Writer directly, in-process, without gRPC; "floor-fs" is
+// the embedded local store's floor: its file writes, fsyncs and renames in
+// a plain loop, beside the store's directory.
 const (
 	modeFloor         = "floor"
+	modeFloorFS       = "floor-fs"
 	modeResident      = "resident"
 	modeResidentShard = "resident-shard"
 	modePerAppend     = "per-append"
 )
 
-var allModes = []string{modeFloor, modeResident, modeResidentShard, modePerAppend}
+var allModes = []string{modeFloor, modeFloorFS, modeResident, modeResidentShard, modePerAppend}
 
 const envConnectionString = "AZURE_STORAGE_CONNECTION_STRING"
 
@@ -57,7 +60,7 @@ type config struct {
 	ReadFraction float64
 
 	Compare bool
-	Targets []string // --targets: which of "1".."5" --compare runs; empty: all
+	Targets []string // --targets: which of "1".."6" --compare runs; empty: all
 	// Diagnose adds diagnostic phases (merging off) to target 1 in-process.
 	Diagnose bool
 	sizes    compareSizes
@@ -91,6 +94,10 @@ type compareSizes struct {
 	Settle         time.Duration // target 2: socket sampling after the last append (Azurite's keep-alive is 5 s)
 	Gets           int           // target 5: Gets (and read floors)
 	GetRecords     int           // target 5: records in the read shard
+	LocalSingle    int           // target 6: single-client appends (floor-fs and resident each)
+	LocalClients   int           // target 6: 64
+	LocalShards    int           // target 6: 100
+	LocalEach      int           // target 6: appends per client in each layout
 }
 
 var defaultSizes = compareSizes{
@@ -109,6 +116,10 @@ var defaultSizes = compareSizes{
 	Gets:           300,
 	GetRecords:     500,
 	Settle:         7 * time.Second,
+	LocalSingle:    300,
+	LocalClients:   64,
+	LocalShards:    100,
+	LocalEach:      120,
 }
 
 // storeURL is a parsed --store.
@@ -180,7 +191,7 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (*con
 	fs.DurationVar(&c.Duration, "duration", 0, "run each mode this long instead of --count operations")
 	fs.Float64Var(&c.ReadFraction, "read-fraction", 0, "fraction of operations that are Gets of ids this run appended (0..1)")
 	fs.BoolVar(&c.Compare, "compare", false, "run the targets' phases (floor, resident, per-append) back to back and print their ratios")
-	targets := fs.String("targets", "1,2,3,4,5", "--compare: which targets to run")
+	targets := fs.String("targets", "1,2,3,4,5,6", "--compare: which targets to run (6 needs the embedded local store)")
 	fs.BoolVar(&c.Diagnose, "diagnose", true, "--compare in-process: also run target 1 with merging off, to show what merging costs a lone client")
 	fs.IntVar(&c.sizes.SingleAppends, "compare-single", defaultSizes.SingleAppends, "--compare: single-client appends per mode (target 1)")
 	fs.Int64Var(&c.sizes.ManyAppends, "compare-appends", defaultSizes.ManyAppends, "--compare: appends of the 32-client phases (target 2)")
@@ -201,10 +212,10 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (*con
 	for t := range strings.SplitSeq(*targets, ",") {
 		switch t = strings.TrimSpace(t); t {
 		case "":
-		case "1", "2", "3", "4", "5":
+		case "1", "2", "3", "4", "5", "6":
 			c.Targets = append(c.Targets, t)
 		default:
-			return nil, fmt.Errorf("--targets: %q is not one of 1, 2, 3, 4, 5", t)
+			return nil, fmt.Errorf("--targets: %q is not one of 1, 2, 3, 4, 5, 6", t)
 		}
 	}
 	for m := range strings.SplitSeq(*mode, ",") {
@@ -284,6 +295,9 @@ func (c *config) validate(getenv func(string) string) error {
 		if c.azureConn == "" {
 			return fmt.Errorf("--store %s needs %s (or --azurite to start one)", c.store, envConnectionString)
 		}
+	}
+	if slices.Contains(c.Modes, modeFloorFS) && (c.store.Kind != "local" || !c.InProcess) {
+		return errors.New("--mode floor-fs is the embedded local store's floor: it needs --inprocess and a local --store")
 	}
 	if c.Target != "" && c.store.Kind == "local" {
 		return errors.New("--store with a local directory is held by the rolloutd that serves it; a remote target's store must be azblob:// (or give none)")

@@ -92,6 +92,7 @@ type phase struct {
 	haveSock bool
 	emuCPU   float64 // CPU seconds the emulator used during the blocks
 	haveEmu  bool
+	cpu      float64 // CPU seconds this process used during the blocks
 	rssQ     float64 // RSS when a quarter of the phase was done
 	rssEnd   float64
 	stopped  string
@@ -153,6 +154,7 @@ func (p *phase) run(ctx context.Context, count int64, duration time.Duration) {
 		}
 	}
 
+	cpuBefore := processCPU()
 	var started, finished atomic.Int64
 	var timeBound atomic.Bool
 	start := time.Now()
@@ -215,6 +217,7 @@ func (p *phase) run(ctx context.Context, count int64, duration time.Duration) {
 		})
 	}
 	wg.Wait()
+	p.cpu += processCPU() - cpuBefore
 	cancel()
 	<-sampled
 	p.elapsed += time.Since(start)
@@ -458,6 +461,7 @@ func (p *phase) reset() {
 	p.haveSock = false
 	p.rssQ, p.rssEnd = 0, 0
 	p.emuCPU, p.haveEmu = 0, false
+	p.cpu = 0
 	p.stopped = ""
 	p.blocks = 0
 }

@@ -141,7 +141,7 @@ func (b *bench) modeRun(ctx context.Context) ([]phaseResult, []modeRatio, error)
 	if dur > 0 {
 		count = 0
 	}
-	order := map[string]int{modeFloor: 0, modeResidentShard: 1, modeResident: 2, modePerAppend: 3}
+	order := map[string]int{modeFloor: 0, modeFloorFS: 0, modeResidentShard: 1, modeResident: 2, modePerAppend: 3}
 	modes := append([]string(nil), cfg.Modes...)
 	for i := range modes { // insertion sort by order: few modes
 		for j := i; j > 0 && order[modes[j]] < order[modes[j-1]]; j-- {
@@ -175,6 +175,25 @@ func (b *bench) modeRun(ctx context.Context) ([]phaseResult, []modeRatio, error)
 			fs.store = c.wrap(b.store)
 			s.Path = "raw blob ops: create-only PUT of the generation + If-Match PUT of the manifest (reads: manifest GET + ranged GET), sequential per client, shared client, on " + b.storeDesc
 			s.NewClient, s.Figures = floorClients(fs), c.figures
+		case modeFloorFS:
+			recs := make([]*rolloutv1.Record, cfg.Records)
+			for i := range recs {
+				recs[i] = b.newRecord(0)
+			}
+			gen, err := generationBlob(shards[0], recs)
+			if err != nil {
+				return nil, nil, err
+			}
+			man, err := freshManifest()
+			if err != nil {
+				return nil, nil, err
+			}
+			dir, err := b.fsFloorDir("mode")
+			if err != nil {
+				return nil, nil, err
+			}
+			s.Path = "plain file operations: write+fsync+rename of the generation, fsync of its directory, the same for the manifest, beside " + b.storeDesc
+			s.NewClient, s.ReadFraction = fsFloorClients(dir, gen, man), 0
 		case modeResidentShard:
 			c := newOpCounter()
 			pool := newWriterPool(c.wrap(b.store), b.log, shard.Options{})
@@ -218,15 +237,19 @@ func (b *bench) modeRun(ctx context.Context) ([]phaseResult, []modeRatio, error)
 		results = append(results, p.result())
 	}
 	var ratios []modeRatio
+	// The ratios' floor: the blob operations' floor, else the local
+	// store's plain file operations.
 	var floor *phaseResult
-	for i := range results {
-		if results[i].Mode == modeFloor {
-			floor = &results[i]
+	for _, m := range []string{modeFloorFS, modeFloor} {
+		for i := range results {
+			if results[i].Mode == m {
+				floor = &results[i]
+			}
 		}
 	}
 	if floor != nil {
 		for _, r := range results {
-			if r.Mode == modeFloor {
+			if r.Mode == floor.Mode {
 				continue
 			}
 			mr := modeRatio{Mode: r.Mode, P50VsFloor: p50(r) / p50(*floor), P99VsFloor: r.AppendLatency.P99ms / floor.AppendLatency.P99ms,

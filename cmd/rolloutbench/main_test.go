@@ -27,6 +27,7 @@ var smokeSizes = compareSizes{
 	OneShardSingle: 10, OneShardEach: 4, OneShardConc: 8,
 	WideDuration: time.Second, WideShards: 20, WideMaxWriters: 4, WideClients: 4,
 	Gets: 20, GetRecords: 20,
+	LocalSingle: 20, LocalClients: 8, LocalShards: 12, LocalEach: 4,
 }
 
 func noEnv(string) string { return "" }
@@ -65,7 +66,7 @@ func TestCompareSmoke(t *testing.T) {
 	for _, c := range rep.Targets {
 		ids = append(ids, c.ID)
 	}
-	if got, want := strings.Join(ids, ","), "1a,1b,1c,2,3a,3b,3c,4a,4b,4c,5"; got != want {
+	if got, want := strings.Join(ids, ","), "1a,1b,1c,2,3a,3b,3c,4a,4b,4c,5,6a,6b"; got != want {
 		t.Errorf("targets %s, want %s", got, want)
 	}
 	for _, c := range rep.Targets {
@@ -83,13 +84,17 @@ func TestCompareSmoke(t *testing.T) {
 		if p.Appends == 0 && p.Gets == 0 {
 			t.Errorf("phase %s did nothing", p.Name)
 		}
-		if p.BlobOps == nil {
+		if p.BlobOps == nil && p.Mode != modeFloorFS {
 			t.Errorf("phase %s: no blob operation counts", p.Name)
+		}
+		if p.CPUusPerAppend == nil && p.Appends > 0 {
+			t.Errorf("phase %s: no CPU per append", p.Name)
 		}
 	}
 	for _, want := range []string{"T1 floor", "T1 resident in-process", "T1 resident gRPC", "T2 resident 4 clients",
 		"T3 floor 8 clients", "T4 resident 20 shards", "T5 read floor", "T5 Get, other instance",
-		"T1 per-append, new shard each", "T2 per-append 4 clients"} {
+		"T1 per-append, new shard each", "T2 per-append 4 clients",
+		"T6 local floor", "T6 resident gRPC 1 client", "T6 resident 8 clients, 1 shard", "T6 resident 8 clients, 12 shards"} {
 		if !phases[want] {
 			t.Errorf("no phase %q", want)
 		}
@@ -167,10 +172,12 @@ func TestParseConfig(t *testing.T) {
 		{"bad container", []string{"--inprocess", "--store", "azblob://B"}, env("x"), "--store"},
 		{"bad mode", []string{"--inprocess", "--mode", "fast"}, noEnv, "--mode"},
 		{"resident-shard is in-process", []string{"--target", "h:1", "--mode", "resident-shard"}, noEnv, "--inprocess"},
+		{"floor-fs needs the local store", []string{"--inprocess", "--store", "mem://", "--mode", "floor-fs"}, noEnv, "floor-fs"},
+		{"floor-fs on the local store", []string{"--inprocess", "--store", "/tmp/x", "--mode", "floor-fs,resident"}, noEnv, ""},
 		{"remote floor needs a store", []string{"--target", "h:1", "--mode", "floor"}, noEnv, "--store"},
 		{"remote local store", []string{"--target", "h:1", "--store", "/tmp/x"}, noEnv, "azblob"},
 		{"read fraction", []string{"--inprocess", "--read-fraction", "1.5"}, noEnv, "--read-fraction"},
-		{"targets", []string{"--inprocess", "--compare", "--targets", "1,6"}, noEnv, "--targets"},
+		{"targets", []string{"--inprocess", "--compare", "--targets", "1,7"}, noEnv, "--targets"},
 		{"remote resident", []string{"--target", "localhost:50051"}, noEnv, ""},
 	} {
 		t.Run(c.name, func(t *testing.T) {

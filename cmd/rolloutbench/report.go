@@ -66,6 +66,11 @@ type phaseResult struct {
 	EmulatorCPUmsPerOp  *float64 `json:"emulator_cpu_ms_per_op,omitempty"`
 	EmulatorUtilization *float64 `json:"emulator_utilization,omitempty"`
 
+	// CPUusPerAppend is this process's CPU time (user and system) per
+	// acked append, in µs, when the product path runs in it: clients,
+	// gRPC, server, writers and store together (background work included).
+	CPUusPerAppend *float64 `json:"cpu_us_per_append,omitempty"`
+
 	RSSBytes        float64 `json:"rss_bytes,omitempty"`
 	RSSQuarterBytes float64 `json:"rss_quarter_bytes,omitempty"`
 	RSSSource       string  `json:"rss_source,omitempty"`
@@ -118,6 +123,9 @@ func (p *phase) result() phaseResult {
 			r.EmulatorUtilization = ptr(p.emuCPU / el)
 		}
 	}
+	if p.b.cfg.InProcess && r.Appends > 0 {
+		r.CPUusPerAppend = ptr(p.cpu * 1e6 / float64(r.Appends))
+	}
 	if s.HTTP != nil {
 		r.HTTPRequests, r.NewConns = ptr(p.http.requests), ptr(p.http.conns)
 		if r.Appends > 0 {
@@ -148,14 +156,14 @@ func ptr[T any](v T) *T { return &v }
 // printPhases writes the summary table.
 func printPhases(w io.Writer, rs []phaseResult) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "phase\tclients\tshards\tappends\tp50\tp90\tp99\tmax\tappends/s\tgets\tget p50\tblob ops/append\twrites/append\tHTTP req/append\tnew conns/append\temulator CPU/op\tTIME_WAIT\tESTAB\tsvc TIME_WAIT\tRSS\terrors\t")
+	fmt.Fprintln(tw, "phase\tclients\tshards\tappends\tp50\tp90\tp99\tmax\tappends/s\tgets\tget p50\tblob ops/append\twrites/append\tHTTP req/append\tnew conns/append\temulator CPU/op\tCPU/append\tTIME_WAIT\tESTAB\tsvc TIME_WAIT\tRSS\terrors\t")
 	for _, r := range rs {
 		tw.Write([]byte(strings.Join([]string{
 			r.Name, fmt.Sprint(r.Clients), fmt.Sprint(r.Shards), fmt.Sprint(r.Appends),
 			ms(r.AppendLatency.P50ms), ms(r.AppendLatency.P90ms), ms(r.AppendLatency.P99ms), ms(r.AppendLatency.MaxMs),
 			fmt.Sprintf("%.0f", r.AppendsPerSec), fmt.Sprint(r.Gets), ms(r.GetLatency.P50ms),
 			opt(r.BlobOpsPerAppend, r.BlobOpsPerGet), opt(r.WritesPerAppend, nil), opt(r.HTTPPerAppend, nil), opt(r.NewConnsPerAppend, nil),
-			emuCol(r),
+			emuCol(r), cpuCol(r),
 			sockCol(r, func(s sockets) int { return s.TimeWait }), sockCol(r, func(s sockets) int { return s.Established }),
 			sockCol(r, func(s sockets) int { return s.ServerTimeWait }),
 			mib(r.RSSBytes), errCol(r),
@@ -224,6 +232,13 @@ func emuCol(r phaseResult) string {
 		return "-"
 	}
 	return fmt.Sprintf("%.2fms", *r.EmulatorCPUmsPerOp)
+}
+
+func cpuCol(r phaseResult) string {
+	if r.CPUusPerAppend == nil {
+		return "-"
+	}
+	return fmt.Sprintf("%.0fµs", *r.CPUusPerAppend)
 }
 
 func errCol(r phaseResult) string {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"os/exec"
+	"regexp"
 	"strings"
 	"sync"
 	"syscall"
@@ -230,8 +231,15 @@ func TestBinaryLocalStore(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if m := metricsText(t, p.MetricsAddr); !strings.Contains(m, "\nrolloutd_store_failed 0\n") {
+	m := metricsText(t, p.MetricsAddr)
+	if !strings.Contains(m, "\nrolloutd_store_failed 0\n") {
 		t.Errorf("/metrics has no rolloutd_store_failed 0:\n%s", m)
+	}
+	// The append's puts were made durable in groups, and counted.
+	for _, name := range []string{"rolloutd_localstore_sync_group_size", "rolloutd_localstore_sync_group_seconds"} {
+		if g := regexp.MustCompile("\n" + name + `_count (\d+)\n`).FindStringSubmatch(m); g == nil || g[1] == "0" {
+			t.Errorf("/metrics: %s counts no group (%v):\n%s", name, g, m)
+		}
 	}
 	// Profiles are off unless --pprof asks for them.
 	resp, err := http.Get("http://" + p.MetricsAddr + "/debug/pprof/")

@@ -79,7 +79,7 @@ func serve(ctx context.Context, stopSignals func(), cfg *config) error {
 	}
 	defer sec.Close()
 
-	store, closeStore, err := openStore(ctx, cfg, log)
+	store, closeStore, err := openStore(ctx, cfg, log, reg)
 	if err != nil {
 		return err
 	}
@@ -184,10 +184,11 @@ func serve(ctx context.Context, stopSignals func(), cfg *config) error {
 
 // openStore opens the one blob store of the process, the only place that
 // knows which backend is in use. Every writer and the reader share it; for
-// Azure that is one client over one connection pool.
-func openStore(ctx context.Context, cfg *config, log *zap.Logger) (blob.Store, func() error, error) {
+// Azure that is one client over one connection pool. The local store's
+// metrics are registered on reg.
+func openStore(ctx context.Context, cfg *config, log *zap.Logger, reg prometheus.Registerer) (blob.Store, func() error, error) {
 	if cfg.store.Container == "" {
-		s, err := localstore.Open(cfg.store.Dir)
+		s, err := localstore.Open(cfg.store.Dir, localstore.WithGroupObserver(localGroupMetrics(reg)))
 		if err != nil {
 			return nil, nil, fmt.Errorf("--store %s: %w", cfg.Store, err)
 		}
@@ -214,6 +215,26 @@ func openStore(ctx context.Context, cfg *config, log *zap.Logger) (blob.Store, f
 	log.Info("store opened", zap.String("backend", "azblob"), zap.String("container", cfg.store.Container),
 		zap.String("prefix", cfg.store.Prefix), zap.String("auth", auth), zap.Int("max_conns", cfg.AzureMaxConns))
 	return s, s.Close, nil
+}
+
+// localGroupMetrics registers rolloutd_localstore_sync_group_size and
+// rolloutd_localstore_sync_group_seconds and returns what observes them.
+func localGroupMetrics(reg prometheus.Registerer) func(int, time.Duration) {
+	size := prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name:    "rolloutd_localstore_sync_group_size",
+		Help:    "Puts the local store made durable together, in one group sharing its fsyncs (writes of every shard).",
+		Buckets: prometheus.ExponentialBuckets(1, 2, 10),
+	})
+	secs := prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name:    "rolloutd_localstore_sync_group_seconds",
+		Help:    "Time from the start of a group of puts to its outcome: file fsyncs, publishing, directory fsyncs.",
+		Buckets: prometheus.ExponentialBuckets(100e-6, 2, 14),
+	})
+	reg.MustRegister(size, secs)
+	return func(n int, d time.Duration) {
+		size.Observe(float64(n))
+		secs.Observe(d.Seconds())
+	}
 }
 
 // failer is a store that can fail for good, such as the local store after

@@ -2,7 +2,6 @@ package localstore
 
 import (
 	"errors"
-	"os"
 	"path/filepath"
 	"strings"
 	"sync/atomic"
@@ -10,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/rolloutd/rolloutd/internal/blob"
+	"github.com/rolloutd/rolloutd/internal/blob/localstore/vfs"
 )
 
 // syncFault fails the fsync of every file or directory its armed match
@@ -25,7 +25,7 @@ var errInjected = syscall.EIO
 func (f *syncFault) arm(match func(path string, isDir bool) bool) { f.match.Store(&match) }
 func (f *syncFault) disarm()                                      { f.match.Store(nil) }
 
-func (f *syncFault) sync(file *os.File) error {
+func (f *syncFault) sync(file vfs.File) error {
 	if m := f.match.Load(); m != nil {
 		fi, err := file.Stat()
 		if err != nil {
@@ -216,7 +216,7 @@ func TestVisibleChangeNotDurableFailsTheStore(t *testing.T) {
 func TestTempFileFsyncFailureIsNotSticky(t *testing.T) {
 	s, f := openFaulty(t, t.TempDir())
 	ctx := t.Context()
-	f.arm(func(p string, isDir bool) bool { return !isDir && filepath.Dir(p) == s.tmpDir })
+	f.arm(func(p string, isDir bool) bool { return !isDir && isTemp(s, p) })
 	_, err := s.Put(ctx, "a/x", []byte("data"), blob.PutOptions{IfNoneMatch: true, PutID: "p1"})
 	if f.hits.Load() == 0 {
 		t.Fatalf("the fault never fired (Put returned %v)", err)
@@ -236,8 +236,8 @@ func TestTempFileFsyncFailureIsNotSticky(t *testing.T) {
 	if _, err := s.Head(ctx, "a/x"); !errors.Is(err, blob.ErrNotFound) {
 		t.Fatalf("Head after the failed put: %v, want ErrNotFound", err)
 	}
-	if des, err := os.ReadDir(s.tmpDir); err != nil || len(des) != 0 {
-		t.Fatalf("tmp/ after the failed put: %v entries, %v; want it empty", len(des), err)
+	if n := tmpFiles(t, s); n != 0 {
+		t.Fatalf("tmp/ after the failed put: %d files; want none", n)
 	}
 	// The retry is an ordinary put.
 	a, err := s.Put(ctx, "a/x", []byte("data"), blob.PutOptions{IfNoneMatch: true, PutID: "p1"})

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"os"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -40,6 +39,11 @@ func (s *Store) List(ctx context.Context, prefix, token string, max int) (blob.L
 	if err := w.walk(dir, dirPrefix); err != nil {
 		return blob.ListPage{}, fmt.Errorf("localstore: list %q: %w", prefix, err)
 	}
+	for _, it := range w.items {
+		if !s.sync.awaitDurable(ctx.Done(), it.Name, it.ETag) {
+			return blob.ListPage{}, fmt.Errorf("localstore: list %q: waiting for the put of %q to become durable: %w", prefix, it.Name, ctx.Err())
+		}
+	}
 	if err := s.refused("list", prefix); err != nil {
 		return blob.ListPage{}, err
 	}
@@ -72,8 +76,8 @@ func (w *walker) walk(dir, namePrefix string) error {
 	if err := w.ctx.Err(); err != nil {
 		return err
 	}
-	des, err := os.ReadDir(dir)
-	if errors.Is(err, fs.ErrNotExist) || errors.Is(err, os.ErrNotExist) {
+	des, err := w.s.fs.ReadDir(dir)
+	if errors.Is(err, fs.ErrNotExist) {
 		return nil // never created, or pruned by a concurrent Delete
 	}
 	if err != nil {
@@ -129,7 +133,7 @@ func (w *walker) walk(dir, namePrefix string) error {
 }
 
 func (w *walker) add(e entry) error {
-	f, err := os.Open(e.path)
+	f, err := w.s.fs.Open(e.path)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil // deleted since ReadDir
 	}
@@ -151,7 +155,7 @@ func (w *walker) add(e entry) error {
 // segmentOfFile reads the last segment of a hashed file's name from its
 // header ("" if the file vanished).
 func (w *walker) segmentOfFile(path, namePrefix string) (string, error) {
-	name, err := nameInFile(path)
+	name, err := w.nameInFile(path)
 	if err != nil || name == "" {
 		return "", err
 	}
@@ -165,26 +169,8 @@ func (w *walker) segmentOfFile(path, namePrefix string) (string, error) {
 // segmentOfDir recovers a hashed directory's segment from the name of any
 // blob below it ("" if it holds none).
 func (w *walker) segmentOfDir(dir, namePrefix string) (string, error) {
-	var name string
-	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			if errors.Is(err, fs.ErrNotExist) {
-				return nil
-			}
-			return err
-		}
-		if d.IsDir() || !strings.HasSuffix(d.Name(), fileSuffix) {
-			return nil
-		}
-		if name, err = nameInFile(p); err != nil || name != "" {
-			if err == nil {
-				err = filepath.SkipAll
-			}
-			return err
-		}
-		return nil
-	})
-	if err != nil && !errors.Is(err, filepath.SkipAll) {
+	name, err := w.anyName(dir)
+	if err != nil {
 		return "", err
 	}
 	if name == "" {
@@ -198,8 +184,34 @@ func (w *walker) segmentOfDir(dir, namePrefix string) (string, error) {
 	return seg, nil
 }
 
-func nameInFile(path string) (string, error) {
-	f, err := os.Open(path)
+// anyName returns the name of the first blob found below dir, in
+// lexical order of the walk, or "" if there is none.
+func (w *walker) anyName(dir string) (string, error) {
+	des, err := w.s.fs.ReadDir(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return "", nil
+	}
+	if err != nil {
+		return "", err
+	}
+	for _, d := range des {
+		p := filepath.Join(dir, d.Name())
+		var name string
+		switch {
+		case d.IsDir():
+			name, err = w.anyName(p)
+		case strings.HasSuffix(d.Name(), fileSuffix):
+			name, err = w.nameInFile(p)
+		}
+		if err != nil || name != "" {
+			return name, err
+		}
+	}
+	return "", nil
+}
+
+func (w *walker) nameInFile(path string) (string, error) {
+	f, err := w.s.fs.Open(path)
 	if errors.Is(err, fs.ErrNotExist) {
 		return "", nil
 	}

@@ -7,13 +7,18 @@
 //
 //	LOCK     flock(2)ed by the one process that has the directory open
 //	FORMAT   "rolloutd-localstore 1"
-//	tmp/     temporary files of writes in flight; emptied by Open
+//	tmp/     temporary files of writes in flight, in tmp/0 … tmp/15;
+//	         emptied by Open
 //	blobs/   one file per blob, see path.go for the naming
 //
 // A write goes to a temporary file that is fsynced and then renamed over the
-// blob's file; the containing directory is fsynced before the write is
-// acknowledged. A crash therefore leaves either the old or the new version,
-// never a torn one. ETags are random, never derived from time or content.
+// blob's file (or, for a create-only write, linked to its name); the
+// containing directory is fsynced before the write is acknowledged. A crash
+// therefore leaves either the old or the new version, never a torn one.
+// Concurrent writes, from any writers, are made durable in groups that
+// share those fsyncs (see syncer.go); a read never reports a version whose
+// group is still in flight. ETags are random, never derived from time or
+// content.
 //
 // A failed fsync is never retried (after one, Linux may already have dropped
 // the dirty pages and marked them clean, so a second fsync "succeeds"
@@ -24,16 +29,17 @@
 // directory fsyncs after a rename in Put, after the parent directories a Put
 // created, after the unlink in Delete), the change may be lost in a crash
 // although a reader could have seen it, and the shard layer acknowledges
-// commits it reads back. So the store fails for good: that call returns an
-// error matching both blob.ErrStoreFailed and blob.ErrOutcomeUnknown, every
-// later call, reads included, blob.ErrStoreFailed, until the process restarts
-// and Open reads back what is really on disk. Failed reports it. A read that
-// ran while the failing fsync was still in progress may have returned the
-// new version: reads do not wait for writes' fsyncs, here as on any store;
-// every read that ends after the failure was recorded is refused.
+// commits it reads back. So the store fails for good: that call (for a
+// put, every put of its group) returns an error matching both
+// blob.ErrStoreFailed and blob.ErrOutcomeUnknown, every later call, reads
+// included, blob.ErrStoreFailed, until the process restarts and Open reads
+// back what is really on disk. Failed reports it. A read that finds a version whose put's group is still in flight waits for the
+// group's outcome, so it is refused too when that group failed; every read
+// that ends after the failure was recorded is refused.
 //
 // The store is for one process: Open takes an exclusive lock on the
-// directory, and conditional writes are serialized in memory per name.
+// directory, and conditional writes are checked in memory, in the order the
+// syncer publishes them, under a lock per name.
 package localstore
 
 import (
@@ -45,17 +51,16 @@ import (
 	"hash/maphash"
 	"io"
 	"io/fs"
-	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
 
-	"github.com/gofrs/flock"
-
 	"github.com/rolloutd/rolloutd/internal/blob"
+	"github.com/rolloutd/rolloutd/internal/blob/localstore/vfs"
 )
 
 // DefaultListMax is the page size List uses when max <= 0.
@@ -68,6 +73,11 @@ const (
 	tmpDir        = "tmp"
 	blobsDir      = "blobs"
 	stripes       = 64
+	// tmpSubdirs spreads temporary files over this many directories, so
+	// that concurrent writers do not all create and remove files in one
+	// (measured here, 64 writers over 100 shards: 21% less CPU per append
+	// at the median of 5 paired runs, lower in 4 of them).
+	tmpSubdirs = 16
 )
 
 // ErrLocked: the data directory is held by another process (or another
@@ -82,7 +92,11 @@ type Store struct {
 	blobsDir string
 	tmpDir   string
 	now      func() time.Time
-	lock     *flock.Flock
+	fs       vfs.FS
+	unlock   func() error
+	// tmpSeq names temporary files: tmp/ is emptied by Open and the
+	// directory is locked, so a counter is unique.
+	tmpSeq atomic.Uint64
 
 	// closeMu is held shared by every operation and exclusively by Close,
 	// so Close waits for operations in flight and the lock is released only
@@ -97,14 +111,24 @@ type Store struct {
 	// be on stable storage (see syncParents).
 	durable sync.Map // string → struct{}
 
-	// syncFile fsyncs a file or directory: (*os.File).Sync, replaced only
+	// syncFile fsyncs a file or directory: its Sync method, replaced only
 	// by tests (withSync) to inject failures.
-	syncFile func(*os.File) error
+	syncFile func(vfs.File) error
 	// failure is set, once, when a change already visible could not be made
 	// durable (see fail); from then on every call returns it. failed is
 	// closed when it is set.
 	failure atomic.Pointer[error]
 	failed  chan struct{}
+
+	// sync makes puts durable in groups (see syncer.go).
+	sync    *syncer
+	barrier Barrier
+	// syncfsOK: syncfs(2) reports write-back errors on this file system.
+	syncfsOK bool
+	observe  func(size int, elapsed time.Duration)
+	// skipFileBarrier and skipDirBarrier remove a barrier, only for the
+	// test that proves the crash test catches it.
+	skipFileBarrier, skipDirBarrier bool
 }
 
 var _ blob.Store = (*Store)(nil)
@@ -115,9 +139,25 @@ type Option func(*Store)
 // WithClock sets the clock that stamps LastModified (default time.Now).
 func WithClock(now func() time.Time) Option { return func(s *Store) { s.now = now } }
 
+// WithBarrier sets how groups of puts are made durable (default
+// BarrierFsync; see Barrier).
+func WithBarrier(b Barrier) Option { return func(s *Store) { s.barrier = b } }
+
+// WithGroupObserver makes the store call observe after each group of puts
+// it made durable, with the number of puts and the time the group took from
+// its start to its outcome. observe must be quick and safe for concurrent
+// use.
+func WithGroupObserver(observe func(size int, elapsed time.Duration)) Option {
+	return func(s *Store) { s.observe = observe }
+}
+
 // withSync replaces the fsync of files and directories, for tests that
 // inject failures.
-func withSync(sync func(*os.File) error) Option { return func(s *Store) { s.syncFile = sync } }
+func withSync(sync func(vfs.File) error) Option { return func(s *Store) { s.syncFile = sync } }
+
+// withFS makes the store do its file operations on fsys instead of the
+// operating system's, for tests on a strict in-memory file system.
+func withFS(fsys vfs.FS) Option { return func(s *Store) { s.fs = fsys } }
 
 // Open opens (creating it if needed) the data directory dir and locks it
 // against other processes. It removes temporary files left by a crash.
@@ -132,34 +172,37 @@ func Open(dir string, opts ...Option) (*Store, error) {
 		tmpDir:   filepath.Join(abs, tmpDir),
 		now:      time.Now,
 		seed:     maphash.MakeSeed(),
-		syncFile: (*os.File).Sync,
+		fs:       vfs.Default,
+		syncFile: vfs.File.Sync,
 		failed:   make(chan struct{}),
 	}
 	for _, o := range opts {
 		o(s)
 	}
-	if err := os.MkdirAll(abs, 0o750); err != nil {
+	if err := s.fs.MkdirAll(abs, 0o750); err != nil {
 		return nil, fmt.Errorf("localstore: open %q: %w", abs, err)
 	}
-	s.lock = flock.New(filepath.Join(abs, lockFile))
-	ok, err := s.lock.TryLock()
+	unlock, ok, err := s.fs.Lock(filepath.Join(abs, lockFile))
 	if err != nil {
 		return nil, fmt.Errorf("localstore: open %q: lock: %w", abs, err)
 	}
 	if !ok {
-		_ = s.lock.Close()
 		return nil, fmt.Errorf("%w: %s is in use by another rolloutd process (it holds %s); stop it or choose another data directory",
 			ErrLocked, abs, filepath.Join(abs, lockFile))
 	}
+	s.unlock = unlock
 	if err := s.init(); err != nil {
-		_ = s.lock.Unlock()
+		_ = s.unlock()
 		return nil, fmt.Errorf("localstore: open %q: %w", abs, err)
 	}
+	s.syncfsOK = vfs.SyncFSReportsErrors(s.fs)
+	s.sync = newSyncer(s)
+	s.sync.start()
 	return s, nil
 }
 
 func (s *Store) init() error {
-	switch b, err := os.ReadFile(filepath.Join(s.dir, formatFile)); {
+	switch b, err := s.readFile(filepath.Join(s.dir, formatFile)); {
 	case err == nil && string(b) != formatVersion:
 		return fmt.Errorf("unknown format %q in %s", strings.TrimSpace(string(b)), formatFile)
 	case errors.Is(err, fs.ErrNotExist):
@@ -170,26 +213,50 @@ func (s *Store) init() error {
 		return err
 	}
 	// Whatever is in tmp/ is a write that was never acknowledged.
-	if err := os.RemoveAll(s.tmpDir); err != nil {
+	if err := s.fs.RemoveAll(s.tmpDir); err != nil {
 		return fmt.Errorf("clean %s: %w", s.tmpDir, err)
 	}
 	for _, d := range []string{s.tmpDir, s.blobsDir} {
-		if err := os.Mkdir(d, 0o750); err != nil && !errors.Is(err, fs.ErrExist) {
+		if err := s.fs.Mkdir(d, 0o750); err != nil && !errors.Is(err, fs.ErrExist) {
 			return err
 		}
 	}
 	return s.syncDir(s.dir)
 }
 
+func (s *Store) readFile(name string) ([]byte, error) {
+	f, err := s.fs.Open(name)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return io.ReadAll(f)
+}
+
+// createTemp creates a new file in one of tmp/'s subdirectories, in turn,
+// creating the subdirectory when missing.
+func (s *Store) createTemp(prefix string) (vfs.File, error) {
+	n := s.tmpSeq.Add(1)
+	dir := filepath.Join(s.tmpDir, strconv.FormatUint(n%tmpSubdirs, 10))
+	name := filepath.Join(dir, prefix+strconv.FormatUint(n, 10))
+	f, err := s.fs.Create(name)
+	if errors.Is(err, fs.ErrNotExist) {
+		if err = s.fs.Mkdir(dir, 0o750); err == nil || errors.Is(err, fs.ErrExist) {
+			f, err = s.fs.Create(name)
+		}
+	}
+	return f, err
+}
+
 func (s *Store) writeFormat() error {
-	if err := os.MkdirAll(s.tmpDir, 0o750); err != nil {
+	if err := s.fs.MkdirAll(s.tmpDir, 0o750); err != nil {
 		return err
 	}
-	f, err := os.CreateTemp(s.tmpDir, "format-*")
+	f, err := s.createTemp("format-")
 	if err != nil {
 		return err
 	}
-	_, err = f.WriteString(formatVersion)
+	_, err = f.Write([]byte(formatVersion))
 	if err == nil {
 		err = s.syncFile(f)
 	}
@@ -197,10 +264,10 @@ func (s *Store) writeFormat() error {
 		err = cerr
 	}
 	if err == nil {
-		err = os.Rename(f.Name(), filepath.Join(s.dir, formatFile))
+		err = s.fs.Rename(f.Name(), filepath.Join(s.dir, formatFile))
 	}
 	if err != nil {
-		_ = os.Remove(f.Name())
+		_ = s.fs.Remove(f.Name())
 	}
 	return err
 }
@@ -215,7 +282,8 @@ func (s *Store) Close() error {
 		return fmt.Errorf("localstore: close %s: %w", s.dir, blob.ErrClosed)
 	}
 	s.closed = true
-	if err := s.lock.Unlock(); err != nil {
+	s.sync.close()
+	if err := s.unlock(); err != nil {
 		return fmt.Errorf("localstore: close %s: unlock: %w", s.dir, err)
 	}
 	return nil
@@ -300,8 +368,8 @@ func newETag() blob.ETag {
 }
 
 // openBlob opens a blob's file and decodes its header. The caller closes f.
-func (s *Store) openBlob(name, path string) (f *os.File, a blob.Attrs, hlen int64, err error) {
-	f, err = os.Open(path)
+func (s *Store) openBlob(name, path string) (f vfs.File, a blob.Attrs, hlen int64, err error) {
+	f, err = s.fs.Open(path)
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ENOTDIR) {
 			return nil, blob.Attrs{}, 0, blob.ErrNotFound
@@ -320,7 +388,7 @@ func (s *Store) openBlob(name, path string) (f *os.File, a blob.Attrs, hlen int6
 }
 
 // readHeader reads the header of an open blob file and its size.
-func readHeader(f *os.File) (blob.Attrs, int64, error) {
+func readHeader(f vfs.File) (blob.Attrs, int64, error) {
 	buf := make([]byte, headerReadLen)
 	n, err := f.ReadAt(buf, 0)
 	if err != nil && !errors.Is(err, io.EOF) {
@@ -386,6 +454,9 @@ func (s *Store) Get(ctx context.Context, name string, opts blob.GetOptions) ([]b
 		return nil, blob.Attrs{}, fmt.Errorf("localstore: get %q: %w", name, err)
 	}
 	defer f.Close()
+	if !s.sync.awaitDurable(ctx.Done(), name, a.ETag) {
+		return nil, blob.Attrs{}, fmt.Errorf("localstore: get %q: waiting for its put to become durable: %w", name, ctx.Err())
+	}
 	if opts.IfNoneMatch != "" && opts.IfNoneMatch == a.ETag {
 		return nil, a, fmt.Errorf("localstore: get %q: %w", name, blob.ErrNotModified)
 	}
@@ -426,191 +497,13 @@ func (s *Store) Head(ctx context.Context, name string) (blob.Attrs, error) {
 	if err := f.Close(); err != nil {
 		return blob.Attrs{}, fmt.Errorf("localstore: head %q: %w", name, err)
 	}
+	if !s.sync.awaitDurable(ctx.Done(), name, a.ETag) {
+		return blob.Attrs{}, fmt.Errorf("localstore: head %q: waiting for its put to become durable: %w", name, ctx.Err())
+	}
 	if err := s.refused("head", name); err != nil {
 		return blob.Attrs{}, err
 	}
 	return a, nil
-}
-
-// Put implements blob.Store. The content is written and fsynced to a
-// temporary file first; only the check of the condition and the rename are
-// serialized per name.
-func (s *Store) Put(ctx context.Context, name string, data []byte, opts blob.PutOptions) (blob.Attrs, error) {
-	if err := blob.ValidateName(name); err != nil {
-		return blob.Attrs{}, err
-	}
-	done, err := s.enter(ctx, "put", name)
-	if err != nil {
-		return blob.Attrs{}, err
-	}
-	defer done()
-	path, err := s.blobPath(name)
-	if err != nil {
-		return blob.Attrs{}, err
-	}
-	a := blob.Attrs{Name: name, Size: int64(len(data)), ETag: newETag(), PutID: opts.PutID, LastModified: s.now()}
-	tmp, err := s.writeTemp(a, data)
-	if err != nil {
-		return blob.Attrs{}, fmt.Errorf("localstore: put %q: %w", name, err)
-	}
-	published := false
-	defer func() {
-		if !published {
-			_ = os.Remove(tmp)
-		}
-	}()
-	if err := ctx.Err(); err != nil {
-		return blob.Attrs{}, fmt.Errorf("localstore: put %q: %w", name, err)
-	}
-
-	mu := s.stripe(name)
-	mu.Lock()
-	defer mu.Unlock()
-	// Checked under the name's lock: an earlier attempt of this put whose
-	// publish failed its fsync set the failure before releasing it, so its
-	// blob, which may not survive a crash, never passes for landed below.
-	if err := s.refused("put", name); err != nil {
-		return blob.Attrs{}, err
-	}
-	cur, exists, err := s.current(name, path)
-	if err != nil {
-		return blob.Attrs{}, fmt.Errorf("localstore: put %q: %w", name, err)
-	}
-	if (opts.IfNoneMatch && exists) || (opts.IfMatch != "" && (!exists || cur.ETag != opts.IfMatch)) {
-		if exists && opts.PutID != "" && cur.PutID == opts.PutID {
-			return cur, nil // an earlier attempt of this put landed
-		}
-		return blob.Attrs{}, fmt.Errorf("localstore: put %q: %w", name, blob.ErrConditionFailed)
-	}
-	renamed, err := s.publish(tmp, path)
-	published = renamed
-	if err != nil {
-		if renamed {
-			return blob.Attrs{}, s.fail("put", name, err)
-		}
-		return blob.Attrs{}, fmt.Errorf("localstore: put %q: %w", name, err)
-	}
-	if ferr := s.Failed(); ferr != nil {
-		return blob.Attrs{}, inDoubt("put", name, ferr) // another call failed the store meanwhile
-	}
-	return a, nil
-}
-
-// writeTemp writes header and data to a new fsynced file in tmp/.
-func (s *Store) writeTemp(a blob.Attrs, data []byte) (string, error) {
-	hdr, err := encodeHeader(a)
-	if err != nil {
-		return "", err
-	}
-	f, err := os.CreateTemp(s.tmpDir, "put-*")
-	if err != nil {
-		return "", err
-	}
-	_, err = f.Write(hdr)
-	if err == nil {
-		_, err = f.Write(data)
-	}
-	if err == nil {
-		// Safe to fail without failing the store: nothing is visible yet,
-		// and the file is removed.
-		err = s.syncFile(f)
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		_ = os.Remove(f.Name())
-		return "", err
-	}
-	return f.Name(), nil
-}
-
-// publish renames tmp to path, creating parent directories, and makes the
-// result durable. A concurrent Delete may remove an empty parent directory
-// between our mkdir and rename; then we try again.
-//
-// renamed reports whether the rename happened: then the new version is
-// visible, and an error is a failed sync of a directory (of path's, or of a
-// parent's recording a directory just created), which the caller must treat
-// as failing the store. Otherwise nothing is visible but empty directories,
-// and the error is an ordinary one.
-func (s *Store) publish(tmp, path string) (renamed bool, err error) {
-	dir := filepath.Dir(path)
-	for attempt := 0; ; attempt++ {
-		err := s.mkdirs(dir)
-		if err == nil {
-			err = os.Rename(tmp, path)
-		}
-		if err == nil {
-			break
-		}
-		if !errors.Is(err, fs.ErrNotExist) || attempt >= 100 {
-			return false, err
-		}
-	}
-	if err := s.syncDir(dir); err != nil {
-		return true, err
-	}
-	return true, s.syncParents(dir)
-}
-
-// mkdirs creates dir and its missing parents below the blob directory.
-func (s *Store) mkdirs(dir string) error {
-	if dir == s.blobsDir {
-		return nil
-	}
-	err := os.Mkdir(dir, 0o750)
-	if errors.Is(err, fs.ErrNotExist) {
-		if err := s.mkdirs(filepath.Dir(dir)); err != nil {
-			return err
-		}
-		err = os.Mkdir(dir, 0o750)
-	}
-	if err != nil && !errors.Is(err, fs.ErrExist) {
-		return err
-	}
-	return nil
-}
-
-// syncParents makes sure that dir and its ancestors are recorded durably in
-// their parents, fsyncing each parent once per directory lifetime.
-//
-// Invariant: a directory is in s.durable only if its entry, and those of all
-// its ancestors, are on stable storage. Delete removes a directory from the
-// set before removing it from disk.
-func (s *Store) syncParents(dir string) error {
-	var pending []string
-	for d := dir; d != s.blobsDir; d = filepath.Dir(d) {
-		if _, ok := s.durable.Load(d); ok {
-			break
-		}
-		pending = append(pending, d)
-	}
-	for i := len(pending) - 1; i >= 0; i-- {
-		if err := s.syncDir(filepath.Dir(pending[i])); err != nil {
-			return err
-		}
-		s.durable.Store(pending[i], struct{}{})
-	}
-	return nil
-}
-
-// syncDir fsyncs a directory. Its error names the directory. Any error,
-// opening and closing included, means the directory's entries are not known
-// to be durable.
-func (s *Store) syncDir(dir string) error {
-	f, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	err = s.syncFile(f)
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return fmt.Errorf("fsync of directory %s: %w", dir, err)
-	}
-	return nil
 }
 
 // Delete implements blob.Store. Directories left empty are removed.
@@ -630,6 +523,19 @@ func (s *Store) Delete(ctx context.Context, name string, opts blob.DeleteOptions
 	mu := s.stripe(name)
 	mu.Lock()
 	cur, exists, err := s.current(name, path)
+	// A version that a group in flight published is deleted only once it
+	// is durable.
+	for err == nil && exists && s.sync.pending(name, cur.ETag) {
+		mu.Unlock()
+		if !s.sync.awaitDurable(ctx.Done(), name, cur.ETag) {
+			return fmt.Errorf("localstore: delete %q: waiting for a put of it to become durable: %w", name, ctx.Err())
+		}
+		mu.Lock()
+		cur, exists, err = s.current(name, path)
+	}
+	if err == nil {
+		err = s.refused("delete", name) // the group waited for may have failed the store
+	}
 	removed := false
 	switch {
 	case err != nil:
@@ -638,7 +544,7 @@ func (s *Store) Delete(ctx context.Context, name string, opts blob.DeleteOptions
 	case opts.IfMatch != "" && opts.IfMatch != cur.ETag:
 		err = blob.ErrConditionFailed
 	default:
-		err = os.Remove(path)
+		err = s.fs.Remove(path)
 		if err == nil {
 			removed = true
 			err = s.syncDir(filepath.Dir(path))
@@ -667,7 +573,7 @@ func (s *Store) Delete(ctx context.Context, name string, opts blob.DeleteOptions
 func (s *Store) prune(dir string) {
 	for d := dir; d != s.blobsDir && strings.HasPrefix(d, s.blobsDir); d = filepath.Dir(d) {
 		s.durable.Delete(d)
-		if os.Remove(d) != nil {
+		if s.fs.Remove(d) != nil {
 			return
 		}
 	}

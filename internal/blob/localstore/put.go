@@ -1,0 +1,238 @@
+package localstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"path/filepath"
+
+	"github.com/rolloutd/rolloutd/internal/blob"
+	"github.com/rolloutd/rolloutd/internal/blob/localstore/vfs"
+)
+
+// Put implements blob.Store. The caller writes the content to a temporary
+// file; the syncer then makes it durable, checks the condition and
+// publishes it, together with every other put queued meanwhile (see
+// syncer.go), and answers once the result is durable.
+func (s *Store) Put(ctx context.Context, name string, data []byte, opts blob.PutOptions) (blob.Attrs, error) {
+	if err := blob.ValidateName(name); err != nil {
+		return blob.Attrs{}, err
+	}
+	done, err := s.enter(ctx, "put", name)
+	if err != nil {
+		return blob.Attrs{}, err
+	}
+	defer done()
+	path, err := s.blobPath(name)
+	if err != nil {
+		return blob.Attrs{}, err
+	}
+	a := blob.Attrs{Name: name, Size: int64(len(data)), ETag: newETag(), PutID: opts.PutID, LastModified: s.now()}
+	f, err := s.writeTemp(a, data)
+	if err != nil {
+		return blob.Attrs{}, fmt.Errorf("localstore: put %q: %w", name, err)
+	}
+	r := &putReq{name: name, path: path, file: f, tmpName: f.Name(), attrs: a, opts: opts, done: make(chan struct{})}
+	if err := ctx.Err(); err != nil {
+		s.discard(r)
+		return blob.Attrs{}, fmt.Errorf("localstore: put %q: %w", name, err)
+	}
+	s.sync.enqueue(r)
+	select {
+	case <-r.done:
+		return r.res, r.err
+	case <-ctx.Done():
+	}
+	if s.sync.withdraw(r) {
+		s.discard(r)
+		return blob.Attrs{}, fmt.Errorf("localstore: put %q: %w", name, ctx.Err())
+	}
+	// The syncer owns r now and will finish it; its outcome is not known yet.
+	return blob.Attrs{}, fmt.Errorf("localstore: put %q: gave up while the group it joined was being made durable: it may or may not be applied (%w): %w",
+		name, blob.ErrOutcomeUnknown, ctx.Err())
+}
+
+// writeTemp writes header and data to a new file in tmp/, and leaves it
+// open for the syncer to make durable.
+func (s *Store) writeTemp(a blob.Attrs, data []byte) (vfs.File, error) {
+	hdr, err := encodeHeader(a)
+	if err != nil {
+		return nil, err
+	}
+	f, err := s.createTemp("put-")
+	if err != nil {
+		return nil, err
+	}
+	// One write: the header and the content together.
+	buf := make([]byte, 0, len(hdr)+len(data))
+	buf = append(append(buf, hdr...), data...)
+	if _, err := f.Write(buf); err != nil {
+		_ = f.Close()
+		_ = s.fs.Remove(f.Name())
+		return nil, err
+	}
+	return f, nil
+}
+
+// discard closes and removes a put's temporary file, which was never
+// published.
+func (s *Store) discard(r *putReq) {
+	if r.file != nil {
+		_ = r.file.Close()
+		r.file = nil
+	}
+	_ = s.fs.Remove(r.tmpName)
+}
+
+// publishOne checks r's condition and, if it holds, publishes r's
+// temporary file at r.path: by link(2) for a create-only put, so that the
+// file system refuses it too when the name exists, else by rename(2).
+// Called by the syncer only, in queue order, after the file is durable.
+//
+// It sets r.res or r.err (ErrConditionFailed, or an ordinary error when
+// nothing became visible) and reports whether the blob became visible.
+func (s *Store) publishOne(r *putReq) (published bool) {
+	mu := s.stripe(r.name)
+	mu.Lock()
+	defer mu.Unlock()
+	tmp := r.tmpName
+	if r.opts.IfNoneMatch {
+		err := s.retryMissingDir(r.path, func() error { return s.fs.Link(tmp, r.path) })
+		switch {
+		case err == nil:
+			_ = s.fs.Remove(tmp) // no need to be durable: Open empties tmp/
+			r.res = r.attrs
+			return true
+		case errors.Is(err, fs.ErrExist):
+			s.lostCondition(r)
+		default:
+			r.err = fmt.Errorf("localstore: put %q: %w", r.name, err)
+		}
+		_ = s.fs.Remove(tmp)
+		return false
+	}
+	if r.opts.IfMatch != "" {
+		cur, exists, err := s.current(r.name, r.path)
+		if err != nil {
+			r.err = fmt.Errorf("localstore: put %q: %w", r.name, err)
+			_ = s.fs.Remove(tmp)
+			return false
+		}
+		if !exists || cur.ETag != r.opts.IfMatch {
+			s.lostConditionTo(r, cur, exists)
+			_ = s.fs.Remove(tmp)
+			return false
+		}
+	}
+	if err := s.retryMissingDir(r.path, func() error { return s.fs.Rename(tmp, r.path) }); err != nil {
+		r.err = fmt.Errorf("localstore: put %q: %w", r.name, err)
+		_ = s.fs.Remove(tmp)
+		return false
+	}
+	r.res = r.attrs
+	return true
+}
+
+// lostCondition settles a create-only put that found the name taken.
+func (s *Store) lostCondition(r *putReq) {
+	cur, exists, err := s.current(r.name, r.path)
+	if err != nil {
+		r.err = fmt.Errorf("localstore: put %q: %w", r.name, err)
+		return
+	}
+	s.lostConditionTo(r, cur, exists)
+}
+
+// lostConditionTo settles a put whose condition failed against cur: it
+// succeeded anyway if an earlier attempt of the same put landed. That
+// answer is given, like every answer of the group, only once the group is
+// durable, and an earlier group's blob is durable (or the store failed),
+// so no blob that may not survive a crash passes for landed.
+func (s *Store) lostConditionTo(r *putReq, cur blob.Attrs, exists bool) {
+	if exists && r.opts.PutID != "" && cur.PutID == r.opts.PutID {
+		r.res = cur // an earlier attempt of this put landed
+		return
+	}
+	r.err = fmt.Errorf("localstore: put %q: %w", r.name, blob.ErrConditionFailed)
+}
+
+// retryMissingDir runs op (a rename or link to path), and if path's
+// directory is missing creates it and its parents and runs op again. A
+// concurrent Delete may remove an empty parent between the mkdir and op;
+// then it tries again.
+func (s *Store) retryMissingDir(path string, op func() error) error {
+	err := op()
+	for attempt := 0; err != nil && errors.Is(err, fs.ErrNotExist) && attempt < 100; attempt++ {
+		if err = s.mkdirs(filepath.Dir(path)); err == nil {
+			err = op()
+		}
+	}
+	return err
+}
+
+// mkdirs creates dir and its missing parents below the blob directory.
+func (s *Store) mkdirs(dir string) error {
+	if dir == s.blobsDir {
+		return nil
+	}
+	err := s.fs.Mkdir(dir, 0o750)
+	if errors.Is(err, fs.ErrNotExist) {
+		if err := s.mkdirs(filepath.Dir(dir)); err != nil {
+			return err
+		}
+		err = s.fs.Mkdir(dir, 0o750)
+	}
+	if err != nil && !errors.Is(err, fs.ErrExist) {
+		return err
+	}
+	return nil
+}
+
+// dirsToSync returns the directories to fsync so that entries just
+// published in dirs are durable: each of dirs, and the parent of each
+// directory on the way up that is not yet known durable (see durable),
+// each once. ancestors are the directories to record as durable once
+// every sync succeeded.
+//
+// Invariant: a directory is in s.durable only if its entry, and those of
+// all its ancestors, are on stable storage. Delete removes a directory from
+// the set before removing it from disk.
+func (s *Store) dirsToSync(dirs []string) (toSync, ancestors []string) {
+	seen := map[string]bool{}
+	add := func(d string) {
+		if !seen[d] {
+			seen[d] = true
+			toSync = append(toSync, d)
+		}
+	}
+	for _, dir := range dirs {
+		add(dir)
+		for d := dir; d != s.blobsDir; d = filepath.Dir(d) {
+			if _, ok := s.durable.Load(d); ok {
+				break
+			}
+			ancestors = append(ancestors, d)
+			add(filepath.Dir(d))
+		}
+	}
+	return toSync, ancestors
+}
+
+// syncDir fsyncs a directory. Its error names the directory. Any error,
+// opening and closing included, means the directory's entries are not known
+// to be durable.
+func (s *Store) syncDir(dir string) error {
+	f, err := s.fs.Open(dir)
+	if err != nil {
+		return fmt.Errorf("fsync of directory %s: %w", dir, err)
+	}
+	err = s.syncFile(f)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("fsync of directory %s: %w", dir, err)
+	}
+	return nil
+}
