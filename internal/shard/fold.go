@@ -33,29 +33,14 @@ func (w *writer) pickFold(next *storagepb.Manifest, maxBytes int64) *foldRun {
 	if w.opts.DisableMerge || w.opts.FoldMaxBytes < 0 {
 		return nil
 	}
-	gens := next.GetGenerations()
-	var bytes int64
-	i := len(gens)
-	w.mu.Lock()
 	// Newest first, up to a generation that a merge in flight rewrites.
-	for i > 0 && len(gens)-i < w.opts.MergeMaxSources-1 && !w.claimed[gens[i-1].GetNumber()] {
-		b := int64(gens[i-1].GetBytes())
-		if bytes+b > maxBytes {
-			break
-		}
-		bytes += b
-		i--
-	}
-	run := gens[i:]
-	if len(run) < w.opts.MergeRun-1 { // MergeRun is at least 2
-		w.mu.Unlock()
+	run := w.claims.claimNewest(next.GetGenerations(), w.opts.MergeRun-1, w.opts.MergeMaxSources-1, maxBytes) // MergeRun is at least 2
+	if run == nil {
 		return nil
 	}
 	for _, g := range run {
-		w.claimed[g.GetNumber()] = true
 		w.folding = append(w.folding, g.GetNumber())
 	}
-	w.mu.Unlock()
 
 	f := &foldRun{gens: run}
 	for _, g := range run {
@@ -92,28 +77,14 @@ func (w *writer) releaseFold() {
 	if len(w.folding) == 0 {
 		return
 	}
-	w.release(w.folding)
+	w.claims.release(w.folding...)
 	w.folding = nil
 }
 
 // claimMerge claims plan for the merger: it fails if a generation of plan
 // is claimed already or no longer live.
 func (w *writer) claimMerge(plan []*storagepb.Generation) bool {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	live := map[uint64]bool{}
-	for _, g := range w.m.GetGenerations() {
-		live[g.GetNumber()] = true
-	}
-	for _, g := range plan {
-		if w.claimed[g.GetNumber()] || !live[g.GetNumber()] {
-			return false
-		}
-	}
-	for _, g := range plan {
-		w.claimed[g.GetNumber()] = true
-	}
-	return true
+	return w.claims.claimLive(plan, w.manifest)
 }
 
 // releaseMerge drops the merger's claim on plan.
@@ -122,13 +93,5 @@ func (w *writer) releaseMerge(plan []*storagepb.Generation) {
 	for i, g := range plan {
 		nums[i] = g.GetNumber()
 	}
-	w.release(nums)
-}
-
-func (w *writer) release(nums []uint64) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	for _, n := range nums {
-		delete(w.claimed, n)
-	}
+	w.claims.release(nums...)
 }

@@ -95,10 +95,8 @@ func (w *writer) merge(ctx context.Context, plan []*storagepb.Generation) error 
 	gen := w.allocGen()
 	// Claimed until its edit settles, so that no commit folds the output
 	// the moment it is swapped in.
-	w.mu.Lock()
-	w.claimed[gen] = true
-	w.mu.Unlock()
-	defer w.release([]uint64{gen})
+	w.claims.add(gen)
+	defer w.claims.release(gen)
 	b := format.NewGenerationBuilder(w.shard, w.epoch, gen, size)
 	addSources(b, footers, datas)
 	l, err := b.Finish()

@@ -23,7 +23,7 @@ import (
 //
 // Most tier-0 runs never reach the merger: the commit that would complete
 // one folds it (fold.go). A merge and a commit's fold claim the generations
-// they rewrite (writer.claimed), so neither rewrites what the other does.
+// they rewrite (claims.go), so neither rewrites what the other does.
 //
 // Only contiguous runs are merged, so the per-generation sequence ranges
 // never overlap. Each pass is capped by MergeMaxSources and MergeMaxBytes.

@@ -145,6 +145,8 @@ type writer struct {
 	mergeDone   chan struct{}
 	gcDone      chan struct{}
 
+	claims *claims // between the merger and the committer
+
 	mu       sync.Mutex
 	state    state
 	queue    []*pending
@@ -162,9 +164,6 @@ type writer struct {
 	// adopted counts the manifests the committer read back and made m
 	// (adopt), as opposed to the ones it wrote itself.
 	adopted uint64
-	// claimed holds the generations that a merge in flight or the commit
-	// being prepared rewrites, so that the other leaves them alone.
-	claimed map[uint64]bool
 	folding []uint64 // committer-only: the commit's claim (fold.go)
 
 	stale bool // committer-only: m and etag must be re-read before the next commit
@@ -194,7 +193,7 @@ func Open(ctx context.Context, store blob.Store, shard string, opts Options) (*W
 		mergeDone: make(chan struct{}),
 		gcDone:    make(chan struct{}),
 		inflight:  map[string]inflightRef{},
-		claimed:   map[uint64]bool{},
+		claims:    newClaims(),
 	}
 	if err := w.claim(ctx); err != nil {
 		return nil, err
