@@ -183,31 +183,9 @@ func (w *writer) prepare(ctx context.Context, batch []*pending, edits []*edit, p
 				a.out.results[ad.p][ad.i] = Result{ID: e.ID, Seq: seq, Epoch: w.epoch, Generation: gen}
 				seq++
 			}
-			l, err := b.Finish()
+			g, err := w.writeGeneration(ctx, gen, b, first, seq-1, level, now)
 			if err != nil {
-				return a, nil, err
-			}
-			name := format.GenerationName(w.shard, w.epoch, gen)
-			if err := w.putWithRetry(ctx, name, l.Data, blob.PutOptions{IfNoneMatch: true, PutID: w.nextPutID()}); err != nil {
-				return a, nil, fmt.Errorf("shard %q: write generation %s: %w", w.shard, name, err)
-			}
-			ref := genRef{w.shard, w.epoch, gen}
-			w.opts.Cache.addIndex(ref, newIndex(l.Footer))
-			w.opts.Cache.addFilter(ref, l.Filter)
-			w.opts.Cache.addData(ref, l.Data)
-			g := &storagepb.Generation{
-				Number:           gen,
-				Epoch:            w.epoch,
-				FirstSeq:         first,
-				LastSeq:          seq - 1,
-				Records:          uint32(b.Len()),
-				Bytes:            uint64(len(l.Data)),
-				FooterOffset:     l.FooterOffset,
-				FooterLength:     l.FooterLength,
-				FilterLength:     l.FilterLength,
-				FilterCrc32C:     l.FilterCRC,
-				CreatedUnixNanos: now,
-				Level:            level,
+				return a, nil, fmt.Errorf("shard %q: %w", w.shard, err)
 			}
 			if fold != nil {
 				// The folded generations are the newest live ones, so the
@@ -236,21 +214,6 @@ func (w *writer) prepare(ctx context.Context, batch []*pending, edits []*edit, p
 	next.UpdatedUnixNanos = now
 	next.CommitId = w.nextPutID()
 	return a, next, nil
-}
-
-// putWithRetry retries a put that failed retryably, with the same put id, so
-// a retry of a put that landed reports success.
-func (w *writer) putWithRetry(ctx context.Context, name string, data []byte, opts blob.PutOptions) error {
-	b := newBackoff(w.opts)
-	for {
-		_, err := w.store.Put(ctx, name, data, opts)
-		if err == nil || !retryable(err) {
-			return err
-		}
-		if werr := b.wait(ctx); werr != nil {
-			return fmt.Errorf("%w (last error: %w)", werr, err)
-		}
-	}
 }
 
 // resolve decides an unclear or lost manifest CAS by re-reading the

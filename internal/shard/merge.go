@@ -2,7 +2,6 @@ package shard
 
 import (
 	"context"
-	"errors"
 	"fmt"
 
 	"go.uber.org/zap"
@@ -99,33 +98,12 @@ func (w *writer) merge(ctx context.Context, plan []*storagepb.Generation) error 
 	defer w.claims.release(gen)
 	b := format.NewGenerationBuilder(w.shard, w.epoch, gen, size)
 	addSources(b, footers, datas)
-	l, err := b.Finish()
+	out, err := w.writeGeneration(ctx, gen, b, plan[0].GetFirstSeq(), plan[len(plan)-1].GetLastSeq(), level+1, w.opts.Clock.Now().UnixNano())
 	if err != nil {
-		return err
+		return fmt.Errorf("merge: %w", err)
 	}
-	name := format.GenerationName(w.shard, w.epoch, gen)
-	if err := w.putWithRetry(ctx, name, l.Data, blob.PutOptions{IfNoneMatch: true, PutID: w.nextPutID()}); err != nil {
-		return fmt.Errorf("merge: write %s: %w", name, err)
-	}
-	ref := genRef{w.shard, w.epoch, gen}
-	w.opts.Cache.addIndex(ref, newIndex(l.Footer))
-	w.opts.Cache.addFilter(ref, l.Filter)
-	w.opts.Cache.addData(ref, l.Data)
 	e := newEdit()
-	e.merge = &mergeEdit{output: &storagepb.Generation{
-		Number:           gen,
-		Epoch:            w.epoch,
-		FirstSeq:         plan[0].GetFirstSeq(),
-		LastSeq:          plan[len(plan)-1].GetLastSeq(),
-		Records:          uint32(b.Len()),
-		Bytes:            uint64(len(l.Data)),
-		FooterOffset:     l.FooterOffset,
-		FooterLength:     l.FooterLength,
-		FilterLength:     l.FilterLength,
-		FilterCrc32C:     l.FilterCRC,
-		CreatedUnixNanos: w.opts.Clock.Now().UnixNano(),
-		Level:            level + 1,
-	}}
+	e.merge = &mergeEdit{output: out}
 	for _, g := range plan {
 		e.merge.sources = append(e.merge.sources, g.GetNumber())
 	}
@@ -140,28 +118,6 @@ func (w *writer) merge(ctx context.Context, plan []*storagepb.Generation) error 
 	}
 	w.log.Debug("merged generations", zap.Uint64("generation", gen), zap.Int("sources", len(plan)), zap.Int("records", b.Len()))
 	return nil
-}
-
-// decodeSource decodes data, the blob of generation g that a merge or a
-// fold rewrites, and checks that its footer is the one the manifest lists.
-func decodeSource(shard string, g *storagepb.Generation, data []byte) (*storagepb.Footer, error) {
-	f, err := format.DecodeGeneration(data)
-	if err != nil {
-		return nil, err
-	}
-	if f.GetShard() != shard || f.GetEpoch() != g.GetEpoch() || f.GetGeneration() != g.GetNumber() || len(f.GetEntries()) != int(g.GetRecords()) {
-		return nil, errors.New("footer does not match the manifest")
-	}
-	return f, nil
-}
-
-// addSources adds the records of the decoded sources to b, in order.
-func addSources(b *format.GenerationBuilder, footers []*storagepb.Footer, datas [][]byte) {
-	for i, f := range footers {
-		for _, e := range f.GetEntries() {
-			b.Add(e.GetId(), e.GetSeq(), datas[i][e.GetOffset():e.GetOffset()+uint64(e.GetLength())], e.GetClientHash())
-		}
-	}
 }
 
 // submit hands an edit to the committer and waits for its outcome.
