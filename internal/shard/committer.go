@@ -4,14 +4,147 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"go.uber.org/zap"
-	"google.golang.org/protobuf/proto"
 
 	"github.com/rolloutd/rolloutd/internal/blob"
 	"github.com/rolloutd/rolloutd/internal/shard/format"
 	"github.com/rolloutd/rolloutd/internal/shard/storagepb"
 )
+
+// run is the committer: it commits everything queued, one generation at a
+// time, until the writer is closed, aborted or fenced.
+func (w *writer) run() {
+	defer close(w.done)
+	for {
+		batch, edits, ok := w.take()
+		if !ok {
+			return
+		}
+		w.commit(batch, edits)
+	}
+}
+
+// take waits for queued appends or manifest edits, and takes as many
+// appends as fit one generation, and every edit.
+func (w *writer) take() ([]*pending, []*edit, bool) {
+	for {
+		w.mu.Lock()
+		switch {
+		case w.state == stateAborted || w.state == stateFenced:
+			edits := w.edits
+			w.edits = nil
+			w.mu.Unlock()
+			for _, e := range edits {
+				e.settle(ErrAborted)
+			}
+			return nil, nil, false
+		case len(w.queue) > 0 || (len(w.edits) > 0 && w.state == stateOpen && w.editsDueLocked() <= 0):
+			var n int
+			var size int64
+			for n < len(w.queue) && (n == 0 || size+w.queue[n].bytes <= w.opts.MaxGenerationBytes) {
+				size += w.queue[n].bytes
+				w.queue[n].taken = true
+				n++
+			}
+			batch := make([]*pending, n)
+			copy(batch, w.queue)
+			w.queue = append(w.queue[:0], w.queue[n:]...)
+			edits := w.edits
+			w.edits = nil
+			w.mu.Unlock()
+			return batch, edits, true
+		case w.state == stateClosing:
+			// Close flushes what is already done: a merge whose output is
+			// written, or deletes GC made, are committed rather than left
+			// as orphans and stale entries for a later epoch to find.
+			edits := w.edits
+			w.edits = nil
+			w.mu.Unlock()
+			return nil, edits, len(edits) > 0
+		}
+		// Edits alone wait for an append's commit to ride on, up to
+		// EditDelay: see Options.EditDelay.
+		var due <-chan time.Time
+		if len(w.edits) > 0 && w.state == stateOpen {
+			due = w.opts.Clock.After(w.editsDueLocked())
+		}
+		w.mu.Unlock()
+		select {
+		case <-w.kick:
+		case <-w.ctx.Done():
+		case <-due:
+		}
+	}
+}
+
+// editsDueLocked returns how long the waiting edits may still wait for an
+// append's commit before they are committed alone.
+func (w *writer) editsDueLocked() time.Duration {
+	return w.opts.EditDelay - w.opts.Clock.Now().Sub(w.editsAt)
+}
+
+// commit commits one batch and the waiting manifest edits, and settles every
+// pending append and edit in it.
+func (w *writer) commit(batch []*pending, edits []*edit) {
+	// Appends whose callers gave up before the batch was taken are not sent.
+	var live []*pending
+	var size int64
+	for _, p := range batch {
+		size += p.bytes
+		if p.ctx.Err() != nil {
+			w.settle(p, nil, errWithdrawn)
+			continue
+		}
+		live = append(live, p)
+	}
+	// The batch's bytes leave the queue before its appends learn their
+	// outcome, so a caller that was acked never sees them counted.
+	release := func() {
+		w.mu.Lock()
+		w.queued -= size
+		w.mu.Unlock()
+	}
+	if len(live) > 0 || len(edits) > 0 {
+		ctx, cancel := context.WithTimeout(w.ctx, w.opts.CommitTimeout)
+		out, err := w.commitBatch(ctx, live, edits)
+		cancel()
+		w.releaseFold()
+		release()
+		if err == nil && out.fold != nil {
+			w.folds.Add(1)
+			w.merges.Add(1)
+			if w.opts.OnMerge != nil {
+				w.opts.OnMerge(len(out.fold.gens), int(out.fold.records()), 0)
+			}
+		}
+		var fenced *FencedError
+		if errors.As(err, &fenced) {
+			w.fence(fenced)
+		}
+		for _, p := range live {
+			if err != nil {
+				w.settle(p, nil, err)
+				continue
+			}
+			w.settle(p, out.results[p], out.errs[p])
+		}
+		for _, e := range edits {
+			if err != nil {
+				e.settle(err)
+			} else {
+				e.settle(out.editErrs[e])
+			}
+		}
+	} else {
+		release()
+	}
+	select {
+	case w.mergeKick <- struct{}{}:
+	default:
+	}
+}
 
 // attempt is one try at a commit. marker is the generation whose presence
 // proves the attempt landed: the batch's new generation, else a merge's
@@ -106,115 +239,6 @@ func (w *writer) unsure(attempts []attempt, err error) error {
 // errRebase: the manifest proves no attempt landed and this writer still
 // owns the shard, so the batch is committed again on the current manifest.
 var errRebase = errors.New("rebase")
-
-// prepare writes the batch's new entries as a generation blob and builds the
-// manifest that commits it and the edits.
-func (w *writer) prepare(ctx context.Context, batch []*pending, edits []*edit, present map[string]found) (attempt, *storagepb.Manifest, error) {
-	cur := w.m
-	now := w.opts.Clock.Now().UnixNano()
-	next := proto.CloneOf(cur)
-	a := attempt{out: commitOut{results: map[*pending][]Result{}, errs: map[*pending]error{}, editErrs: map[*edit]error{}}}
-	changed := false
-	for _, e := range edits {
-		if err := e.apply(next, now); err != nil {
-			a.out.editErrs[e] = err
-			continue
-		}
-		changed = true
-		if e.merge != nil {
-			a.marker = e.merge.output.GetNumber()
-		}
-	}
-
-	// Entries found committed after a resync are acknowledged as present,
-	// not written again.
-	var size, fresh int
-	for _, p := range batch {
-		rs := make([]Result, len(p.entries))
-		for i, e := range p.entries {
-			f, ok := present[e.ID]
-			switch {
-			case !ok:
-				size += len(e.Data) + 16
-				fresh++
-				continue
-			case f.entry.GetClientHash() != e.ClientHash:
-				a.out.errs[p] = &IDConflictError{Shard: w.shard, ID: e.ID, Seq: f.entry.GetSeq()}
-			}
-			rs[i] = Result{ID: e.ID, Seq: f.entry.GetSeq(), Epoch: f.gen.GetEpoch(), Generation: f.gen.GetNumber(), AlreadyPresent: true}
-		}
-		a.out.results[p] = rs
-	}
-	if fresh > 0 {
-		type add struct {
-			p *pending
-			i int
-		}
-		var adds []add
-		for _, p := range batch {
-			if a.out.errs[p] != nil {
-				continue
-			}
-			for i, e := range p.entries {
-				if _, ok := present[e.ID]; !ok {
-					adds = append(adds, add{p, i})
-				}
-			}
-		}
-		if len(adds) > 0 {
-			// The fold stays within what one generation may hold.
-			fold := w.pickFold(next, min(w.opts.FoldMaxBytes, w.opts.MaxGenerationBytes-int64(size)))
-			if fold != nil {
-				size += fold.bytes
-			}
-			gen := w.allocGen()
-			seq := cur.GetNextSeq()
-			b := format.NewGenerationBuilder(w.shard, w.epoch, gen, size)
-			first, level := seq, uint32(0)
-			if fold != nil {
-				addSources(b, fold.footers, fold.datas)
-				first, level = fold.gens[0].GetFirstSeq(), fold.level+1
-			}
-			var scratch []byte
-			for _, ad := range adds {
-				e := ad.p.entries[ad.i]
-				scratch = e.withSeq(scratch[:0], seq)
-				b.Add(e.ID, seq, scratch, e.ClientHash)
-				a.out.results[ad.p][ad.i] = Result{ID: e.ID, Seq: seq, Epoch: w.epoch, Generation: gen}
-				seq++
-			}
-			g, err := w.writeGeneration(ctx, gen, b, first, seq-1, level, now)
-			if err != nil {
-				return a, nil, fmt.Errorf("shard %q: %w", w.shard, err)
-			}
-			if fold != nil {
-				// The folded generations are the newest live ones, so the
-				// new generation takes their place at the end.
-				keep := len(next.Generations) - len(fold.gens)
-				retire(next, next.Generations[keep:], now)
-				next.Generations = append(next.Generations[:keep:keep], g)
-				a.out.fold = fold
-			} else {
-				next.Generations = append(next.Generations, g)
-			}
-			next.NextSeq = seq
-			next.RecordCount += uint64(len(adds))
-			a.marker = gen
-		}
-	}
-	if !changed && a.marker == 0 {
-		return a, nil, nil // every entry was already present: nothing to commit
-	}
-	w.mu.Lock()
-	next.NextGeneration = max(next.GetNextGeneration(), w.minGen)
-	w.mu.Unlock()
-	if a.marker != 0 {
-		epochRecord(next, w.epoch).LastGeneration = a.marker
-	}
-	next.UpdatedUnixNanos = now
-	next.CommitId = w.nextPutID()
-	return a, next, nil
-}
 
 // resolve decides an unclear or lost manifest CAS by re-reading the
 // manifest (see decide). It returns errRebase when this writer still owns
