@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"runtime"
 	"slices"
@@ -92,33 +91,6 @@ func (w *writer) toLocked(next state) bool {
 	return true
 }
 
-// pending is one Append's new entries waiting for their commit.
-//
-// Exactly one party settles a pending, by construction: the one that takes
-// it out of writer.queue under mu. That is the committer (take), a fence or
-// an abort (takeQueueLocked), or its own caller withdrawing it (await). A
-// caller that finds its pending already gone from the queue waits for done.
-type pending struct {
-	ctx     context.Context
-	entries []Entry
-	bytes   int64
-	taken   bool // the committer took it; it can no longer be withdrawn
-	done    chan struct{}
-	results []Result
-	err     error
-
-	// checked is the manifest whose generations the entries' ids were
-	// looked up in (none was there), and adopted the writer's count of
-	// adopted manifests then; see writer.recheck.
-	checked *storagepb.Manifest
-	adopted uint64
-}
-
-func (p *pending) finish(results []Result, err error) {
-	p.results, p.err = results, err
-	close(p.done)
-}
-
 type writer struct {
 	store blob.Store
 	shard string
@@ -167,13 +139,6 @@ type writer struct {
 	folding []uint64 // committer-only: the commit's claim (fold.go)
 
 	stale bool // committer-only: m and etag must be re-read before the next commit
-}
-
-// inflightRef points at an entry queued or being committed.
-type inflightRef struct {
-	p    *pending
-	i    int
-	hash uint64
 }
 
 // Open claims the next epoch of shard and returns its resident writer. The
@@ -326,254 +291,6 @@ func (h *Writer) Close(ctx context.Context) error { return h.w.close(ctx) }
 // stay as they are, and Abort only waits for the goroutines.
 func (h *Writer) Abort() { h.w.abort() }
 
-func (w *writer) append(ctx context.Context, entries []Entry) ([]Result, error) {
-	partly := false // some of entries were committed by an earlier try
-	for {
-		results, committed, err := w.appendOnce(ctx, entries)
-		partly = partly || committed
-		if errors.Is(err, errWithdrawn) {
-			// An append this one shared an id with failed for a reason of
-			// its own; try again on our own.
-			continue
-		}
-		if err != nil && partly && !errors.Is(err, ErrOutcomeUnknown) {
-			// Its own records are stored; only a retry with the same ids
-			// can tell the caller about the rest.
-			err = fmt.Errorf("shard %q: some of the append's records were committed and others were not (%w): %w", w.shard, ErrOutcomeUnknown, err)
-		}
-		return results, err
-	}
-}
-
-// errWithdrawn settles a pending append whose caller gave up before it was
-// sent. Appends that shared its ids retry; its own caller sees ctx's error.
-var errWithdrawn = errors.New("append withdrawn")
-
-// shared is an entry of this append that another, unsettled append is
-// already committing.
-type shared struct {
-	ref inflightRef
-	i   int // index in this append
-}
-
-// appendOnce tries entries once. committed reports whether the entries
-// this append committed itself (not those it shared) were committed,
-// whatever the error.
-func (w *writer) appendOnce(ctx context.Context, entries []Entry) (_ []Result, committed bool, _ error) {
-	if len(entries) == 0 {
-		return nil, false, nil
-	}
-	var size int64
-	for _, e := range entries {
-		size += int64(len(e.Data)) + int64(len(e.ID))
-	}
-	if size > w.opts.MaxGenerationBytes {
-		return nil, committed, fmt.Errorf("%w: batch of %d bytes exceeds the %d-byte generation limit", ErrTooLarge, size, w.opts.MaxGenerationBytes)
-	}
-	results := make([]Result, len(entries))
-	ids := make([]string, len(entries))
-	for i, e := range entries {
-		ids[i] = e.ID
-	}
-
-	// Find ids that are already committed. The loop ends holding mu with
-	// every generation of the current manifest checked, so an id committed
-	// after that is still in inflight below.
-	present := map[string]found{}
-	var checked map[uint64]bool
-	vanished := 0
-	for {
-		w.mu.Lock()
-		if err := w.refuseLocked(); err != nil {
-			w.mu.Unlock()
-			return nil, committed, err
-		}
-		m := w.m
-		var todo []*storagepb.Generation
-		for _, g := range m.GetGenerations() {
-			if !checked[g.GetNumber()] {
-				todo = append(todo, g)
-			}
-		}
-		if len(todo) == 0 {
-			break
-		}
-		w.mu.Unlock()
-		err := lookupCommitted(ctx, w.store, w.opts.Cache, w.shard, todo, ids, present)
-		if errors.Is(err, blob.ErrNotFound) && vanished < maxReadRetries {
-			// A merge retired a generation and GC deleted it meanwhile;
-			// its records are in the merged one. Look again.
-			vanished++
-			checked = nil
-			continue
-		}
-		if errors.Is(err, blob.ErrNotFound) {
-			// Our own manifest keeps listing a generation that storage
-			// no longer has: another writer took the shard over, merged
-			// and collected. Storage says so.
-			if m, _, rerr := readManifest(ctx, w.store, w.shard); rerr == nil && m.GetEpoch() != w.epoch {
-				fe := &FencedError{Shard: w.shard, Local: w.epoch, Stored: m.GetEpoch()}
-				w.fence(fe)
-				return nil, committed, fe
-			}
-			return nil, committed, w.staleErr(err)
-		}
-		if err != nil {
-			return nil, committed, err
-		}
-		if checked == nil {
-			checked = map[uint64]bool{}
-		}
-		for _, g := range todo {
-			checked[g.GetNumber()] = true
-		}
-	}
-	// mu is held.
-	var fresh []Entry
-	var freshIdx []int
-	var waits []shared
-	for i, e := range entries {
-		if f, ok := present[e.ID]; ok {
-			if f.entry.GetClientHash() != e.ClientHash {
-				w.mu.Unlock()
-				return nil, committed, &IDConflictError{Shard: w.shard, ID: e.ID, Seq: f.entry.GetSeq()}
-			}
-			results[i] = Result{ID: e.ID, Seq: f.entry.GetSeq(), Epoch: f.gen.GetEpoch(), Generation: f.gen.GetNumber(), AlreadyPresent: true}
-			continue
-		}
-		if ref, ok := w.inflight[e.ID]; ok {
-			if ref.hash != e.ClientHash {
-				w.mu.Unlock()
-				return nil, committed, &IDConflictError{Shard: w.shard, ID: e.ID, InFlight: true}
-			}
-			waits = append(waits, shared{ref: ref, i: i})
-			continue
-		}
-		fresh = append(fresh, e)
-		freshIdx = append(freshIdx, i)
-	}
-	var p *pending
-	if len(fresh) > 0 {
-		var freshSize int64
-		for _, e := range fresh {
-			freshSize += int64(len(e.Data)) + int64(len(e.ID))
-		}
-		if w.queued > 0 && w.queued+freshSize > w.opts.MaxQueuedBytes {
-			queued := w.queued
-			w.mu.Unlock()
-			return nil, committed, fmt.Errorf("%w: shard %q has %d bytes queued (limit %d); retry later", ErrBackpressure, w.shard, queued, w.opts.MaxQueuedBytes)
-		}
-		p = &pending{ctx: ctx, entries: fresh, bytes: freshSize, done: make(chan struct{}), checked: w.m, adopted: w.adopted}
-		for i, e := range fresh {
-			w.inflight[e.ID] = inflightRef{p: p, i: i, hash: e.ClientHash}
-		}
-		w.queue = append(w.queue, p)
-		w.queued += freshSize
-	}
-	w.mu.Unlock()
-	if p != nil {
-		select {
-		case w.kick <- struct{}{}:
-		default:
-		}
-		rs, err := w.await(ctx, p)
-		if err != nil {
-			return nil, false, err
-		}
-		committed = true
-		for k, i := range freshIdx {
-			results[i] = rs[k]
-		}
-	}
-	for _, s := range waits {
-		select {
-		case <-s.ref.p.done:
-		case <-ctx.Done():
-			return nil, committed, fmt.Errorf("append to shard %q: %w while waiting for an in-flight append of id %q (%w)", w.shard, ctx.Err(), entries[s.i].ID, ErrOutcomeUnknown)
-		}
-		if err := s.ref.p.err; err != nil {
-			if !sharesFate(err, entries[s.i].ID) {
-				// The other append failed for a reason of its own (an id
-				// of its own conflicts, or it was withdrawn): this id
-				// was simply not committed. Try again on our own.
-				return nil, committed, errWithdrawn
-			}
-			return nil, committed, err
-		}
-		r := s.ref.p.results[s.ref.i]
-		r.AlreadyPresent = true
-		results[s.i] = r
-	}
-	return results, committed, nil
-}
-
-// sharesFate reports whether err, the failure of another append that was
-// committing id for this one, is also this append's answer for id. A
-// conflict on another of that append's ids is not: it says nothing about
-// id, which was merely left uncommitted.
-func sharesFate(err error, id string) bool {
-	if errors.Is(err, errWithdrawn) {
-		return false
-	}
-	var conflict *IDConflictError
-	return !errors.As(err, &conflict) || conflict.ID == id
-}
-
-// staleErr reports that a generation this writer's manifest lists is gone
-// from storage: lookup is the storage error that found it missing.
-func (w *writer) staleErr(lookup error) error {
-	return fmt.Errorf("shard %q epoch %d: %w: %v", w.shard, w.epoch, ErrStale, lookup)
-}
-
-// await waits for p's commit, or for ctx.
-func (w *writer) await(ctx context.Context, p *pending) ([]Result, error) {
-	select {
-	case <-p.done:
-		return w.own(ctx, p)
-	case <-ctx.Done():
-	}
-	w.mu.Lock()
-	withdrawn := w.withdrawLocked(p)
-	taken := p.taken
-	w.mu.Unlock()
-	if withdrawn {
-		w.settle(p, nil, errWithdrawn)
-		return nil, fmt.Errorf("append to shard %q not sent: %w", w.shard, ctx.Err())
-	}
-	if !taken {
-		// A fence or an abort took p out of the queue; it settles p at
-		// once, with no I/O in between.
-		<-p.done
-		return w.own(ctx, p)
-	}
-	select {
-	case <-p.done:
-		return w.own(ctx, p)
-	default:
-	}
-	return nil, fmt.Errorf("append to shard %q: %w; its commit was in flight and may still land (%w)", w.shard, ctx.Err(), ErrOutcomeUnknown)
-}
-
-// own turns a settled pending into its caller's answer.
-func (w *writer) own(ctx context.Context, p *pending) ([]Result, error) {
-	if errors.Is(p.err, errWithdrawn) {
-		return nil, fmt.Errorf("append to shard %q not sent: %w", w.shard, context.Cause(ctx))
-	}
-	return p.results, p.err
-}
-
-// settle finishes p and forgets its ids.
-func (w *writer) settle(p *pending, results []Result, err error) {
-	w.mu.Lock()
-	for _, e := range p.entries {
-		if ref, ok := w.inflight[e.ID]; ok && ref.p == p {
-			delete(w.inflight, e.ID)
-		}
-	}
-	w.mu.Unlock()
-	p.finish(results, err)
-}
-
 // refuseLocked returns why the writer takes no appends, or nil.
 func (w *writer) refuseLocked() error {
 	switch w.state {
@@ -586,18 +303,6 @@ func (w *writer) refuseLocked() error {
 	default:
 		return fmt.Errorf("shard %q epoch %d: %w", w.shard, w.epoch, ErrClosed)
 	}
-}
-
-// withdrawLocked takes p out of the queue, if it is still there, and
-// reports whether it was: only then does the caller own p and settle it.
-func (w *writer) withdrawLocked(p *pending) bool {
-	i := slices.Index(w.queue, p)
-	if i < 0 {
-		return false
-	}
-	w.queue = slices.Delete(w.queue, i, i+1)
-	w.queued -= p.bytes
-	return true
 }
 
 // takeQueueLocked takes every queued append out of the queue. The caller
