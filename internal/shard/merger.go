@@ -119,27 +119,3 @@ func (w *writer) merge(ctx context.Context, plan []*storagepb.Generation) error 
 	w.log.Debug("merged generations", zap.Uint64("generation", gen), zap.Int("sources", len(plan)), zap.Int("records", b.Len()))
 	return nil
 }
-
-// submit hands an edit to the committer and waits for its outcome.
-func (w *writer) submit(ctx context.Context, e *edit) error {
-	w.mu.Lock()
-	if err := w.refuseLocked(); err != nil {
-		w.mu.Unlock()
-		return err
-	}
-	if len(w.edits) == 0 {
-		w.editsAt = w.opts.Clock.Now()
-	}
-	w.edits = append(w.edits, e)
-	w.mu.Unlock()
-	select {
-	case w.kick <- struct{}{}:
-	default:
-	}
-	select {
-	case err := <-e.done:
-		return err
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
