@@ -190,10 +190,7 @@ func (w *writer) appendOnce(ctx context.Context, entries []Entry) (_ []Result, c
 	}
 	w.mu.Unlock()
 	if p != nil {
-		select {
-		case w.kick <- struct{}{}:
-		default:
-		}
+		w.committer.wake()
 		rs, err := w.await(ctx, p)
 		if err != nil {
 			return nil, false, err

@@ -13,22 +13,46 @@ import (
 	"github.com/rolloutd/rolloutd/internal/shard/storagepb"
 )
 
+// committer is the committer goroutine's state. It alone writes the
+// manifest: it takes the queued appends and waiting edits (take), commits
+// them in one CAS (commit, commitBatch), and decides a CAS whose outcome is
+// unclear from the manifest it reads back (resolve, resync), never from
+// local belief.
+type committer struct {
+	w    *writer
+	kick chan struct{} // wakes it; capacity 1
+	done chan struct{} // closed when it has exited
+
+	// Only the committer goroutine touches these; no lock.
+	stale   bool     // the writer's manifest and etag must be re-read before the next commit
+	folding []uint64 // the generations the commit being prepared claimed to fold (fold.go)
+}
+
+// wake tells the committer there is work, without blocking.
+func (c *committer) wake() {
+	select {
+	case c.kick <- struct{}{}:
+	default:
+	}
+}
+
 // run is the committer: it commits everything queued, one generation at a
 // time, until the writer is closed, aborted or fenced.
-func (w *writer) run() {
-	defer close(w.done)
+func (c *committer) run() {
+	defer close(c.done)
 	for {
-		batch, edits, ok := w.take()
+		batch, edits, ok := c.take()
 		if !ok {
 			return
 		}
-		w.commit(batch, edits)
+		c.commit(batch, edits)
 	}
 }
 
 // take waits for queued appends or manifest edits, and takes as many
 // appends as fit one generation, and every edit.
-func (w *writer) take() ([]*pending, []*edit, bool) {
+func (c *committer) take() ([]*pending, []*edit, bool) {
+	w := c.w
 	for {
 		w.mu.Lock()
 		switch {
@@ -40,7 +64,7 @@ func (w *writer) take() ([]*pending, []*edit, bool) {
 				e.settle(ErrAborted)
 			}
 			return nil, nil, false
-		case len(w.queue) > 0 || (len(w.edits) > 0 && w.state == stateOpen && w.editsDueLocked() <= 0):
+		case len(w.queue) > 0 || (len(w.edits) > 0 && w.state == stateOpen && c.editsDueLocked() <= 0):
 			var n int
 			var size int64
 			for n < len(w.queue) && (n == 0 || size+w.queue[n].bytes <= w.opts.MaxGenerationBytes) {
@@ -68,11 +92,11 @@ func (w *writer) take() ([]*pending, []*edit, bool) {
 		// EditDelay: see Options.EditDelay.
 		var due <-chan time.Time
 		if len(w.edits) > 0 && w.state == stateOpen {
-			due = w.opts.Clock.After(w.editsDueLocked())
+			due = w.opts.Clock.After(c.editsDueLocked())
 		}
 		w.mu.Unlock()
 		select {
-		case <-w.kick:
+		case <-c.kick:
 		case <-w.ctx.Done():
 		case <-due:
 		}
@@ -81,13 +105,15 @@ func (w *writer) take() ([]*pending, []*edit, bool) {
 
 // editsDueLocked returns how long the waiting edits may still wait for an
 // append's commit before they are committed alone.
-func (w *writer) editsDueLocked() time.Duration {
+func (c *committer) editsDueLocked() time.Duration {
+	w := c.w
 	return w.opts.EditDelay - w.opts.Clock.Now().Sub(w.editsAt)
 }
 
 // commit commits one batch and the waiting manifest edits, and settles every
 // pending append and edit in it.
-func (w *writer) commit(batch []*pending, edits []*edit) {
+func (c *committer) commit(batch []*pending, edits []*edit) {
+	w := c.w
 	// Appends whose callers gave up before the batch was taken are not sent.
 	var live []*pending
 	var size int64
@@ -108,9 +134,9 @@ func (w *writer) commit(batch []*pending, edits []*edit) {
 	}
 	if len(live) > 0 || len(edits) > 0 {
 		ctx, cancel := context.WithTimeout(w.ctx, w.opts.CommitTimeout)
-		out, err := w.commitBatch(ctx, live, edits)
+		out, err := c.commitBatch(ctx, live, edits)
 		cancel()
-		w.releaseFold()
+		c.releaseFold()
 		release()
 		if err == nil && out.fold != nil {
 			w.folds.Add(1)
@@ -140,10 +166,7 @@ func (w *writer) commit(batch []*pending, edits []*edit) {
 	} else {
 		release()
 	}
-	select {
-	case w.mergeKick <- struct{}{}:
-	default:
-	}
+	w.merger.wake()
 }
 
 // attempt is one try at a commit. marker is the generation whose presence
@@ -172,25 +195,26 @@ const maxRebases = 3
 // that CAS is known to have landed, or with the reason it did not. Once an
 // attempt's CAS was sent, every failure to decide it matches
 // ErrOutcomeUnknown: that attempt may still land.
-func (w *writer) commitBatch(ctx context.Context, batch []*pending, edits []*edit) (commitOut, error) {
+func (c *committer) commitBatch(ctx context.Context, batch []*pending, edits []*edit) (commitOut, error) {
+	w := c.w
 	var attempts []attempt
 	present := map[string]found{}
 	for rebase := 0; ; rebase++ {
-		if w.stale {
-			out, err := w.resync(ctx, attempts)
+		if c.stale {
+			out, err := c.resync(ctx, attempts)
 			if err != errRebase {
 				return out, err
 			}
 		}
-		if err := w.recheck(ctx, batch, present); err != nil {
-			return commitOut{}, w.unsure(attempts, err)
+		if err := c.recheck(ctx, batch, present); err != nil {
+			return commitOut{}, c.unsure(attempts, err)
 		}
-		a, next, err := w.prepare(ctx, batch, edits, present)
+		a, next, err := c.prepare(ctx, batch, edits, present)
 		if err != nil {
 			if w.ctx.Err() != nil && len(attempts) == 0 {
 				return commitOut{}, fmt.Errorf("shard %q epoch %d: %w before the commit was sent", w.shard, w.epoch, ErrAborted)
 			}
-			return commitOut{}, w.unsure(attempts, err)
+			return commitOut{}, c.unsure(attempts, err)
 		}
 		if next == nil {
 			return a.out, nil
@@ -200,7 +224,7 @@ func (w *writer) commitBatch(ctx context.Context, batch []*pending, edits []*edi
 		opts := blob.PutOptions{IfMatch: w.etag, PutID: next.GetCommitId()}
 		data, err := format.EncodeManifest(next)
 		if err != nil {
-			return commitOut{}, w.unsure(attempts[:len(attempts)-1], err)
+			return commitOut{}, c.unsure(attempts[:len(attempts)-1], err)
 		}
 		attrs, err := w.store.Put(ctx, name, data, opts)
 		for b := newBackoff(w.opts); err != nil && errors.Is(err, blob.ErrUnavailable); {
@@ -217,7 +241,7 @@ func (w *writer) commitBatch(ctx context.Context, batch []*pending, edits []*edi
 		}
 		// The CAS lost, or its outcome is unclear. Only the stored manifest
 		// can say which attempt, if any, landed.
-		out, err := w.resolve(ctx, attempts, err)
+		out, err := c.resolve(ctx, attempts, err)
 		if err != errRebase {
 			return out, err
 		}
@@ -229,7 +253,8 @@ func (w *writer) commitBatch(ctx context.Context, batch []*pending, edits []*edi
 
 // unsure returns err, the failure of a commit of which attempts were sent,
 // as ErrOutcomeUnknown when there are any: one of them may still land.
-func (w *writer) unsure(attempts []attempt, err error) error {
+func (c *committer) unsure(attempts []attempt, err error) error {
+	w := c.w
 	if len(attempts) == 0 || errors.Is(err, ErrOutcomeUnknown) {
 		return err
 	}
@@ -243,7 +268,8 @@ var errRebase = errors.New("rebase")
 // resolve decides an unclear or lost manifest CAS by re-reading the
 // manifest (see decide). It returns errRebase when this writer still owns
 // the shard and no attempt landed.
-func (w *writer) resolve(ctx context.Context, attempts []attempt, casErr error) (commitOut, error) {
+func (c *committer) resolve(ctx context.Context, attempts []attempt, casErr error) (commitOut, error) {
+	w := c.w
 	b := newBackoff(w.opts)
 	for ctx.Err() == nil {
 		m, etag, err := readManifest(ctx, w.store, w.shard)
@@ -253,7 +279,7 @@ func (w *writer) resolve(ctx context.Context, attempts []attempt, casErr error) 
 			}
 			break
 		}
-		if out, ok, err := w.decide(m, etag, attempts); ok {
+		if out, ok, err := c.decide(m, etag, attempts); ok {
 			return out, err
 		}
 		w.log.Warn("manifest changed under this writer's own epoch; rebasing the commit",
@@ -262,10 +288,10 @@ func (w *writer) resolve(ctx context.Context, attempts []attempt, casErr error) 
 		// that landed late, holding some of the batch's ids: resync looks
 		// them up in every generation this writer has not seen, so the
 		// rebased commit does not store them twice.
-		w.stale = true
+		c.stale = true
 		return commitOut{}, errRebase
 	}
-	w.stale = true
+	c.stale = true
 	if w.ctx.Err() != nil {
 		return commitOut{}, fmt.Errorf("shard %q epoch %d: aborted while its commit was in flight: %w", w.shard, w.epoch, ErrOutcomeUnknown)
 	}
@@ -278,7 +304,8 @@ func (w *writer) resolve(ctx context.Context, attempts []attempt, casErr error) 
 // the writer is fenced if a higher epoch holds the shard and none landed
 // (a claim changed the manifest's ETag, so none ever can). ok is false
 // when m proves nothing but that this writer still owns the shard.
-func (w *writer) decide(m *storagepb.Manifest, etag blob.ETag, attempts []attempt) (out commitOut, ok bool, err error) {
+func (c *committer) decide(m *storagepb.Manifest, etag blob.ETag, attempts []attempt) (out commitOut, ok bool, err error) {
+	w := c.w
 	for i := len(attempts) - 1; i >= 0; i-- {
 		if attempts[i].marker == 0 {
 			continue
@@ -291,11 +318,11 @@ func (w *writer) decide(m *storagepb.Manifest, etag blob.ETag, attempts []attemp
 			} else {
 				// Committed, then another writer claimed the shard: the
 				// ack stands, and the next commit finds the fence.
-				w.stale = true
+				c.stale = true
 			}
 			return attempts[i].out, true, nil
 		case undecidable:
-			w.stale = true
+			c.stale = true
 			return commitOut{}, true, fmt.Errorf("shard %q: commit of generation %d by epoch %d cannot be decided: epoch records pruned by epoch %d: %w", w.shard, attempts[i].marker, w.epoch, m.GetEpoch(), ErrOutcomeUnknown)
 		}
 	}
@@ -310,16 +337,17 @@ func (w *writer) decide(m *storagepb.Manifest, etag blob.ETag, attempts []attemp
 // earlier attempts on it (see decide). It returns errRebase when the batch
 // is to be committed on the manifest it read, which it adopts: recheck then
 // finds which of the queued ids a landed commit had already stored.
-func (w *writer) resync(ctx context.Context, attempts []attempt) (commitOut, error) {
+func (c *committer) resync(ctx context.Context, attempts []attempt) (commitOut, error) {
+	w := c.w
 	m, etag, err := readManifest(ctx, w.store, w.shard)
 	if err != nil {
-		return commitOut{}, w.unsure(attempts, fmt.Errorf("shard %q: re-read manifest: %w", w.shard, err))
+		return commitOut{}, c.unsure(attempts, fmt.Errorf("shard %q: re-read manifest: %w", w.shard, err))
 	}
-	if out, ok, err := w.decide(m, etag, attempts); ok {
+	if out, ok, err := c.decide(m, etag, attempts); ok {
 		return out, err
 	}
 	w.adopt(m, etag)
-	w.stale = false
+	c.stale = false
 	return commitOut{}, errRebase
 }
 
@@ -329,7 +357,8 @@ func (w *writer) resync(ctx context.Context, attempts []attempt) (commitOut, err
 // against the writer's manifest when it is queued, and a commit of unclear
 // outcome that landed after all may hold them. Ids found are acknowledged
 // as present, not stored again.
-func (w *writer) recheck(ctx context.Context, batch []*pending, present map[string]found) error {
+func (c *committer) recheck(ctx context.Context, batch []*pending, present map[string]found) error {
+	w := c.w
 	m, adopted := w.m, w.adopted // the committer is the only one that changes them
 	for _, p := range batch {
 		if p.adopted == adopted {

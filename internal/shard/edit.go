@@ -40,10 +40,7 @@ func (w *writer) submit(ctx context.Context, e *edit) error {
 	}
 	w.edits = append(w.edits, e)
 	w.mu.Unlock()
-	select {
-	case w.kick <- struct{}{}:
-	default:
-	}
+	w.committer.wake()
 	select {
 	case err := <-e.done:
 		return err

@@ -28,8 +28,9 @@ type foldRun struct {
 // pickFold chooses and claims the newest generations of next, at most
 // maxBytes of them, for the commit to fold, or returns nil. The committer
 // releases the claim once the commit has settled (releaseFold).
-func (w *writer) pickFold(next *storagepb.Manifest, maxBytes int64) *foldRun {
-	w.releaseFold()
+func (c *committer) pickFold(next *storagepb.Manifest, maxBytes int64) *foldRun {
+	w := c.w
+	c.releaseFold()
 	if w.opts.DisableMerge || w.opts.FoldMaxBytes < 0 {
 		return nil
 	}
@@ -39,21 +40,21 @@ func (w *writer) pickFold(next *storagepb.Manifest, maxBytes int64) *foldRun {
 		return nil
 	}
 	for _, g := range run {
-		w.folding = append(w.folding, g.GetNumber())
+		c.folding = append(c.folding, g.GetNumber())
 	}
 
 	f := &foldRun{gens: run}
 	for _, g := range run {
 		data, ok := w.opts.Cache.getData(genRef{w.shard, g.GetEpoch(), g.GetNumber()})
 		if !ok {
-			w.releaseFold()
+			c.releaseFold()
 			return nil
 		}
 		ft, err := decodeSource(w.shard, g, data)
 		if err != nil {
 			// Left to the merger, which reads the stored blob and reports
 			// what is wrong with it.
-			w.releaseFold()
+			c.releaseFold()
 			return nil
 		}
 		f.datas = append(f.datas, data)
@@ -73,25 +74,11 @@ func (f *foldRun) records() (n int) {
 
 // releaseFold drops the committer's claim on the generations it folded or
 // meant to fold.
-func (w *writer) releaseFold() {
-	if len(w.folding) == 0 {
+func (c *committer) releaseFold() {
+	w := c.w
+	if len(c.folding) == 0 {
 		return
 	}
-	w.claims.release(w.folding...)
-	w.folding = nil
-}
-
-// claimMerge claims plan for the merger: it fails if a generation of plan
-// is claimed already or no longer live.
-func (w *writer) claimMerge(plan []*storagepb.Generation) bool {
-	return w.claims.claimLive(plan, w.manifest)
-}
-
-// releaseMerge drops the merger's claim on plan.
-func (w *writer) releaseMerge(plan []*storagepb.Generation) {
-	nums := make([]uint64, len(plan))
-	for i, g := range plan {
-		nums[i] = g.GetNumber()
-	}
-	w.claims.release(nums...)
+	w.claims.release(c.folding...)
+	c.folding = nil
 }

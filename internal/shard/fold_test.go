@@ -88,10 +88,10 @@ func TestFoldLeavesWhatItMustNotTouch(t *testing.T) {
 	}{
 		{"claimed by a merge", func(t *testing.T, w *Writer) *Writer {
 			oldest := w.w.manifest().GetGenerations()[:1]
-			if !w.w.claimMerge(oldest) {
+			if !w.w.merger.claim(oldest) {
 				t.Fatal("could not claim an idle generation")
 			}
-			t.Cleanup(func() { w.w.releaseMerge(oldest) })
+			t.Cleanup(func() { w.w.merger.release(oldest) })
 			return w
 		}},
 		{"not cached: a new epoch", func(t *testing.T, w *Writer) *Writer {

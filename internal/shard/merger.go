@@ -20,33 +20,51 @@ import (
 //
 // The policy that picks what to merge is in policy.go.
 
+// merger is the merger goroutine's state. It reads and writes blobs beside
+// the commit path and hands the committer only its manifest edit (edit.go).
+type merger struct {
+	w    *writer
+	kick chan struct{} // wakes it after a commit; capacity 1
+	done chan struct{} // closed when it has exited
+}
+
+// wake tells the merger that a commit changed the manifest, without
+// blocking.
+func (m *merger) wake() {
+	select {
+	case m.kick <- struct{}{}:
+	default:
+	}
+}
+
 // mergeReadParallelism bounds the source reads of one merge in flight.
 const mergeReadParallelism = 4
 
-// mergeLoop is the merger goroutine: it merges while the policy asks for it
-// and collects garbage, until Close or Abort.
-func (w *writer) mergeLoop() {
-	defer close(w.mergeDone)
+// loop is the merger goroutine: it merges while the policy asks for it,
+// until Close, a fence or Abort.
+func (m *merger) loop() {
+	w := m.w
+	defer close(m.done)
 	if w.opts.DisableMerge {
-		<-w.mergeCtx.Done()
+		<-w.background.Done()
 		return
 	}
 	for {
 		select {
-		case <-w.mergeCtx.Done():
+		case <-w.background.Done():
 			return
-		case <-w.mergeKick:
+		case <-m.kick:
 		case <-w.opts.Clock.After(w.opts.MergeInterval):
 		}
-		for w.mergeCtx.Err() == nil {
+		for w.background.Err() == nil {
 			plan := pickMerge(w.manifest().GetGenerations(), w.opts.Clock.Now(), w.opts)
-			if plan == nil || !w.claimMerge(plan) {
+			if plan == nil || !m.claim(plan) {
 				break // a commit is folding part of it; the next kick looks again
 			}
-			err := w.merge(w.mergeCtx, plan)
-			w.releaseMerge(plan)
+			err := m.merge(w.background, plan)
+			m.release(plan)
 			if err != nil {
-				if w.mergeCtx.Err() == nil {
+				if w.background.Err() == nil {
 					w.log.Warn("merge failed; will retry", zap.Error(err))
 				}
 				break
@@ -57,7 +75,8 @@ func (w *writer) mergeLoop() {
 
 // merge rewrites plan as one generation and waits until the committer has
 // committed (or rejected) the manifest edit that swaps it in.
-func (w *writer) merge(ctx context.Context, plan []*storagepb.Generation) error {
+func (m *merger) merge(ctx context.Context, plan []*storagepb.Generation) error {
+	w := m.w
 	start := w.opts.Clock.Now()
 	var size int
 	var level uint32
@@ -118,4 +137,21 @@ func (w *writer) merge(ctx context.Context, plan []*storagepb.Generation) error 
 	}
 	w.log.Debug("merged generations", zap.Uint64("generation", gen), zap.Int("sources", len(plan)), zap.Int("records", b.Len()))
 	return nil
+}
+
+// claim claims plan for the merger: it fails if a generation of plan
+// is claimed already or no longer live.
+func (m *merger) claim(plan []*storagepb.Generation) bool {
+	w := m.w
+	return w.claims.claimLive(plan, w.manifest)
+}
+
+// release drops the merger's claim on plan.
+func (m *merger) release(plan []*storagepb.Generation) {
+	w := m.w
+	nums := make([]uint64, len(plan))
+	for i, g := range plan {
+		nums[i] = g.GetNumber()
+	}
+	w.claims.release(nums...)
 }

@@ -12,7 +12,8 @@ import (
 
 // prepare writes the batch's new entries as a generation blob and builds the
 // manifest that commits it and the edits.
-func (w *writer) prepare(ctx context.Context, batch []*pending, edits []*edit, present map[string]found) (attempt, *storagepb.Manifest, error) {
+func (c *committer) prepare(ctx context.Context, batch []*pending, edits []*edit, present map[string]found) (attempt, *storagepb.Manifest, error) {
+	w := c.w
 	cur := w.m
 	now := w.opts.Clock.Now().UnixNano()
 	next := proto.CloneOf(cur)
@@ -66,7 +67,7 @@ func (w *writer) prepare(ctx context.Context, batch []*pending, edits []*edit, p
 		}
 		if len(adds) > 0 {
 			// The fold stays within what one generation may hold.
-			fold := w.pickFold(next, min(w.opts.FoldMaxBytes, w.opts.MaxGenerationBytes-int64(size)))
+			fold := c.pickFold(next, min(w.opts.FoldMaxBytes, w.opts.MaxGenerationBytes-int64(size)))
 			if fold != nil {
 				size += fold.bytes
 			}

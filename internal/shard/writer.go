@@ -91,7 +91,13 @@ func (w *writer) toLocked(next state) bool {
 	return true
 }
 
+// writer is the state behind a Writer. Three goroutines work on it, each
+// with a state of its own: the committer (committer.go), which alone writes
+// the manifest; the merger (merger.go); and the collector (gc.go). Callers
+// of Append queue work for the committer (append.go). What more than one of
+// them touches is under mu, or in claims, which has its own lock.
 type writer struct {
+	// Set by Open, then only read.
 	store blob.Store
 	shard string
 	opts  Options
@@ -107,38 +113,34 @@ type writer struct {
 
 	ctx    context.Context // cancelled by Abort; bounds all of the writer's I/O
 	cancel context.CancelFunc
-	kick   chan struct{} // wakes the committer; capacity 1
-	done   chan struct{} // closed when the committer has exited
+	// background bounds the merger's and the collector's work: Close, a
+	// fence and Abort cancel it, and they stop first.
+	background     context.Context
+	stopBackground context.CancelFunc
 
-	// The merger runs beside the committer and stops first on Close.
-	mergeCtx    context.Context
-	mergeCancel context.CancelFunc
-	mergeKick   chan struct{}
-	mergeDone   chan struct{}
-	gcDone      chan struct{}
+	committer committer
+	merger    merger
+	collector collector
+	claims    *claims // the generations the merger or the committer rewrites
 
-	claims *claims // between the merger and the committer
-
+	// mu guards the fields below it.
 	mu       sync.Mutex
-	state    state
-	queue    []*pending
-	queued   int64 // bytes queued or in flight
-	fenceErr error // sticky once fenced
-	inflight map[string]inflightRef
-	edits    []*edit   // manifest edits waiting for the next commit
-	editsAt  time.Time // when the oldest of edits was queued
-	minGen   uint64    // lowest generation number not yet used by this writer
+	state    state                  // changed only by toLocked
+	fenceErr error                  // sticky once fenced
+	queue    []*pending             // appends waiting for the committer
+	queued   int64                  // bytes queued or in flight
+	inflight map[string]inflightRef // the ids of appends queued or being committed
+	edits    []*edit                // manifest edits waiting for the next commit
+	editsAt  time.Time              // when the oldest of edits was queued
+	minGen   uint64                 // lowest generation number not yet used by this writer
 	// m is the last manifest this writer committed or read. The committer
-	// replaces it (under mu) and never mutates it, so others may read a
-	// snapshot of the pointer.
+	// replaces it and never mutates it, so others may read a snapshot of
+	// the pointer.
 	m    *storagepb.Manifest
 	etag blob.ETag
 	// adopted counts the manifests the committer read back and made m
 	// (adopt), as opposed to the ones it wrote itself.
 	adopted uint64
-	folding []uint64 // committer-only: the commit's claim (fold.go)
-
-	stale bool // committer-only: m and etag must be re-read before the next commit
 }
 
 // Open claims the next epoch of shard and returns its resident writer. The
@@ -147,19 +149,16 @@ type writer struct {
 func Open(ctx context.Context, store blob.Store, shard string, opts Options) (*Writer, error) {
 	opts = opts.withDefaults()
 	w := &writer{
-		store: store,
-		shard: shard,
-		opts:  opts,
-		id:    newWriterID(),
-		kick:  make(chan struct{}, 1),
-		done:  make(chan struct{}),
-
-		mergeKick: make(chan struct{}, 1),
-		mergeDone: make(chan struct{}),
-		gcDone:    make(chan struct{}),
-		inflight:  map[string]inflightRef{},
-		claims:    newClaims(),
+		store:    store,
+		shard:    shard,
+		opts:     opts,
+		id:       newWriterID(),
+		inflight: map[string]inflightRef{},
+		claims:   newClaims(),
 	}
+	w.committer = committer{w: w, kick: make(chan struct{}, 1), done: make(chan struct{})}
+	w.merger = merger{w: w, kick: make(chan struct{}, 1), done: make(chan struct{})}
+	w.collector = collector{w: w, done: make(chan struct{})}
 	if err := w.claim(ctx); err != nil {
 		return nil, err
 	}
@@ -168,10 +167,10 @@ func Open(ctx context.Context, store blob.Store, shard string, opts Options) (*W
 	// The writer's context is not derived from ctx: ctx bounds Open, while
 	// the writer lives until Close or Abort.
 	w.ctx, w.cancel = context.WithCancel(context.Background())
-	w.mergeCtx, w.mergeCancel = context.WithCancel(w.ctx)
-	go w.run()
-	go w.mergeLoop()
-	go w.gcLoop()
+	w.background, w.stopBackground = context.WithCancel(w.ctx)
+	go w.committer.run()
+	go w.merger.loop()
+	go w.collector.loop()
 	h := &Writer{w: w}
 	runtime.AddCleanup(h, func(w *writer) { w.dropped() }, w)
 	return h, nil
@@ -325,18 +324,15 @@ func (w *writer) close(ctx context.Context) error {
 		// an orphan that GC removes under a later epoch. One whose
 		// manifest edit already waits for a commit is committed below,
 		// with the queue.
-		w.mergeCancel()
+		w.stopBackground()
 	}
 	// In every state but open, the merger's context is cancelled by now:
 	// by this or an earlier Close, a fence, or an abort.
-	<-w.mergeDone
-	<-w.gcDone
+	<-w.merger.done
+	<-w.collector.done
+	w.committer.wake()
 	select {
-	case w.kick <- struct{}{}:
-	default:
-	}
-	select {
-	case <-w.done:
+	case <-w.committer.done:
 	case <-ctx.Done():
 		w.abort()
 		return fmt.Errorf("close shard %q epoch %d: %w; aborted, un-acknowledged appends were discarded", w.shard, w.epoch, ctx.Err())
@@ -357,9 +353,9 @@ func (w *writer) close(ctx context.Context) error {
 // abort is Abort: stop, then wait for the writer's goroutines.
 func (w *writer) abort() {
 	w.stop()
-	<-w.done
-	<-w.mergeDone
-	<-w.gcDone
+	<-w.committer.done
+	<-w.merger.done
+	<-w.collector.done
 }
 
 // stop aborts the writer without waiting: it fails queued appends with
@@ -408,7 +404,7 @@ func (w *writer) fence(err *FencedError) {
 	for _, p := range queued {
 		w.settle(p, nil, err)
 	}
-	w.mergeCancel()
+	w.stopBackground()
 	w.log.Warn("shard writer fenced", zap.Uint64("stored_epoch", err.Stored))
 }
 
