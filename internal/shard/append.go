@@ -67,44 +67,73 @@ func (w *writer) append(ctx context.Context, entries []Entry) ([]Result, error) 
 // sent. Appends that shared its ids retry; its own caller sees ctx's error.
 var errWithdrawn = errors.New("append withdrawn")
 
-// shared is an entry of this append that another, unsettled append is
-// already committing.
-type shared struct {
-	ref inflightRef
-	i   int // index in this append
-}
-
 // appendOnce tries entries once. committed reports whether the entries
 // this append committed itself (not those it shared) were committed,
 // whatever the error.
+//
+// It goes in four steps: find which ids are already committed
+// (findPresent), sort the rest into new ones and ones another append is
+// committing (partitionLocked), queue the new ones for the committer
+// (enqueueLocked) and wait for their commit (await), then wait for the
+// appends it shares ids with (awaitShared).
 func (w *writer) appendOnce(ctx context.Context, entries []Entry) (_ []Result, committed bool, _ error) {
 	if len(entries) == 0 {
 		return nil, false, nil
 	}
 	var size int64
 	for _, e := range entries {
-		size += int64(len(e.Data)) + int64(len(e.ID))
+		size += e.size()
 	}
 	if size > w.opts.MaxGenerationBytes {
-		return nil, committed, fmt.Errorf("%w: batch of %d bytes exceeds the %d-byte generation limit", ErrTooLarge, size, w.opts.MaxGenerationBytes)
+		return nil, false, fmt.Errorf("%w: batch of %d bytes exceeds the %d-byte generation limit", ErrTooLarge, size, w.opts.MaxGenerationBytes)
 	}
+	present := map[string]found{}
+	if err := w.findPresent(ctx, entries, present); err != nil {
+		return nil, false, err
+	}
+	// mu is held.
 	results := make([]Result, len(entries))
+	part, err := w.partitionLocked(entries, present, results)
+	var p *pending
+	if err == nil && len(part.fresh) > 0 {
+		p, err = w.enqueueLocked(ctx, part.fresh)
+	}
+	w.mu.Unlock()
+	if err != nil {
+		return nil, false, err
+	}
+	if p != nil {
+		w.committer.wake()
+		rs, err := w.await(ctx, p)
+		if err != nil {
+			return nil, false, err
+		}
+		committed = true
+		placeFresh(results, rs, part.waits)
+	}
+	if err := w.awaitShared(ctx, entries, part.waits, results); err != nil {
+		return nil, committed, err
+	}
+	return results, committed, nil
+}
+
+// findPresent looks the ids of entries up in the generations of the
+// writer's manifest and adds those it finds committed to present. On
+// success it returns holding mu, with every generation of the current
+// manifest checked, so that an id committed after that is still in
+// inflight. (present is the caller's, so that it can stay on the stack.)
+func (w *writer) findPresent(ctx context.Context, entries []Entry, present map[string]found) error {
 	ids := make([]string, len(entries))
 	for i, e := range entries {
 		ids[i] = e.ID
 	}
-
-	// Find ids that are already committed. The loop ends holding mu with
-	// every generation of the current manifest checked, so an id committed
-	// after that is still in inflight below.
-	present := map[string]found{}
 	var checked map[uint64]bool
 	vanished := 0
 	for {
 		w.mu.Lock()
 		if err := w.refuseLocked(); err != nil {
 			w.mu.Unlock()
-			return nil, committed, err
+			return err
 		}
 		m := w.m
 		var todo []*storagepb.Generation
@@ -114,7 +143,7 @@ func (w *writer) appendOnce(ctx context.Context, entries []Entry) (_ []Result, c
 			}
 		}
 		if len(todo) == 0 {
-			break
+			return nil
 		}
 		w.mu.Unlock()
 		err := lookupCommitted(ctx, w.store, w.opts.Cache, w.shard, todo, ids, present)
@@ -126,18 +155,10 @@ func (w *writer) appendOnce(ctx context.Context, entries []Entry) (_ []Result, c
 			continue
 		}
 		if errors.Is(err, blob.ErrNotFound) {
-			// Our own manifest keeps listing a generation that storage
-			// no longer has: another writer took the shard over, merged
-			// and collected. Storage says so.
-			if m, _, rerr := readManifest(ctx, w.store, w.shard); rerr == nil && m.GetEpoch() != w.epoch {
-				fe := &FencedError{Shard: w.shard, Local: w.epoch, Stored: m.GetEpoch()}
-				w.fence(fe)
-				return nil, committed, fe
-			}
-			return nil, committed, w.staleErr(err)
+			return w.missingGeneration(ctx, err)
 		}
 		if err != nil {
-			return nil, committed, err
+			return err
 		}
 		if checked == nil {
 			checked = map[uint64]bool{}
@@ -146,80 +167,117 @@ func (w *writer) appendOnce(ctx context.Context, entries []Entry) (_ []Result, c
 			checked[g.GetNumber()] = true
 		}
 	}
-	// mu is held.
-	var fresh []Entry
-	var freshIdx []int
-	var waits []shared
+}
+
+// missingGeneration explains lookup, the storage error of a generation that our own
+// manifest keeps listing and storage no longer has: another writer took
+// the shard over, merged and collected. Storage says so.
+func (w *writer) missingGeneration(ctx context.Context, lookup error) error {
+	if m, _, rerr := readManifest(ctx, w.store, w.shard); rerr == nil && m.GetEpoch() != w.epoch {
+		fe := &FencedError{Shard: w.shard, Local: w.epoch, Stored: m.GetEpoch()}
+		w.fence(fe)
+		return fe
+	}
+	return w.staleErr(lookup)
+}
+
+// partition sorts an append's entries by what becomes of them.
+type partition struct {
+	fresh []Entry  // new: to be committed by this append, in order
+	waits []shared // being committed by another append, in order
+}
+
+// shared is an entry of this append that another, unsettled append is
+// already committing.
+type shared struct {
+	ref inflightRef
+	i   int // index in this append
+}
+
+// partitionLocked sorts entries: an id found committed gets its result
+// now, an id in flight is shared with the append committing it, and the
+// rest are fresh. An id stored or in flight with other content fails the
+// append with an *IDConflictError. The caller holds mu.
+func (w *writer) partitionLocked(entries []Entry, present map[string]found, results []Result) (partition, error) {
+	var part partition
 	for i, e := range entries {
 		if f, ok := present[e.ID]; ok {
 			if f.entry.GetClientHash() != e.ClientHash {
-				w.mu.Unlock()
-				return nil, committed, &IDConflictError{Shard: w.shard, ID: e.ID, Seq: f.entry.GetSeq()}
+				return part, &IDConflictError{Shard: w.shard, ID: e.ID, Seq: f.entry.GetSeq()}
 			}
 			results[i] = Result{ID: e.ID, Seq: f.entry.GetSeq(), Epoch: f.gen.GetEpoch(), Generation: f.gen.GetNumber(), AlreadyPresent: true}
 			continue
 		}
 		if ref, ok := w.inflight[e.ID]; ok {
 			if ref.hash != e.ClientHash {
-				w.mu.Unlock()
-				return nil, committed, &IDConflictError{Shard: w.shard, ID: e.ID, InFlight: true}
+				return part, &IDConflictError{Shard: w.shard, ID: e.ID, InFlight: true}
 			}
-			waits = append(waits, shared{ref: ref, i: i})
+			part.waits = append(part.waits, shared{ref: ref, i: i})
 			continue
 		}
-		fresh = append(fresh, e)
-		freshIdx = append(freshIdx, i)
+		part.fresh = append(part.fresh, e)
 	}
-	var p *pending
-	if len(fresh) > 0 {
-		var freshSize int64
-		for _, e := range fresh {
-			freshSize += int64(len(e.Data)) + int64(len(e.ID))
-		}
-		if w.queued > 0 && w.queued+freshSize > w.opts.MaxQueuedBytes {
-			queued := w.queued
-			w.mu.Unlock()
-			return nil, committed, fmt.Errorf("%w: shard %q has %d bytes queued (limit %d); retry later", ErrBackpressure, w.shard, queued, w.opts.MaxQueuedBytes)
-		}
-		p = &pending{ctx: ctx, entries: fresh, bytes: freshSize, done: make(chan struct{}), checked: w.m, adopted: w.adopted}
-		for i, e := range fresh {
-			w.inflight[e.ID] = inflightRef{p: p, i: i, hash: e.ClientHash}
-		}
-		w.queue = append(w.queue, p)
-		w.queued += freshSize
-	}
-	w.mu.Unlock()
-	if p != nil {
-		w.committer.wake()
-		rs, err := w.await(ctx, p)
-		if err != nil {
-			return nil, false, err
-		}
-		committed = true
-		for k, i := range freshIdx {
+	return part, nil
+}
+
+// placeFresh puts rs, the results of an append's fresh entries, in their
+// places in results: the fresh entries are, in order, those that
+// partitionLocked neither found present (AlreadyPresent) nor shared.
+func placeFresh(results, rs []Result, waits []shared) {
+	k, next := 0, 0
+	for i := range results {
+		switch {
+		case next < len(waits) && waits[next].i == i:
+			next++
+		case !results[i].AlreadyPresent:
 			results[i] = rs[k]
+			k++
 		}
 	}
+}
+
+// enqueueLocked queues fresh for the committer as one pending append, or
+// fails with ErrBackpressure when the queue is full. The caller holds mu.
+func (w *writer) enqueueLocked(ctx context.Context, fresh []Entry) (*pending, error) {
+	var size int64
+	for _, e := range fresh {
+		size += e.size()
+	}
+	if w.queued > 0 && w.queued+size > w.opts.MaxQueuedBytes {
+		return nil, fmt.Errorf("%w: shard %q has %d bytes queued (limit %d); retry later", ErrBackpressure, w.shard, w.queued, w.opts.MaxQueuedBytes)
+	}
+	p := &pending{ctx: ctx, entries: fresh, bytes: size, done: make(chan struct{}), checked: w.m, adopted: w.adopted}
+	for i, e := range fresh {
+		w.inflight[e.ID] = inflightRef{p: p, i: i, hash: e.ClientHash}
+	}
+	w.queue = append(w.queue, p)
+	w.queued += size
+	return p, nil
+}
+
+// awaitShared waits for the appends committing the ids this append shares
+// with them, and takes their results as its own, AlreadyPresent.
+func (w *writer) awaitShared(ctx context.Context, entries []Entry, waits []shared, results []Result) error {
 	for _, s := range waits {
 		select {
 		case <-s.ref.p.done:
 		case <-ctx.Done():
-			return nil, committed, fmt.Errorf("append to shard %q: %w while waiting for an in-flight append of id %q (%w)", w.shard, ctx.Err(), entries[s.i].ID, ErrOutcomeUnknown)
+			return fmt.Errorf("append to shard %q: %w while waiting for an in-flight append of id %q (%w)", w.shard, ctx.Err(), entries[s.i].ID, ErrOutcomeUnknown)
 		}
 		if err := s.ref.p.err; err != nil {
 			if !sharesFate(err, entries[s.i].ID) {
 				// The other append failed for a reason of its own (an id
 				// of its own conflicts, or it was withdrawn): this id
 				// was simply not committed. Try again on our own.
-				return nil, committed, errWithdrawn
+				return errWithdrawn
 			}
-			return nil, committed, err
+			return err
 		}
 		r := s.ref.p.results[s.ref.i]
 		r.AlreadyPresent = true
 		results[s.i] = r
 	}
-	return results, committed, nil
+	return nil
 }
 
 // sharesFate reports whether err, the failure of another append that was

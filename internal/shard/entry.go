@@ -85,6 +85,10 @@ func PrepareWithID(rec *rolloutv1.Record, id string, now time.Time) (Entry, erro
 	return e, nil
 }
 
+// size is what e counts for in the writer's queue and against a
+// generation's size limit.
+func (e Entry) size() int64 { return int64(len(e.Data)) + int64(len(e.ID)) }
+
 // withSeq returns the stored bytes of e with its sequence number set.
 func (e Entry) withSeq(dst []byte, seq uint64) []byte {
 	dst = append(dst, e.Data...)
