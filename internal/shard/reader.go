@@ -49,7 +49,7 @@ func NewReader(store blob.Store, opts ReaderOptions) *Reader {
 		opts.Logger = zap.NewNop()
 	}
 	if opts.Cache == nil {
-		opts.Cache = NewIndexCache(8 << 20)
+		opts.Cache = NewIndexCache(DefaultCacheBytes)
 	}
 	if opts.MaxManifests <= 0 {
 		opts.MaxManifests = 4096
