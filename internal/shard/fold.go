@@ -31,7 +31,7 @@ type foldRun struct {
 func (c *committer) pickFold(next *storagepb.Manifest, maxBytes int64) *foldRun {
 	w := c.w
 	c.releaseFold()
-	if w.opts.DisableMerge || w.opts.FoldMaxBytes < 0 {
+	if w.opts.DisableBackground || w.opts.FoldMaxBytes < 0 {
 		return nil
 	}
 	// Newest first, up to a generation that a merge in flight rewrites.

@@ -70,7 +70,7 @@ type collector struct {
 func (c *collector) loop() {
 	w := c.w
 	defer close(c.done)
-	if w.opts.DisableMerge {
+	if w.opts.DisableBackground {
 		<-w.background.Done()
 		return
 	}

@@ -45,7 +45,7 @@ const mergeReadParallelism = 4
 func (m *merger) loop() {
 	w := m.w
 	defer close(m.done)
-	if w.opts.DisableMerge {
+	if w.opts.DisableBackground {
 		<-w.background.Done()
 		return
 	}

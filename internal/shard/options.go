@@ -60,8 +60,18 @@ type Options struct {
 	// manifest. Default 64.
 	MaxEpochRecords int
 
-	// Merge policy; see merge.go. DisableMerge turns merging and GC off.
+	// DisableBackground turns the writer's background work off: merging,
+	// folding and GC. Generations and retired blobs then only pile up; it is
+	// for debugging and for tests that want every blob left in place.
+	DisableBackground bool
+	// DisableMerge is DisableBackground's old name, which did not say that
+	// it also stops GC. Either turns the background work off.
+	//
+	// Deprecated: use DisableBackground.
 	DisableMerge bool
+
+	// The merge policy (policy.go, merger.go).
+	//
 	// MergeRun: this many contiguous generations of one size tier are
 	// merged. Default 4.
 	MergeRun int
@@ -104,6 +114,7 @@ type Options struct {
 }
 
 func (o Options) withDefaults() Options {
+	o.DisableBackground = o.DisableBackground || o.DisableMerge
 	if o.Logger == nil {
 		o.Logger = zap.NewNop()
 	}
