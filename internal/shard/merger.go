@@ -57,7 +57,7 @@ func (m *merger) loop() {
 		case <-w.opts.Clock.After(w.opts.MergeInterval):
 		}
 		for w.background.Err() == nil {
-			plan := pickMerge(w.manifest().GetGenerations(), w.opts.Clock.Now(), w.opts)
+			plan := pickMerge(w.manifest().GetGenerations(), w.opts.Clock.Now(), w.opts.mergePolicy())
 			if plan == nil || !m.claim(plan) {
 				break // a commit is folding part of it; the next kick looks again
 			}

@@ -36,26 +36,48 @@ import (
 // MergeMaxGenerations under sustained load, and 2x once the load stops
 // (TestMergeUnderLoadKeepsEveryRecordReadable).
 
+// mergePolicy is what of Options the merge policy reads, with defaults
+// filled in: the Merge* options, under their names in the text above.
+type mergePolicy struct {
+	run            int           // MergeRun
+	maxGenerations int           // MergeMaxGenerations
+	age            time.Duration // MergeAge
+	tierBytes      int64         // MergeTierBytes
+	maxBytes       int64         // MergeMaxBytes
+	maxSources     int           // MergeMaxSources
+}
+
+func (o Options) mergePolicy() mergePolicy {
+	return mergePolicy{
+		run:            o.MergeRun,
+		maxGenerations: o.MergeMaxGenerations,
+		age:            o.MergeAge,
+		tierBytes:      o.MergeTierBytes,
+		maxBytes:       o.MergeMaxBytes,
+		maxSources:     o.MergeMaxSources,
+	}
+}
+
 // pickMerge returns the contiguous generations to merge next, or nil.
-func pickMerge(gens []*storagepb.Generation, now time.Time, o Options) []*storagepb.Generation {
+func pickMerge(gens []*storagepb.Generation, now time.Time, o mergePolicy) []*storagepb.Generation {
 	n := len(gens)
 	if n < 2 {
 		return nil
 	}
 	tier := func(g *storagepb.Generation) int {
 		t := 0
-		for lim := o.MergeTierBytes; int64(g.GetBytes()) >= lim && t < 40; lim *= int64(o.MergeRun) {
+		for lim := o.tierBytes; int64(g.GetBytes()) >= lim && t < 40; lim *= int64(o.run) {
 			t++
 		}
 		return t
 	}
-	if n >= o.MergeMaxGenerations {
+	if n >= o.maxGenerations {
 		// At least 2·MergeRun wide: with many generations of similar size,
 		// cost per generation removed is nearly flat in the width, and a
 		// narrow window would win by a hair while removing too few to keep
 		// up with commits.
-		k := max(o.MergeRun, n-o.MergeMaxGenerations/2)
-		return cheapestWindow(gens, min(k, 2*o.MergeRun), k, -1, o)
+		k := max(o.run, n-o.maxGenerations/2)
+		return cheapestWindow(gens, min(k, 2*o.run), k, -1, o)
 	}
 	var best []*storagepb.Generation
 	bestTier := int(^uint(0) >> 1)
@@ -65,7 +87,7 @@ func pickMerge(gens []*storagepb.Generation, now time.Time, o Options) []*storag
 		for j < n && tier(gens[j]) == t {
 			j++
 		}
-		if j-i >= o.MergeRun && t < bestTier {
+		if j-i >= o.run && t < bestTier {
 			best, bestTier = gens[i:j], t
 		}
 		i = j
@@ -76,19 +98,19 @@ func pickMerge(gens []*storagepb.Generation, now time.Time, o Options) []*storag
 		}
 	}
 	for i, g := range gens {
-		if g.GetLevel() == 0 && now.Sub(time.Unix(0, g.GetCreatedUnixNanos())) >= o.MergeAge {
-			return cheapestWindow(gens, 2, o.MergeRun, i, o)
+		if g.GetLevel() == 0 && now.Sub(time.Unix(0, g.GetCreatedUnixNanos())) >= o.age {
+			return cheapestWindow(gens, 2, o.run, i, o)
 		}
 	}
 	return nil
 }
 
 // capRun trims a run from its newest end to the pass caps.
-func capRun(run []*storagepb.Generation, o Options) []*storagepb.Generation {
+func capRun(run []*storagepb.Generation, o mergePolicy) []*storagepb.Generation {
 	var bytes int64
 	for i, g := range run {
 		bytes += int64(g.GetBytes())
-		if i == o.MergeMaxSources || bytes > o.MergeMaxBytes {
+		if i == o.maxSources || bytes > o.maxBytes {
 			run = run[:i]
 			break
 		}
@@ -105,8 +127,8 @@ func capRun(run []*storagepb.Generation, o Options) []*storagepb.Generation {
 // cost per generation removed makes a pass prefer many small generations
 // to dragging a large one along, which keeps write amplification bounded
 // while still bringing the count down.
-func cheapestWindow(gens []*storagepb.Generation, lo, k, must int, o Options) []*storagepb.Generation {
-	k = min(k, len(gens), o.MergeMaxSources)
+func cheapestWindow(gens []*storagepb.Generation, lo, k, must int, o mergePolicy) []*storagepb.Generation {
+	k = min(k, len(gens), o.maxSources)
 	lo = max(2, min(lo, k))
 	var best []*storagepb.Generation
 	var bestCost float64
@@ -114,7 +136,7 @@ func cheapestWindow(gens []*storagepb.Generation, lo, k, must int, o Options) []
 		var bytes int64
 		for j := i; j < len(gens) && j-i < k; j++ {
 			bytes += int64(gens[j].GetBytes())
-			if bytes > o.MergeMaxBytes {
+			if bytes > o.maxBytes {
 				break
 			}
 			size := j - i + 1
