@@ -267,7 +267,7 @@ func New(cfg Config) (*Server, error) {
 	s.streams, s.cancelStreams = context.WithCancel(context.Background())
 	s.guard = newGuard(cfg, s.access)
 
-	cache := shard.NewIndexCache(cfg.IndexCacheBytes)
+	cache := shard.NewBlobCache(cfg.IndexCacheBytes)
 	notifier := shard.NewNotifier()
 	wopts := cfg.Writer
 	wopts.Logger = cfg.Logger

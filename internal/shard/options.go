@@ -35,9 +35,9 @@ type Options struct {
 	Logger *zap.Logger
 	// Clock is the time source; nil means the wall clock.
 	Clock clock.Clock
-	// Cache holds generation footer indexes; share one per process. Nil
-	// gives the writer a small private cache.
-	Cache *IndexCache
+	// Cache holds generation indexes, filters and small blobs; share one
+	// per process. Nil gives the writer a small private cache.
+	Cache *BlobCache
 	// Notifier, when set, is told of every commit, to wake following scans.
 	Notifier *Notifier
 	// OnMerge, when set, is called after each committed merge, for metrics;
@@ -122,7 +122,7 @@ func (o Options) withDefaults() Options {
 		o.Clock = clock.Real{}
 	}
 	if o.Cache == nil {
-		o.Cache = NewIndexCache(DefaultCacheBytes)
+		o.Cache = NewBlobCache(DefaultCacheBytes)
 	}
 	if o.MaxQueuedBytes <= 0 {
 		o.MaxQueuedBytes = DefaultMaxQueuedBytes
