@@ -27,7 +27,7 @@ type pending struct {
 
 	// checked is the manifest whose generations the entries' ids were
 	// looked up in (none was there), and adopted the writer's count of
-	// adopted manifests then; see writer.recheck.
+	// adopted manifests then; see committer.recheck.
 	checked *storagepb.Manifest
 	adopted uint64
 }
