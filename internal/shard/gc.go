@@ -70,10 +70,6 @@ type collector struct {
 func (c *collector) loop() {
 	w := c.w
 	defer close(c.done)
-	if w.opts.DisableBackground {
-		<-w.background.Done()
-		return
-	}
 	c.nextScan = w.opts.Clock.Now().Add(w.opts.MergeInterval)
 	for {
 		select {

@@ -45,10 +45,6 @@ const mergeReadParallelism = 4
 func (m *merger) loop() {
 	w := m.w
 	defer close(m.done)
-	if w.opts.DisableBackground {
-		<-w.background.Done()
-		return
-	}
 	for {
 		select {
 		case <-w.background.Done():

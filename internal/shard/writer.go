@@ -169,8 +169,13 @@ func Open(ctx context.Context, store blob.Store, shard string, opts Options) (*W
 	w.ctx, w.cancel = context.WithCancel(context.Background())
 	w.background, w.stopBackground = context.WithCancel(w.ctx)
 	go w.committer.run()
-	go w.merger.loop()
-	go w.collector.loop()
+	if opts.DisableBackground {
+		close(w.merger.done)
+		close(w.collector.done)
+	} else {
+		go w.merger.loop()
+		go w.collector.loop()
+	}
 	h := &Writer{w: w}
 	runtime.AddCleanup(h, func(w *writer) { w.dropped() }, w)
 	return h, nil
