@@ -65,7 +65,7 @@ func (c *committer) acknowledgePresent(a *attempt, batch []*pending, present map
 			f, ok := present[e.ID]
 			switch {
 			case !ok:
-				size += len(e.Data) + 16
+				size += int(e.size())
 				fresh++
 				continue
 			case f.entry.GetClientHash() != e.ClientHash:
