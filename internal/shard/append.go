@@ -10,6 +10,16 @@ import (
 	"github.com/rolloutd/rolloutd/internal/shard/storagepb"
 )
 
+// Result is the outcome of one appended record.
+type Result struct {
+	ID         string
+	Seq        uint64
+	Epoch      uint64
+	Generation uint64
+	// AlreadyPresent: the id was already committed; Seq is the stored one.
+	AlreadyPresent bool
+}
+
 // pending is one Append's new entries waiting for their commit.
 //
 // Exactly one party settles a pending, by construction: the one that takes

@@ -26,16 +26,6 @@ type Writer struct {
 	w *writer
 }
 
-// Result is the outcome of one appended record.
-type Result struct {
-	ID         string
-	Seq        uint64
-	Epoch      uint64
-	Generation uint64
-	// AlreadyPresent: the id was already committed; Seq is the stored one.
-	AlreadyPresent bool
-}
-
 // state is where a writer is in its life. Every change of state goes
 // through toLocked, which allows only these transitions:
 //
