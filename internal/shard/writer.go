@@ -96,6 +96,7 @@ type writer struct {
 	epoch uint64
 	puts  atomic.Uint64 // numbers this writer's conditional puts
 
+	// Counters for Stats.
 	merges     atomic.Int64 // merges committed, folds included
 	folds      atomic.Int64 // merges done by a commit (fold.go)
 	mergeNanos atomic.Int64 // time spent in committed merges
