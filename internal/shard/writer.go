@@ -85,7 +85,9 @@ func (w *writer) toLocked(next state) bool {
 // with a state of its own: the committer (committer.go), which alone writes
 // the manifest; the merger (merger.go); and the collector (gc.go). Callers
 // of Append queue work for the committer (append.go). What more than one of
-// them touches is under mu, or in claims, which has its own lock.
+// them touches is under mu, or in claims, which has its own lock. Lock
+// order: claims.mu, then mu (claims.claimLive reads the manifest); nothing
+// takes claims.mu while holding mu.
 type writer struct {
 	// Set by Open, then only read.
 	store blob.Store
