@@ -199,8 +199,8 @@ func (b *bench) compareRun(ctx context.Context) ([]phaseResult, []targetCheck, e
 				return nil, nil, err
 			}
 			say("target 1, diagnostic: the same with merging off (rolloutd --disable-merge), to show what merging costs a lone client")
-			drs, err := b.target1(ctx, "T1 diag merge-off", shard.Options{DisableMerge: true},
-				"diagnostic, not rolloutd's defaults: writers with merging off (shard.Options.DisableMerge; rolloutd --disable-merge); ")
+			drs, err := b.target1(ctx, "T1 diag merge-off", shard.Options{DisableBackground: true},
+				"diagnostic, not rolloutd's defaults: writers with merging off (shard.Options.DisableBackground; rolloutd --disable-merge); ")
 			if err != nil {
 				return nil, nil, err
 			}

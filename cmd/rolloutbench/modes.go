@@ -77,7 +77,7 @@ type poolEntry struct {
 // defaults), sharing one index cache as the server does.
 func newWriterPool(store blob.Store, log *zap.Logger, opts shard.Options) *writerPool {
 	opts.Logger = log
-	opts.Cache = shard.NewIndexCache(64 << 20)
+	opts.Cache = shard.NewBlobCache(64 << 20)
 	return &writerPool{store: store, opts: opts, ws: map[string]*poolEntry{}}
 }
 

@@ -16,6 +16,7 @@ import (
 
 	"github.com/rolloutd/rolloutd/internal/azure"
 	"github.com/rolloutd/rolloutd/internal/server"
+	"github.com/rolloutd/rolloutd/internal/shard"
 )
 
 // envPrefix prefixes the environment variable of every flag:
@@ -88,7 +89,7 @@ func (l storeLocation) String() string {
 // bad value fails with a message naming the flag.
 func parseConfig(args []string, getenv func(string) string, out io.Writer) (*config, error) {
 	c := &config{
-		WriterQueueBytes: 64 << 20,
+		WriterQueueBytes: shard.DefaultMaxQueuedBytes,
 		IndexCacheBytes:  server.DefaultIndexCacheBytes,
 		MaxMessageBytes:  server.DefaultMaxMessageBytes,
 		MaxRecordBytes:   server.DefaultMaxRecordBytes,

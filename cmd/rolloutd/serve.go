@@ -96,8 +96,8 @@ func serve(ctx context.Context, stopSignals func(), cfg *config) error {
 		Registerer: reg,
 		MaxWriters: cfg.MaxWriters,
 		Writer: shard.Options{
-			MaxQueuedBytes: int64(cfg.WriterQueueBytes),
-			DisableMerge:   cfg.DisableMerge,
+			MaxQueuedBytes:    int64(cfg.WriterQueueBytes),
+			DisableBackground: cfg.DisableMerge,
 		},
 		IndexCacheBytes: int64(cfg.IndexCacheBytes),
 		MaxMessageBytes: int(cfg.MaxMessageBytes),

@@ -41,14 +41,16 @@ type Config struct {
 	// Registerer receives the server's metrics; nil means they are not
 	// registered.
 	Registerer prometheus.Registerer
-	// Clock stamps created_at; nil means the wall clock.
+	// Clock stamps created_at and times the retries of an Append; nil means
+	// the wall clock.
 	Clock clock.Clock
 
 	// MaxWriters bounds the resident shard writers (the LRU's size).
 	// Default 1024.
 	MaxWriters int
-	// Writer configures every shard writer. Its Logger and Cache are set by
-	// the server. MaxGenerationBytes defaults to fit the largest message.
+	// Writer configures every shard writer. The server replaces its Logger,
+	// Cache, Notifier and OnMerge with its own, and its Clock, when nil, with
+	// Clock. MaxGenerationBytes defaults to fit the largest message.
 	Writer shard.Options
 	// IndexCacheBytes bounds the footer-index cache shared by every writer
 	// and the reader. Default 64 MiB.
@@ -297,7 +299,7 @@ func New(cfg Config) (*Server, error) {
 		zap.Int64("connection_share_bytes", s.admission.budget.connLimit), zap.Int64("identity_share_bytes", s.admission.budget.identityLimit),
 		zap.Int("max_message_bytes", cfg.MaxMessageBytes), zap.Duration("recv_timeout", cfg.RecvTimeout))
 
-	cache := shard.NewIndexCache(cfg.IndexCacheBytes)
+	cache := shard.NewBlobCache(cfg.IndexCacheBytes)
 	notifier := shard.NewNotifier()
 	wopts := cfg.Writer
 	wopts.Logger = cfg.Logger
@@ -312,6 +314,7 @@ func New(cfg Config) (*Server, error) {
 		return shard.Open(ctx, cfg.Store, shardName, wopts)
 	}
 	s.writers = newWriterSet(cfg.MaxWriters, open, cfg.OpenTimeout, appendRetry{cfg.AppendAttempts, cfg.RetryBackoff}, cfg.Logger, s.metrics)
+	s.writers.clock = cfg.Clock
 	svc := &service{
 		writers:         s.writers,
 		reader:          shard.NewReader(cfg.Store, shard.ReaderOptions{Logger: cfg.Logger, Cache: cache}),

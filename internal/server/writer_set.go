@@ -11,6 +11,7 @@ import (
 	"github.com/hashicorp/golang-lru/v2/simplelru"
 	"go.uber.org/zap"
 
+	"github.com/rolloutd/rolloutd/internal/clock"
 	"github.com/rolloutd/rolloutd/internal/shard"
 )
 
@@ -52,6 +53,7 @@ type writerSet struct {
 	retry       appendRetry
 	log         *zap.Logger
 	metrics     *Metrics
+	clock       clock.Clock // times retry pauses; the server sets its Config.Clock
 
 	ctx    context.Context // bounds background opens; cancelled by closeAll
 	cancel context.CancelFunc
@@ -104,6 +106,7 @@ func newWriterSet(maxWriters int, open openFunc, openTimeout time.Duration, retr
 		byShard:     map[string]*held{},
 		all:         map[*held]struct{}{},
 		opening:     map[string]*opening{},
+		clock:       clock.Real{},
 	}
 }
 
@@ -169,10 +172,8 @@ func (s *writerSet) pause(ctx context.Context, attempt int) bool {
 	if dl, ok := ctx.Deadline(); ok && time.Until(dl) < d {
 		return false
 	}
-	t := time.NewTimer(d)
-	defer t.Stop()
 	select {
-	case <-t.C:
+	case <-s.clock.After(d):
 		return true
 	case <-ctx.Done():
 		return false

@@ -8,28 +8,76 @@
 //
 // # Protocol
 //
-// Open claims epoch+1 with a conditional write of the manifest. One committer
-// goroutine per writer takes everything queued, writes it as one generation
-// blob (create-only, named by epoch and generation number), then
-// compare-and-swaps the manifest to add it. Only after that CAS succeeds does
-// any waiting Append return. A claim by another writer changes the manifest's
-// ETag, so the stale writer's next CAS fails and, on re-reading, it finds a
-// higher epoch: ErrFenced. A CAS whose outcome is unclear is decided by
-// re-reading the manifest, never by local belief.
+//  1. Open claims epoch+1 with a conditional write of the manifest
+//     (epoch.go): create-only when there is none, else If-Match on the
+//     ETag read. A lost claim re-reads and claims the next epoch; a claim
+//     whose answer was lost is decided by reading the manifest back.
+//  2. Append checks its ids against the generations the manifest lists
+//     (Bloom filters first, then footer indexes) and queues the new ones
+//     (append.go). An id already committed comes back AlreadyPresent; an
+//     id another append is committing shares that append's outcome.
+//  3. One committer goroutine takes everything queued, up to
+//     MaxGenerationBytes, writes it as one generation blob (create-only,
+//     named by epoch and generation number), then compare-and-swaps the
+//     manifest to list it (committer.go). Only after that CAS succeeds does
+//     any waiting Append return. While a commit is in flight, new appends
+//     queue for the next one: group commit without a linger timer.
+//  4. A CAS that loses, or whose answer was lost, is decided by reading the
+//     manifest back, never by local belief: the commit landed if the
+//     manifest lists its generation, or this epoch's record names it as the
+//     epoch's last commit (which survives a merge and a later claim). If
+//     not, and a higher epoch holds the shard, the writer is fenced
+//     (ErrFenced) and never commits again; a claim changed the manifest's
+//     ETag, so its CAS never can. If the manifest changed under its own
+//     epoch, the batch is committed again on the manifest read, after its
+//     ids are looked up in the generations added since. Whatever cannot be
+//     decided is reported as ErrOutcomeUnknown, and a retry with the same
+//     ids then settles it: each id comes back committed or AlreadyPresent,
+//     never stored twice.
+//  5. Get reads the manifest (a conditional GET when cached), finds the id
+//     through the cached filters and indexes of the live generations, and
+//     reads the record with one ranged GET (reader.go). A generation that
+//     is gone was merged away: Get reads the manifest again.
+//
+// An uncommitted generation of a fenced or aborted writer is an orphan: no
+// manifest lists it, and none ever can. GC deletes it by name under a later
+// epoch.
+//
+// # Records are stored in the API encoding
+//
+// A record is stored as the deterministic encoding of the rollout.v1.Record
+// the client sent, with only what the server owns appended as fields (the
+// id when it had none, created_at when absent, and seq as the generation is
+// written): see Prepare. Get and Scan decode those bytes straight into the
+// same API message. That is why shard imports rolloutv1: records pass
+// through the store in the API's own encoding, with no storage schema to
+// translate to and from, and the client hash that tells a resend from a
+// conflicting id is taken over the client's own encoding.
 //
 // # Background work
 //
 // A commit whose newest live generations form a small run folds them into
 // its own generation and retires them in its CAS (fold.go), from bytes
 // still cached, so a lone client's appends need no separate merge. Beside
-// the committer, a merger goroutine collapses the rest (merge.go) and a
-// collector deletes the generations merges and folds retired (gc.go). Their blob I/O
-// never sits in a commit's path. Their manifest edits join the next
-// commit's CAS, waiting up to Options.EditDelay for one before they are
-// committed alone, and the collector deletes what fell due in one burst per
-// MergeInterval. A lone client's appends thus share the store with as
-// little background work as possible: on Azurite, which serves one request
-// at a time, that work shows up directly in a lone client's latency.
+// the committer, a merger goroutine collapses the rest (merger.go, with
+// the policy in policy.go) and a collector deletes the generations merges
+// and folds retired (gc.go). Their blob I/O never sits in a commit's path.
+// Their manifest edits join the next commit's CAS (edit.go), waiting up to
+// Options.EditDelay for one before they are committed alone, and the
+// collector deletes what fell due in one burst per MergeInterval. A lone
+// client's appends thus share the store with as little background work as
+// possible: on Azurite, which serves one request at a time, that work
+// shows up directly in a lone client's latency.
+//
+// # Who owns what
+//
+// Each goroutine has a file and a state of its own: the committer
+// (committer.go, with prepare.go and fold.go), the merger (merger.go) and
+// the collector (gc.go). Callers of Append run append.go. What more than
+// one of them touches is in the writer under its mu (writer.go lists the
+// fields), or in the claims on generations that the merger and the
+// committer rewrite (claims.go), which have their own lock. Only the
+// committer writes the manifest.
 //
 // # Stopping: which path flushes, which discards
 //

@@ -1,6 +1,7 @@
 package shard
 
 import (
+	"context"
 	"errors"
 
 	"github.com/rolloutd/rolloutd/internal/shard/storagepb"
@@ -26,6 +27,27 @@ type mergeEdit struct {
 func newEdit() *edit { return &edit{done: make(chan error, 1)} }
 
 func (e *edit) settle(err error) { e.done <- err }
+
+// submit hands an edit to the committer and waits for its outcome.
+func (w *writer) submit(ctx context.Context, e *edit) error {
+	w.mu.Lock()
+	if err := w.refuseLocked(); err != nil {
+		w.mu.Unlock()
+		return err
+	}
+	if len(w.edits) == 0 {
+		w.editsAt = w.opts.Clock.Now()
+	}
+	w.edits = append(w.edits, e)
+	w.mu.Unlock()
+	w.committer.wake()
+	select {
+	case err := <-e.done:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
 
 // errStaleEdit: the manifest changed so that the edit no longer applies.
 var errStaleEdit = errors.New("manifest edit no longer applies")

@@ -85,6 +85,11 @@ func PrepareWithID(rec *rolloutv1.Record, id string, now time.Time) (Entry, erro
 	return e, nil
 }
 
+// size is what e counts for in the writer's queue, against a generation's
+// size limit, and in the estimate of the generation a commit writes, which
+// bounds the bytes it may fold beside it.
+func (e Entry) size() int64 { return int64(len(e.Data)) + int64(len(e.ID)) }
+
 // withSeq returns the stored bytes of e with its sequence number set.
 func (e Entry) withSeq(dst []byte, seq uint64) []byte {
 	dst = append(dst, e.Data...)

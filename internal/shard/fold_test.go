@@ -88,10 +88,10 @@ func TestFoldLeavesWhatItMustNotTouch(t *testing.T) {
 	}{
 		{"claimed by a merge", func(t *testing.T, w *Writer) *Writer {
 			oldest := w.w.manifest().GetGenerations()[:1]
-			if !w.w.claimMerge(oldest) {
+			if !w.w.merger.claim(oldest) {
 				t.Fatal("could not claim an idle generation")
 			}
-			t.Cleanup(func() { w.w.releaseMerge(oldest) })
+			t.Cleanup(func() { w.w.merger.release(oldest) })
 			return w
 		}},
 		{"not cached: a new epoch", func(t *testing.T, w *Writer) *Writer {
@@ -162,5 +162,50 @@ func TestFoldStaysWithinTheGenerationLimit(t *testing.T) {
 				t.Fatalf("%d folds, want %d", st.Folds, tc.wantFolds)
 			}
 		})
+	}
+}
+
+// A commit folds only what fits beside its records as the queue counts
+// them (Entry.size: data and id), so that long ids cannot make the fold's
+// budget larger than the generation limit leaves.
+func TestFoldBudgetCountsRecordsAsTheQueueDoes(t *testing.T) {
+	store := memstore.New()
+	cache := NewBlobCache(1 << 20)
+	opts := foldOptions(t)
+	opts.MergeRun = 2 // one generation before a commit makes a run to fold
+	opts.Cache = cache
+	w, err := Open(context.Background(), store, "s", opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.Append(context.Background(), entries(t, "a")); err != nil {
+		t.Fatal(err)
+	}
+	prev := w.w.manifest().GetGenerations()[0].GetBytes()
+	if err := w.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+
+	// Records with ids longer than 16 bytes, which the fold's budget used
+	// to count as 16.
+	batch := make([]Entry, 4)
+	var queued int64
+	for i := range batch {
+		batch[i] = kib1Entry(t, fmt.Sprintf("%0200d", i))
+		queued += int64(len(batch[i].Data) + len(batch[i].ID))
+	}
+	// The batch fits; the batch and the cached generation before it do not.
+	opts.MaxGenerationBytes = queued + int64(prev) - 1
+	w2, err := Open(context.Background(), store, "s", opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w2.Abort()
+	if _, err := w2.Append(context.Background(), batch); err != nil {
+		t.Fatal(err)
+	}
+	if st := w2.Stats(); st.Folds != 0 || st.Generations != 2 {
+		t.Fatalf("%d folds, %d live generations; want 0 and 2: the batch of %d bytes and the %d-byte generation exceed the %d-byte limit",
+			st.Folds, st.Generations, queued, prev, opts.MaxGenerationBytes)
 	}
 }

@@ -52,10 +52,34 @@ func parallelism(due int, latency, interval time.Duration) int {
 // Fencing depends on the manifest alone, and GC never deletes the manifest.
 type collector struct {
 	w        *writer
-	nextScan time.Time
+	done     chan struct{} // closed when it has exited
+	nextScan time.Time     // only the collector goroutine touches it
 
+	// mu guards latency, which a pass's deletes update in parallel.
 	mu      sync.Mutex
 	latency time.Duration // moving average of one delete's latency
+}
+
+// loop is the collector goroutine. It runs beside the merger, so that
+// deleting a backlog of retired generations never holds merging up. It
+// wakes every MergeInterval, not after each merge: deleting what fell due
+// in one pass costs the store the same deletes but one manifest edit. The
+// pass keeps only as many deletes in flight as it needs to finish within
+// half an interval (parallelism), so a lone client's appends meet at
+// most one delete rather than a burst.
+func (c *collector) loop() {
+	w := c.w
+	defer close(c.done)
+	c.nextScan = w.opts.Clock.Now().Add(w.opts.MergeInterval)
+	for {
+		select {
+		case <-w.background.Done():
+			return
+		case <-w.opts.Clock.After(w.opts.MergeInterval):
+		}
+		for c.run(w.background) && w.background.Err() == nil {
+		}
+	}
 }
 
 func (c *collector) observe(d time.Duration) {

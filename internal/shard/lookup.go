@@ -13,7 +13,7 @@ import (
 
 // loadIndex returns the footer index of generation g, from the cache or with
 // one ranged GET of its footer.
-func loadIndex(ctx context.Context, store blob.Store, cache *IndexCache, shard string, g *storagepb.Generation) (*index, error) {
+func loadIndex(ctx context.Context, store blob.Store, cache *BlobCache, shard string, g *storagepb.Generation) (*index, error) {
 	ref := genRef{shard, g.GetEpoch(), g.GetNumber()}
 	if idx, ok := cache.getIndex(ref); ok {
 		return idx, nil
@@ -37,7 +37,7 @@ func loadIndex(ctx context.Context, store blob.Store, cache *IndexCache, shard s
 
 // loadFilter returns the id filter of generation g, from the cache or with
 // one ranged GET.
-func loadFilter(ctx context.Context, store blob.Store, cache *IndexCache, shard string, g *storagepb.Generation) (*bloom.BloomFilter, error) {
+func loadFilter(ctx context.Context, store blob.Store, cache *BlobCache, shard string, g *storagepb.Generation) (*bloom.BloomFilter, error) {
 	ref := genRef{shard, g.GetEpoch(), g.GetNumber()}
 	if f, ok := cache.getFilter(ref); ok {
 		return f, nil
@@ -65,7 +65,7 @@ type found struct {
 // lookupCommitted finds which ids are already committed in gens. Each
 // generation's Bloom filter rules most ids out without loading its index,
 // so an append of new ids adds no read once the filters are cached.
-func lookupCommitted(ctx context.Context, store blob.Store, cache *IndexCache, shard string, gens []*storagepb.Generation, ids []string, out map[string]found) error {
+func lookupCommitted(ctx context.Context, store blob.Store, cache *BlobCache, shard string, gens []*storagepb.Generation, ids []string, out map[string]found) error {
 	for _, g := range gens {
 		f, err := loadFilter(ctx, store, cache, shard, g)
 		if err != nil {

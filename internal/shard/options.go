@@ -8,15 +8,36 @@ import (
 	"github.com/rolloutd/rolloutd/internal/clock"
 )
 
+// The defaults of Options, which a zero field takes.
+const (
+	DefaultCacheBytes         = 8 << 20 // a writer's private cache, when Options.Cache is nil
+	DefaultMaxQueuedBytes     = 64 << 20
+	DefaultMaxGenerationBytes = 16 << 20
+	DefaultRetryBackoff       = 20 * time.Millisecond
+	DefaultCommitTimeout      = 30 * time.Second
+	DefaultMaxEpochRecords    = 64
+
+	DefaultMergeRun            = 4
+	DefaultMergeMaxGenerations = 16
+	DefaultMergeAge            = time.Minute
+	DefaultMergeTierBytes      = 64 << 10
+	DefaultMergeMaxBytes       = 64 << 20
+	DefaultMergeMaxSources     = 32
+	DefaultEditDelay           = 200 * time.Millisecond
+	DefaultMergeInterval       = 5 * time.Second
+	DefaultRetireGrace         = 10 * time.Second
+	DefaultOrphanScanInterval  = 10 * time.Minute
+)
+
 // Options configures a Writer. The zero value gives sane defaults.
 type Options struct {
 	// Logger receives lifecycle events; nil means no logging.
 	Logger *zap.Logger
 	// Clock is the time source; nil means the wall clock.
 	Clock clock.Clock
-	// Cache holds generation footer indexes; share one per process. Nil
-	// gives the writer a small private cache.
-	Cache *IndexCache
+	// Cache holds generation indexes, filters and small blobs; share one
+	// per process. Nil gives the writer a small private cache.
+	Cache *BlobCache
 	// Notifier, when set, is told of every commit, to wake following scans.
 	Notifier *Notifier
 	// OnMerge, when set, is called after each committed merge, for metrics;
@@ -39,8 +60,18 @@ type Options struct {
 	// manifest. Default 64.
 	MaxEpochRecords int
 
-	// Merge policy; see merge.go. DisableMerge turns merging and GC off.
+	// DisableBackground turns the writer's background work off: merging,
+	// folding and GC. Generations and retired blobs then only pile up; it is
+	// for debugging and for tests that want every blob left in place.
+	DisableBackground bool
+	// DisableMerge is DisableBackground's old name, which did not say that
+	// it also stops GC. Either turns the background work off.
+	//
+	// Deprecated: use DisableBackground.
 	DisableMerge bool
+
+	// The merge policy (policy.go, merger.go).
+	//
 	// MergeRun: this many contiguous generations of one size tier are
 	// merged. Default 4.
 	MergeRun int
@@ -83,6 +114,7 @@ type Options struct {
 }
 
 func (o Options) withDefaults() Options {
+	o.DisableBackground = o.DisableBackground || o.DisableMerge
 	if o.Logger == nil {
 		o.Logger = zap.NewNop()
 	}
@@ -90,55 +122,55 @@ func (o Options) withDefaults() Options {
 		o.Clock = clock.Real{}
 	}
 	if o.Cache == nil {
-		o.Cache = NewIndexCache(8 << 20)
+		o.Cache = NewBlobCache(DefaultCacheBytes)
 	}
 	if o.MaxQueuedBytes <= 0 {
-		o.MaxQueuedBytes = 64 << 20
+		o.MaxQueuedBytes = DefaultMaxQueuedBytes
 	}
 	if o.MaxGenerationBytes <= 0 {
-		o.MaxGenerationBytes = 16 << 20
+		o.MaxGenerationBytes = DefaultMaxGenerationBytes
 	}
 	if o.RetryBackoff <= 0 {
-		o.RetryBackoff = 20 * time.Millisecond
+		o.RetryBackoff = DefaultRetryBackoff
 	}
 	if o.CommitTimeout <= 0 {
-		o.CommitTimeout = 30 * time.Second
+		o.CommitTimeout = DefaultCommitTimeout
 	}
 	if o.MaxEpochRecords <= 0 {
-		o.MaxEpochRecords = 64
+		o.MaxEpochRecords = DefaultMaxEpochRecords
 	}
 	if o.MergeRun < 2 {
-		o.MergeRun = 4
+		o.MergeRun = DefaultMergeRun
 	}
 	if o.MergeMaxGenerations <= 0 {
-		o.MergeMaxGenerations = 16
+		o.MergeMaxGenerations = DefaultMergeMaxGenerations
 	}
 	if o.MergeAge <= 0 {
-		o.MergeAge = time.Minute
+		o.MergeAge = DefaultMergeAge
 	}
 	if o.MergeTierBytes <= 0 {
-		o.MergeTierBytes = 64 << 10
+		o.MergeTierBytes = DefaultMergeTierBytes
 	}
 	if o.MergeMaxBytes <= 0 {
-		o.MergeMaxBytes = 64 << 20
+		o.MergeMaxBytes = DefaultMergeMaxBytes
 	}
 	if o.MergeMaxSources < 2 {
-		o.MergeMaxSources = 32
+		o.MergeMaxSources = DefaultMergeMaxSources
 	}
 	if o.FoldMaxBytes == 0 {
 		o.FoldMaxBytes = o.MergeTierBytes
 	}
 	if o.EditDelay == 0 {
-		o.EditDelay = 200 * time.Millisecond
+		o.EditDelay = DefaultEditDelay
 	}
 	if o.MergeInterval <= 0 {
-		o.MergeInterval = 5 * time.Second
+		o.MergeInterval = DefaultMergeInterval
 	}
 	if o.RetireGrace <= 0 {
-		o.RetireGrace = 10 * time.Second
+		o.RetireGrace = DefaultRetireGrace
 	}
 	if o.OrphanScanInterval <= 0 {
-		o.OrphanScanInterval = 10 * time.Minute
+		o.OrphanScanInterval = DefaultOrphanScanInterval
 	}
 	return o
 }

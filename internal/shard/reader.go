@@ -20,8 +20,9 @@ import (
 type ReaderOptions struct {
 	// Logger; nil means no logging.
 	Logger *zap.Logger
-	// Cache holds generation footer indexes; share the writers' cache.
-	Cache *IndexCache
+	// Cache holds generation indexes, filters and small blobs; share the
+	// writers' cache.
+	Cache *BlobCache
 	// MaxManifests bounds how many shards' last manifests are kept for
 	// conditional GETs. Default 4096.
 	MaxManifests int
@@ -31,7 +32,7 @@ type ReaderOptions struct {
 // so any instance can use it with or without a resident writer.
 type Reader struct {
 	store blob.Store
-	cache *IndexCache
+	cache *BlobCache
 	log   *zap.Logger
 
 	mu        sync.Mutex
@@ -49,7 +50,7 @@ func NewReader(store blob.Store, opts ReaderOptions) *Reader {
 		opts.Logger = zap.NewNop()
 	}
 	if opts.Cache == nil {
-		opts.Cache = NewIndexCache(8 << 20)
+		opts.Cache = NewBlobCache(DefaultCacheBytes)
 	}
 	if opts.MaxManifests <= 0 {
 		opts.MaxManifests = 4096

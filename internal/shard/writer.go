@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"runtime"
 	"slices"
@@ -25,16 +24,6 @@ import (
 // and a cleanup then aborts it (logging a warning) instead of leaking it.
 type Writer struct {
 	w *writer
-}
-
-// Result is the outcome of one appended record.
-type Result struct {
-	ID         string
-	Seq        uint64
-	Epoch      uint64
-	Generation uint64
-	// AlreadyPresent: the id was already committed; Seq is the stored one.
-	AlreadyPresent bool
 }
 
 // state is where a writer is in its life. Every change of state goes
@@ -92,34 +81,15 @@ func (w *writer) toLocked(next state) bool {
 	return true
 }
 
-// pending is one Append's new entries waiting for their commit.
-//
-// Exactly one party settles a pending, by construction: the one that takes
-// it out of writer.queue under mu. That is the committer (take), a fence or
-// an abort (takeQueueLocked), or its own caller withdrawing it (await). A
-// caller that finds its pending already gone from the queue waits for done.
-type pending struct {
-	ctx     context.Context
-	entries []Entry
-	bytes   int64
-	taken   bool // the committer took it; it can no longer be withdrawn
-	done    chan struct{}
-	results []Result
-	err     error
-
-	// checked is the manifest whose generations the entries' ids were
-	// looked up in (none was there), and adopted the writer's count of
-	// adopted manifests then; see writer.recheck.
-	checked *storagepb.Manifest
-	adopted uint64
-}
-
-func (p *pending) finish(results []Result, err error) {
-	p.results, p.err = results, err
-	close(p.done)
-}
-
+// writer is the state behind a Writer. Three goroutines work on it, each
+// with a state of its own: the committer (committer.go), which alone writes
+// the manifest; the merger (merger.go); and the collector (gc.go). Callers
+// of Append queue work for the committer (append.go). What more than one of
+// them touches is under mu, or in claims, which has its own lock. Lock
+// order: claims.mu, then mu (claims.claimLive reads the manifest); nothing
+// takes claims.mu while holding mu.
 type writer struct {
+	// Set by Open, then only read.
 	store blob.Store
 	shard string
 	opts  Options
@@ -128,6 +98,7 @@ type writer struct {
 	epoch uint64
 	puts  atomic.Uint64 // numbers this writer's conditional puts
 
+	// Counters for Stats.
 	merges     atomic.Int64 // merges committed, folds included
 	folds      atomic.Int64 // merges done by a commit (fold.go)
 	mergeNanos atomic.Int64 // time spent in committed merges
@@ -135,46 +106,34 @@ type writer struct {
 
 	ctx    context.Context // cancelled by Abort; bounds all of the writer's I/O
 	cancel context.CancelFunc
-	kick   chan struct{} // wakes the committer; capacity 1
-	done   chan struct{} // closed when the committer has exited
+	// background bounds the merger's and the collector's work: Close, a
+	// fence and Abort cancel it, and they stop first.
+	background     context.Context
+	stopBackground context.CancelFunc
 
-	// The merger runs beside the committer and stops first on Close.
-	mergeCtx    context.Context
-	mergeCancel context.CancelFunc
-	mergeKick   chan struct{}
-	mergeDone   chan struct{}
-	gcDone      chan struct{}
+	committer committer
+	merger    merger
+	collector collector
+	claims    *claims // the generations the merger or the committer rewrites
 
+	// mu guards the fields below it.
 	mu       sync.Mutex
-	state    state
-	queue    []*pending
-	queued   int64 // bytes queued or in flight
-	fenceErr error // sticky once fenced
-	inflight map[string]inflightRef
-	edits    []*edit   // manifest edits waiting for the next commit
-	editsAt  time.Time // when the oldest of edits was queued
-	minGen   uint64    // lowest generation number not yet used by this writer
+	state    state                  // changed only by toLocked
+	fenceErr error                  // sticky once fenced
+	queue    []*pending             // appends waiting for the committer
+	queued   int64                  // bytes queued or in flight
+	inflight map[string]inflightRef // the ids of appends queued or being committed
+	edits    []*edit                // manifest edits waiting for the next commit
+	editsAt  time.Time              // when the oldest of edits was queued
+	minGen   uint64                 // lowest generation number not yet used by this writer
 	// m is the last manifest this writer committed or read. The committer
-	// replaces it (under mu) and never mutates it, so others may read a
-	// snapshot of the pointer.
+	// replaces it and never mutates it, so others may read a snapshot of
+	// the pointer.
 	m    *storagepb.Manifest
 	etag blob.ETag
 	// adopted counts the manifests the committer read back and made m
 	// (adopt), as opposed to the ones it wrote itself.
 	adopted uint64
-	// claimed holds the generations that a merge in flight or the commit
-	// being prepared rewrites, so that the other leaves them alone.
-	claimed map[uint64]bool
-	folding []uint64 // committer-only: the commit's claim (fold.go)
-
-	stale bool // committer-only: m and etag must be re-read before the next commit
-}
-
-// inflightRef points at an entry queued or being committed.
-type inflightRef struct {
-	p    *pending
-	i    int
-	hash uint64
 }
 
 // Open claims the next epoch of shard and returns its resident writer. The
@@ -183,19 +142,16 @@ type inflightRef struct {
 func Open(ctx context.Context, store blob.Store, shard string, opts Options) (*Writer, error) {
 	opts = opts.withDefaults()
 	w := &writer{
-		store: store,
-		shard: shard,
-		opts:  opts,
-		id:    newWriterID(),
-		kick:  make(chan struct{}, 1),
-		done:  make(chan struct{}),
-
-		mergeKick: make(chan struct{}, 1),
-		mergeDone: make(chan struct{}),
-		gcDone:    make(chan struct{}),
-		inflight:  map[string]inflightRef{},
-		claimed:   map[uint64]bool{},
+		store:    store,
+		shard:    shard,
+		opts:     opts,
+		id:       newWriterID(),
+		inflight: map[string]inflightRef{},
+		claims:   newClaims(),
 	}
+	w.committer = committer{w: w, kick: make(chan struct{}, 1), done: make(chan struct{})}
+	w.merger = merger{w: w, kick: make(chan struct{}, 1), done: make(chan struct{})}
+	w.collector = collector{w: w, done: make(chan struct{})}
 	if err := w.claim(ctx); err != nil {
 		return nil, err
 	}
@@ -204,10 +160,15 @@ func Open(ctx context.Context, store blob.Store, shard string, opts Options) (*W
 	// The writer's context is not derived from ctx: ctx bounds Open, while
 	// the writer lives until Close or Abort.
 	w.ctx, w.cancel = context.WithCancel(context.Background())
-	w.mergeCtx, w.mergeCancel = context.WithCancel(w.ctx)
-	go w.run()
-	go w.mergeLoop()
-	go w.gcLoop()
+	w.background, w.stopBackground = context.WithCancel(w.ctx)
+	go w.committer.run()
+	if opts.DisableBackground {
+		close(w.merger.done)
+		close(w.collector.done)
+	} else {
+		go w.merger.loop()
+		go w.collector.loop()
+	}
 	h := &Writer{w: w}
 	runtime.AddCleanup(h, func(w *writer) { w.dropped() }, w)
 	return h, nil
@@ -334,254 +295,6 @@ func (h *Writer) Close(ctx context.Context) error {
 // stay as they are, and Abort only waits for the goroutines.
 func (h *Writer) Abort() { h.w.abort() }
 
-func (w *writer) append(ctx context.Context, entries []Entry) ([]Result, error) {
-	partly := false // some of entries were committed by an earlier try
-	for {
-		results, committed, err := w.appendOnce(ctx, entries)
-		partly = partly || committed
-		if errors.Is(err, errWithdrawn) {
-			// An append this one shared an id with failed for a reason of
-			// its own; try again on our own.
-			continue
-		}
-		if err != nil && partly && !errors.Is(err, ErrOutcomeUnknown) {
-			// Its own records are stored; only a retry with the same ids
-			// can tell the caller about the rest.
-			err = fmt.Errorf("shard %q: some of the append's records were committed and others were not (%w): %w", w.shard, ErrOutcomeUnknown, err)
-		}
-		return results, err
-	}
-}
-
-// errWithdrawn settles a pending append whose caller gave up before it was
-// sent. Appends that shared its ids retry; its own caller sees ctx's error.
-var errWithdrawn = errors.New("append withdrawn")
-
-// shared is an entry of this append that another, unsettled append is
-// already committing.
-type shared struct {
-	ref inflightRef
-	i   int // index in this append
-}
-
-// appendOnce tries entries once. committed reports whether the entries
-// this append committed itself (not those it shared) were committed,
-// whatever the error.
-func (w *writer) appendOnce(ctx context.Context, entries []Entry) (_ []Result, committed bool, _ error) {
-	if len(entries) == 0 {
-		return nil, false, nil
-	}
-	var size int64
-	for _, e := range entries {
-		size += int64(len(e.Data)) + int64(len(e.ID))
-	}
-	if size > w.opts.MaxGenerationBytes {
-		return nil, committed, fmt.Errorf("%w: batch of %d bytes exceeds the %d-byte generation limit", ErrTooLarge, size, w.opts.MaxGenerationBytes)
-	}
-	results := make([]Result, len(entries))
-	ids := make([]string, len(entries))
-	for i, e := range entries {
-		ids[i] = e.ID
-	}
-
-	// Find ids that are already committed. The loop ends holding mu with
-	// every generation of the current manifest checked, so an id committed
-	// after that is still in inflight below.
-	present := map[string]found{}
-	var checked map[uint64]bool
-	vanished := 0
-	for {
-		w.mu.Lock()
-		if err := w.refuseLocked(); err != nil {
-			w.mu.Unlock()
-			return nil, committed, err
-		}
-		m := w.m
-		var todo []*storagepb.Generation
-		for _, g := range m.GetGenerations() {
-			if !checked[g.GetNumber()] {
-				todo = append(todo, g)
-			}
-		}
-		if len(todo) == 0 {
-			break
-		}
-		w.mu.Unlock()
-		err := lookupCommitted(ctx, w.store, w.opts.Cache, w.shard, todo, ids, present)
-		if errors.Is(err, blob.ErrNotFound) && vanished < maxReadRetries {
-			// A merge retired a generation and GC deleted it meanwhile;
-			// its records are in the merged one. Look again.
-			vanished++
-			checked = nil
-			continue
-		}
-		if errors.Is(err, blob.ErrNotFound) {
-			// Our own manifest keeps listing a generation that storage
-			// no longer has: another writer took the shard over, merged
-			// and collected. Storage says so.
-			if m, _, rerr := readManifest(ctx, w.store, w.shard); rerr == nil && m.GetEpoch() != w.epoch {
-				fe := &FencedError{Shard: w.shard, Local: w.epoch, Stored: m.GetEpoch()}
-				w.fence(fe)
-				return nil, committed, fe
-			}
-			return nil, committed, w.staleErr(err)
-		}
-		if err != nil {
-			return nil, committed, err
-		}
-		if checked == nil {
-			checked = map[uint64]bool{}
-		}
-		for _, g := range todo {
-			checked[g.GetNumber()] = true
-		}
-	}
-	// mu is held.
-	var fresh []Entry
-	var freshIdx []int
-	var waits []shared
-	for i, e := range entries {
-		if f, ok := present[e.ID]; ok {
-			if f.entry.GetClientHash() != e.ClientHash {
-				w.mu.Unlock()
-				return nil, committed, &IDConflictError{Shard: w.shard, ID: e.ID, Seq: f.entry.GetSeq()}
-			}
-			results[i] = Result{ID: e.ID, Seq: f.entry.GetSeq(), Epoch: f.gen.GetEpoch(), Generation: f.gen.GetNumber(), AlreadyPresent: true}
-			continue
-		}
-		if ref, ok := w.inflight[e.ID]; ok {
-			if ref.hash != e.ClientHash {
-				w.mu.Unlock()
-				return nil, committed, &IDConflictError{Shard: w.shard, ID: e.ID, InFlight: true}
-			}
-			waits = append(waits, shared{ref: ref, i: i})
-			continue
-		}
-		fresh = append(fresh, e)
-		freshIdx = append(freshIdx, i)
-	}
-	var p *pending
-	if len(fresh) > 0 {
-		var freshSize int64
-		for _, e := range fresh {
-			freshSize += int64(len(e.Data)) + int64(len(e.ID))
-		}
-		if w.queued > 0 && w.queued+freshSize > w.opts.MaxQueuedBytes {
-			queued := w.queued
-			w.mu.Unlock()
-			return nil, committed, fmt.Errorf("%w: shard %q has %d bytes queued (limit %d); retry later", ErrBackpressure, w.shard, queued, w.opts.MaxQueuedBytes)
-		}
-		p = &pending{ctx: ctx, entries: fresh, bytes: freshSize, done: make(chan struct{}), checked: w.m, adopted: w.adopted}
-		for i, e := range fresh {
-			w.inflight[e.ID] = inflightRef{p: p, i: i, hash: e.ClientHash}
-		}
-		w.queue = append(w.queue, p)
-		w.queued += freshSize
-	}
-	w.mu.Unlock()
-	if p != nil {
-		select {
-		case w.kick <- struct{}{}:
-		default:
-		}
-		rs, err := w.await(ctx, p)
-		if err != nil {
-			return nil, false, err
-		}
-		committed = true
-		for k, i := range freshIdx {
-			results[i] = rs[k]
-		}
-	}
-	for _, s := range waits {
-		select {
-		case <-s.ref.p.done:
-		case <-ctx.Done():
-			return nil, committed, fmt.Errorf("append to shard %q: %w while waiting for an in-flight append of id %q (%w)", w.shard, ctx.Err(), entries[s.i].ID, ErrOutcomeUnknown)
-		}
-		if err := s.ref.p.err; err != nil {
-			if !sharesFate(err, entries[s.i].ID) {
-				// The other append failed for a reason of its own (an id
-				// of its own conflicts, or it was withdrawn): this id
-				// was simply not committed. Try again on our own.
-				return nil, committed, errWithdrawn
-			}
-			return nil, committed, err
-		}
-		r := s.ref.p.results[s.ref.i]
-		r.AlreadyPresent = true
-		results[s.i] = r
-	}
-	return results, committed, nil
-}
-
-// sharesFate reports whether err, the failure of another append that was
-// committing id for this one, is also this append's answer for id. A
-// conflict on another of that append's ids is not: it says nothing about
-// id, which was merely left uncommitted.
-func sharesFate(err error, id string) bool {
-	if errors.Is(err, errWithdrawn) {
-		return false
-	}
-	var conflict *IDConflictError
-	return !errors.As(err, &conflict) || conflict.ID == id
-}
-
-// staleErr reports that a generation this writer's manifest lists is gone
-// from storage: lookup is the storage error that found it missing.
-func (w *writer) staleErr(lookup error) error {
-	return fmt.Errorf("shard %q epoch %d: %w: %v", w.shard, w.epoch, ErrStale, lookup)
-}
-
-// await waits for p's commit, or for ctx.
-func (w *writer) await(ctx context.Context, p *pending) ([]Result, error) {
-	select {
-	case <-p.done:
-		return w.own(ctx, p)
-	case <-ctx.Done():
-	}
-	w.mu.Lock()
-	withdrawn := w.withdrawLocked(p)
-	taken := p.taken
-	w.mu.Unlock()
-	if withdrawn {
-		w.settle(p, nil, errWithdrawn)
-		return nil, fmt.Errorf("append to shard %q not sent: %w", w.shard, ctx.Err())
-	}
-	if !taken {
-		// A fence or an abort took p out of the queue; it settles p at
-		// once, with no I/O in between.
-		<-p.done
-		return w.own(ctx, p)
-	}
-	select {
-	case <-p.done:
-		return w.own(ctx, p)
-	default:
-	}
-	return nil, fmt.Errorf("append to shard %q: %w; its commit was in flight and may still land (%w)", w.shard, ctx.Err(), ErrOutcomeUnknown)
-}
-
-// own turns a settled pending into its caller's answer.
-func (w *writer) own(ctx context.Context, p *pending) ([]Result, error) {
-	if errors.Is(p.err, errWithdrawn) {
-		return nil, fmt.Errorf("append to shard %q not sent: %w", w.shard, context.Cause(ctx))
-	}
-	return p.results, p.err
-}
-
-// settle finishes p and forgets its ids.
-func (w *writer) settle(p *pending, results []Result, err error) {
-	w.mu.Lock()
-	for _, e := range p.entries {
-		if ref, ok := w.inflight[e.ID]; ok && ref.p == p {
-			delete(w.inflight, e.ID)
-		}
-	}
-	w.mu.Unlock()
-	p.finish(results, err)
-}
-
 // refuseLocked returns why the writer takes no appends, or nil.
 func (w *writer) refuseLocked() error {
 	switch w.state {
@@ -594,18 +307,6 @@ func (w *writer) refuseLocked() error {
 	default:
 		return fmt.Errorf("shard %q epoch %d: %w", w.shard, w.epoch, ErrClosed)
 	}
-}
-
-// withdrawLocked takes p out of the queue, if it is still there, and
-// reports whether it was: only then does the caller own p and settle it.
-func (w *writer) withdrawLocked(p *pending) bool {
-	i := slices.Index(w.queue, p)
-	if i < 0 {
-		return false
-	}
-	w.queue = slices.Delete(w.queue, i, i+1)
-	w.queued -= p.bytes
-	return true
 }
 
 // takeQueueLocked takes every queued append out of the queue. The caller
@@ -628,18 +329,15 @@ func (w *writer) close(ctx context.Context) error {
 		// an orphan that GC removes under a later epoch. One whose
 		// manifest edit already waits for a commit is committed below,
 		// with the queue.
-		w.mergeCancel()
+		w.stopBackground()
 	}
 	// In every state but open, the merger's context is cancelled by now:
 	// by this or an earlier Close, a fence, or an abort.
-	<-w.mergeDone
-	<-w.gcDone
+	<-w.merger.done
+	<-w.collector.done
+	w.committer.wake()
 	select {
-	case w.kick <- struct{}{}:
-	default:
-	}
-	select {
-	case <-w.done:
+	case <-w.committer.done:
 	case <-ctx.Done():
 		w.abort()
 		return fmt.Errorf("close shard %q epoch %d: %w; aborted, un-acknowledged appends were discarded", w.shard, w.epoch, ctx.Err())
@@ -660,9 +358,9 @@ func (w *writer) close(ctx context.Context) error {
 // abort is Abort: stop, then wait for the writer's goroutines.
 func (w *writer) abort() {
 	w.stop()
-	<-w.done
-	<-w.mergeDone
-	<-w.gcDone
+	<-w.committer.done
+	<-w.merger.done
+	<-w.collector.done
 }
 
 // stop aborts the writer without waiting: it fails queued appends with
@@ -697,139 +395,6 @@ func (w *writer) dropped() {
 	}
 }
 
-// run is the committer: it commits everything queued, one generation at a
-// time, until the writer is closed, aborted or fenced.
-func (w *writer) run() {
-	defer close(w.done)
-	for {
-		batch, edits, ok := w.take()
-		if !ok {
-			return
-		}
-		w.commit(batch, edits)
-	}
-}
-
-// take waits for queued appends or manifest edits, and takes as many
-// appends as fit one generation, and every edit.
-func (w *writer) take() ([]*pending, []*edit, bool) {
-	for {
-		w.mu.Lock()
-		switch {
-		case w.state == stateAborted || w.state == stateFenced:
-			edits := w.edits
-			w.edits = nil
-			w.mu.Unlock()
-			for _, e := range edits {
-				e.settle(ErrAborted)
-			}
-			return nil, nil, false
-		case len(w.queue) > 0 || (len(w.edits) > 0 && w.state == stateOpen && w.editsDueLocked() <= 0):
-			var n int
-			var size int64
-			for n < len(w.queue) && (n == 0 || size+w.queue[n].bytes <= w.opts.MaxGenerationBytes) {
-				size += w.queue[n].bytes
-				w.queue[n].taken = true
-				n++
-			}
-			batch := make([]*pending, n)
-			copy(batch, w.queue)
-			w.queue = append(w.queue[:0], w.queue[n:]...)
-			edits := w.edits
-			w.edits = nil
-			w.mu.Unlock()
-			return batch, edits, true
-		case w.state == stateClosing:
-			// Close flushes what is already done: a merge whose output is
-			// written, or deletes GC made, are committed rather than left
-			// as orphans and stale entries for a later epoch to find.
-			edits := w.edits
-			w.edits = nil
-			w.mu.Unlock()
-			return nil, edits, len(edits) > 0
-		}
-		// Edits alone wait for an append's commit to ride on, up to
-		// EditDelay: see Options.EditDelay.
-		var due <-chan time.Time
-		if len(w.edits) > 0 && w.state == stateOpen {
-			due = w.opts.Clock.After(w.editsDueLocked())
-		}
-		w.mu.Unlock()
-		select {
-		case <-w.kick:
-		case <-w.ctx.Done():
-		case <-due:
-		}
-	}
-}
-
-// editsDueLocked returns how long the waiting edits may still wait for an
-// append's commit before they are committed alone.
-func (w *writer) editsDueLocked() time.Duration {
-	return w.opts.EditDelay - w.opts.Clock.Now().Sub(w.editsAt)
-}
-
-// commit commits one batch and the waiting manifest edits, and settles every
-// pending append and edit in it.
-func (w *writer) commit(batch []*pending, edits []*edit) {
-	// Appends whose callers gave up before the batch was taken are not sent.
-	var live []*pending
-	var size int64
-	for _, p := range batch {
-		size += p.bytes
-		if p.ctx.Err() != nil {
-			w.settle(p, nil, errWithdrawn)
-			continue
-		}
-		live = append(live, p)
-	}
-	// The batch's bytes leave the queue before its appends learn their
-	// outcome, so a caller that was acked never sees them counted.
-	release := func() {
-		w.mu.Lock()
-		w.queued -= size
-		w.mu.Unlock()
-	}
-	if len(live) > 0 || len(edits) > 0 {
-		ctx, cancel := context.WithTimeout(w.ctx, w.opts.CommitTimeout)
-		out, err := w.commitBatch(ctx, live, edits)
-		cancel()
-		w.releaseFold()
-		release()
-		if err == nil && out.fold != nil {
-			w.folds.Add(1)
-			w.merges.Add(1)
-			if w.opts.OnMerge != nil {
-				w.opts.OnMerge(len(out.fold.gens), int(out.fold.records()), 0)
-			}
-		}
-		var fenced *FencedError
-		if errors.As(err, &fenced) {
-			w.fence(fenced)
-		}
-		for _, p := range live {
-			if err != nil {
-				w.settle(p, nil, err)
-				continue
-			}
-			w.settle(p, out.results[p], out.errs[p])
-		}
-		for _, e := range edits {
-			if err != nil {
-				e.settle(err)
-			} else {
-				e.settle(out.editErrs[e])
-			}
-		}
-	} else {
-		release()
-	}
-	select {
-	case w.mergeKick <- struct{}{}:
-	default:
-	}
-}
-
 // fence marks the writer dead: every queued and future append fails with
 // the fence error.
 func (w *writer) fence(err *FencedError) {
@@ -844,7 +409,7 @@ func (w *writer) fence(err *FencedError) {
 	for _, p := range queued {
 		w.settle(p, nil, err)
 	}
-	w.mergeCancel()
+	w.stopBackground()
 	w.log.Warn("shard writer fenced", zap.Uint64("stored_epoch", err.Stored))
 }
 

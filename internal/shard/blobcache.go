@@ -71,20 +71,22 @@ type cacheEntry struct {
 // cost a GET per commit.
 const maxCachedGeneration = 256 << 10
 
-// IndexCache holds generation footer indexes, id filters and small recent
-// generation blobs, bounded in bytes. Generations are immutable, so an entry cached by blob name never
-// goes stale. One cache is meant to be shared by every writer and reader of
-// a process.
-type IndexCache struct {
+// BlobCache holds what the writers and readers of a process keep of
+// generation blobs: footer indexes, id filters, and small recent
+// generations whole, for the merges and folds that soon rewrite them. It is
+// bounded in bytes. Generations are immutable, so an entry cached by blob
+// name never goes stale. One cache is meant to be shared by every writer
+// and reader of a process.
+type BlobCache struct {
 	mu    sync.Mutex
 	lru   *simplelru.LRU[cacheKey, cacheEntry]
 	bytes int64
 	max   int64
 }
 
-// NewIndexCache returns a cache that holds at most maxBytes.
-func NewIndexCache(maxBytes int64) *IndexCache {
-	c := &IndexCache{max: maxBytes}
+// NewBlobCache returns a cache that holds at most maxBytes.
+func NewBlobCache(maxBytes int64) *BlobCache {
+	c := &BlobCache{max: maxBytes}
 	// The LRU's own count limit is never the binding one; bytes are.
 	lru, err := simplelru.NewLRU[cacheKey, cacheEntry](1<<30, func(_ cacheKey, v cacheEntry) { c.bytes -= v.bytes })
 	if err != nil {
@@ -94,21 +96,21 @@ func NewIndexCache(maxBytes int64) *IndexCache {
 	return c
 }
 
-func (c *IndexCache) getIndex(g genRef) (*index, bool) {
+func (c *BlobCache) getIndex(g genRef) (*index, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	e, ok := c.lru.Get(cacheKey{gen: g, part: partIndex})
 	return e.idx, ok
 }
 
-func (c *IndexCache) getFilter(g genRef) (*bloom.BloomFilter, bool) {
+func (c *BlobCache) getFilter(g genRef) (*bloom.BloomFilter, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	e, ok := c.lru.Get(cacheKey{gen: g, part: partFilter})
 	return e.filter, ok
 }
 
-func (c *IndexCache) getData(g genRef) ([]byte, bool) {
+func (c *BlobCache) getData(g genRef) ([]byte, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	e, ok := c.lru.Get(cacheKey{gen: g, part: partData})
@@ -117,21 +119,21 @@ func (c *IndexCache) getData(g genRef) ([]byte, bool) {
 
 // addData keeps a small generation's bytes for the merge that will soon
 // read them; larger ones are not worth the memory.
-func (c *IndexCache) addData(g genRef, data []byte) {
+func (c *BlobCache) addData(g genRef, data []byte) {
 	if len(data) <= maxCachedGeneration {
 		c.add(cacheKey{gen: g, part: partData}, cacheEntry{data: data, bytes: int64(cap(data))})
 	}
 }
 
-func (c *IndexCache) addIndex(g genRef, idx *index) {
+func (c *BlobCache) addIndex(g genRef, idx *index) {
 	c.add(cacheKey{gen: g, part: partIndex}, cacheEntry{idx: idx, bytes: idx.size()})
 }
 
-func (c *IndexCache) addFilter(g genRef, f *bloom.BloomFilter) {
+func (c *BlobCache) addFilter(g genRef, f *bloom.BloomFilter) {
 	c.add(cacheKey{gen: g, part: partFilter}, cacheEntry{filter: f, bytes: int64(f.Cap()/8) + 64})
 }
 
-func (c *IndexCache) add(k cacheKey, v cacheEntry) {
+func (c *BlobCache) add(k cacheKey, v cacheEntry) {
 	if v.bytes > c.max {
 		return
 	}
@@ -148,8 +150,19 @@ func (c *IndexCache) add(k cacheKey, v cacheEntry) {
 }
 
 // Bytes reports the cache's current size, for metrics.
-func (c *IndexCache) Bytes() int64 {
+func (c *BlobCache) Bytes() int64 {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.bytes
 }
+
+// IndexCache is BlobCache's old name, which did not say that it also holds
+// whole blobs.
+//
+// Deprecated: use BlobCache.
+type IndexCache = BlobCache
+
+// NewIndexCache is NewBlobCache.
+//
+// Deprecated: use NewBlobCache.
+func NewIndexCache(maxBytes int64) *BlobCache { return NewBlobCache(maxBytes) }

@@ -4,14 +4,170 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"go.uber.org/zap"
-	"google.golang.org/protobuf/proto"
 
 	"github.com/rolloutd/rolloutd/internal/blob"
 	"github.com/rolloutd/rolloutd/internal/shard/format"
 	"github.com/rolloutd/rolloutd/internal/shard/storagepb"
 )
+
+// committer is the committer goroutine's state. It alone writes the
+// manifest: it takes the queued appends and waiting edits (take), commits
+// them in one CAS (commit, commitBatch), and decides a CAS whose outcome is
+// unclear from the manifest it reads back (resolve, resync), never from
+// local belief.
+type committer struct {
+	w    *writer
+	kick chan struct{} // wakes it; capacity 1
+	done chan struct{} // closed when it has exited
+
+	// Only the committer goroutine touches these; no lock.
+	stale   bool     // the writer's manifest and etag must be re-read before the next commit
+	folding []uint64 // the generations the commit being prepared claimed to fold (fold.go)
+}
+
+// wake tells the committer there is work, without blocking.
+func (c *committer) wake() {
+	select {
+	case c.kick <- struct{}{}:
+	default:
+	}
+}
+
+// run is the committer: it commits everything queued, one generation at a
+// time, until the writer is closed, aborted or fenced.
+func (c *committer) run() {
+	defer close(c.done)
+	for {
+		batch, edits, ok := c.take()
+		if !ok {
+			return
+		}
+		c.commit(batch, edits)
+	}
+}
+
+// take waits for queued appends or manifest edits, and takes as many
+// appends as fit one generation, and every edit.
+func (c *committer) take() ([]*pending, []*edit, bool) {
+	w := c.w
+	for {
+		w.mu.Lock()
+		switch {
+		case w.state == stateAborted || w.state == stateFenced:
+			edits := w.edits
+			w.edits = nil
+			w.mu.Unlock()
+			for _, e := range edits {
+				e.settle(ErrAborted)
+			}
+			return nil, nil, false
+		case len(w.queue) > 0 || (len(w.edits) > 0 && w.state == stateOpen && c.editsDueLocked() <= 0):
+			var n int
+			var size int64
+			for n < len(w.queue) && (n == 0 || size+w.queue[n].bytes <= w.opts.MaxGenerationBytes) {
+				size += w.queue[n].bytes
+				w.queue[n].taken = true
+				n++
+			}
+			batch := make([]*pending, n)
+			copy(batch, w.queue)
+			w.queue = append(w.queue[:0], w.queue[n:]...)
+			edits := w.edits
+			w.edits = nil
+			w.mu.Unlock()
+			return batch, edits, true
+		case w.state == stateClosing:
+			// Close flushes what is already done: a merge whose output is
+			// written, or deletes GC made, are committed rather than left
+			// as orphans and stale entries for a later epoch to find.
+			edits := w.edits
+			w.edits = nil
+			w.mu.Unlock()
+			return nil, edits, len(edits) > 0
+		}
+		// Edits alone wait for an append's commit to ride on, up to
+		// EditDelay: see Options.EditDelay.
+		var due <-chan time.Time
+		if len(w.edits) > 0 && w.state == stateOpen {
+			due = w.opts.Clock.After(c.editsDueLocked())
+		}
+		w.mu.Unlock()
+		select {
+		case <-c.kick:
+		case <-w.ctx.Done():
+		case <-due:
+		}
+	}
+}
+
+// editsDueLocked returns how long the waiting edits may still wait for an
+// append's commit before they are committed alone.
+func (c *committer) editsDueLocked() time.Duration {
+	w := c.w
+	return w.opts.EditDelay - w.opts.Clock.Now().Sub(w.editsAt)
+}
+
+// commit commits one batch and the waiting manifest edits, and settles every
+// pending append and edit in it.
+func (c *committer) commit(batch []*pending, edits []*edit) {
+	w := c.w
+	// Appends whose callers gave up before the batch was taken are not sent.
+	var live []*pending
+	var size int64
+	for _, p := range batch {
+		size += p.bytes
+		if p.ctx.Err() != nil {
+			w.settle(p, nil, errWithdrawn)
+			continue
+		}
+		live = append(live, p)
+	}
+	// The batch's bytes leave the queue before its appends learn their
+	// outcome, so a caller that was acked never sees them counted.
+	release := func() {
+		w.mu.Lock()
+		w.queued -= size
+		w.mu.Unlock()
+	}
+	if len(live) > 0 || len(edits) > 0 {
+		ctx, cancel := context.WithTimeout(w.ctx, w.opts.CommitTimeout)
+		out, err := c.commitBatch(ctx, live, edits)
+		cancel()
+		c.releaseFold()
+		release()
+		if err == nil && out.fold != nil {
+			w.folds.Add(1)
+			w.merges.Add(1)
+			if w.opts.OnMerge != nil {
+				w.opts.OnMerge(len(out.fold.gens), int(out.fold.records()), 0)
+			}
+		}
+		var fenced *FencedError
+		if errors.As(err, &fenced) {
+			w.fence(fenced)
+		}
+		for _, p := range live {
+			if err != nil {
+				w.settle(p, nil, err)
+				continue
+			}
+			w.settle(p, out.results[p], out.errs[p])
+		}
+		for _, e := range edits {
+			if err != nil {
+				e.settle(err)
+			} else {
+				e.settle(out.editErrs[e])
+			}
+		}
+	} else {
+		release()
+	}
+	w.merger.wake()
+}
 
 // attempt is one try at a commit. marker is the generation whose presence
 // proves the attempt landed: the batch's new generation, else a merge's
@@ -39,25 +195,26 @@ const maxRebases = 3
 // that CAS is known to have landed, or with the reason it did not. Once an
 // attempt's CAS was sent, every failure to decide it matches
 // ErrOutcomeUnknown: that attempt may still land.
-func (w *writer) commitBatch(ctx context.Context, batch []*pending, edits []*edit) (commitOut, error) {
+func (c *committer) commitBatch(ctx context.Context, batch []*pending, edits []*edit) (commitOut, error) {
+	w := c.w
 	var attempts []attempt
 	present := map[string]found{}
 	for rebase := 0; ; rebase++ {
-		if w.stale {
-			out, err := w.resync(ctx, attempts)
+		if c.stale {
+			out, err := c.resync(ctx, attempts)
 			if err != errRebase {
 				return out, err
 			}
 		}
-		if err := w.recheck(ctx, batch, present); err != nil {
-			return commitOut{}, w.unsure(attempts, err)
+		if err := c.recheck(ctx, batch, present); err != nil {
+			return commitOut{}, c.unsure(attempts, err)
 		}
-		a, next, err := w.prepare(ctx, batch, edits, present)
+		a, next, err := c.prepare(ctx, batch, edits, present)
 		if err != nil {
 			if w.ctx.Err() != nil && len(attempts) == 0 {
 				return commitOut{}, fmt.Errorf("shard %q epoch %d: %w before the commit was sent", w.shard, w.epoch, ErrAborted)
 			}
-			return commitOut{}, w.unsure(attempts, err)
+			return commitOut{}, c.unsure(attempts, err)
 		}
 		if next == nil {
 			return a.out, nil
@@ -67,7 +224,7 @@ func (w *writer) commitBatch(ctx context.Context, batch []*pending, edits []*edi
 		opts := blob.PutOptions{IfMatch: w.etag, PutID: next.GetCommitId()}
 		data, err := format.EncodeManifest(next)
 		if err != nil {
-			return commitOut{}, w.unsure(attempts[:len(attempts)-1], err)
+			return commitOut{}, c.unsure(attempts[:len(attempts)-1], err)
 		}
 		attrs, err := w.store.Put(ctx, name, data, opts)
 		for b := newBackoff(w.opts); err != nil && errors.Is(err, blob.ErrUnavailable); {
@@ -84,7 +241,7 @@ func (w *writer) commitBatch(ctx context.Context, batch []*pending, edits []*edi
 		}
 		// The CAS lost, or its outcome is unclear. Only the stored manifest
 		// can say which attempt, if any, landed.
-		out, err := w.resolve(ctx, attempts, err)
+		out, err := c.resolve(ctx, attempts, err)
 		if err != errRebase {
 			return out, err
 		}
@@ -96,7 +253,8 @@ func (w *writer) commitBatch(ctx context.Context, batch []*pending, edits []*edi
 
 // unsure returns err, the failure of a commit of which attempts were sent,
 // as ErrOutcomeUnknown when there are any: one of them may still land.
-func (w *writer) unsure(attempts []attempt, err error) error {
+func (c *committer) unsure(attempts []attempt, err error) error {
+	w := c.w
 	if len(attempts) == 0 || errors.Is(err, ErrOutcomeUnknown) {
 		return err
 	}
@@ -107,156 +265,11 @@ func (w *writer) unsure(attempts []attempt, err error) error {
 // owns the shard, so the batch is committed again on the current manifest.
 var errRebase = errors.New("rebase")
 
-// prepare writes the batch's new entries as a generation blob and builds the
-// manifest that commits it and the edits.
-func (w *writer) prepare(ctx context.Context, batch []*pending, edits []*edit, present map[string]found) (attempt, *storagepb.Manifest, error) {
-	cur := w.m
-	now := w.opts.Clock.Now().UnixNano()
-	next := proto.CloneOf(cur)
-	a := attempt{out: commitOut{results: map[*pending][]Result{}, errs: map[*pending]error{}, editErrs: map[*edit]error{}}}
-	changed := false
-	for _, e := range edits {
-		if err := e.apply(next, now); err != nil {
-			a.out.editErrs[e] = err
-			continue
-		}
-		changed = true
-		if e.merge != nil {
-			a.marker = e.merge.output.GetNumber()
-		}
-	}
-
-	// Entries found committed after a resync are acknowledged as present,
-	// not written again.
-	var size, fresh int
-	for _, p := range batch {
-		rs := make([]Result, len(p.entries))
-		for i, e := range p.entries {
-			f, ok := present[e.ID]
-			switch {
-			case !ok:
-				size += len(e.Data) + 16
-				fresh++
-				continue
-			case f.entry.GetClientHash() != e.ClientHash:
-				a.out.errs[p] = &IDConflictError{Shard: w.shard, ID: e.ID, Seq: f.entry.GetSeq()}
-			}
-			rs[i] = Result{ID: e.ID, Seq: f.entry.GetSeq(), Epoch: f.gen.GetEpoch(), Generation: f.gen.GetNumber(), AlreadyPresent: true}
-		}
-		a.out.results[p] = rs
-	}
-	if fresh > 0 {
-		type add struct {
-			p *pending
-			i int
-		}
-		var adds []add
-		for _, p := range batch {
-			if a.out.errs[p] != nil {
-				continue
-			}
-			for i, e := range p.entries {
-				if _, ok := present[e.ID]; !ok {
-					adds = append(adds, add{p, i})
-				}
-			}
-		}
-		if len(adds) > 0 {
-			// The fold stays within what one generation may hold.
-			fold := w.pickFold(next, min(w.opts.FoldMaxBytes, w.opts.MaxGenerationBytes-int64(size)))
-			if fold != nil {
-				size += fold.bytes
-			}
-			gen := w.allocGen()
-			seq := cur.GetNextSeq()
-			b := format.NewGenerationBuilder(w.shard, w.epoch, gen, size)
-			first, level := seq, uint32(0)
-			if fold != nil {
-				addSources(b, fold.footers, fold.datas)
-				first, level = fold.gens[0].GetFirstSeq(), fold.level+1
-			}
-			var scratch []byte
-			for _, ad := range adds {
-				e := ad.p.entries[ad.i]
-				scratch = e.withSeq(scratch[:0], seq)
-				b.Add(e.ID, seq, scratch, e.ClientHash)
-				a.out.results[ad.p][ad.i] = Result{ID: e.ID, Seq: seq, Epoch: w.epoch, Generation: gen}
-				seq++
-			}
-			l, err := b.Finish()
-			if err != nil {
-				return a, nil, err
-			}
-			name := format.GenerationName(w.shard, w.epoch, gen)
-			if err := w.putWithRetry(ctx, name, l.Data, blob.PutOptions{IfNoneMatch: true, PutID: w.nextPutID()}); err != nil {
-				return a, nil, fmt.Errorf("shard %q: write generation %s: %w", w.shard, name, err)
-			}
-			ref := genRef{w.shard, w.epoch, gen}
-			w.opts.Cache.addIndex(ref, newIndex(l.Footer))
-			w.opts.Cache.addFilter(ref, l.Filter)
-			w.opts.Cache.addData(ref, l.Data)
-			g := &storagepb.Generation{
-				Number:           gen,
-				Epoch:            w.epoch,
-				FirstSeq:         first,
-				LastSeq:          seq - 1,
-				Records:          uint32(b.Len()),
-				Bytes:            uint64(len(l.Data)),
-				FooterOffset:     l.FooterOffset,
-				FooterLength:     l.FooterLength,
-				FilterLength:     l.FilterLength,
-				FilterCrc32C:     l.FilterCRC,
-				CreatedUnixNanos: now,
-				Level:            level,
-			}
-			if fold != nil {
-				// The folded generations are the newest live ones, so the
-				// new generation takes their place at the end.
-				keep := len(next.Generations) - len(fold.gens)
-				retire(next, next.Generations[keep:], now)
-				next.Generations = append(next.Generations[:keep:keep], g)
-				a.out.fold = fold
-			} else {
-				next.Generations = append(next.Generations, g)
-			}
-			next.NextSeq = seq
-			next.RecordCount += uint64(len(adds))
-			a.marker = gen
-		}
-	}
-	if !changed && a.marker == 0 {
-		return a, nil, nil // every entry was already present: nothing to commit
-	}
-	w.mu.Lock()
-	next.NextGeneration = max(next.GetNextGeneration(), w.minGen)
-	w.mu.Unlock()
-	if a.marker != 0 {
-		epochRecord(next, w.epoch).LastGeneration = a.marker
-	}
-	next.UpdatedUnixNanos = now
-	next.CommitId = w.nextPutID()
-	return a, next, nil
-}
-
-// putWithRetry retries a put that failed retryably, with the same put id, so
-// a retry of a put that landed reports success.
-func (w *writer) putWithRetry(ctx context.Context, name string, data []byte, opts blob.PutOptions) error {
-	b := newBackoff(w.opts)
-	for {
-		_, err := w.store.Put(ctx, name, data, opts)
-		if err == nil || !retryable(err) {
-			return err
-		}
-		if werr := b.wait(ctx); werr != nil {
-			return fmt.Errorf("%w (last error: %w)", werr, err)
-		}
-	}
-}
-
 // resolve decides an unclear or lost manifest CAS by re-reading the
 // manifest (see decide). It returns errRebase when this writer still owns
 // the shard and no attempt landed.
-func (w *writer) resolve(ctx context.Context, attempts []attempt, casErr error) (commitOut, error) {
+func (c *committer) resolve(ctx context.Context, attempts []attempt, casErr error) (commitOut, error) {
+	w := c.w
 	b := newBackoff(w.opts)
 	for ctx.Err() == nil {
 		m, etag, err := readManifest(ctx, w.store, w.shard)
@@ -266,7 +279,7 @@ func (w *writer) resolve(ctx context.Context, attempts []attempt, casErr error) 
 			}
 			break
 		}
-		if out, ok, err := w.decide(m, etag, attempts); ok {
+		if out, ok, err := c.decide(m, etag, attempts); ok {
 			return out, err
 		}
 		w.log.Warn("manifest changed under this writer's own epoch; rebasing the commit",
@@ -275,10 +288,10 @@ func (w *writer) resolve(ctx context.Context, attempts []attempt, casErr error) 
 		// that landed late, holding some of the batch's ids: resync looks
 		// them up in every generation this writer has not seen, so the
 		// rebased commit does not store them twice.
-		w.stale = true
+		c.stale = true
 		return commitOut{}, errRebase
 	}
-	w.stale = true
+	c.stale = true
 	if w.ctx.Err() != nil {
 		return commitOut{}, fmt.Errorf("shard %q epoch %d: aborted while its commit was in flight: %w", w.shard, w.epoch, ErrOutcomeUnknown)
 	}
@@ -291,7 +304,8 @@ func (w *writer) resolve(ctx context.Context, attempts []attempt, casErr error) 
 // the writer is fenced if a higher epoch holds the shard and none landed
 // (a claim changed the manifest's ETag, so none ever can). ok is false
 // when m proves nothing but that this writer still owns the shard.
-func (w *writer) decide(m *storagepb.Manifest, etag blob.ETag, attempts []attempt) (out commitOut, ok bool, err error) {
+func (c *committer) decide(m *storagepb.Manifest, etag blob.ETag, attempts []attempt) (out commitOut, ok bool, err error) {
+	w := c.w
 	for i := len(attempts) - 1; i >= 0; i-- {
 		if attempts[i].marker == 0 {
 			continue
@@ -304,11 +318,11 @@ func (w *writer) decide(m *storagepb.Manifest, etag blob.ETag, attempts []attemp
 			} else {
 				// Committed, then another writer claimed the shard: the
 				// ack stands, and the next commit finds the fence.
-				w.stale = true
+				c.stale = true
 			}
 			return attempts[i].out, true, nil
 		case undecidable:
-			w.stale = true
+			c.stale = true
 			return commitOut{}, true, fmt.Errorf("shard %q: commit of generation %d by epoch %d cannot be decided: epoch records pruned by epoch %d: %w", w.shard, attempts[i].marker, w.epoch, m.GetEpoch(), ErrOutcomeUnknown)
 		}
 	}
@@ -323,16 +337,17 @@ func (w *writer) decide(m *storagepb.Manifest, etag blob.ETag, attempts []attemp
 // earlier attempts on it (see decide). It returns errRebase when the batch
 // is to be committed on the manifest it read, which it adopts: recheck then
 // finds which of the queued ids a landed commit had already stored.
-func (w *writer) resync(ctx context.Context, attempts []attempt) (commitOut, error) {
+func (c *committer) resync(ctx context.Context, attempts []attempt) (commitOut, error) {
+	w := c.w
 	m, etag, err := readManifest(ctx, w.store, w.shard)
 	if err != nil {
-		return commitOut{}, w.unsure(attempts, fmt.Errorf("shard %q: re-read manifest: %w", w.shard, err))
+		return commitOut{}, c.unsure(attempts, fmt.Errorf("shard %q: re-read manifest: %w", w.shard, err))
 	}
-	if out, ok, err := w.decide(m, etag, attempts); ok {
+	if out, ok, err := c.decide(m, etag, attempts); ok {
 		return out, err
 	}
 	w.adopt(m, etag)
-	w.stale = false
+	c.stale = false
 	return commitOut{}, errRebase
 }
 
@@ -342,7 +357,8 @@ func (w *writer) resync(ctx context.Context, attempts []attempt) (commitOut, err
 // against the writer's manifest when it is queued, and a commit of unclear
 // outcome that landed after all may hold them. Ids found are acknowledged
 // as present, not stored again.
-func (w *writer) recheck(ctx context.Context, batch []*pending, present map[string]found) error {
+func (c *committer) recheck(ctx context.Context, batch []*pending, present map[string]found) error {
+	w := c.w
 	m, adopted := w.m, w.adopted // the committer is the only one that changes them
 	for _, p := range batch {
 		if p.adopted == adopted {

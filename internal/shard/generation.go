@@ -1,0 +1,84 @@
+package shard
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/rolloutd/rolloutd/internal/blob"
+	"github.com/rolloutd/rolloutd/internal/shard/format"
+	"github.com/rolloutd/rolloutd/internal/shard/storagepb"
+)
+
+// writeGeneration finishes b as generation gen of this writer's epoch and
+// writes it, create-only. It caches the new generation's index, id filter
+// and, when small, its bytes, so that appends, reads and merges of it start
+// from memory, and returns the manifest's entry for it: records first to
+// last, at level, created at created (Unix nanoseconds).
+//
+// A commit and a merge write their generations through it alike.
+func (w *writer) writeGeneration(ctx context.Context, gen uint64, b *format.GenerationBuilder, first, last uint64, level uint32, created int64) (*storagepb.Generation, error) {
+	l, err := b.Finish()
+	if err != nil {
+		return nil, err
+	}
+	name := format.GenerationName(w.shard, w.epoch, gen)
+	if err := w.putWithRetry(ctx, name, l.Data, blob.PutOptions{IfNoneMatch: true, PutID: w.nextPutID()}); err != nil {
+		return nil, fmt.Errorf("write generation %s: %w", name, err)
+	}
+	ref := genRef{w.shard, w.epoch, gen}
+	w.opts.Cache.addIndex(ref, newIndex(l.Footer))
+	w.opts.Cache.addFilter(ref, l.Filter)
+	w.opts.Cache.addData(ref, l.Data)
+	return &storagepb.Generation{
+		Number:           gen,
+		Epoch:            w.epoch,
+		FirstSeq:         first,
+		LastSeq:          last,
+		Records:          uint32(b.Len()),
+		Bytes:            uint64(len(l.Data)),
+		FooterOffset:     l.FooterOffset,
+		FooterLength:     l.FooterLength,
+		FilterLength:     l.FilterLength,
+		FilterCrc32C:     l.FilterCRC,
+		CreatedUnixNanos: created,
+		Level:            level,
+	}, nil
+}
+
+// putWithRetry retries a put that failed retryably, with the same put id, so
+// a retry of a put that landed reports success.
+func (w *writer) putWithRetry(ctx context.Context, name string, data []byte, opts blob.PutOptions) error {
+	b := newBackoff(w.opts)
+	for {
+		_, err := w.store.Put(ctx, name, data, opts)
+		if err == nil || !retryable(err) {
+			return err
+		}
+		if werr := b.wait(ctx); werr != nil {
+			return fmt.Errorf("%w (last error: %w)", werr, err)
+		}
+	}
+}
+
+// decodeSource decodes data, the blob of generation g that a merge or a
+// fold rewrites, and checks that its footer is the one the manifest lists.
+func decodeSource(shard string, g *storagepb.Generation, data []byte) (*storagepb.Footer, error) {
+	f, err := format.DecodeGeneration(data)
+	if err != nil {
+		return nil, err
+	}
+	if f.GetShard() != shard || f.GetEpoch() != g.GetEpoch() || f.GetGeneration() != g.GetNumber() || len(f.GetEntries()) != int(g.GetRecords()) {
+		return nil, errors.New("footer does not match the manifest")
+	}
+	return f, nil
+}
+
+// addSources adds the records of the decoded sources to b, in order.
+func addSources(b *format.GenerationBuilder, footers []*storagepb.Footer, datas [][]byte) {
+	for i, f := range footers {
+		for _, e := range f.GetEntries() {
+			b.Add(e.GetId(), e.GetSeq(), datas[i][e.GetOffset():e.GetOffset()+uint64(e.GetLength())], e.GetClientHash())
+		}
+	}
+}

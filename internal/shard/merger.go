@@ -1,0 +1,153 @@
+package shard
+
+import (
+	"context"
+	"fmt"
+
+	"go.uber.org/zap"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/rolloutd/rolloutd/internal/blob"
+	"github.com/rolloutd/rolloutd/internal/shard/format"
+	"github.com/rolloutd/rolloutd/internal/shard/storagepb"
+)
+
+// Merging keeps a long-lived shard's generation count, and so the cost of a
+// Get or an id lookup, bounded. It runs in the owning writer under its own
+// epoch (it never claims one): the merger goroutine reads the sources and
+// writes the merged generation beside the commit path, and only its
+// manifest edit joins the committer's next CAS, so appends never wait on it.
+//
+// The policy that picks what to merge is in policy.go.
+
+// merger is the merger goroutine's state. It reads and writes blobs beside
+// the commit path and hands the committer only its manifest edit (edit.go).
+type merger struct {
+	w    *writer
+	kick chan struct{} // wakes it after a commit; capacity 1
+	done chan struct{} // closed when it has exited
+}
+
+// wake tells the merger that a commit changed the manifest, without
+// blocking.
+func (m *merger) wake() {
+	select {
+	case m.kick <- struct{}{}:
+	default:
+	}
+}
+
+// mergeReadParallelism bounds the source reads of one merge in flight.
+const mergeReadParallelism = 4
+
+// loop is the merger goroutine: it merges while the policy asks for it,
+// until Close, a fence or Abort.
+func (m *merger) loop() {
+	w := m.w
+	defer close(m.done)
+	for {
+		select {
+		case <-w.background.Done():
+			return
+		case <-m.kick:
+		case <-w.opts.Clock.After(w.opts.MergeInterval):
+		}
+		for w.background.Err() == nil {
+			plan := pickMerge(w.manifest().GetGenerations(), w.opts.Clock.Now(), w.opts.mergePolicy())
+			if plan == nil || !m.claim(plan) {
+				break // a commit is folding part of it; the next kick looks again
+			}
+			err := m.merge(w.background, plan)
+			m.release(plan)
+			if err != nil {
+				if w.background.Err() == nil {
+					w.log.Warn("merge failed; will retry", zap.Error(err))
+				}
+				break
+			}
+		}
+	}
+}
+
+// merge rewrites plan as one generation and waits until the committer has
+// committed (or rejected) the manifest edit that swaps it in.
+func (m *merger) merge(ctx context.Context, plan []*storagepb.Generation) error {
+	w := m.w
+	start := w.opts.Clock.Now()
+	var size int
+	var level uint32
+	for _, g := range plan {
+		size += int(g.GetBytes())
+		level = max(level, g.GetLevel())
+	}
+	// Read the sources a few at a time: a merge must keep up with commits.
+	datas := make([][]byte, len(plan))
+	footers := make([]*storagepb.Footer, len(plan))
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(mergeReadParallelism)
+	for i, src := range plan {
+		g.Go(func() error {
+			name := format.GenerationName(w.shard, src.GetEpoch(), src.GetNumber())
+			data, ok := w.opts.Cache.getData(genRef{w.shard, src.GetEpoch(), src.GetNumber()})
+			if !ok {
+				var err error
+				if data, _, err = w.store.Get(gctx, name, blob.GetOptions{}); err != nil {
+					return fmt.Errorf("merge: read %s: %w", name, err)
+				}
+			}
+			f, err := decodeSource(w.shard, src, data)
+			if err != nil {
+				return fmt.Errorf("merge: %w: blob %s: %w", ErrCorrupt, name, err)
+			}
+			datas[i], footers[i] = data, f
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return err
+	}
+	gen := w.allocGen()
+	// Claimed until its edit settles, so that no commit folds the output
+	// the moment it is swapped in.
+	w.claims.add(gen)
+	defer w.claims.release(gen)
+	b := format.NewGenerationBuilder(w.shard, w.epoch, gen, size)
+	addSources(b, footers, datas)
+	out, err := w.writeGeneration(ctx, gen, b, plan[0].GetFirstSeq(), plan[len(plan)-1].GetLastSeq(), level+1, w.opts.Clock.Now().UnixNano())
+	if err != nil {
+		return fmt.Errorf("merge: %w", err)
+	}
+	e := newEdit()
+	e.merge = &mergeEdit{output: out}
+	for _, g := range plan {
+		e.merge.sources = append(e.merge.sources, g.GetNumber())
+	}
+	if err := w.submit(ctx, e); err != nil {
+		return fmt.Errorf("merge into generation %d: %w", gen, err)
+	}
+	took := w.opts.Clock.Now().Sub(start)
+	w.merges.Add(1)
+	w.mergeNanos.Add(int64(took))
+	if w.opts.OnMerge != nil {
+		w.opts.OnMerge(len(plan), b.Len(), took)
+	}
+	w.log.Debug("merged generations", zap.Uint64("generation", gen), zap.Int("sources", len(plan)), zap.Int("records", b.Len()))
+	return nil
+}
+
+// claim claims plan for the merger: it fails if a generation of plan
+// is claimed already or no longer live.
+func (m *merger) claim(plan []*storagepb.Generation) bool {
+	w := m.w
+	return w.claims.claimLive(plan, w.manifest)
+}
+
+// release drops the merger's claim on plan.
+func (m *merger) release(plan []*storagepb.Generation) {
+	w := m.w
+	nums := make([]uint64, len(plan))
+	for i, g := range plan {
+		nums[i] = g.GetNumber()
+	}
+	w.claims.release(nums...)
+}
