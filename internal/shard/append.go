@@ -77,8 +77,8 @@ func (w *writer) append(ctx context.Context, entries []Entry) ([]Result, error) 
 // sent. Appends that shared its ids retry; its own caller sees ctx's error.
 var errWithdrawn = errors.New("append withdrawn")
 
-// appendOnce tries entries once. committed reports whether the entries
-// this append committed itself (not those it shared) were committed,
+// appendOnce tries entries once. committed reports whether any of
+// entries was committed, by this append or by one it shared ids with,
 // whatever the error.
 //
 // It goes in four steps: find which ids are already committed
@@ -110,21 +110,39 @@ func (w *writer) appendOnce(ctx context.Context, entries []Entry) (_ []Result, c
 	}
 	w.mu.Unlock()
 	if err != nil {
-		return nil, false, err
+		return nil, false, w.sharedMayLand(part.waits, err)
 	}
 	if p != nil {
 		w.committer.wake()
 		rs, err := w.await(ctx, p)
 		if err != nil {
-			return nil, false, err
+			return nil, false, w.sharedMayLand(part.waits, err)
 		}
 		committed = true
 		placeFresh(results, rs, part.waits)
 	}
-	if err := w.awaitShared(ctx, entries, part.waits, results); err != nil {
-		return nil, committed, err
+	landed, err := w.awaitShared(ctx, entries, part.waits, results)
+	if err != nil {
+		return nil, committed || landed, err
 	}
 	return results, committed, nil
+}
+
+// sharedMayLand returns err, the failure of an append's own part, as
+// ErrOutcomeUnknown when an append it shares ids with was committed or may
+// still be: the caller must not hear that none of its records is stored.
+func (w *writer) sharedMayLand(waits []shared, err error) error {
+	for _, s := range waits {
+		select {
+		case <-s.ref.p.done:
+			if perr := s.ref.p.err; perr != nil && !errors.Is(perr, ErrOutcomeUnknown) {
+				continue
+			}
+		default:
+		}
+		return fmt.Errorf("shard %q: records of this append that another append was committing may be stored (%w): %w", w.shard, ErrOutcomeUnknown, err)
+	}
+	return err
 }
 
 // findPresent looks the ids of entries up in the generations of the
@@ -183,7 +201,13 @@ func (w *writer) findPresent(ctx context.Context, entries []Entry, present map[s
 // manifest keeps listing and storage no longer has: another writer took
 // the shard over, merged and collected. Storage says so.
 func (w *writer) missingGeneration(ctx context.Context, lookup error) error {
-	if m, _, rerr := readManifest(ctx, w.store, w.shard); rerr == nil && m.GetEpoch() != w.epoch {
+	m, _, rerr := readManifest(ctx, w.store, w.shard)
+	switch {
+	case rerr != nil:
+		// Nothing proves this writer stale: replacing it would fence its
+		// commits in flight over what may be a passing read failure.
+		return fmt.Errorf("shard %q: a generation is missing (%v) and the manifest could not be re-read: %w", w.shard, lookup, rerr)
+	case m.GetEpoch() != w.epoch:
 		fe := &FencedError{Shard: w.shard, Local: w.epoch, Stored: m.GetEpoch()}
 		w.fence(fe)
 		return fe
@@ -207,27 +231,33 @@ type shared struct {
 // partitionLocked sorts entries: an id found committed gets its result
 // now, an id in flight is shared with the append committing it, and the
 // rest are fresh. An id stored or in flight with other content fails the
-// append with an *IDConflictError. The caller holds mu.
+// append with an *IDConflictError (the first such), after every entry was
+// sorted, so that the caller still knows which of its ids other appends
+// are committing. The caller holds mu.
 func (w *writer) partitionLocked(entries []Entry, present map[string]found, results []Result) (partition, error) {
 	var part partition
+	var conflict error
 	for i, e := range entries {
 		if f, ok := present[e.ID]; ok {
-			if f.entry.GetClientHash() != e.ClientHash {
-				return part, &IDConflictError{Shard: w.shard, ID: e.ID, Seq: f.entry.GetSeq()}
+			if f.entry.GetClientHash() != e.ClientHash && conflict == nil {
+				conflict = &IDConflictError{Shard: w.shard, ID: e.ID, Seq: f.entry.GetSeq()}
 			}
 			results[i] = Result{ID: e.ID, Seq: f.entry.GetSeq(), Epoch: f.gen.GetEpoch(), Generation: f.gen.GetNumber(), AlreadyPresent: true}
 			continue
 		}
 		if ref, ok := w.inflight[e.ID]; ok {
 			if ref.hash != e.ClientHash {
-				return part, &IDConflictError{Shard: w.shard, ID: e.ID, InFlight: true}
+				if conflict == nil {
+					conflict = &IDConflictError{Shard: w.shard, ID: e.ID, InFlight: true}
+				}
+				continue
 			}
 			part.waits = append(part.waits, shared{ref: ref, i: i})
 			continue
 		}
 		part.fresh = append(part.fresh, e)
 	}
-	return part, nil
+	return part, conflict
 }
 
 // placeFresh puts rs, the results of an append's fresh entries, in their
@@ -266,28 +296,42 @@ func (w *writer) enqueueLocked(ctx context.Context, fresh []Entry) (*pending, er
 }
 
 // awaitShared waits for the appends committing the ids this append shares
-// with them, and takes their results as its own, AlreadyPresent.
-func (w *writer) awaitShared(ctx context.Context, entries []Entry, waits []shared, results []Result) error {
+// with them, and takes their results as its own, AlreadyPresent. It waits
+// for every one of them, whatever each answers, so that its answer covers
+// every shared id: landed reports whether any of them was, or may yet be,
+// committed. Its error is the first that is this append's answer too
+// (see sharesFate), else errWithdrawn when some shared id was merely left
+// uncommitted.
+func (w *writer) awaitShared(ctx context.Context, entries []Entry, waits []shared, results []Result) (landed bool, err error) {
 	for _, s := range waits {
 		select {
 		case <-s.ref.p.done:
 		case <-ctx.Done():
-			return fmt.Errorf("append to shard %q: %w while waiting for an in-flight append of id %q (%w)", w.shard, ctx.Err(), entries[s.i].ID, ErrOutcomeUnknown)
+			return true, fmt.Errorf("append to shard %q: %w while waiting for an in-flight append of id %q (%w)", w.shard, ctx.Err(), entries[s.i].ID, ErrOutcomeUnknown)
 		}
-		if err := s.ref.p.err; err != nil {
-			if !sharesFate(err, entries[s.i].ID) {
-				// The other append failed for a reason of its own (an id
-				// of its own conflicts, or it was withdrawn): this id
-				// was simply not committed. Try again on our own.
-				return errWithdrawn
+		switch perr := s.ref.p.err; {
+		case perr == nil:
+			landed = true
+			r := s.ref.p.results[s.ref.i]
+			r.AlreadyPresent = true
+			results[s.i] = r
+		case errors.Is(perr, ErrOutcomeUnknown):
+			landed = true
+			if err == nil || errors.Is(err, errWithdrawn) {
+				err = perr
 			}
-			return err
+		case !sharesFate(perr, entries[s.i].ID):
+			// The other append failed for a reason of its own (an id of
+			// its own conflicts, or it was withdrawn): this id was simply
+			// not committed, and a try on our own will commit it.
+			if err == nil {
+				err = errWithdrawn
+			}
+		case err == nil || errors.Is(err, errWithdrawn):
+			err = perr
 		}
-		r := s.ref.p.results[s.ref.i]
-		r.AlreadyPresent = true
-		results[s.i] = r
 	}
-	return nil
+	return landed, err
 }
 
 // sharesFate reports whether err, the failure of another append that was

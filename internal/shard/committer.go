@@ -24,8 +24,13 @@ type committer struct {
 	done chan struct{} // closed when it has exited
 
 	// Only the committer goroutine touches these; no lock.
-	stale   bool     // the writer's manifest and etag must be re-read before the next commit
-	folding []uint64 // the generations the commit being prepared claimed to fold (fold.go)
+	stale bool // the writer's manifest and etag must be re-read before the next commit
+	// unresolved: a commit of this writer ended with its outcome unknown,
+	// and no manifest read back since showed what it did. A batch may be
+	// that commit's records, retried; until its ids are checked against a
+	// manifest read back, its failure is ErrOutcomeUnknown too (fail).
+	unresolved bool
+	folding    []uint64 // the generations the commit being prepared claimed to fold (fold.go)
 }
 
 // wake tells the committer there is work, without blocking.
@@ -207,14 +212,13 @@ func (c *committer) commitBatch(ctx context.Context, batch []*pending, edits []*
 			}
 		}
 		if err := c.recheck(ctx, batch, present); err != nil {
-			return commitOut{}, c.unsure(attempts, err)
+			// Some of the batch's ids were not checked against the
+			// manifest adopted since they were queued, which may hold them.
+			return commitOut{}, fmt.Errorf("shard %q epoch %d: could not check the batch's ids against the manifest read back (%w): %w", w.shard, w.epoch, ErrOutcomeUnknown, err)
 		}
 		a, next, err := c.prepare(ctx, batch, edits, present)
 		if err != nil {
-			if w.ctx.Err() != nil && len(attempts) == 0 {
-				return commitOut{}, fmt.Errorf("shard %q epoch %d: %w before the commit was sent", w.shard, w.epoch, ErrAborted)
-			}
-			return commitOut{}, c.unsure(attempts, err)
+			return commitOut{}, c.fail(attempts, err)
 		}
 		if next == nil {
 			return a.out, nil
@@ -246,6 +250,7 @@ func (c *committer) commitBatch(ctx context.Context, batch []*pending, edits []*
 			return out, err
 		}
 		if rebase == maxRebases {
+			c.unresolved = true
 			return commitOut{}, fmt.Errorf("shard %q epoch %d: manifest kept changing under this writer's own epoch: %w", w.shard, w.epoch, ErrOutcomeUnknown)
 		}
 	}
@@ -258,7 +263,26 @@ func (c *committer) unsure(attempts []attempt, err error) error {
 	if len(attempts) == 0 || errors.Is(err, ErrOutcomeUnknown) {
 		return err
 	}
+	c.unresolved = true
 	return fmt.Errorf("shard %q epoch %d: an earlier try of this commit was sent and may still land (%w): %w", w.shard, w.epoch, ErrOutcomeUnknown, err)
+}
+
+// fail is the error of a commit that failed before it was decided:
+// ErrOutcomeUnknown when one of its tries was sent (unsure) or when an
+// earlier commit's outcome is unresolved (its records may be this batch's,
+// retried); ErrAborted when the writer was aborted before anything of it
+// was sent; else err, and nothing of the batch was stored.
+func (c *committer) fail(attempts []attempt, err error) error {
+	w := c.w
+	switch {
+	case len(attempts) > 0 || errors.Is(err, ErrOutcomeUnknown):
+		return c.unsure(attempts, err)
+	case c.unresolved:
+		return fmt.Errorf("shard %q epoch %d: an earlier commit's outcome is unresolved, and it may hold this batch's records (%w): %w", w.shard, w.epoch, ErrOutcomeUnknown, err)
+	case w.ctx.Err() != nil:
+		return fmt.Errorf("shard %q epoch %d: %w before the commit was sent", w.shard, w.epoch, ErrAborted)
+	}
+	return err
 }
 
 // errRebase: the manifest proves no attempt landed and this writer still
@@ -291,7 +315,7 @@ func (c *committer) resolve(ctx context.Context, attempts []attempt, casErr erro
 		c.stale = true
 		return commitOut{}, errRebase
 	}
-	c.stale = true
+	c.stale, c.unresolved = true, true
 	if w.ctx.Err() != nil {
 		return commitOut{}, fmt.Errorf("shard %q epoch %d: aborted while its commit was in flight: %w", w.shard, w.epoch, ErrOutcomeUnknown)
 	}
@@ -322,7 +346,7 @@ func (c *committer) decide(m *storagepb.Manifest, etag blob.ETag, attempts []att
 			}
 			return attempts[i].out, true, nil
 		case undecidable:
-			c.stale = true
+			c.stale, c.unresolved = true, true
 			return commitOut{}, true, fmt.Errorf("shard %q: commit of generation %d by epoch %d cannot be decided: epoch records pruned by epoch %d: %w", w.shard, attempts[i].marker, w.epoch, m.GetEpoch(), ErrOutcomeUnknown)
 		}
 	}
@@ -341,13 +365,17 @@ func (c *committer) resync(ctx context.Context, attempts []attempt) (commitOut, 
 	w := c.w
 	m, etag, err := readManifest(ctx, w.store, w.shard)
 	if err != nil {
-		return commitOut{}, c.unsure(attempts, fmt.Errorf("shard %q: re-read manifest: %w", w.shard, err))
+		return commitOut{}, c.fail(attempts, fmt.Errorf("shard %q: re-read manifest: %w", w.shard, err))
 	}
 	if out, ok, err := c.decide(m, etag, attempts); ok {
+		if errors.Is(err, ErrFenced) && len(attempts) == 0 && c.unresolved {
+			// The unresolved commit may have landed before the claim.
+			err = fmt.Errorf("shard %q epoch %d: an earlier commit's outcome is unresolved, and it may hold this batch's records (%w): %w", w.shard, w.epoch, ErrOutcomeUnknown, err)
+		}
 		return out, err
 	}
 	w.adopt(m, etag)
-	c.stale = false
+	c.stale, c.unresolved = false, false
 	return commitOut{}, errRebase
 }
 

@@ -9,7 +9,9 @@ import (
 	"time"
 
 	"github.com/rolloutd/rolloutd/internal/blob"
+	"github.com/rolloutd/rolloutd/internal/blob/faultstore"
 	"github.com/rolloutd/rolloutd/internal/blob/memstore"
+	"github.com/rolloutd/rolloutd/internal/shard/format"
 )
 
 // heldCAS holds back the first manifest CAS it sees: the CAS is not applied,
@@ -253,5 +255,129 @@ func waitTaken(t *testing.T, w *Writer) {
 			t.Fatal("the committer took nothing")
 		}
 		time.Sleep(100 * time.Microsecond)
+	}
+}
+
+// genScript holds or fails generation puts in turn: the n-th generation
+// put does steps[n] ("hold" until release is closed, "fail", or pass).
+type genScript struct {
+	blob.Store
+	mu      sync.Mutex
+	n       int
+	steps   []string
+	held    chan struct{} // closed when a put is held
+	release chan struct{}
+}
+
+func newGenScript(inner blob.Store, steps ...string) *genScript {
+	return &genScript{Store: inner, steps: steps, held: make(chan struct{}), release: make(chan struct{})}
+}
+
+func (s *genScript) Put(ctx context.Context, name string, data []byte, opts blob.PutOptions) (blob.Attrs, error) {
+	if !strings.HasSuffix(name, "/_manifest") {
+		s.mu.Lock()
+		step := ""
+		if s.n < len(s.steps) {
+			step = s.steps[s.n]
+		}
+		s.n++
+		s.mu.Unlock()
+		switch step {
+		case "hold":
+			close(s.held)
+			<-s.release
+		case "fail":
+			return blob.Attrs{}, errors.New("test: generation put refused")
+		}
+	}
+	return s.Store.Put(ctx, name, data, opts)
+}
+
+// W appends [x, z] while P's append of x is in flight, and W's own z is
+// refused (backpressure): x may still land through P, so W must not hear
+// that nothing of its append is stored.
+func TestOwnFailureWhileASharedIDMayLandIsOutcomeUnknown(t *testing.T) {
+	s := newGenScript(memstore.New(), "hold")
+	opts := testOptions(t)
+	opts.MaxQueuedBytes = 1 // anything more than what is in flight is refused
+	w, err := Open(context.Background(), s, "s", opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Abort()
+	pDone := make(chan error, 1)
+	go func() { _, err := w.Append(context.Background(), entries(t, "x")); pDone <- err }()
+	<-s.held
+	_, wErr := w.Append(context.Background(), entries(t, "x", "z"))
+	close(s.release)
+	if err := <-pDone; err != nil {
+		t.Fatalf("P: %v", err)
+	}
+	if !errors.Is(wErr, ErrOutcomeUnknown) || !errors.Is(wErr, ErrBackpressure) {
+		t.Fatalf("W, refused while its shared x was in flight: %v, want ErrOutcomeUnknown (and the backpressure)", wErr)
+	}
+}
+
+// W = [y, x] waits for P2's y (committed) and P1's x (whose commit fails):
+// y is stored, so W's answer must not say nothing was.
+func TestSharedSuccessThenSharedFailureIsOutcomeUnknown(t *testing.T) {
+	s := newGenScript(memstore.New(), "hold", "fail")
+	opts := testOptions(t)
+	opts.RetryBackoff = time.Millisecond
+	w, err := Open(context.Background(), s, "s", opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Abort()
+	var wg sync.WaitGroup
+	wg.Go(func() { _, _ = w.Append(context.Background(), entries(t, "y")) }) // P2, held
+	<-s.held
+	wg.Go(func() { _, _ = w.Append(context.Background(), entries(t, "x")) }) // P1, queued
+	waitQueue(t, w, 1)
+	wDone := make(chan error, 1)
+	go func() { _, err := w.Append(context.Background(), entries(t, "y", "x")); wDone <- err }()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		w.w.mu.Lock()
+		waiting := len(w.w.queue) == 1 // W queued nothing of its own: both its ids are shared
+		w.w.mu.Unlock()
+		if waiting || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	time.Sleep(10 * time.Millisecond) // W is now waiting on both
+	close(s.release)
+	wg.Wait()
+	err = <-wDone
+	if n := countRecords(t, s.Store, "s")["y"]; n != 1 {
+		t.Fatalf("y stored %d times; the test did not set up what it meant to", n)
+	}
+	if !errors.Is(err, ErrOutcomeUnknown) {
+		t.Fatalf("W, whose y is stored: %v, want ErrOutcomeUnknown", err)
+	}
+}
+
+// A commit lands but its answer is lost and the re-read fails: the caller
+// hears ErrOutcomeUnknown and retries with the same id. The retry's commit
+// cannot re-read the manifest either. The first try may hold the record,
+// so the retry must not hear "not committed".
+func TestRetryOfAnUnresolvedCommitIsNotToldNotCommitted(t *testing.T) {
+	fs := faultstore.New(memstore.New(), 1)
+	w := open(t, fs, "s")
+	manifest := format.ManifestName("s")
+	ctx := context.Background()
+	fs.Add(faultstore.Rule{Ops: []faultstore.Op{faultstore.OpPut}, Prefix: manifest, Fault: faultstore.LoseResponse, Count: 1})
+	fs.Add(faultstore.Rule{Ops: []faultstore.Op{faultstore.OpGet}, Prefix: manifest, Fault: faultstore.Fail, Count: 1, Err: errors.New("injected: internal error")})
+	if _, err := w.Append(ctx, entries(t, "c")); !errors.Is(err, ErrOutcomeUnknown) {
+		t.Fatalf("first try: %v, want ErrOutcomeUnknown", err)
+	}
+	fs.Add(faultstore.Rule{Ops: []faultstore.Op{faultstore.OpGet}, Prefix: manifest, Fault: faultstore.Fail, Count: 1, Err: errors.New("injected: internal error")})
+	_, err := w.Append(ctx, entries(t, "c"))
+	if n := countRecords(t, fs.Inner(), "s")["c"]; n != 1 {
+		t.Fatalf("c stored %d times, want once", n)
+	}
+	if !errors.Is(err, ErrOutcomeUnknown) {
+		t.Fatalf("retry whose commit could not re-read the manifest: %v, want ErrOutcomeUnknown (c is stored)", err)
 	}
 }
