@@ -339,8 +339,12 @@ func (w *writer) close(ctx context.Context) error {
 	select {
 	case <-w.committer.done:
 	case <-ctx.Done():
-		w.abort()
-		return fmt.Errorf("close shard %q epoch %d: %w; aborted, un-acknowledged appends were discarded", w.shard, w.epoch, ctx.Err())
+		select {
+		case <-w.committer.done: // drained just as ctx ended: nothing to discard
+		default:
+			w.abort()
+			return fmt.Errorf("close shard %q epoch %d: %w; aborted, un-acknowledged appends were discarded", w.shard, w.epoch, ctx.Err())
+		}
 	}
 	w.cancel()
 	w.mu.Lock()
