@@ -11,6 +11,7 @@ import (
 	"github.com/hashicorp/golang-lru/v2/simplelru"
 	"go.uber.org/zap"
 
+	"github.com/rolloutd/rolloutd/internal/blob"
 	"github.com/rolloutd/rolloutd/internal/clock"
 	"github.com/rolloutd/rolloutd/internal/shard"
 )
@@ -250,6 +251,11 @@ func (s *writerSet) openInBackground(shardName string, op *opening) {
 		// closeAll cancelled this open, or it finished too late.
 		op.err = fmt.Errorf("shard %q: %w", shardName, ErrShuttingDown)
 	case err != nil:
+		if errors.Is(err, blob.ErrOutcomeUnknown) {
+			// An unclear epoch claim says nothing about the appends
+			// waiting for the writer: none of them was queued.
+			err = fmt.Errorf("%w (last try: %v)", blob.ErrUnavailable, err)
+		}
 		op.err = fmt.Errorf("open writer: %w", err)
 	default:
 		h := &held{shard: shardName, w: w, pins: op.waiters}
