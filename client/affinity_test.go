@@ -2,12 +2,14 @@ package client_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"sync"
 	"testing"
 	"time"
 
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
@@ -35,6 +37,8 @@ type fakeServer struct {
 	// attempt per shard.
 	failFirst bool
 	failed    map[string]bool
+	// answers, when set, are the errors of the Append attempts, in turn.
+	answers []error
 }
 
 func newFakeServer(name string) *fakeServer {
@@ -56,7 +60,14 @@ func (s *fakeServer) Append(ctx context.Context, req *rolloutv1.AppendRequest) (
 	s.reqIDs[req.GetShard()] = append(s.reqIDs[req.GetShard()], req.GetRequestId())
 	fail := s.failFirst && !s.failed[req.GetShard()]
 	s.failed[req.GetShard()] = true
+	var answer error
+	if len(s.answers) > 0 {
+		answer, s.answers = s.answers[0], s.answers[1:]
+	}
 	s.mu.Unlock()
+	if answer != nil {
+		return nil, answer
+	}
 	if fail {
 		return nil, status.Errorf(codes.Unavailable, "shard %q: connection reset", req.GetShard())
 	}
@@ -316,6 +327,29 @@ func TestRetriesCarryOneRequestID(t *testing.T) {
 	}
 	if recs[0].GetId() != "" || len(recs) != 1 {
 		t.Errorf("the caller's records changed: %v", recs)
+	}
+}
+
+// An Append whose first attempt may have landed (OUTCOME_UNKNOWN) and
+// whose later attempts are refused (NOT_COMMITTED) until its retries run
+// out ends OUTCOME_UNKNOWN: the last attempt speaks only for itself.
+func TestAnEarlierUnknownOutlivesLaterRefusals(t *testing.T) {
+	a := newFakeServer("A")
+	reason := func(code codes.Code, r string) error {
+		st, err := status.New(code, r).WithDetails(&errdetails.ErrorInfo{Domain: client.ErrorDomain, Reason: r})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st.Err()
+	}
+	a.answers = []error{reason(codes.Unavailable, client.ReasonOutcomeUnknown)}
+	for range 10 {
+		a.answers = append(a.answers, reason(codes.Unavailable, client.ReasonNotCommitted))
+	}
+	c, _ := dialAffine(t, endpoints(startFake(t, a)))
+	_, err := c.Append(ctxFor(t, 30*time.Second), "exp-1/actor-1", []*rolloutv1.Record{{Id: "r1"}})
+	if !errors.Is(err, client.ErrOutcomeUnknown) || errors.Is(err, client.ErrNotCommitted) {
+		t.Fatalf("Append: %v, want ErrOutcomeUnknown and not ErrNotCommitted", err)
 	}
 }
 

@@ -104,6 +104,10 @@ func (c *Client) unary(ctx context.Context, kind callKind, attempt func(ctx cont
 		return ErrClosed
 	}
 	p := c.cfg.retry
+	// mayHaveLanded: an earlier attempt of this Append may have stored its
+	// records. The answer of a later one (NOT_COMMITTED, say) speaks only
+	// for that attempt, so the error returned must still say "unknown".
+	mayHaveLanded := false
 	for n := 1; ; n++ {
 		actx, cancel := context.WithTimeout(ctx, c.cfg.attemptTimeout)
 		err := attempt(actx)
@@ -117,6 +121,10 @@ func (c *Client) unary(ctx context.Context, kind callKind, attempt func(ctx cont
 			case codes.Unavailable, codes.DeadlineExceeded, codes.Canceled:
 				e.unknown = true
 			}
+		}
+		if kind == appendCall {
+			mayHaveLanded = mayHaveLanded || errors.Is(e, ErrOutcomeUnknown)
+			e.unknown = e.unknown || mayHaveLanded
 		}
 		if ctx.Err() != nil || n >= p.MaxAttempts || !retryable(kind, e) || c.closed.Load() {
 			return e

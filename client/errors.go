@@ -106,8 +106,8 @@ type Error struct {
 	// attempts in a row failed without receiving anything.
 	Attempts int
 
-	// unknown: an Append failure without an ErrorInfo, which counts as
-	// OUTCOME_UNKNOWN.
+	// unknown: an Append failure that counts as OUTCOME_UNKNOWN: it has no
+	// ErrorInfo, or an earlier attempt of the same Append may have landed.
 	unknown bool
 	st      *status.Status
 }
@@ -178,7 +178,8 @@ func (e *Error) Is(target error) bool {
 	case ErrOutcomeUnknown:
 		return e.Reason == ReasonOutcomeUnknown || e.unknown
 	case ErrNotCommitted:
-		return e.Reason == ReasonNotCommitted
+		// Not when an earlier attempt of the same Append may have landed.
+		return e.Reason == ReasonNotCommitted && !e.unknown
 	case ErrBackpressure:
 		return e.Reason == ReasonBackpressure
 	case ErrRateLimited:

@@ -58,7 +58,10 @@ const (
 	// ReasonNotCommitted: an Append was certainly not stored (its writer was
 	// fenced, aborted, closed or stale, the server is shutting down, storage
 	// refused the write, or the call's context ended before anything was
-	// sent). Retrying is safe, with any ids. Code UNAVAILABLE, with a
+	// sent). It speaks for this call only: retrying is safe, and after an
+	// earlier OUTCOME_UNKNOWN for the same records, it must keep their ids
+	// or request_id, since that earlier call may have stored them. Code
+	// UNAVAILABLE, with a
 	// RetryInfo; or DEADLINE_EXCEEDED or CANCELLED, without one.
 	ReasonNotCommitted = "NOT_COMMITTED"
 	// ReasonBackpressure: the shard's writer holds its cap of queued bytes,

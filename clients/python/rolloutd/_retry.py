@@ -40,6 +40,15 @@ def append_retry(err: errors.RolloutdError) -> bool:
     return False
 
 
+def may_have_landed(err: errors.RolloutdError) -> bool:
+    """Whether an append attempt that failed with err may have stored its
+    records: OUTCOME_UNKNOWN, or a status with no ErrorInfo that append_retry
+    counts as one."""
+    if err.reason == errors.OUTCOME_UNKNOWN:
+        return True
+    return err.reason is None and err.code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
+
+
 def scan_resumable(err: errors.RolloutdError) -> bool:
     """Whether a Scan stream that ended with err can be resumed from its
     cursor: SCAN_INTERRUPTED (the server names its resume point), or any

@@ -115,6 +115,7 @@ class Client:
         deadline = time.monotonic() + (self._timeout if timeout is None else timeout)
         backoff = _retry.Backoff()
         md = ((SHARD_HEADER, shard),)
+        landed = False  # an earlier attempt of this append may have stored it
         while True:
             addr, stubs = self._endpoints.pick(shard)
             remaining = deadline - time.monotonic()
@@ -127,6 +128,9 @@ class Client:
             except grpc.RpcError as e:
                 err = errors.from_rpc_error(e, request_id)
                 cause: Optional[BaseException] = e
+            if request_id is not None:  # an append
+                landed = landed or _retry.may_have_landed(err)
+                err.may_have_been_stored = landed
             transport = err.code == grpc.StatusCode.UNAVAILABLE and err.reason is None
             if transport:
                 self._endpoints.eject(addr)

@@ -104,6 +104,11 @@ class RolloutdError(Exception):
         self.retry_delay = retry_delay
         self.field_violations: Tuple[FieldViolation, ...] = tuple(field_violations)
         self.request_id = request_id
+        #: Whether the append's records may have been stored: this answer is
+        #: OUTCOME_UNKNOWN, or an earlier attempt of the same append was. A
+        #: later attempt's NOT_COMMITTED speaks only for that attempt, so
+        #: resend with the same request_id (and ids) rather than new ones.
+        self.may_have_been_stored: bool = reason == OUTCOME_UNKNOWN
 
     def __str__(self) -> str:
         s = "%s: %s" % (self.code.name, self.message)

@@ -125,3 +125,15 @@ def test_service_config_has_no_retry_policy():
     assert "retryPolicy" not in json.dumps(cfg) and "methodConfig" not in cfg
     assert opts["grpc.max_send_message_length"] == 16 << 20
     assert opts["grpc.max_receive_message_length"] == (16 << 20) + 1024
+
+
+def test_an_earlier_unknown_outlives_later_refusals():
+    """The first attempt may have landed; later ones are refused until the
+    deadline. The error raised says the records may have been stored."""
+    steps = [fail(U, "OUTCOME_UNKNOWN")] + [fail(U, "NOT_COMMITTED")] * 40
+    srv, res, err = run(steps, timeout=1.0)
+    assert res is None and err.reason == "NOT_COMMITTED" and len(srv.requests) > 1
+    assert err.may_have_been_stored
+
+    srv, res, err = run([fail(U, "NOT_COMMITTED")] * 40, timeout=1.0)
+    assert err.reason == "NOT_COMMITTED" and not err.may_have_been_stored
