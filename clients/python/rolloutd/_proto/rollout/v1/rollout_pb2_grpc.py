@@ -22,7 +22,9 @@ class RolloutServiceStub(object):
     NOT_COMMITTED (UNAVAILABLE with a RetryInfo; or DEADLINE_EXCEEDED/
     CANCELLED, when the append was never sent): the Append was certainly
     not stored (its writer was fenced, aborted or closed, the server is
-    shutting down, or storage refused the write). Retrying is safe.
+    shutting down, or storage refused the write). Retrying is safe. It
+    speaks for this call only: after an earlier OUTCOME_UNKNOWN for the
+    same records, keep resending with the same ids or request_id.
     BACKPRESSURE (RESOURCE_EXHAUSTED, with a RetryInfo): the shard's writer
     has its cap of bytes queued; nothing was stored. Retry after the
     delay, with backoff.
@@ -83,7 +85,9 @@ class RolloutServiceServicer(object):
     NOT_COMMITTED (UNAVAILABLE with a RetryInfo; or DEADLINE_EXCEEDED/
     CANCELLED, when the append was never sent): the Append was certainly
     not stored (its writer was fenced, aborted or closed, the server is
-    shutting down, or storage refused the write). Retrying is safe.
+    shutting down, or storage refused the write). Retrying is safe. It
+    speaks for this call only: after an earlier OUTCOME_UNKNOWN for the
+    same records, keep resending with the same ids or request_id.
     BACKPRESSURE (RESOURCE_EXHAUSTED, with a RetryInfo): the shard's writer
     has its cap of bytes queued; nothing was stored. Retry after the
     delay, with backoff.
@@ -178,7 +182,9 @@ class RolloutService(object):
     NOT_COMMITTED (UNAVAILABLE with a RetryInfo; or DEADLINE_EXCEEDED/
     CANCELLED, when the append was never sent): the Append was certainly
     not stored (its writer was fenced, aborted or closed, the server is
-    shutting down, or storage refused the write). Retrying is safe.
+    shutting down, or storage refused the write). Retrying is safe. It
+    speaks for this call only: after an earlier OUTCOME_UNKNOWN for the
+    same records, keep resending with the same ids or request_id.
     BACKPRESSURE (RESOURCE_EXHAUSTED, with a RetryInfo): the shard's writer
     has its cap of bytes queued; nothing was stored. Retry after the
     delay, with backoff.
