@@ -16,18 +16,11 @@ import (
 // publishes it, together with every other put queued meanwhile (see
 // syncer.go), and answers once the result is durable.
 func (s *Store) Put(ctx context.Context, name string, data []byte, opts blob.PutOptions) (blob.Attrs, error) {
-	if err := blob.ValidateName(name); err != nil {
-		return blob.Attrs{}, err
-	}
-	done, err := s.enter(ctx, "put", name)
+	path, done, err := s.begin(ctx, "put", name)
 	if err != nil {
 		return blob.Attrs{}, err
 	}
 	defer done()
-	path, err := s.blobPath(name)
-	if err != nil {
-		return blob.Attrs{}, err
-	}
 	a := blob.Attrs{Name: name, Size: int64(len(data)), ETag: newETag(), PutID: opts.PutID, LastModified: s.now()}
 	f, err := s.writeTemp(a, data)
 	if err != nil {

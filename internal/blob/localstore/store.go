@@ -432,6 +432,23 @@ func (s *Store) current(name, path string) (a blob.Attrs, ok bool, err error) {
 	return a, true, f.Close()
 }
 
+// begin starts op on the blob name: it validates the name, enters the
+// store (see enter) and finds the blob's path. The caller must call done
+// when the operation ends.
+func (s *Store) begin(ctx context.Context, op, name string) (path string, done func(), err error) {
+	if err := blob.ValidateName(name); err != nil {
+		return "", nil, err
+	}
+	if done, err = s.enter(ctx, op, name); err != nil {
+		return "", nil, err
+	}
+	if path, err = s.blobPath(name); err != nil {
+		done()
+		return "", nil, err
+	}
+	return path, done, nil
+}
+
 // Get implements blob.Store. A ranged read reads only the header and the range.
 func (s *Store) Get(ctx context.Context, name string, opts blob.GetOptions) ([]byte, blob.Attrs, error) {
 	if err := blob.ValidateName(name); err != nil {
@@ -440,15 +457,11 @@ func (s *Store) Get(ctx context.Context, name string, opts blob.GetOptions) ([]b
 	if opts.Offset < 0 || opts.Length < 0 {
 		return nil, blob.Attrs{}, fmt.Errorf("localstore: get %q: negative range %d+%d", name, opts.Offset, opts.Length)
 	}
-	done, err := s.enter(ctx, "get", name)
+	path, done, err := s.begin(ctx, "get", name)
 	if err != nil {
 		return nil, blob.Attrs{}, err
 	}
 	defer done()
-	path, err := s.blobPath(name)
-	if err != nil {
-		return nil, blob.Attrs{}, err
-	}
 	f, a, hlen, err := s.openBlob(name, path)
 	if err != nil {
 		return nil, blob.Attrs{}, fmt.Errorf("localstore: get %q: %w", name, err)
@@ -478,18 +491,11 @@ func (s *Store) Get(ctx context.Context, name string, opts blob.GetOptions) ([]b
 
 // Head implements blob.Store.
 func (s *Store) Head(ctx context.Context, name string) (blob.Attrs, error) {
-	if err := blob.ValidateName(name); err != nil {
-		return blob.Attrs{}, err
-	}
-	done, err := s.enter(ctx, "head", name)
+	path, done, err := s.begin(ctx, "head", name)
 	if err != nil {
 		return blob.Attrs{}, err
 	}
 	defer done()
-	path, err := s.blobPath(name)
-	if err != nil {
-		return blob.Attrs{}, err
-	}
 	f, a, _, err := s.openBlob(name, path)
 	if err != nil {
 		return blob.Attrs{}, fmt.Errorf("localstore: head %q: %w", name, err)
@@ -508,18 +514,11 @@ func (s *Store) Head(ctx context.Context, name string) (blob.Attrs, error) {
 
 // Delete implements blob.Store. Directories left empty are removed.
 func (s *Store) Delete(ctx context.Context, name string, opts blob.DeleteOptions) error {
-	if err := blob.ValidateName(name); err != nil {
-		return err
-	}
-	done, err := s.enter(ctx, "delete", name)
+	path, done, err := s.begin(ctx, "delete", name)
 	if err != nil {
 		return err
 	}
 	defer done()
-	path, err := s.blobPath(name)
-	if err != nil {
-		return err
-	}
 	mu := s.stripe(name)
 	mu.Lock()
 	cur, exists, err := s.current(name, path)
