@@ -40,6 +40,7 @@ const (
 type GenerationBuilder struct {
 	buf    []byte
 	footer storagepb.Footer
+	log    bool // a log batch: Finish sets next_seq
 }
 
 // NewGenerationBuilder starts a generation of the shard, written under epoch
@@ -89,6 +90,9 @@ func (b *GenerationBuilder) Finish() (Layout, error) {
 	ids := make([]string, len(b.footer.Entries))
 	for i, e := range b.footer.Entries {
 		ids[i] = e.Id
+	}
+	if n := len(b.footer.Entries); b.log && n > 0 {
+		b.footer.NextSeq = b.footer.Entries[n-1].Seq + 1
 	}
 	bf, filter, err := encodeFilter(ids)
 	if err != nil {

@@ -10,6 +10,7 @@ import (
 //
 //	shards/<shard>/_manifest
 //	shards/<shard>/_g/<epoch as 16 hex digits>-<generation as 16 hex digits>
+//	shards/<shard>/_l/<log position as 16 hex digits>   (protocol v2)
 //
 // A shard segment starts with a letter or digit (package validate), so the
 // "_" names can never collide with a nested shard's prefix: shard "a" and
@@ -19,7 +20,29 @@ const (
 	shardsRoot     = "shards/"
 	manifestSuffix = "/_manifest"
 	genDir         = "/_g/"
+	logDir         = "/_l/"
 )
+
+// LogPrefix is the prefix of the shard's commit log (protocol v2).
+func LogPrefix(shard string) string { return shardsRoot + shard + logDir }
+
+// LogName names the log entry at position (1, 2, 3, ...).
+func LogName(shard string, position uint64) string {
+	return fmt.Sprintf("%s%016x", LogPrefix(shard), position)
+}
+
+// ParseLogName is the inverse of LogName.
+func ParseLogName(shard, name string) (position uint64, ok bool) {
+	rest, found := strings.CutPrefix(name, LogPrefix(shard))
+	if !found || len(rest) != 16 {
+		return 0, false
+	}
+	p, err := strconv.ParseUint(rest, 16, 64)
+	if err != nil || p == 0 {
+		return 0, false
+	}
+	return p, true
+}
 
 // ShardPrefix is the prefix under which every blob of the shard lives. The
 // shard must already be valid (package validate).
