@@ -155,7 +155,7 @@ func (w *writer) findPresent(ctx context.Context, entries []Entry, present map[s
 	for i, e := range entries {
 		ids[i] = e.ID
 	}
-	var checked map[uint64]bool
+	var checked map[genKey]bool
 	vanished := 0
 	for {
 		w.mu.Lock()
@@ -166,7 +166,7 @@ func (w *writer) findPresent(ctx context.Context, entries []Entry, present map[s
 		m := w.m
 		var todo []*storagepb.Generation
 		for _, g := range m.GetGenerations() {
-			if !checked[g.GetNumber()] {
+			if !checked[keyOf(g)] {
 				todo = append(todo, g)
 			}
 		}
@@ -189,10 +189,10 @@ func (w *writer) findPresent(ctx context.Context, entries []Entry, present map[s
 			return err
 		}
 		if checked == nil {
-			checked = map[uint64]bool{}
+			checked = map[genKey]bool{}
 		}
 		for _, g := range todo {
-			checked[g.GetNumber()] = true
+			checked[keyOf(g)] = true
 		}
 	}
 }

@@ -120,7 +120,7 @@ func (c *collector) run(ctx context.Context) (more bool) {
 		due, backlog = due[len(chunk):], backlog-len(chunk)
 		for _, k := range chunk {
 			g.Go(func() error {
-				name := format.GenerationName(w.shard, k.epoch, k.number)
+				name := k.name(w.shard)
 				start := w.opts.Clock.Now()
 				err := w.store.Delete(ctx, name, blob.DeleteOptions{})
 				if err == nil || errors.Is(err, blob.ErrNotFound) {
@@ -170,7 +170,7 @@ func (c *collector) orphans(ctx context.Context) int {
 	m := w.manifest()
 	referenced := map[genKey]bool{}
 	for _, g := range m.GetGenerations() {
-		referenced[genKey{g.GetEpoch(), g.GetNumber()}] = true
+		referenced[keyOf(g)] = true
 	}
 	eachRetired(m, func(k genKey, _ int64) bool {
 		referenced[k] = true

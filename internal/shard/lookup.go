@@ -14,7 +14,7 @@ import (
 // loadIndex returns the footer index of generation g, from the cache or with
 // one ranged GET of its footer.
 func loadIndex(ctx context.Context, store blob.Store, cache *BlobCache, shard string, g *storagepb.Generation) (*index, error) {
-	ref := genRef{shard, g.GetEpoch(), g.GetNumber()}
+	ref := refOf(shard, g)
 	if idx, ok := cache.getIndex(ref); ok {
 		return idx, nil
 	}
@@ -27,7 +27,7 @@ func loadIndex(ctx context.Context, store blob.Store, cache *BlobCache, shard st
 	if err != nil {
 		return nil, fmt.Errorf("%w: blob %s: %w", ErrCorrupt, name, err)
 	}
-	if f.GetShard() != shard || f.GetEpoch() != g.GetEpoch() || f.GetGeneration() != g.GetNumber() {
+	if f.GetShard() != shard || f.GetEpoch() != g.GetEpoch() || f.GetGeneration() != g.GetNumber() || f.GetPosition() != g.GetPosition() {
 		return nil, fmt.Errorf("%w: blob %s: footer names shard %q epoch %d generation %d", ErrCorrupt, name, f.GetShard(), f.GetEpoch(), f.GetGeneration())
 	}
 	idx := newIndex(f)
@@ -38,7 +38,7 @@ func loadIndex(ctx context.Context, store blob.Store, cache *BlobCache, shard st
 // loadFilter returns the id filter of generation g, from the cache or with
 // one ranged GET.
 func loadFilter(ctx context.Context, store blob.Store, cache *BlobCache, shard string, g *storagepb.Generation) (*bloom.BloomFilter, error) {
-	ref := genRef{shard, g.GetEpoch(), g.GetNumber()}
+	ref := refOf(shard, g)
 	if f, ok := cache.getFilter(ref); ok {
 		return f, nil
 	}

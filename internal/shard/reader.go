@@ -145,7 +145,7 @@ func (r *Reader) locate(shard string, m *storagepb.Manifest, id string) (*storag
 	gens := m.GetGenerations()
 	for i := len(gens) - 1; i >= 0; i-- {
 		g := gens[i]
-		ref := genRef{shard, g.GetEpoch(), g.GetNumber()}
+		ref := refOf(shard, g)
 		f, ok := r.cache.getFilter(ref)
 		if !ok {
 			return nil, nil, false
@@ -167,7 +167,7 @@ func (r *Reader) locate(shard string, m *storagepb.Manifest, id string) (*storag
 // lists reports whether m lists generation g as live.
 func lists(m *storagepb.Manifest, g *storagepb.Generation) bool {
 	for _, h := range m.GetGenerations() {
-		if h.GetEpoch() == g.GetEpoch() && h.GetNumber() == g.GetNumber() {
+		if keyOf(h) == keyOf(g) {
 			return true
 		}
 	}
@@ -233,7 +233,7 @@ func (r *Reader) find(ctx context.Context, shard string, m *storagepb.Manifest, 
 // readRecord reads the record that footer entry e of generation g points
 // at, with one ranged GET.
 func (r *Reader) readRecord(ctx context.Context, shard string, g *storagepb.Generation, e *storagepb.FooterEntry) (*rolloutv1.Record, error) {
-	name := format.GenerationName(shard, g.GetEpoch(), g.GetNumber())
+	name := keyOf(g).name(shard)
 	data, _, err := r.store.Get(ctx, name, blob.GetOptions{Offset: int64(e.GetOffset()), Length: int64(e.GetLength())})
 	if err != nil {
 		return nil, fmt.Errorf("shard %q: read record %q from %s: %w", shard, e.GetId(), name, err)

@@ -216,7 +216,7 @@ func (s *scanner) generation(ctx context.Context, g *storagepb.Generation) error
 		chunks = append(chunks, chunk{entries: entries[i:j], first: first, end: entries[j-1].GetOffset() + uint64(entries[j-1].GetLength())})
 		i = j
 	}
-	name := format.GenerationName(s.shard, g.GetEpoch(), g.GetNumber())
+	name := keyOf(g).name(s.shard)
 	// One goroutine reads the next run while this one decodes and delivers
 	// the last: at most two runs are in memory, and the scan waits for the
 	// reader before it returns.
