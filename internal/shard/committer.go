@@ -30,7 +30,10 @@ type committer struct {
 	// that commit's records, retried; until its ids are checked against a
 	// manifest read back, its failure is ErrOutcomeUnknown too (fail).
 	unresolved bool
-	folding    []genKey // the generations the commit being prepared claimed to fold (fold.go)
+	// inDoubt (protocol v2): a create of a log position went out and was
+	// not answered, by its reply or a read of the position.
+	inDoubt bool
+	folding []genKey // the generations the commit being prepared claimed to fold (fold.go)
 }
 
 // wake tells the committer there is work, without blocking.

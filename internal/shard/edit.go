@@ -41,7 +41,11 @@ func (w *writer) submit(ctx context.Context, e *edit) error {
 	}
 	w.edits = append(w.edits, e)
 	w.mu.Unlock()
-	w.committer.wake()
+	if w.v2 {
+		w.checkpointer.editArrived()
+	} else {
+		w.committer.wake()
+	}
 	select {
 	case err := <-e.done:
 		return err
@@ -97,6 +101,15 @@ func keyOf(g *storagepb.Generation) genKey {
 		return genKey{0, p}
 	}
 	return genKey{g.GetEpoch(), g.GetNumber()}
+}
+
+// genNumber is what a Result reports as the generation of a record in g:
+// its number, or, for a log batch, its log position.
+func genNumber(g *storagepb.Generation) uint64 {
+	if p := g.GetPosition(); p != 0 {
+		return p
+	}
+	return g.GetNumber()
 }
 
 // name is the blob name of the generation or log batch k.

@@ -47,14 +47,21 @@ func EncodeFence(e LogEntry) (Layout, error) {
 // DecodeLogEntry verifies and parses the whole blob of the shard's log entry
 // at position, and returns its footer.
 func DecodeLogEntry(shard string, position uint64, data []byte) (*storagepb.Footer, error) {
-	f, err := DecodeGeneration(data)
+	l, err := DecodeLogLayout(shard, position, data)
+	return l.Footer, err
+}
+
+// DecodeLogLayout is DecodeLogEntry, returning where the entry's parts are
+// and its decoded id filter, for the caches.
+func DecodeLogLayout(shard string, position uint64, data []byte) (Layout, error) {
+	l, err := decodeLayout(data)
 	if err != nil {
-		return nil, err
+		return Layout{}, err
 	}
-	if err := CheckLogFooter(f, shard, position); err != nil {
-		return nil, err
+	if err := CheckLogFooter(l.Footer, shard, position); err != nil {
+		return Layout{}, err
 	}
-	return f, nil
+	return l, nil
 }
 
 // CheckLogFooter verifies that f is the footer of a log entry of shard at

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+
+	"github.com/rolloutd/rolloutd/internal/shard/storagepb"
 )
 
 // The blob layout of one shard:
@@ -71,4 +73,19 @@ func ParseGenerationName(shard, name string) (epoch, gen uint64, ok bool) {
 		return 0, 0, false
 	}
 	return e, g, true
+}
+
+// BlobOf names the blob that holds generation g of the shard: a log
+// position's under protocol v2 (g.position set), else a generation's.
+func BlobOf(shard string, g *storagepb.Generation) string {
+	if p := g.GetPosition(); p != 0 {
+		return LogName(shard, p)
+	}
+	return GenerationName(shard, g.GetEpoch(), g.GetNumber())
+}
+
+// IsDataBlob reports whether name is one of the shard's record blobs: a
+// generation, or a log position.
+func IsDataBlob(shard, name string) bool {
+	return strings.HasPrefix(name, GenerationPrefix(shard)) || strings.HasPrefix(name, LogPrefix(shard))
 }

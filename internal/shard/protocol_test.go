@@ -1,0 +1,414 @@
+package shard
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/rolloutd/rolloutd/internal/blob"
+	"github.com/rolloutd/rolloutd/internal/blob/memstore"
+	"github.com/rolloutd/rolloutd/internal/shard/format"
+)
+
+// Tests of protocol v2 (commit by create), issue 21 sections 3-6.
+
+// logGate holds the creates of log positions made by the writers it is
+// armed for: a held create waits, unsent, until released. It pauses one
+// writer exactly where its create would go out, with no sleeps.
+type logGate struct {
+	blob.Store
+	mu      sync.Mutex
+	holdFor map[string]bool // writer ids whose log creates are held
+	held    chan string     // receives the name of each held create
+	release chan struct{}   // closed to let every held create go out
+	// manifestHoldFor holds the manifest puts of these writers, the same way.
+	manifestHoldFor map[string]bool
+	// late are held creates whose caller gave up: they land on release.
+	late sync.WaitGroup
+}
+
+func newLogGate(inner blob.Store) *logGate {
+	return &logGate{Store: inner, holdFor: map[string]bool{}, manifestHoldFor: map[string]bool{}, held: make(chan string, 16), release: make(chan struct{})}
+}
+
+func (g *logGate) Put(ctx context.Context, name string, data []byte, opts blob.PutOptions) (blob.Attrs, error) {
+	writer, _, _ := strings.Cut(opts.PutID, "-")
+	g.mu.Lock()
+	hold := (strings.Contains(name, "/_l/") && g.holdFor[writer]) || (strings.HasSuffix(name, "/_manifest") && g.manifestHoldFor[writer])
+	release := g.release
+	g.mu.Unlock()
+	if hold {
+		g.held <- name
+		select {
+		case <-release:
+		case <-ctx.Done():
+			// The request is on the wire: it lands when released, after its
+			// sender gave up on it.
+			g.late.Go(func() {
+				<-release
+				_, _ = g.Store.Put(context.Background(), name, data, opts)
+			})
+			return blob.Attrs{}, fmt.Errorf("held create abandoned: %w", blob.ErrOutcomeUnknown)
+		}
+	}
+	return g.Store.Put(ctx, name, data, opts)
+}
+
+func (g *logGate) holdLog(w *Writer) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.holdFor[w.w.id] = true
+}
+
+func (g *logGate) open() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	close(g.release)
+	g.holdFor, g.manifestHoldFor = map[string]bool{}, map[string]bool{}
+}
+
+// logEntries reads every log entry of the shard that storage holds.
+func logEntries(t *testing.T, store blob.Store, shard string) map[uint64]*logEntry {
+	t.Helper()
+	ctx := context.Background()
+	page, err := store.List(ctx, format.LogPrefix(shard), "", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[uint64]*logEntry{}
+	for _, it := range page.Items {
+		p, ok := format.ParseLogName(shard, it.Name)
+		if !ok {
+			t.Fatalf("unexpected blob %s in the log", it.Name)
+		}
+		e, err := readLogEntry(ctx, store, NewBlobCache(1<<20), shard, p, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out[p] = e
+	}
+	return out
+}
+
+func fences(entries map[uint64]*logEntry) (ps []uint64) {
+	for p, e := range entries {
+		if e.fence() {
+			ps = append(ps, p)
+		}
+	}
+	return ps
+}
+
+// SlateDB #352, #1622, PR #1672: a new writer fences, commits, checkpoints
+// and merges; GC collects the log positions the checkpoint covers; then
+// the stale writer, paused just before its create, goes on. Its create
+// must fail, because the fence at that position is kept, and it must not
+// ack: a record acknowledged there would be one that no reader ever sees.
+func TestStaleWriterAfterGCFindsTheFenceKept(t *testing.T) {
+	gate := newLogGate(memstore.New())
+	ctx := context.Background()
+	l := newLedger()
+	a := open(t, gate, "s")
+	rs, err := a.Append(ctx, entries(t, "a0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.add(t, rs)
+
+	// A pauses exactly where its next create goes out.
+	gate.holdLog(a)
+	staleErr := make(chan error, 1)
+	go func() {
+		rs, err := a.Append(ctx, entries(t, "stale"))
+		if err == nil {
+			l.add(t, rs)
+		}
+		staleErr <- err
+	}()
+	pos := <-gate.held // position 2, not yet sent
+
+	// B takes over: its fence lands at the position A's create is for.
+	opts := mergeOptions(t)
+	opts.CheckpointEvery = 2
+	opts.CheckpointInterval = 5 * time.Millisecond
+	opts.RetireGrace = time.Millisecond
+	b, err := Open(ctx, gate, "s", opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Abort()
+	if got := fences(logEntries(t, gate.Store, "s")); len(got) != 1 || format.LogName("s", got[0]) != pos {
+		t.Fatalf("fences %v after the takeover, want one at %s", got, pos)
+	}
+	// B commits, checkpoints, merges, and GC collects the positions the
+	// checkpoints cover, until the merged records are all in _g/.
+	deadline := time.Now().Add(time.Minute)
+	for i := 0; ; i++ {
+		rs, err := b.Append(ctx, entries(t, fmt.Sprint("b", i)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		l.add(t, rs)
+		if _, err := gate.Store.Head(ctx, format.LogName("s", 1)); errors.Is(err, blob.ErrNotFound) && b.Stats().Merges > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("GC never collected log position 1")
+		}
+		time.Sleep(5 * time.Millisecond) // GC deletes a second after a merge retires
+	}
+	if err := b.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// A goes on after its pause.
+	gate.open()
+	err = <-staleErr
+	if !errors.Is(err, ErrFenced) {
+		t.Fatalf("the stale writer's create after GC: %v, want ErrFenced", err)
+	}
+	if got := fences(logEntries(t, gate.Store, "s")); len(got) != 1 {
+		t.Fatalf("fences %v after GC, want the one B wrote", got)
+	}
+	l.verify(t, gate.Store, "s")
+}
+
+// A reopen in the same process, after a writer that ended with every create
+// answered, writes no fence: fences count takeovers, not opens.
+func TestReopenWithNothingInDoubtWritesNoFence(t *testing.T) {
+	for _, end := range []string{"close", "abort"} {
+		t.Run(end, func(t *testing.T) {
+			store := memstore.New()
+			ctx := context.Background()
+			opts := testOptions(t)
+			opts.Lineage = NewLineage()
+			l := newLedger()
+			for i := range 4 {
+				w, err := Open(ctx, store, "s", opts)
+				if err != nil {
+					t.Fatal(err)
+				}
+				rs, err := w.Append(ctx, entries(t, fmt.Sprint("x", i)))
+				if err != nil {
+					t.Fatal(err)
+				}
+				l.add(t, rs)
+				if n := w.Stats().Fences; n != 0 {
+					t.Errorf("open %d wrote %d fences, want none", i, n)
+				}
+				if end == "close" {
+					if err := w.Close(ctx); err != nil {
+						t.Fatal(err)
+					}
+				} else {
+					w.Abort()
+				}
+			}
+			if got := fences(logEntries(t, store, "s")); len(got) != 0 {
+				t.Fatalf("fences at %v, want none", got)
+			}
+			// Another process (no shared Lineage) must fence.
+			w, err := Open(ctx, store, "s", testOptions(t))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer w.Abort()
+			if n := w.Stats().Fences; n != 1 {
+				t.Errorf("a takeover by another process wrote %d fences, want 1", n)
+			}
+			l.verify(t, store, "s")
+		})
+	}
+}
+
+// A reopen in the same process after an Abort that left a create in doubt
+// fences, like a takeover. The create lands late: before the new writer's
+// probe (the new writer inherits it, and a retry of its ids finds them
+// present), or after the fence (it fails, and a retry stores them).
+func TestReopenAfterAbortWithACreateInDoubtFences(t *testing.T) {
+	for _, late := range []string{"before the probe", "after the fence"} {
+		t.Run(late, func(t *testing.T) {
+			inner := memstore.New()
+			gate := newLogGate(inner)
+			ctx := context.Background()
+			opts := testOptions(t)
+			opts.Lineage = NewLineage()
+			l := newLedger()
+			w1, err := Open(ctx, gate, "s", opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			rs, err := w1.Append(ctx, entries(t, "a"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			l.add(t, rs)
+			gate.holdLog(w1)
+			doubt := make(chan error, 1)
+			go func() { _, err := w1.Append(ctx, entries(t, "x")); doubt <- err }()
+			<-gate.held
+			// The eviction path: Abort, with no I/O, while the create is out.
+			aborted := make(chan struct{})
+			go func() { w1.Abort(); close(aborted) }()
+			if err := <-doubt; !errors.Is(err, ErrOutcomeUnknown) {
+				t.Fatalf("append whose create was in flight at Abort: %v, want ErrOutcomeUnknown", err)
+			}
+			<-aborted
+			if late == "before the probe" {
+				gate.open()
+				gate.late.Wait()
+			}
+			w2, err := Open(ctx, gate, "s", opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer w2.Abort()
+			if n := w2.Stats().Fences; n != 1 {
+				t.Fatalf("reopen after a create in doubt wrote %d fences, want 1", n)
+			}
+			if late == "after the fence" {
+				gate.open()
+				gate.late.Wait()
+			}
+			rs, err = w2.Append(ctx, entries(t, "x", "y"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if late == "before the probe" && !rs[0].AlreadyPresent {
+				t.Errorf("retry of x, whose create landed late before the reopen: %+v, want AlreadyPresent", rs[0])
+			}
+			if late == "after the fence" && rs[0].AlreadyPresent {
+				t.Errorf("retry of x, whose create the fence failed: %+v, want stored now", rs[0])
+			}
+			for _, r := range rs {
+				if !r.AlreadyPresent {
+					l.add(t, []Result{r})
+				}
+			}
+			if late == "before the probe" {
+				l.add(t, rs[:1])
+			}
+			if err := w2.Close(ctx); err != nil {
+				t.Fatal(err)
+			}
+			l.verify(t, inner, "s")
+		})
+	}
+}
+
+// The claim race (issue 21 section 4, SlateDB PR #1682): a writer whose
+// claim landed is paused before its confirming CAS while another claims
+// the shard and fences after its fence. Its confirming CAS must fail, and
+// it claims again after the other, rather than commit under an epoch that
+// is no longer current.
+func TestClaimRaceConfirmLosesToALaterClaim(t *testing.T) {
+	gate := newLogGate(memstore.New())
+	ctx := context.Background()
+	l := newLedger()
+	w0 := open(t, gate, "s")
+	rs, err := w0.Append(ctx, entries(t, "a"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.add(t, rs)
+	w0.Abort()
+
+	// Hold the first manifest put after a fence: A's confirming CAS.
+	var once sync.Once
+	confirmHeld := make(chan struct{})
+	hs := &putHook{Store: gate, before: func(name string) {
+		if strings.HasSuffix(name, "/_manifest") && len(fences(logEntries(t, gate.Store, "s"))) == 1 {
+			once.Do(func() { close(confirmHeld); <-gate.release })
+		}
+	}}
+	type opened struct {
+		w   *Writer
+		err error
+	}
+	aDone := make(chan opened, 1)
+	go func() {
+		w, err := Open(ctx, hs, "s", testOptions(t))
+		aDone <- opened{w, err}
+	}()
+	<-confirmHeld
+	b := open(t, gate.Store, "s") // claims epoch 3, fences after A's fence
+	gate.open()
+	a := <-aDone
+	if a.err != nil {
+		t.Fatal(a.err)
+	}
+	defer a.w.Abort()
+	if a.w.Epoch() <= b.Epoch() {
+		t.Fatalf("A proceeded with epoch %d after B claimed %d; want it to claim again after B", a.w.Epoch(), b.Epoch())
+	}
+	if _, err := b.Append(ctx, entries(t, "b")); !errors.Is(err, ErrFenced) {
+		t.Fatalf("B after A claimed again: %v, want ErrFenced", err)
+	}
+	rs, err = a.w.Append(ctx, entries(t, "c"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.add(t, rs)
+	l.verify(t, gate.Store, "s")
+}
+
+// putHook calls before ahead of every put.
+type putHook struct {
+	blob.Store
+	before func(name string)
+}
+
+func (h *putHook) Put(ctx context.Context, name string, data []byte, opts blob.PutOptions) (blob.Attrs, error) {
+	h.before(name)
+	return h.Store.Put(ctx, name, data, opts)
+}
+
+// A reader confirms the end of the log with a manifest read sent after its
+// probe: a position collected under it (covered by a checkpoint) makes it
+// start again from the checkpoint, so it still sees every acked record.
+func TestReaderRestartsFromANewCheckpoint(t *testing.T) {
+	store := memstore.New()
+	ctx := context.Background()
+	opts := testOptions(t)
+	opts.DisableBackground = true
+	opts.CheckpointEvery = 1000
+	opts.CheckpointInterval = time.Hour
+	w, err := Open(ctx, store, "s", opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Abort()
+	l := newLedger()
+	for i := range 3 {
+		rs, err := w.Append(ctx, entries(t, fmt.Sprint("x", i)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		l.add(t, rs)
+	}
+	r := NewReader(store, ReaderOptions{})
+	if _, err := r.Get(ctx, "s", "x0"); err != nil { // caches the checkpoint of an empty log, and the tail
+		t.Fatal(err)
+	}
+	// A checkpoint covers the log, and its positions are "collected", as a
+	// merge and GC would do (their records stay readable from the copy
+	// the checkpoint lists: here the log blobs themselves, moved aside).
+	w.w.checkpointer.wake()
+	waitFor(t, "a checkpoint", func() bool { return w.Stats().Checkpoints > 0 })
+	for i := range 3 {
+		rs, err := w.Append(ctx, entries(t, fmt.Sprint("y", i)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		l.add(t, rs)
+	}
+	for _, id := range []string{"x0", "x2", "y0", "y2"} {
+		if _, err := r.Get(ctx, "s", id); err != nil {
+			t.Errorf("Get(%s): %v", id, err)
+		}
+	}
+	l.verify(t, store, "s")
+}
