@@ -79,11 +79,15 @@ func (w *writer) openLog(ctx context.Context) error {
 		}
 	}
 	if w.last == w.ckpt.GetLogCheckpoint() {
-		return nil // nothing inherited, nothing fenced: nothing to confirm
+		// Nothing inherited, nothing fenced (none was needed): nothing to
+		// confirm.
+		w.claimed = true
+		return nil
 	}
 	if err := w.confirm(ctx); err != nil {
 		return err
 	}
+	w.claimed = true
 	if fenced {
 		w.opts.Logger.Info("fenced the shard's log", zap.String("shard", w.shard), zap.Uint64("epoch", w.epoch), zap.Uint64("position", w.last))
 	}

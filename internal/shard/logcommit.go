@@ -29,7 +29,7 @@ func (c *committer) runLog() {
 	defer close(c.done)
 	// The writer ends here, with its last create answered or abandoned:
 	// tell the process's next writer of the shard whether it must fence.
-	defer func() { w.opts.Lineage.end(w.shard, w.id, !c.inDoubt) }()
+	defer func() { w.opts.Lineage.end(w.shard, w.id, w.claimed && !c.inDoubt) }()
 	for {
 		batch, ok := c.takeLog()
 		if !ok {

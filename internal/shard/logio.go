@@ -33,6 +33,7 @@ func logGeneration(position uint64, l format.Layout, created int64) *storagepb.G
 	n := len(f.GetEntries())
 	return &storagepb.Generation{
 		Position:         position,
+		PutId:            f.GetPutId(),
 		Epoch:            f.GetEpoch(),
 		FirstSeq:         f.GetEntries()[0].GetSeq(),
 		LastSeq:          f.GetEntries()[n-1].GetSeq(),

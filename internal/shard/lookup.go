@@ -16,6 +16,9 @@ import (
 func loadIndex(ctx context.Context, store blob.Store, cache *BlobCache, shard string, g *storagepb.Generation) (*index, error) {
 	ref := refOf(shard, g)
 	if idx, ok := cache.getIndex(ref); ok {
+		if err := checkPutID(shard, g, idx.footer); err != nil {
+			return nil, err
+		}
 		return idx, nil
 	}
 	name := ref.name()
@@ -25,7 +28,10 @@ func loadIndex(ctx context.Context, store blob.Store, cache *BlobCache, shard st
 	}
 	f, err := format.DecodeFooter(tail, g.GetFooterOffset())
 	if err != nil {
-		return nil, fmt.Errorf("%w: blob %s: %w", ErrCorrupt, name, err)
+		return nil, corruptOrReplaced(g, name, err)
+	}
+	if err := checkPutID(shard, g, f); err != nil {
+		return nil, err
 	}
 	if f.GetShard() != shard || f.GetEpoch() != g.GetEpoch() || f.GetGeneration() != g.GetNumber() || f.GetPosition() != g.GetPosition() {
 		return nil, fmt.Errorf("%w: blob %s: footer names shard %q epoch %d generation %d", ErrCorrupt, name, f.GetShard(), f.GetEpoch(), f.GetGeneration())
@@ -33,6 +39,19 @@ func loadIndex(ctx context.Context, store blob.Store, cache *BlobCache, shard st
 	idx := newIndex(f)
 	cache.addIndex(ref, idx)
 	return idx, nil
+}
+
+// checkPutID verifies that f is the footer of the log batch the manifest
+// lists as g. A log position that a merge retired and GC collected may be
+// created again by a create that was still in flight (a fence, which holds
+// no records); a reader with a manifest that still lists the batch then
+// finds other bytes there, which it reads as the batch being gone
+// (blob.ErrNotFound), so that it reads the manifest again.
+func checkPutID(shard string, g *storagepb.Generation, f *storagepb.Footer) error {
+	if g.GetPosition() == 0 || g.GetPutId() == "" || f.GetPutId() == g.GetPutId() {
+		return nil
+	}
+	return fmt.Errorf("shard %q: log position %d holds put %q, not the listed batch %q: %w", shard, g.GetPosition(), f.GetPutId(), g.GetPutId(), blob.ErrNotFound)
 }
 
 // loadFilter returns the id filter of generation g, from the cache or with
@@ -50,7 +69,7 @@ func loadFilter(ctx context.Context, store blob.Store, cache *BlobCache, shard s
 	}
 	f, err := format.DecodeFilter(b, g.GetFilterCrc32C())
 	if err != nil {
-		return nil, fmt.Errorf("%w: blob %s: %w", ErrCorrupt, name, err)
+		return nil, corruptOrReplaced(g, name, err)
 	}
 	cache.addFilter(ref, f)
 	return f, nil
@@ -87,4 +106,16 @@ func lookupCommitted(ctx context.Context, store blob.Store, cache *BlobCache, sh
 		}
 	}
 	return nil
+}
+
+// corruptOrReplaced classifies err, the failure to verify bytes of blob
+// name, which holds generation g: ErrCorrupt, except for a log batch
+// listed with its put id, whose position may have been collected and
+// created again by a late fence (see checkPutID): that reads as the batch
+// being gone, and the caller reads the manifest again.
+func corruptOrReplaced(g *storagepb.Generation, name string, err error) error {
+	if g.GetPosition() != 0 && g.GetPutId() != "" {
+		return fmt.Errorf("blob %s does not hold the listed batch (collected and created again?): %w: %w", name, blob.ErrNotFound, err)
+	}
+	return fmt.Errorf("%w: blob %s: %w", ErrCorrupt, name, err)
 }

@@ -412,3 +412,93 @@ func TestReaderRestartsFromANewCheckpoint(t *testing.T) {
 	}
 	l.verify(t, store, "s")
 }
+
+// A log position that a merge retired and GC collected may be created
+// again by a create still in flight: a fence that lands late. A reader
+// holding a manifest that lists the batch there unmerged must not take
+// the fence's bytes for it (a corrupt record, or a record not found): the
+// put id the manifest lists tells them apart, and the reader reads the
+// manifest again, which lists the merged copy.
+func TestReaderTellsALateFenceFromTheListedBatch(t *testing.T) {
+	store := memstore.New()
+	ctx := context.Background()
+	opts := mergeOptions(t)
+	opts.CheckpointEvery = 2
+	opts.CheckpointInterval = 5 * time.Millisecond
+	opts.RetireGrace = time.Millisecond
+	w, err := Open(ctx, store, "s", opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Abort()
+	rs, err := w.Append(ctx, entries(t, "x"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := NewReader(store, ReaderOptions{})
+	waitFor(t, "a checkpoint that lists position 1", func() bool {
+		m, _, err := readManifest(ctx, store, "s")
+		return err == nil && len(m.GetGenerations()) > 0 && m.GetGenerations()[0].GetPosition() == 1
+	})
+	if _, err := r.Get(ctx, "s", "x"); err != nil { // caches that manifest and the batch's index
+		t.Fatal(err)
+	}
+	old, _, err := store.Get(ctx, format.ManifestName("s"), blob.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(time.Minute)
+	for i := 0; ; i++ {
+		if _, err := w.Append(ctx, entries(t, fmt.Sprint("y", i))); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := store.Head(ctx, format.LogName("s", 1)); errors.Is(err, blob.ErrNotFound) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("GC never collected log position 1")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	// The late fence lands in the collected position.
+	l, err := format.EncodeFence(format.LogEntry{Shard: "s", Epoch: 7, Position: 1, Writer: "late", PutID: "late-1", NextSeq: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := store.Put(ctx, format.LogName("s", 1), l.Data, blob.PutOptions{IfNoneMatch: true}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := r.Get(ctx, "s", "x")
+	if err != nil || got.GetSeq() != rs[0].Seq {
+		t.Fatalf("Get(x) with a late fence in its collected position: %v, %v; want seq %d", got, err, rs[0].Seq)
+	}
+	// A reader whose manifest reads (the first and the confirming one)
+	// both happened before the merge's checkpoint: it reads position 1
+	// after GC and the late fence.
+	stale := &staleManifests{Store: store, old: old, n: 2}
+	got, err = NewReader(stale, ReaderOptions{}).Get(ctx, "s", "x")
+	if err != nil || got.GetSeq() != rs[0].Seq {
+		t.Fatalf("Get(x) on a manifest that lists the collected batch: %v, %v; want seq %d", got, err, rs[0].Seq)
+	}
+}
+
+// staleManifests serves old as the manifest to the first n reads.
+type staleManifests struct {
+	blob.Store
+	mu  sync.Mutex
+	old []byte
+	n   int
+}
+
+func (s *staleManifests) Get(ctx context.Context, name string, opts blob.GetOptions) ([]byte, blob.Attrs, error) {
+	s.mu.Lock()
+	serve := strings.HasSuffix(name, "/_manifest") && s.n > 0
+	if serve {
+		s.n--
+	}
+	s.mu.Unlock()
+	if serve {
+		return s.old, blob.Attrs{Name: name, Size: int64(len(s.old)), ETag: "old"}, nil
+	}
+	return s.Store.Get(ctx, name, opts)
+}

@@ -320,7 +320,7 @@ func (r *Reader) readRecord(ctx context.Context, shard string, g *storagepb.Gene
 		return nil, fmt.Errorf("shard %q: read record %q from %s: %w", shard, e.GetId(), name, err)
 	}
 	if _, err := format.Record(data, e); err != nil {
-		return nil, fmt.Errorf("%w: blob %s: %w", ErrCorrupt, name, err)
+		return nil, corruptOrReplaced(g, name, err)
 	}
 	rec := &rolloutv1.Record{}
 	if err := proto.Unmarshal(data, rec); err != nil {

@@ -243,12 +243,12 @@ func (s *scanner) generation(ctx context.Context, g *storagepb.Generation) error
 			return fmt.Errorf("shard %q: scan %s: %w", s.shard, name, c.err)
 		}
 		if uint64(len(c.data)) != c.end-c.first {
-			return fmt.Errorf("%w: blob %s: ranged read returned %d bytes, want %d", ErrCorrupt, name, len(c.data), c.end-c.first)
+			return corruptOrReplaced(g, name, fmt.Errorf("ranged read returned %d bytes, want %d", len(c.data), c.end-c.first))
 		}
 		for _, e := range c.entries {
 			b, err := format.Record(c.data[e.GetOffset()-c.first:e.GetOffset()-c.first+uint64(e.GetLength())], e)
 			if err != nil {
-				return fmt.Errorf("%w: blob %s: %w", ErrCorrupt, name, err)
+				return corruptOrReplaced(g, name, err)
 			}
 			if s.opts.Raw {
 				if err := s.addRaw(b, e.GetSeq()); err != nil {

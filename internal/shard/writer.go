@@ -70,8 +70,14 @@ type writer struct {
 	// created the shard): whose writer it was decides whether the claim
 	// must fence the log (Lineage).
 	replaced *storagepb.Manifest
-	fences   atomic.Int64 // fences written (protocol v2)
-	ckpts    atomic.Int64 // checkpoints written (protocol v2)
+	// claimed: the claim was confirmed (its fence, or the proof that none
+	// was needed, and the confirming CAS). Only a confirmed writer that
+	// ended with every create answered lets the process's next writer of
+	// the shard skip the fence: a claim that landed and then was abandoned
+	// before it fenced leaves stale writers free to land creates.
+	claimed bool
+	fences  atomic.Int64 // fences written (protocol v2)
+	ckpts   atomic.Int64 // checkpoints written (protocol v2)
 
 	// mu guards the fields below it.
 	mu       sync.Mutex

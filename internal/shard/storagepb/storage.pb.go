@@ -233,7 +233,12 @@ type Generation struct {
 	// Protocol v2: the log position whose blob holds this generation (a batch
 	// a commit created), or 0 for a blob in the generation namespace (a
 	// protocol v1 commit, or a merge). Number is then 0.
-	Position      uint64 `protobuf:"varint,20,opt,name=position,proto3" json:"position,omitempty"`
+	Position uint64 `protobuf:"varint,20,opt,name=position,proto3" json:"position,omitempty"`
+	// Protocol v2: the put id of the create that wrote the log batch at
+	// position. A position collected after a merge may be created again by a
+	// create that was in flight (a fence); a reader holding a manifest that
+	// still lists the batch tells the two apart by it.
+	PutId         string `protobuf:"bytes,21,opt,name=put_id,json=putId,proto3" json:"put_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -357,6 +362,13 @@ func (x *Generation) GetPosition() uint64 {
 		return x.Position
 	}
 	return 0
+}
+
+func (x *Generation) GetPutId() string {
+	if x != nil {
+		return x.PutId
+	}
+	return ""
 }
 
 // RetiredBatch is a set of generations replaced by merges at about the same
@@ -788,7 +800,7 @@ const file_rolloutd_storage_v1_storage_proto_rawDesc = "" +
 	"\frecord_count\x18\n" +
 	" \x01(\x04R\vrecordCount\x12%\n" +
 	"\x0elog_checkpoint\x18\x14 \x01(\x04R\rlogCheckpoint\x12\x1a\n" +
-	"\bprotocol\x18\x15 \x01(\rR\bprotocolJ\x04\b\x06\x10\aR\aretired\"\x96\x03\n" +
+	"\bprotocol\x18\x15 \x01(\rR\bprotocolJ\x04\b\x06\x10\aR\aretired\"\xad\x03\n" +
 	"\n" +
 	"Generation\x12\x16\n" +
 	"\x06number\x18\x01 \x01(\x04R\x06number\x12\x14\n" +
@@ -804,7 +816,8 @@ const file_rolloutd_storage_v1_storage_proto_rawDesc = "" +
 	" \x01(\rR\x05level\x12#\n" +
 	"\rfilter_length\x18\v \x01(\rR\ffilterLength\x12#\n" +
 	"\rfilter_crc32c\x18\f \x01(\aR\ffilterCrc32c\x12\x1a\n" +
-	"\bposition\x18\x14 \x01(\x04R\bposition\"n\n" +
+	"\bposition\x18\x14 \x01(\x04R\bposition\x12\x15\n" +
+	"\x06put_id\x18\x15 \x01(\tR\x05putId\"n\n" +
 	"\fRetiredBatch\x12,\n" +
 	"\x12retired_unix_nanos\x18\x01 \x01(\x03R\x10retiredUnixNanos\x12\x16\n" +
 	"\x06epochs\x18\x02 \x03(\x04R\x06epochs\x12\x18\n" +
