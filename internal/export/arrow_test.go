@@ -64,7 +64,14 @@ type arrowWriter struct {
 }
 
 func newArrowWriter(w io.Writer, shard string) (*arrowWriter, error) {
-	props := parquet.NewWriterProperties(parquet.WithCompression(compress.Codecs.Zstd), parquet.WithMaxRowGroupLength(8192))
+	// The same encodings as export's parts: delta for token ids, byte
+	// stream split for logprobs, no dictionaries.
+	props := parquet.NewWriterProperties(parquet.WithCompression(compress.Codecs.Zstd), parquet.WithMaxRowGroupLength(8192),
+		parquet.WithDictionaryDefault(false),
+		parquet.WithEncodingFor("input_tokens.list.element", parquet.Encodings.DeltaBinaryPacked),
+		parquet.WithEncodingFor("output_tokens.list.element", parquet.Encodings.DeltaBinaryPacked),
+		parquet.WithEncodingFor("output_logprobs.list.element", parquet.Encodings.ByteStreamSplit),
+		parquet.WithEncodingFor("ref_logprobs.list.element", parquet.Encodings.ByteStreamSplit))
 	fw, err := pqarrow.NewFileWriter(arrowSchema, w, props, pqarrow.DefaultWriterProps())
 	if err != nil {
 		return nil, err

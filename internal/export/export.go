@@ -263,7 +263,7 @@ func exportShard(ctx context.Context, opts Options, st *state, sh string) (res S
 	}
 
 	// The scan reads the next batch while this goroutine writes the last.
-	batches := make(chan []*rolloutv1.Record, 4)
+	batches := make(chan []*rolloutv1.Record, 2)
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error {
 		defer close(batches)

@@ -8,7 +8,6 @@ import (
 	"github.com/parquet-go/parquet-go/compress"
 	"github.com/parquet-go/parquet-go/compress/snappy"
 	"github.com/parquet-go/parquet-go/compress/uncompressed"
-	"github.com/parquet-go/parquet-go/compress/zstd"
 
 	rolloutv1 "github.com/rolloutd/rolloutd/gen/rollout/v1"
 )
@@ -26,7 +25,7 @@ const (
 func (c Compression) codec() (compress.Codec, error) {
 	switch c {
 	case Zstd, "":
-		return &zstd.Codec{Level: zstd.SpeedDefault}, nil
+		return &zstdCodec{}, nil
 	case Snappy:
 		return &snappy.Codec{}, nil
 	case None:
@@ -38,7 +37,7 @@ func (c Compression) codec() (compress.Codec, error) {
 // rowGroupBytes bounds the records, by stored size, buffered in one row
 // group: the writer holds a row group's pages in memory until it ends it,
 // so this, not the shard's or the part's size, bounds export's memory.
-const rowGroupBytes = 32 << 20
+const rowGroupBytes = 4 << 20
 
 // partWriter writes one Parquet part of one shard to w.
 type partWriter struct {

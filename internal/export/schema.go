@@ -21,10 +21,10 @@ type Row struct {
 	CreatedAt         *time.Time        `parquet:"created_at,optional,timestamp(microsecond)"`
 	Content           string            `parquet:"content"`
 	ContentType       string            `parquet:"content_type"`
-	InputTokens       []int32           `parquet:"input_tokens,list"`
-	OutputTokens      []int32           `parquet:"output_tokens,list"`
-	OutputLogprobs    []float32         `parquet:"output_logprobs,list"`
-	RefLogprobs       []float32         `parquet:"ref_logprobs,list"`
+	InputTokens       []int32           `parquet:"input_tokens,list" parquet-element:",delta"`
+	OutputTokens      []int32           `parquet:"output_tokens,list" parquet-element:",delta"`
+	OutputLogprobs    []float32         `parquet:"output_logprobs,list" parquet-element:",split"`
+	RefLogprobs       []float32         `parquet:"ref_logprobs,list" parquet-element:",split"`
 	LossMask          []byte            `parquet:"loss_mask"`
 	Reward            *float32          `parquet:"reward,optional"`
 	Advantage         *float32          `parquet:"advantage,optional"`

@@ -33,9 +33,14 @@ type StoreSource struct {
 	Reader *shard.Reader
 }
 
+// sourceCacheBytes bounds the reader's cache of generation indexes: a
+// scan reads each generation's index once, so a cache the size of a large
+// shard's indexes would only make export's memory grow with the shard.
+const sourceCacheBytes = 1 << 20
+
 // NewStoreSource reads store.
 func NewStoreSource(store blob.Store) *StoreSource {
-	return &StoreSource{Store: store, Reader: shard.NewReader(store, shard.ReaderOptions{})}
+	return &StoreSource{Store: store, Reader: shard.NewReader(store, shard.ReaderOptions{Cache: shard.NewBlobCache(sourceCacheBytes)})}
 }
 
 // shardsRoot is the prefix of every shard's blobs ("shards/").
@@ -66,11 +71,11 @@ func (s *StoreSource) Shards(ctx context.Context, prefix string) ([]string, erro
 }
 
 // scanBatch is how many records one delivered batch holds at most.
-const scanBatch = 512
+const scanBatch = 256
 
 // Scan reads the shard with large ranged reads.
 func (s *StoreSource) Scan(ctx context.Context, sh string, after uint64, emit func([]*rolloutv1.Record) error) error {
-	err := s.Reader.Scan(ctx, sh, shard.ScanOptions{AfterSeq: after, BatchRecords: scanBatch, BatchBytes: 8 << 20}, func(b shard.Batch) error {
+	err := s.Reader.Scan(ctx, sh, shard.ScanOptions{AfterSeq: after, BatchRecords: scanBatch, BatchBytes: 1 << 20, ReadBytes: 1 << 20}, func(b shard.Batch) error {
 		return emit(b.Records)
 	})
 	if errors.Is(err, shard.ErrShardNotFound) {
