@@ -58,6 +58,15 @@ func newPartWriter(w io.Writer, shard string, c Compression) (*partWriter, error
 	pw := parquet.NewGenericWriter[Row](w,
 		parquet.Compression(codec),
 		parquet.CreatedBy("rolloutd export", "", ""),
+		// Page bounds (min and max) of token ids, logprobs and text let a
+		// reader skip no page worth skipping, and cost the writer time.
+		parquet.SkipPageBounds("input_tokens", "list", "element"),
+		parquet.SkipPageBounds("output_tokens", "list", "element"),
+		parquet.SkipPageBounds("output_logprobs", "list", "element"),
+		parquet.SkipPageBounds("ref_logprobs", "list", "element"),
+		parquet.SkipPageBounds("content"),
+		parquet.SkipPageBounds("loss_mask"),
+		parquet.SkipPageBounds("binary_payload"),
 	)
 	pw.SetKeyValueMetadata("rolloutd.shard", shard)
 	return &partWriter{w: pw, shard: shard}, nil
