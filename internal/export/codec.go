@@ -21,6 +21,11 @@ type zstdCodec struct {
 
 const zstdWindow = 1 << 20
 
+// sharedZstd serves every part: an encoder's tables are costly to build
+// for each of many small parts, and EncodeAll and DecodeAll are safe for
+// concurrent use.
+var sharedZstd = &zstdCodec{}
+
 func (c *zstdCodec) init() {
 	c.once.Do(func() {
 		c.enc, c.err = zstd.NewWriter(nil,

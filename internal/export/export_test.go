@@ -212,9 +212,9 @@ func (k *killer) hook(step string) error {
 	return nil
 }
 
-// TestCrashAtEveryStep kills an export at every step in turn, appends
-// records, and runs again (and again, killed later): every record ends up
-// in exactly one published part. It runs on a local directory (link
+// TestCrashAtEveryStep runs an export to completion, appends, kills the
+// next run at every step in turn, appends, and runs again (and again,
+// killed later): every record ends up in exactly one published part. It runs on a local directory (link
 // publishing, each of its steps a kill point) and on a blob store (create-
 // only put) whose puts also lose their responses after landing.
 func TestCrashAtEveryStep(t *testing.T) {
@@ -263,6 +263,16 @@ func TestCrashAtEveryStep(t *testing.T) {
 				if dest == nil {
 					parts = func() map[string][]Row { return dirParts(t, dir) }
 				}
+				// A complete run first, so that the state file exists and
+				// falls behind the parts when a later run is killed after
+				// publishing; then appends for the killed run to export.
+				if err := runWith(&killer{}); err != nil {
+					t.Fatal(err)
+				}
+				n["s1"] += 9
+				appendN(t, src, "s1", g, 9, 3)
+				n["s2/x"] += 7
+				appendN(t, src, "s2/x", g, 7, 7)
 				if fs != nil && k%3 == 0 {
 					// The (k/3)-th put lands but its response is lost.
 					fs.Add(faultstore.Rule{Ops: []faultstore.Op{faultstore.OpPut}, Fault: faultstore.LoseResponse, Skip: k / 3, Count: 1})

@@ -25,7 +25,7 @@ const (
 func (c Compression) codec() (compress.Codec, error) {
 	switch c {
 	case Zstd, "":
-		return &zstdCodec{}, nil
+		return sharedZstd, nil
 	case Snappy:
 		return &snappy.Codec{}, nil
 	case None:
