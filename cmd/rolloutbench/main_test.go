@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/goleak"
 )
 
@@ -251,5 +252,43 @@ func TestBlobEndpoint(t *testing.T) {
 		if got := net.JoinHostPort(host, strconv.Itoa(port)); !ok || got != want {
 			t.Errorf("%s: %s (%v), want %s", conn, got, ok, want)
 		}
+	}
+}
+
+// TestFencesCounter checks that target 4's fence row reads the server's
+// rolloutd_log_fences_total, and says n/a for a server without it.
+func TestFencesCounter(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	before, err := figuresOf(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if before.FencesKnown {
+		t.Fatal("fences known on a registry without the counter")
+	}
+	r := phaseResult{}
+	if c := fencesCheck(r, 1000); c.Value != nil || !strings.HasPrefix(c.Detail, "n/a") {
+		t.Errorf("without the counter: %+v, want n/a", c)
+	}
+
+	fences := prometheus.NewCounter(prometheus.CounterOpts{Name: "rolloutd_log_fences_total", Help: "fences"})
+	reg.MustRegister(fences)
+	fences.Add(2)
+	before, err = figuresOf(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fences.Add(3)
+	after, err := figuresOf(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := after.since(before)
+	if !d.FencesKnown || d.Fences != 3 {
+		t.Fatalf("fences %v (known %v), want 3", d.Fences, d.FencesKnown)
+	}
+	r.LogFences = ptr(d.Fences)
+	if c := fencesCheck(r, 1000); c.Value == nil || *c.Value != 3 {
+		t.Errorf("with the counter: %+v, want 3", c)
 	}
 }
