@@ -32,6 +32,9 @@ func init() {
 	})
 }
 
+// partPutTimeout bounds one try of a part's put to Azure.
+const partPutTimeout = 10 * time.Minute
+
 // exportConfig is what export's flags say.
 type exportConfig struct {
 	Store, Server, Prefix, Out, State string
@@ -162,7 +165,7 @@ func runExport(args []string, stdout, stderr io.Writer) error {
 }
 
 // azureStore opens location with the export's Azure flags.
-func (c *exportConfig) azureStore(ctx context.Context, flagName, raw string, loc storeLocation) (*azure.Store, error) {
+func (c *exportConfig) azureStore(ctx context.Context, flagName, raw string, loc storeLocation, tryTimeout time.Duration) (*azure.Store, error) {
 	switch {
 	case c.azureConn == "" && c.AzureAccountURL == "":
 		return nil, fmt.Errorf("--%s %s needs credentials: set %s or --azure-connection-string-file, or --azure-account-url / %s (workload identity)", flagName, raw, envConnectionString, envAccountURL)
@@ -177,6 +180,7 @@ func (c *exportConfig) azureStore(ctx context.Context, flagName, raw string, loc
 		ConnectionString: c.azureConn,
 		AccountURL:       c.AzureAccountURL,
 		MaxConns:         c.AzureMaxConns,
+		TryTimeout:       tryTimeout,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("--%s %s: %w", flagName, raw, err)
@@ -222,7 +226,7 @@ func exportMain(ctx context.Context, c *exportConfig, stdout, stderr io.Writer) 
 			defer s.Close()
 			opts.Source = export.NewStoreSource(s)
 		} else {
-			s, err := c.azureStore(ctx, "store", c.Store, loc)
+			s, err := c.azureStore(ctx, "store", c.Store, loc, 0)
 			if err != nil {
 				return err
 			}
@@ -242,7 +246,9 @@ func exportMain(ctx context.Context, c *exportConfig, stdout, stderr io.Writer) 
 		defer d.Close()
 		opts.Dest = d
 	} else {
-		s, err := c.azureStore(ctx, "out", c.Out, out)
+		// A part is one put of up to hundreds of MB: the store's default
+		// try timeout (10 s) is sized for generations and manifests.
+		s, err := c.azureStore(ctx, "out", c.Out, out, partPutTimeout)
 		if err != nil {
 			return err
 		}

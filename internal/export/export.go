@@ -203,9 +203,11 @@ func Run(ctx context.Context, opts Options) (*Summary, error) {
 		sum.RecordBytes += res.RecordBytes
 	}
 	// Shards the state knew that the source no longer lists were deleted
-	// since the last run; their parts stay in DEST.
+	// since the last run; their parts stay in DEST. A source that only
+	// knows the shards it was told of cannot say that.
+	_, named := opts.Source.(interface{ NamedShards() bool })
 	for sh := range st.Shards {
-		if strings.HasPrefix(sh, opts.Prefix) && !slices.Contains(shards, sh) {
+		if !named && strings.HasPrefix(sh, opts.Prefix) && !slices.Contains(shards, sh) {
 			sum.Shards = append(sum.Shards, ShardResult{Shard: sh, Status: StatusGone, LastSeq: st.Shards[sh].LastSeq,
 				Note: "no longer in the source; its parts stay in DEST"})
 			delete(st.Shards, sh)
@@ -244,7 +246,7 @@ func exportShard(ctx context.Context, opts Options, st *state, sh string) (res S
 	}()
 	fail := func(err error) ShardResult {
 		if errors.Is(err, ErrShardGone) {
-			res.Status, res.Note = StatusGone, "deleted while the run listed it"
+			res.Status, res.Note = StatusGone, "not found when scanned: deleted since it was listed, or never written"
 			return res
 		}
 		res.Status, res.Error = StatusFailed, err.Error()

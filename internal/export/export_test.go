@@ -319,3 +319,58 @@ func TestCrashAtEveryStep(t *testing.T) {
 }
 
 var _ blob.Store = (*faultstore.Store)(nil)
+
+// namedSource lists only the shards it is told of, as ClientSource does.
+type namedSource struct {
+	*StoreSource
+	names []string
+}
+
+func (n namedSource) NamedShards() bool { return true }
+
+func (n namedSource) Shards(context.Context, string) ([]string, error) { return n.names, nil }
+
+// TestGoneShards: a shard the state file knew and the store no longer
+// lists is reported gone; a shard a named source was not told of this
+// time is not.
+func TestGoneShards(t *testing.T) {
+	ctx := context.Background()
+	src := memstore.New()
+	g := synth.New(9, 16)
+	appendN(t, src, "a", g, 3, 3)
+	appendN(t, src, "b", g, 2, 2)
+	dir := t.TempDir()
+	statePath := filepath.Join(t.TempDir(), "state.json")
+	run := func(s Source) *Summary {
+		t.Helper()
+		d := openDir(t, dir)
+		defer d.Close()
+		sum, err := Run(ctx, Options{Source: s, Dest: d, StatePath: statePath})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return sum
+	}
+	store := NewStoreSource(src)
+	if s := run(namedSource{store, []string{"a", "b"}}); s.Records != 5 {
+		t.Fatalf("first run: %+v", s)
+	}
+	if s := run(namedSource{store, []string{"a"}}); len(s.Shards) != 1 || s.Shards[0].Status != StatusUpToDate {
+		t.Fatalf("a named source not told of b reported: %+v", s.Shards)
+	}
+	st, err := loadState(statePath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st.Shards["zz"] = stateShard{LastSeq: 4}
+	if err := st.save(statePath); err != nil {
+		t.Fatal(err)
+	}
+	s := run(store)
+	if len(s.Shards) != 3 || s.Shards[2].Shard != "zz" || s.Shards[2].Status != StatusGone {
+		t.Fatalf("a shard gone from the store: %+v", s.Shards)
+	}
+	if s := run(store); len(s.Shards) != 2 {
+		t.Fatalf("a gone shard is reported once: %+v", s.Shards)
+	}
+}

@@ -93,6 +93,10 @@ type ClientSource struct {
 	ShardNames []string
 }
 
+// NamedShards says that Shards lists only the shards it was told of, not
+// every shard there is: one it does not list is not gone.
+func (c *ClientSource) NamedShards() bool { return true }
+
 // Shards returns the named shards that start with prefix.
 func (c *ClientSource) Shards(_ context.Context, prefix string) ([]string, error) {
 	var out []string
