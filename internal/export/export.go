@@ -17,6 +17,14 @@ import (
 	rolloutv1 "github.com/rolloutd/rolloutd/gen/rollout/v1"
 )
 
+// GCPercent is the GOGC that the export command runs with (unless GOGC is
+// set). Export's live heap is small and steady (about 25 MB: a row group
+// being written and the batches in flight), so the default 100 lets the
+// heap, and peak RSS, reach twice that only after a long run; at 50 a
+// 10k-record export and a 100k-record one peak alike (exportbench), for
+// no time that the measurement could tell.
+const GCPercent = 50
+
 // DefaultRowsPerFile is the default --rows-per-file.
 const DefaultRowsPerFile = 1_000_000
 

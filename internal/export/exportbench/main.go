@@ -23,6 +23,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime/debug"
 	"runtime/pprof"
 	"slices"
 	"strconv"
@@ -194,6 +195,9 @@ func runPhase(phase, dir, out string, n int, compression string) (result, error)
 		})
 		return result{Seconds: time.Since(start).Seconds(), Records: count}, err
 	case "export":
+		if os.Getenv("GOGC") == "" { // as rolloutd export does
+			debug.SetGCPercent(export.GCPercent)
+		}
 		s, err := localstore.Open(dir)
 		if err != nil {
 			return result{}, err
