@@ -65,8 +65,8 @@ type arrowWriter struct {
 
 func newArrowWriter(w io.Writer, shard string) (*arrowWriter, error) {
 	// The same encodings as export's parts: delta for token ids, byte
-	// stream split for logprobs, no dictionaries.
-	props := parquet.NewWriterProperties(parquet.WithCompression(compress.Codecs.Zstd), parquet.WithMaxRowGroupLength(8192),
+	// stream split for logprobs, no dictionaries, zstd's fastest level.
+	props := parquet.NewWriterProperties(parquet.WithCompression(compress.Codecs.Zstd), parquet.WithCompressionLevel(1), parquet.WithMaxRowGroupLength(8192),
 		parquet.WithDictionaryDefault(false),
 		parquet.WithEncodingFor("input_tokens.list.element", parquet.Encodings.DeltaBinaryPacked),
 		parquet.WithEncodingFor("output_tokens.list.element", parquet.Encodings.DeltaBinaryPacked),
