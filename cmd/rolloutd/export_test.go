@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"maps"
 	"math"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
@@ -21,8 +22,10 @@ import (
 
 	rolloutv1 "github.com/rolloutd/rolloutd/gen/rollout/v1"
 	"github.com/rolloutd/rolloutd/internal/blob"
+	"github.com/rolloutd/rolloutd/internal/blob/localstore"
 	"github.com/rolloutd/rolloutd/internal/export"
 	"github.com/rolloutd/rolloutd/internal/export/synth"
+	"github.com/rolloutd/rolloutd/internal/shard"
 	"github.com/rolloutd/rolloutd/internal/testutil/duckdb"
 )
 
@@ -346,4 +349,103 @@ func TestExportOnAzurite(t *testing.T) {
 	if len(seqs) != 2 {
 		t.Errorf("shards exported: %v", slices.Collect(maps.Keys(seqs)))
 	}
+}
+
+// TestExportKilled kills real export processes (SIGKILL) at varied points,
+// with appends landing between the runs, then lets one finish: every
+// record is in exactly one published part, and no temporary is left.
+func TestExportKilled(t *testing.T) {
+	ctx := context.Background()
+	data, out := t.TempDir(), t.TempDir()
+	g := synth.New(21, 1024)
+	counts := map[string]int{}
+	appendLocal := func(n int) {
+		t.Helper()
+		s, err := localstore.Open(data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		for _, sh := range []string{"k/a", "k/b"} {
+			w, err := shard.Open(ctx, s, sh, shard.Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var entries []shard.Entry
+			for range n {
+				e, err := shard.Prepare(g.Record(), time.Now())
+				if err != nil {
+					t.Fatal(err)
+				}
+				entries = append(entries, e)
+			}
+			if _, err := w.Append(ctx, entries); err != nil {
+				t.Fatal(err)
+			}
+			if err := w.Close(ctx); err != nil {
+				t.Fatal(err)
+			}
+			counts[sh] += n
+		}
+	}
+	appendLocal(1500)
+	killed := 0
+	for i, delay := range []time.Duration{10, 30, 60, 120, 250, 500} {
+		cmd := exec.Command(binary, "export", "--store", data, "--prefix", "", "--out", out, "--rows-per-file", "97", "--progress", "off")
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(delay * time.Millisecond)
+		if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+		if err := cmd.Wait(); err != nil {
+			killed++
+		}
+		parts, _ := filepath.Glob(filepath.Join(out, "*", "*.parquet"))
+		temps, _ := filepath.Glob(filepath.Join(out, "*", ".tmp-*"))
+		t.Logf("killed after %v: %d parts, %d temporaries", delay*time.Millisecond, len(parts), len(temps))
+		appendLocal(40 + i)
+	}
+	if killed < 2 {
+		t.Errorf("only %d of 6 exports were killed before they finished; the test needs slower exports or shorter delays", killed)
+	}
+	if _, errOut, err := runExportCmd(t, nil, "--store", data, "--prefix", "", "--out", out, "--rows-per-file", "97"); err != nil {
+		t.Fatalf("last export: %v\n%s", err, errOut)
+	}
+	seqs := map[string][]int64{}
+	err := filepath.WalkDir(out, func(p string, d os.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		if strings.Contains(d.Name(), ".tmp-") {
+			t.Errorf("temporary left: %s", p)
+		}
+		if !strings.HasSuffix(p, ".parquet") {
+			return nil
+		}
+		rows, err := parquet.ReadFile[export.Row](p)
+		if err != nil {
+			return err
+		}
+		for _, r := range rows {
+			seqs[r.Shard] = append(seqs[r.Shard], r.Seq)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for sh, n := range counts {
+		got := seqs[sh]
+		slices.Sort(got)
+		ok := len(got) == n
+		for i := 0; ok && i < n; i++ {
+			ok = got[i] == int64(i+1)
+		}
+		if !ok {
+			t.Errorf("%s: %d rows exported for %d records, or some twice", sh, len(got), n)
+		}
+	}
+	t.Logf("%d of 6 exports killed midway; %v records", killed, counts)
 }
