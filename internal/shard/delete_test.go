@@ -403,3 +403,24 @@ func firstDifference(a, b []string) int {
 	}
 	return min(len(a), len(b))
 }
+
+// A page token is the client's to send back: any bytes decode to an
+// error or to a token that round-trips, never a panic.
+func FuzzDecodePageToken(f *testing.F) {
+	f.Add("exp", encodePageToken("exp", "pshards/exp/a/_"))
+	f.Add("", "")
+	f.Add("x", "not base64!")
+	f.Fuzz(func(t *testing.T, prefix, token string) {
+		next, err := decodePageToken(prefix, token)
+		if err != nil {
+			if !errors.Is(err, ErrBadPageToken) {
+				t.Fatalf("unclassified error %v", err)
+			}
+			return
+		}
+		if token != "" && encodePageToken(prefix, next) != token && !strings.Contains(prefix+next, "\x00") {
+			// Strict base64 has one encoding per byte string.
+			t.Fatalf("token %q decodes to %q, which encodes to %q", token, next, encodePageToken(prefix, next))
+		}
+	})
+}

@@ -82,7 +82,7 @@ func decodePageToken(prefix, token string) (string, error) {
 	if token == "" {
 		return "", nil
 	}
-	b, err := base64.RawURLEncoding.DecodeString(token)
+	b, err := base64.RawURLEncoding.Strict().DecodeString(token)
 	if err != nil {
 		return "", fmt.Errorf("%w: not one ListShards issued", ErrBadPageToken)
 	}
