@@ -197,6 +197,17 @@ func (w *writer) learn(pos uint8, b blob) {
 	}
 }
 
+// learnTail learns a blob another writer left above the claim's checkpoint:
+// the inherited tail, which id lookups must cover.
+func (s *State) learnTail(i int, pos uint8, b blob, c *ctx) {
+	w := &s.w[i]
+	known := w.known
+	w.learn(pos, b)
+	if c.has(ForgetTailIDs) {
+		w.known = known
+	}
+}
+
 func (s *State) probe(i int, c *ctx) bool {
 	w := &s.w[i]
 	pos := w.tail + 1
@@ -208,7 +219,7 @@ func (s *State) probe(i int, c *ctx) bool {
 			s.end(i, c)
 			return true
 		}
-		w.learn(pos, b)
+		s.learnTail(i, pos, b, c)
 		return true
 	}
 	if w.skipFence {
@@ -248,7 +259,7 @@ func (s *State) appendID(i int, x uint8, c *ctx) bool {
 		if s.acked&(1<<x) != 0 {
 			return false
 		}
-		c.note("w%d appends id %d: found stored, acks without a write", i, x)
+		c.note("w%d appends id %s: found stored, acks without a write", i, idName(x))
 		c.checkKnownAck(s, i, x)
 		s.acked |= 1 << x
 		c.cover(covDedupAck)
@@ -260,7 +271,7 @@ func (s *State) appendID(i int, x uint8, c *ctx) bool {
 		return false
 	}
 	b := blob{kind: batchBlob, epoch: w.epoch, writer: uint8(i), put: w.nextPut, id: x, seq: w.nextSeq}
-	c.note("w%d appends id %d: sends %v create at %d", i, x, b, pos)
+	c.note("w%d appends id %s: sends %v create at %d", i, idName(x), b, pos)
 	w.phase = committing
 	return s.send(i, pos, b)
 }
@@ -337,7 +348,7 @@ func (s *State) landed(i int, c *ctx) {
 	case fencing:
 		w.phase = confirming
 	case committing:
-		c.note("w%d acks id %d at %d", i, w.cur.id, w.pos)
+		c.note("w%d acks id %s at %d", i, idName(w.cur.id), w.pos)
 		c.checkAck(s, i, w.pos, w.cur)
 		s.acked |= 1 << w.cur.id
 		w.phase = ready
@@ -366,7 +377,7 @@ func (s *State) readBack(i int, c *ctx) bool {
 	// A lower epoch's blob: a late landing, part of the log. Move past it.
 	c.cover(covMovePast)
 	w.doubt = answered
-	w.learn(w.pos, b)
+	s.learnTail(i, w.pos, b, c)
 	pos := w.tail + 1
 	if int(pos) > c.cfg.Positions {
 		return false
@@ -375,7 +386,7 @@ func (s *State) readBack(i int, c *ctx) bool {
 		return s.send(i, pos, blob{kind: fenceBlob, epoch: w.epoch, writer: uint8(i), put: w.nextPut, seq: w.nextSeq})
 	}
 	if w.known&(1<<w.cur.id) != 0 {
-		c.note("w%d acks id %d: the late landing stored it", i, w.cur.id)
+		c.note("w%d acks id %s: the late landing stored it", i, idName(w.cur.id))
 		c.checkKnownAck(s, i, w.cur.id)
 		s.acked |= 1 << w.cur.id
 		w.phase = ready
@@ -447,6 +458,16 @@ func (s *State) merge(i int, c *ctx) bool {
 			merged = true
 		}
 	}
+	if c.has(MergeBeyondCheckpoint) {
+		// The merged generation takes in positions the checkpoint does not
+		// cover yet.
+		for p := m.ckpt + 1; p <= w.tail; p++ {
+			if b := s.log[p]; b.kind == batchBlob {
+				m.entries[p] = entry{blob: b, merged: true}
+				merged = true
+			}
+		}
+	}
 	if !merged {
 		return false
 	}
@@ -491,9 +512,12 @@ func (s *State) loadManifest() bool {
 		}
 	}
 	r.n = 0
-	for p := 1; p <= int(m.ckpt); p++ {
+	for p := 1; p < len(m.entries); p++ {
 		e := m.entries[p]
-		if e.blob.kind != batchBlob {
+		// Merged generations are listed by the manifest whatever positions
+		// they hold; the correct protocol never lists one beyond the
+		// checkpoint (entries above it are empty).
+		if e.blob.kind != batchBlob || (p > int(m.ckpt) && !e.merged) {
 			continue
 		}
 		if !e.merged && s.log[p] != e.blob {

@@ -29,9 +29,15 @@ const (
 	// the missing position, and otherwise keeps what it probed at positions
 	// the new checkpoint now covers.
 	TrustCoveredProbes
+	// ForgetTailIDs leaves the inherited tail (positions above the claim's
+	// checkpoint) out of id lookups, so a retry can store an id twice.
+	ForgetTailIDs
+	// MergeBeyondCheckpoint lets a merged generation list positions the
+	// checkpoint does not cover, which readers then also probe.
+	MergeBeyondCheckpoint
 )
 
-var mutationNames = []string{"collect-fences", "no-confirm-read", "skip-fence-in-doubt", "skip-fence-unconfirmed", "trust-covered-probes"}
+var mutationNames = []string{"collect-fences", "no-confirm-read", "skip-fence-in-doubt", "skip-fence-unconfirmed", "trust-covered-probes", "forget-tail-ids", "merge-beyond-checkpoint"}
 
 func (m Mutation) String() string {
 	if m == 0 {
@@ -147,7 +153,8 @@ func Explore(cfg Config) (*Result, error) {
 	}
 	seeds := [2]maphash.Seed{maphash.MakeSeed(), maphash.MakeSeed()}
 	key := func(s *State) [2]uint64 {
-		return [2]uint64{maphash.Comparable(seeds[0], *s), maphash.Comparable(seeds[1], *s)}
+		b := s.bytes()
+		return [2]uint64{maphash.Bytes(seeds[0], b), maphash.Bytes(seeds[1], b)}
 	}
 	type item struct {
 		s    State
@@ -166,10 +173,11 @@ func Explore(cfg Config) (*Result, error) {
 	for len(level) > 0 && !res.Truncated && !res.Stopped {
 		res.Depth++
 		var next []item
-		for _, it := range level {
+		for li := range level {
 			if res.Stopped {
 				break
 			}
+			it := &level[li] // states are large: no copies beyond the successor's
 			acts = enabled(&it.s, &cfg, acts[:0])
 			for ci, a := range acts {
 				t := it.s

@@ -2,6 +2,7 @@ package model
 
 import (
 	"os"
+	"reflect"
 	"testing"
 	"time"
 )
@@ -94,31 +95,36 @@ func TestCorrectProtocol(t *testing.T) {
 // traces.
 func TestMutationsAreCaught(t *testing.T) {
 	cfg := func(ws WriterSet, positions, ids, faults int, m Mutation, want Kind) Config {
-		return Config{Positions: positions, IDs: ids, Writers: ws, Faults: faults, Reads: 1, LagK: 1, Mutation: m, StopAt: want}
+		return Config{Positions: positions, IDs: ids, Writers: ws, Faults: faults, Reads: 2, LagK: 1, Mutation: m, StopAt: want}
 	}
 	cases := []struct {
 		name string
 		cfg  Config
+		also []Kind // further kinds the same search must find
 	}{
 		// (a) SlateDB #352/#1622: GC collects a fence, a stale writer's
 		// create lands in its place and is acked, and no read sees it.
-		{"gc-undoes-fence", cfg(W0|W1, 2, 1, 0, CollectFences, AckNotVisible)},
+		{"gc-undoes-fence", cfg(W0|W1, 2, 1, 0, CollectFences, AckNotVisible), []Kind{FencedAck, TwoCommits}},
 		// (b) A reader that trusts a missing position without the confirming
 		// manifest read misses an ack whose position was checkpointed and
-		// collected meanwhile.
-		{"no-confirming-read", cfg(W0, 2, 1, 0, NoConfirmRead, AckNotVisible)},
+		// collected meanwhile; a second read may lose what the first saw.
+		{"no-confirming-read", cfg(W0, 2, 1, 0, NoConfirmRead, ReadRegression), []Kind{AckNotVisible}},
 		// (c) A reopen skips the fence with a create in doubt; the late
 		// create lands after GC collected the position: a second commit.
-		{"reopen-skips-fence-in-doubt", cfg(W0|W2, 2, 1, 1, SkipFenceInDoubt, TwoCommits)},
+		{"reopen-skips-fence-in-doubt", cfg(W0|W2, 2, 1, 1, SkipFenceInDoubt, TwoCommits), nil},
 		// (c) with the issue's reader, the same late landing hides an ack.
-		{"reopen-skips-fence-in-doubt/issue-reader", cfg(W0|W2, 2, 2, 1, SkipFenceInDoubt|TrustCoveredProbes, AckNotVisible)},
+		{"reopen-skips-fence-in-doubt/issue-reader", cfg(W0|W2, 2, 2, 1, SkipFenceInDoubt|TrustCoveredProbes, AckNotVisible), nil},
 		// Found by this model: the issue's skip rule read literally lets a
 		// reopen skip the fence after a writer that never placed its own.
-		{"reopen-skips-fence-unconfirmed", cfg(AllWriters, 2, 2, 0, SkipFenceUnconfirmed, AckNotVisible)},
+		{"reopen-skips-fence-unconfirmed", cfg(AllWriters, 2, 2, 0, SkipFenceUnconfirmed, AckNotVisible), []Kind{FencedAck}},
 		// Found by this model: a fence create answered "unknown" that lost
 		// its race stays in flight, lands after GC collected the winner, and a
 		// reader that trusts covered probes skips an acked record.
-		{"reader-trusts-covered-probes", cfg(W0|W1, 3, 1, 1, TrustCoveredProbes, AckNotVisible)},
+		{"reader-trusts-covered-probes", cfg(W0|W1, 3, 1, 1, TrustCoveredProbes, AckNotVisible), []Kind{ScanOrder}},
+		// Id lookups that leave out the inherited tail store a retry twice.
+		{"id-lookup-skips-tail", cfg(W0|W2, 3, 1, 0, ForgetTailIDs, DuplicateID), nil},
+		// A merged generation beyond the checkpoint makes Scan repeat.
+		{"merge-beyond-checkpoint", cfg(W0, 3, 2, 0, MergeBeyondCheckpoint, ScanOrder), []Kind{DuplicateID}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -128,6 +134,11 @@ func TestMutationsAreCaught(t *testing.T) {
 				t.Fatalf("no %q counterexample under %s", tc.cfg.StopAt, tc.cfg.Mutation)
 			}
 			t.Logf("counterexample (%d steps):\n%s", len(ce.Steps), ce)
+			for _, k := range tc.also {
+				if res.Violations[k] == nil {
+					t.Errorf("no %q counterexample under %s", k, tc.cfg.Mutation)
+				}
+			}
 			for k, v := range res.Violations {
 				if v != nil && Kind(k) != tc.cfg.StopAt {
 					t.Logf("also found: %s: %s", v.Kind, v.Msg)
@@ -135,4 +146,24 @@ func TestMutationsAreCaught(t *testing.T) {
 			}
 		})
 	}
+}
+
+// State is hashed as raw memory, which is canonical only if every field is a
+// byte-sized value: no padding, no pointers.
+func TestStateHasNoPadding(t *testing.T) {
+	var check func(reflect.Type)
+	check = func(typ reflect.Type) {
+		switch typ.Kind() {
+		case reflect.Struct:
+			for i := range typ.NumField() {
+				check(typ.Field(i).Type)
+			}
+		case reflect.Array:
+			check(typ.Elem())
+		case reflect.Uint8, reflect.Int8, reflect.Bool:
+		default:
+			t.Errorf("State holds a %v; hashing its memory would not be canonical", typ)
+		}
+	}
+	check(reflect.TypeFor[State]())
 }

@@ -1,5 +1,7 @@
 package model
 
+import "unsafe"
+
 // Array capacities. A Config chooses bounds at or below them. Every field of
 // State is a byte-sized value or an array of them, so State is comparable and
 // copies by value: a successor is a copy with one step applied.
@@ -244,4 +246,11 @@ func lessReq(a, b request) bool {
 		return !a.landed
 	}
 	return !a.created && b.created
+}
+
+// bytes views s as its memory, for hashing without a copy. Every field of
+// State is a byte-sized value (TestStateHasNoPadding checks), so equal states
+// have equal bytes once normalized.
+func (s *State) bytes() []byte {
+	return unsafe.Slice((*byte)(unsafe.Pointer(s)), unsafe.Sizeof(*s))
 }
