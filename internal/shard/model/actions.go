@@ -53,16 +53,26 @@ func enabled(s *State, cfg *Config, out []action) []action {
 		case confirming:
 			a(actConfirm, 0)
 		case ready:
+			room := int(w.tail) < cfg.Positions && int(w.tail) < int(w.ckpt)+2*cfg.LagK
 			for x := 0; x < cfg.IDs; x++ {
-				a(actAppend, uint8(x))
+				known := w.known&(1<<x) != 0
+				if (known && s.acked&(1<<x) == 0) || (!known && room) {
+					a(actAppend, uint8(x))
+				}
 			}
 		}
 		if (w.phase == fencing || w.phase == committing) && !w.waiting && w.doubt != answered {
 			a(actReadBack, 0)
 		}
 		if w.phase == ready || w.phase == committing {
-			a(actCheckpoint, 0)
-			a(actMerge, 0)
+			// The owner's background work; a stale owner's CAS fails and ends it.
+			stale := w.version != s.man.version
+			if w.tail > w.ckpt || stale {
+				a(actCheckpoint, 0)
+			}
+			if stale || s.man.hasUnmerged() || (cfg.Mutation&MergeBeyondCheckpoint != 0 && w.tail > s.man.ckpt) {
+				a(actMerge, 0)
+			}
 		}
 		if w.phase != idle && w.phase != ended {
 			a(actAbort, 0)
@@ -92,7 +102,7 @@ func enabled(s *State, cfg *Config, out []action) []action {
 	}
 	if s.gc.deleting != 0 {
 		out = append(out, action{kind: actGCLand})
-	} else {
+	} else if _, ok := s.gcNext(cfg.Mutation&CollectFences != 0); ok {
 		out = append(out, action{kind: actGCSend})
 	}
 	return out
@@ -608,20 +618,30 @@ func (s *State) readDone(c *ctx) {
 	*r = reader{reads: r.reads + 1}
 }
 
-func (s *State) gcSend(c *ctx) bool {
+// gcNext finds the next position GC may delete: in position order, at or
+// below the checkpoint, merged, and never a fence (unless collectFences).
+func (s *State) gcNext(collectFences bool) (uint8, bool) {
 	m := &s.man
 	for g := s.gc.next; g <= m.ckpt; g++ {
 		e := m.entries[g]
 		if e.blob.kind == batchBlob && !e.merged {
-			return false // in position order: wait until it is merged
+			return 0, false // in position order: wait until it is merged
 		}
-		if e.blob.kind == fenceBlob && !c.has(CollectFences) {
+		if e.blob.kind == fenceBlob && !collectFences {
 			continue // fences are kept until the shard is deleted
 		}
-		c.note("GC sends the delete of position %d", g)
-		s.gc.deleting = g
-		s.gc.next = g + 1
-		return true
+		return g, true
 	}
-	return false
+	return 0, false
+}
+
+func (s *State) gcSend(c *ctx) bool {
+	g, ok := s.gcNext(c.has(CollectFences))
+	if !ok {
+		return false
+	}
+	c.note("GC sends the delete of position %d", g)
+	s.gc.deleting = g
+	s.gc.next = g + 1
+	return true
 }

@@ -180,9 +180,13 @@ func Explore(cfg Config) (*Result, error) {
 			it := &level[li] // states are large: no copies beyond the successor's
 			acts = enabled(&it.s, &cfg, acts[:0])
 			for ci, a := range acts {
-				t := it.s
+				// The successor is built in place at the end of next, and
+				// dropped again if it is a no-op or already visited.
+				next = append(next, item{s: it.s})
+				t := &next[len(next)-1].s
 				c.reset()
-				if !apply(&t, a, c) {
+				if !apply(t, a, c) {
+					next = next[:len(next)-1]
 					continue
 				}
 				res.Transitions++
@@ -195,17 +199,18 @@ func Explore(cfg Config) (*Result, error) {
 						res.Stopped = true
 					}
 				}
-				if res.Stopped {
-					break
-				}
 				t.normalize()
-				k := key(&t)
-				if _, ok := visited[k]; ok {
+				k := key(t)
+				if _, ok := visited[k]; ok || res.Stopped {
+					next = next[:len(next)-1]
+					if res.Stopped {
+						break
+					}
 					continue
 				}
 				visited[k] = struct{}{}
 				nodes = append(nodes, node{it.node, uint16(ci)})
-				next = append(next, item{t, int32(len(nodes) - 1)})
+				next[len(next)-1].node = int32(len(nodes) - 1)
 				if cfg.MaxStates > 0 && len(nodes) >= cfg.MaxStates {
 					res.Truncated = true
 				}

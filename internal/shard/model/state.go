@@ -69,6 +69,15 @@ func (m *manifest) nextSeq() uint8 {
 	return nextSeqAfter(m.entries[m.ckpt].blob)
 }
 
+func (m *manifest) hasUnmerged() bool {
+	for p := 1; p <= int(m.ckpt); p++ {
+		if e := m.entries[p]; e.blob.kind == batchBlob && !e.merged {
+			return true
+		}
+	}
+	return false
+}
+
 // request is a create-only PUT that has been sent. It stays in flight after its
 // sender stopped waiting (lost response, timeout, abort), so it can land at any
 // later step: that is how the model delays requests.
