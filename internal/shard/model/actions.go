@@ -169,7 +169,8 @@ func (s *State) claim(i int, c *ctx) bool {
 	p := &s.procs[writerProc[i]]
 	prev := m.owner
 	// Fences count takeovers, not opens: skip only when this process's
-	// previous writer owned the manifest and left no create in doubt.
+	// previous writer owned the manifest, had its claim confirmed and left
+	// no create in doubt (see process).
 	w.skipFence = prev >= 0 && prev == p.last &&
 		(p.answered || c.has(SkipFenceInDoubt)) && (p.confirmed || c.has(SkipFenceUnconfirmed))
 	m.epoch++
