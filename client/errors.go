@@ -186,6 +186,10 @@ func (e *Error) Is(target error) bool {
 		return e.Reason == ReasonRateLimited
 	case ErrScanInterrupted:
 		return e.Reason == ReasonScanInterrupted
+	case ErrShardDeleted:
+		return e.Reason == ReasonShardDeleted
+	case ErrSeqMismatch:
+		return e.Reason == ReasonSeqMismatch
 	case ErrDataLoss:
 		return e.Code == codes.DataLoss
 	case ErrInternal:

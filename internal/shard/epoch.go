@@ -35,6 +35,7 @@ func (w *writer) claim(ctx context.Context) error {
 		case errors.Is(err, blob.ErrNotFound):
 			next = &storagepb.Manifest{Epoch: 1, NextGeneration: 1, NextSeq: 1}
 			put.IfNoneMatch = true
+			startIncarnation(next, w.opts.Clock.Now()) // lifecycle.go
 		case err != nil && retryable(err):
 			last = err
 			if err := backoff.wait(ctx); err != nil {
@@ -47,6 +48,9 @@ func (w *writer) claim(ctx context.Context) error {
 			next = proto.CloneOf(cur)
 			next.Epoch = cur.GetEpoch() + 1
 			put.IfMatch = etag
+			if next.GetTombstone() != nil {
+				startIncarnation(next, w.opts.Clock.Now()) // lifecycle.go
+			}
 		}
 		next.Owner = w.id
 		next.CommitId = put.PutID

@@ -207,6 +207,9 @@ func (r *Reader) Manifest(ctx context.Context, shard string) (*storagepb.Manifes
 // find looks id up in the manifest's live generations, newest first.
 // A generation that is gone yields blob.ErrNotFound, so Get re-reads.
 func (r *Reader) find(ctx context.Context, shard string, m *storagepb.Manifest, id string) (*rolloutv1.Record, error) {
+	if m.GetTombstone() != nil {
+		return nil, deletedError(shard) // lifecycle.go
+	}
 	gens := m.GetGenerations()
 	for i := len(gens) - 1; i >= 0; i-- {
 		g := gens[i]

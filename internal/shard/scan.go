@@ -151,6 +151,10 @@ type scanner struct {
 	delivered int
 	batch     Batch
 	batchSize int
+	// The incarnation the scan reads, once it has seen the shard live
+	// (see checkIncarnation, in lifecycle.go).
+	seen        bool
+	incarnation uint64
 }
 
 // pass reads everything committed after the cursor in the current manifest.
@@ -165,6 +169,9 @@ func (s *scanner) pass(ctx context.Context) (bool, error) {
 		}
 		if err != nil {
 			return false, err
+		}
+		if wait, err := s.checkIncarnation(m); wait || err != nil {
+			return false, err // lifecycle.go
 		}
 		err = s.generations(ctx, m)
 		if errors.Is(err, blob.ErrNotFound) {

@@ -10,8 +10,32 @@ import (
 	"github.com/rolloutd/rolloutd/internal/shard/storagepb"
 )
 
-// ManifestVersion is the manifest format this build writes and reads.
+// ManifestVersion is the manifest format this build writes for a live
+// shard.
 const ManifestVersion = 1
+
+// TombstoneVersion is the format of a deleted shard's manifest, one that
+// holds a Tombstone. Builds that predate deletion read only version 1 and
+// refuse it as corrupt, rather than append to a deleted shard as if it
+// were live. The next incarnation is written at the live version again.
+const TombstoneVersion = 3
+
+// versionOf is the format version m is written with.
+func versionOf(m *storagepb.Manifest) uint32 {
+	if m.GetTombstone() != nil {
+		return TombstoneVersion
+	}
+	return ManifestVersion
+}
+
+// Version returns the format version of an encoded manifest, or 0 when b
+// is too short to hold one. It does not verify b.
+func Version(b []byte) uint32 {
+	if len(b) < manifestOverhead {
+		return 0
+	}
+	return binary.LittleEndian.Uint32(b[4:8])
+}
 
 // A manifest blob is: magic, version (uint32 LE), the protobuf Manifest, then
 // the CRC32C (uint32 LE) of everything before it.
@@ -32,7 +56,7 @@ func EncodeManifest(m *storagepb.Manifest) ([]byte, error) {
 	}
 	out := make([]byte, 0, manifestOverhead+len(body))
 	out = append(out, manifestMagic[:]...)
-	out = binary.LittleEndian.AppendUint32(out, ManifestVersion)
+	out = binary.LittleEndian.AppendUint32(out, versionOf(m))
 	out = append(out, body...)
 	return binary.LittleEndian.AppendUint32(out, Checksum(out)), nil
 }
@@ -45,8 +69,9 @@ func DecodeManifest(b []byte) (*storagepb.Manifest, error) {
 	if [4]byte(b[:4]) != manifestMagic {
 		return nil, fmt.Errorf("%w: manifest has bad magic %q", ErrCorrupt, b[:4])
 	}
-	if v := binary.LittleEndian.Uint32(b[4:8]); v != ManifestVersion {
-		return nil, fmt.Errorf("%w: manifest format version %d, this build reads %d", ErrCorrupt, v, ManifestVersion)
+	v := binary.LittleEndian.Uint32(b[4:8])
+	if v != ManifestVersion && v != TombstoneVersion {
+		return nil, fmt.Errorf("%w: manifest format version %d, this build reads %d and %d", ErrCorrupt, v, ManifestVersion, TombstoneVersion)
 	}
 	n := len(b) - 4
 	if want, got := binary.LittleEndian.Uint32(b[n:]), Checksum(b[:n]); want != got {
@@ -59,6 +84,9 @@ func DecodeManifest(b []byte) (*storagepb.Manifest, error) {
 	if err := checkManifest(m); err != nil {
 		return nil, fmt.Errorf("%w: manifest: %v", ErrCorrupt, err)
 	}
+	if versionOf(m) != v {
+		return nil, fmt.Errorf("%w: manifest format version %d does not match its tombstone state", ErrCorrupt, v)
+	}
 	return m, nil
 }
 
@@ -70,6 +98,9 @@ func checkManifest(m *storagepb.Manifest) error {
 	}
 	if m.GetNextSeq() == 0 {
 		return fmt.Errorf("next_seq 0")
+	}
+	if m.GetTombstone() != nil && len(m.GetGenerations()) > 0 {
+		return fmt.Errorf("a tombstone lists %d generations", len(m.GetGenerations()))
 	}
 	var prevLast uint64
 	for i, g := range m.GetGenerations() {
@@ -117,3 +148,7 @@ func checkManifest(m *storagepb.Manifest) error {
 	}
 	return nil
 }
+
+// VersionOf is the format version m is written with: TombstoneVersion for
+// a tombstone, ManifestVersion otherwise.
+func VersionOf(m *storagepb.Manifest) uint32 { return versionOf(m) }

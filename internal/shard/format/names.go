@@ -21,6 +21,9 @@ const (
 	genDir         = "/_g/"
 )
 
+// ShardsRoot is the prefix of every shard's blobs.
+const ShardsRoot = shardsRoot
+
 // ShardPrefix is the prefix under which every blob of the shard lives. The
 // shard must already be valid (package validate).
 func ShardPrefix(shard string) string { return shardsRoot + shard + "/" }

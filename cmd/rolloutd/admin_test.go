@@ -1,0 +1,82 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"io"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rolloutd/rolloutd/client"
+)
+
+// rolloutd admin against the real binary: list, describe, delete, and a
+// purge by age, dry and real, then resumed.
+func TestAdmin(t *testing.T) {
+	p := start(t, nil, "--store", t.TempDir())
+	ctx := context.Background()
+	for _, s := range []string{"exp/a", "exp/b", "exp/b/c", "other"} {
+		if _, err := appendOne(ctx, p.Client, s, "r1"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	admin := func(args ...string) (string, error) {
+		var out, errOut strings.Builder
+		err := run(append([]string{"admin"}, append(args, "--addr", p.GRPCAddr)...), &out, &errOut)
+		return out.String() + errOut.String(), err
+	}
+	out, err := admin("list", "--prefix", "exp")
+	if err != nil || out != "exp/a\nexp/b\nexp/b/c\n" {
+		t.Fatalf("admin list = %q, %v", out, err)
+	}
+	out, err = admin("list", "--summary")
+	if err != nil || !strings.Contains(out, "LAST COMMIT") || strings.Count(out, "live") != 4 {
+		t.Fatalf("admin list --summary = %q, %v", out, err)
+	}
+	out, err = admin("describe", "exp/a")
+	if err != nil || !strings.Contains(out, "records:") || !strings.Contains(out, "last seq:        1\n") {
+		t.Fatalf("admin describe = %q, %v", out, err)
+	}
+	if out, err = admin("delete", "other", "--expected-last-seq", "7"); err == nil || !strings.Contains(err.Error(), "SEQ_MISMATCH") {
+		t.Fatalf("admin delete with a stale seq = %q, %v", out, err)
+	}
+	if out, err = admin("delete", "other", "--expected-last-seq", "1"); err != nil || !strings.Contains(out, "deleted 1 records through seq 1") {
+		t.Fatalf("admin delete = %q, %v", out, err)
+	}
+	if _, err = admin("purge", "--prefix", "exp"); err == nil {
+		t.Fatal("admin purge without --older-than succeeded")
+	}
+
+	c, err := client.New(p.GRPCAddr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	var buf strings.Builder
+	// Nothing is an hour old yet.
+	if err := adminPurge(ctx, c, &buf, io.Discard, "exp", time.Hour, false, time.Now()); err != nil || !strings.Contains(buf.String(), "3 shards examined, 0 deleted (0 records), 3 younger") {
+		t.Fatalf("purge of young shards: %v\n%s", err, buf.String())
+	}
+	later := time.Now().Add(2 * time.Hour)
+	buf.Reset()
+	if err := adminPurge(ctx, c, &buf, io.Discard, "exp", time.Hour, true, later); err != nil || strings.Count(buf.String(), "would delete exp/") != 3 {
+		t.Fatalf("dry-run purge: %v\n%s", err, buf.String())
+	}
+	if _, err := c.Get(ctx, "exp/a", "r1"); err != nil {
+		t.Fatalf("the dry run deleted: %v", err)
+	}
+	buf.Reset()
+	if err := adminPurge(ctx, c, &buf, io.Discard, "exp", time.Hour, false, later); err != nil || !strings.Contains(buf.String(), "3 deleted (3 records)") {
+		t.Fatalf("purge: %v\n%s", err, buf.String())
+	}
+	for _, s := range []string{"exp/a", "exp/b", "exp/b/c"} {
+		if _, err := c.Get(ctx, s, "r1"); !errors.Is(err, client.ErrShardDeleted) {
+			t.Errorf("Get from %s after the purge: %v", s, err)
+		}
+	}
+	buf.Reset()
+	if err := adminPurge(ctx, c, &buf, io.Discard, "exp", time.Hour, false, later); err != nil || !strings.Contains(buf.String(), "0 deleted (0 records)") || !strings.Contains(buf.String(), "3 deleted before") {
+		t.Fatalf("purge again: %v\n%s", err, buf.String())
+	}
+}
