@@ -66,8 +66,8 @@ func parseExportConfig(args []string, getenv func(string) string, out io.Writer)
 	fs.SetOutput(io.Discard)
 	fs.Usage = func() {}
 	fs.StringVar(&c.Store, "store", "", "read storage directly: a local `directory` (not held by a running rolloutd), file:///abs/path, or azblob://CONTAINER[/PREFIX]")
-	fs.StringVar(&c.Server, "server", "", "read through a running rolloutd's Scan at this gRPC `address` (host:port) instead; needs --shard")
-	fs.Var((*stringList)(&c.Shards), "shard", "with --server: a `shard` to export (repeat the flag; the API lists no shards)")
+	fs.StringVar(&c.Server, "server", "", "read through a running rolloutd's ListShards and Scan at this gRPC `address` (host:port) instead")
+	fs.Var((*stringList)(&c.Shards), "shard", "with --server: export only this `shard` (repeat the flag); default every shard under --prefix")
 	fs.StringVar(&c.Prefix, "prefix", "", "export the shards whose names start with this `prefix` (required; '' is every shard)")
 	fs.StringVar(&c.Out, "out", "", "where parts go: a local `directory`, or azblob://CONTAINER[/PREFIX] (required)")
 	fs.StringVar(&c.State, "since-state", "", "a local JSON `file` caching each shard's last exported seq (the published parts always win over it)")
@@ -90,7 +90,7 @@ shard: DEST/shard=<url-escaped shard>/part-<first_seq>-<last_seq>.parquet. A
 rerun exports only what was committed since; a crash at any point, then a
 rerun, leaves each record in exactly one part. See docs/export.md.
 
-Usage: rolloutd export (--store S | --server ADDR --shard SH...) --prefix P --out DEST
+Usage: rolloutd export (--store S | --server ADDR [--shard SH]...) --prefix P --out DEST
            [--since-state FILE] [--rows-per-file N] [--compression zstd|snappy|none] [--json]
 
 Azure credentials, for an azblob:// --store or --out, come from
@@ -128,8 +128,6 @@ func (c *exportConfig) validate() error {
 	switch {
 	case (c.Store == "") == (c.Server == ""):
 		return errors.New("give one of --store (read storage directly) and --server (read through a running rolloutd)")
-	case c.Server != "" && len(c.Shards) == 0:
-		return errors.New("--server needs the shards to export, as --shard flags: the API lists no shards")
 	case c.Server == "" && len(c.Shards) > 0:
 		return errors.New("--shard goes with --server; with --store every shard under --prefix is exported")
 	case !c.prefixSet:
@@ -222,7 +220,7 @@ func exportMain(ctx context.Context, c *exportConfig, stdout, stderr io.Writer) 
 			s, err := localstore.Open(loc.Dir)
 			if errors.Is(err, localstore.ErrLocked) {
 				return fmt.Errorf("--store %s: a running rolloutd holds the directory, and only it knows which of its blobs are durable: "+
-					"export through it with --server ADDR (and --shard) instead (%w)", c.Store, err)
+					"export through it with --server ADDR instead (%w)", c.Store, err)
 			}
 			if err != nil {
 				return fmt.Errorf("--store %s: %w", c.Store, err)

@@ -18,7 +18,7 @@ func TestExportFlags(t *testing.T) {
 		{[]string{"--server", "h:1", "--shard", "a/b", "--prefix", "a/", "--out", "o", "--tls-ca", "ca.crt"}, ""},
 		{[]string{"--prefix", "", "--out", "o"}, "--store"},
 		{[]string{"--store", "d", "--server", "h:1", "--prefix", "", "--out", "o"}, "--store"},
-		{[]string{"--server", "h:1", "--prefix", "", "--out", "o"}, "--shard"},
+		{[]string{"--server", "h:1", "--prefix", "", "--out", "o"}, ""},
 		{[]string{"--store", "d", "--shard", "x", "--prefix", "", "--out", "o"}, "--shard"},
 		{[]string{"--store", "d", "--out", "o"}, "--prefix"},
 		{[]string{"--store", "d", "--prefix", ""}, "--out"},

@@ -57,9 +57,10 @@ func exportJSON(t *testing.T, env []string, args ...string) export.Summary {
 // them through its Scan (the embedded store it holds is locked), and reads
 // the parts with DuckDB, a reader nobody here wrote: row counts per shard,
 // a sample of rows field by field against Get, and avg(reward) by
-// policy_version against a Scan. Then an append and a rerun export only
-// the new records, and once the server has stopped, a direct export finds
-// nothing new: both paths share the published parts.
+// policy_version against a Scan. Then appends and a deleted shard: a
+// rerun, listing the shards with ListShards, exports only the new records
+// and reports the deleted shard gone; once the server has stopped, a
+// direct export finds nothing new: both paths share the published parts.
 func TestExportReadByDuckDB(t *testing.T) {
 	ctx := context.Background()
 	data := t.TempDir()
@@ -176,11 +177,17 @@ func TestExportReadByDuckDB(t *testing.T) {
 		}
 	}
 
-	// Incremental: only what was appended since.
+	// Incremental: only what was appended since; the server's ListShards
+	// names the shards now (no --shard), and a deleted shard is reported
+	// gone, its parts kept.
 	more := map[string]int{"exp-9/actor-0": 12, "exp-9/actor-1": 0, "exp-9/grades": 3}
 	appendAll(map[string]int{"exp-9/actor-0": 12, "exp-9/grades": 3})
-	if s := exportJSON(t, nil, args...); s.Records != 15 {
-		t.Fatalf("rerun exported %d records, want 15: %+v", s.Records, s.Shards)
+	if _, err := p.Client.DeleteShard(ctx, &rolloutv1.DeleteShardRequest{Shard: "exp-9/actor-1"}); err != nil {
+		t.Fatal(err)
+	}
+	s = exportJSON(t, nil, "--server", p.GRPCAddr, "--prefix", "exp-9/", "--out", out, "--since-state", state, "--rows-per-file", "50")
+	if s.Records != 15 || len(s.Shards) != 3 || s.Shards[1].Shard != "exp-9/actor-1" || s.Shards[1].Status != export.StatusGone {
+		t.Fatalf("rerun: %d records, want 15: %+v", s.Records, s.Shards)
 	}
 	for sh, n := range more {
 		counts[sh] += n
@@ -192,7 +199,7 @@ func TestExportReadByDuckDB(t *testing.T) {
 	if code, _ := p.Signal(syscall.SIGTERM, 30*time.Second); code != 0 {
 		t.Fatalf("server exit code %d", code)
 	}
-	if s := exportJSON(t, nil, "--store", data, "--prefix", "exp-9/", "--out", out, "--since-state", state); s.Records != 0 || len(s.Shards) != 3 {
+	if s := exportJSON(t, nil, "--store", data, "--prefix", "exp-9/", "--out", out, "--since-state", state); s.Records != 0 || len(s.Shards) != 3 || s.Shards[1].Status != export.StatusGone {
 		t.Fatalf("direct export after the server's: %+v", s)
 	}
 	checkCounts(counts)

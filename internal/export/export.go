@@ -192,31 +192,47 @@ func Run(ctx context.Context, opts Options) (*Summary, error) {
 	if err != nil {
 		return nil, err
 	}
-	for _, sh := range shards {
+	listed := map[string]bool{}
+	for _, ref := range shards {
 		if err := ctx.Err(); err != nil {
 			return sum, err
 		}
-		res := exportShard(ctx, opts, st, sh)
-		if res.Status == StatusFailed {
-			sum.Failed++
+		listed[ref.Name] = true
+		cached, known := st.Shards[ref.Name]
+		var res ShardResult
+		if ref.Deleted {
+			res = ShardResult{Shard: ref.Name, Status: StatusGone, LastSeq: cached.LastSeq,
+				Note: fmt.Sprintf("deleted (incarnation %d); its parts stay in DEST", ref.Incarnation)}
+		} else {
+			res = exportShard(ctx, opts, st, ref.Name)
+			if known && (cached.Incarnation != ref.Incarnation || cached.Deleted) {
+				res.Note = strings.TrimPrefix(res.Note+"; "+fmt.Sprintf("deleted and written again since the last run (incarnation %d, was %d): "+
+					"the new records' seqs continue above the deleted ones, and the deleted ones' parts stay in DEST", ref.Incarnation, cached.Incarnation), "; ")
+			}
 		}
-		if res.Status != StatusFailed && res.Status != StatusGone {
-			st.Shards[sh] = stateShard{LastSeq: res.LastSeq}
-		} else if res.Status == StatusGone {
-			delete(st.Shards, sh)
+		switch res.Status {
+		case StatusFailed:
+			sum.Failed++
+		case StatusGone:
+			// Kept, so that a shard written again is told from one never
+			// deleted.
+			st.Shards[ref.Name] = stateShard{LastSeq: max(res.LastSeq, cached.LastSeq), Incarnation: ref.Incarnation, Deleted: true}
+		default:
+			st.Shards[ref.Name] = stateShard{LastSeq: res.LastSeq, Incarnation: ref.Incarnation}
 		}
 		sum.Shards = append(sum.Shards, res)
 		sum.Records += res.Records
 		sum.Parts += len(res.Parts)
 		sum.RecordBytes += res.RecordBytes
 	}
-	// Shards the state knew that the source no longer lists were deleted
-	// since the last run; their parts stay in DEST. A source that only
-	// knows the shards it was told of cannot say that.
-	_, named := opts.Source.(interface{ NamedShards() bool })
-	for sh := range st.Shards {
-		if !named && strings.HasPrefix(sh, opts.Prefix) && !slices.Contains(shards, sh) {
-			sum.Shards = append(sum.Shards, ShardResult{Shard: sh, Status: StatusGone, LastSeq: st.Shards[sh].LastSeq,
+	// Shards the state knew that the source no longer lists at all are
+	// gone too; their parts stay in DEST. A source that only knows the
+	// shards it was told of cannot say that.
+	n, ok := opts.Source.(interface{ NamedShards() bool })
+	named := ok && n.NamedShards()
+	for sh, cached := range st.Shards {
+		if !named && strings.HasPrefix(sh, opts.Prefix) && !listed[sh] {
+			sum.Shards = append(sum.Shards, ShardResult{Shard: sh, Status: StatusGone, LastSeq: cached.LastSeq,
 				Note: "no longer in the source; its parts stay in DEST"})
 			delete(st.Shards, sh)
 		}
@@ -254,7 +270,7 @@ func exportShard(ctx context.Context, opts Options, st *state, sh string) (res S
 	}()
 	fail := func(err error) ShardResult {
 		if errors.Is(err, ErrShardGone) {
-			res.Status, res.Note = StatusGone, "not found when scanned: deleted since it was listed, or never written"
+			res.Status, res.Note = StatusGone, "deleted while it was exported; the parts published before stay in DEST"
 			return res
 		}
 		res.Status, res.Error = StatusFailed, err.Error()

@@ -19,6 +19,7 @@ import (
 	"github.com/rolloutd/rolloutd/internal/blob/faultstore"
 	"github.com/rolloutd/rolloutd/internal/blob/memstore"
 	"github.com/rolloutd/rolloutd/internal/export/synth"
+	"github.com/rolloutd/rolloutd/internal/shard"
 )
 
 func openDir(t testing.TB, dir string) *DirDest {
@@ -328,7 +329,16 @@ type namedSource struct {
 
 func (n namedSource) NamedShards() bool { return true }
 
-func (n namedSource) Shards(context.Context, string) ([]string, error) { return n.names, nil }
+func (n namedSource) Shards(ctx context.Context, prefix string) ([]ShardRef, error) {
+	all, err := n.StoreSource.Shards(ctx, prefix)
+	var refs []ShardRef
+	for _, r := range all {
+		if slices.Contains(n.names, r.Name) {
+			refs = append(refs, r)
+		}
+	}
+	return refs, err
+}
 
 // TestGoneShards: a shard the state file knew and the store no longer
 // lists is reported gone; a shard a named source was not told of this
@@ -372,5 +382,58 @@ func TestGoneShards(t *testing.T) {
 	}
 	if s := run(store); len(s.Shards) != 2 {
 		t.Fatalf("a gone shard is reported once: %+v", s.Shards)
+	}
+}
+
+// TestDeletedShards: a shard deleted (issue 23) is reported gone and its
+// parts stay; written again, its new records are exported after the old
+// parts, and the summary says it was re-created.
+func TestDeletedShards(t *testing.T) {
+	ctx := context.Background()
+	src := memstore.New()
+	g := synth.New(13, 16)
+	appendN(t, src, "d/x", g, 5, 5)
+	appendN(t, src, "d/y", g, 3, 3)
+	dir := t.TempDir()
+	statePath := filepath.Join(t.TempDir(), "state.json")
+	run := func() *Summary {
+		t.Helper()
+		d := openDir(t, dir)
+		defer d.Close()
+		sum, err := Run(ctx, Options{Source: NewStoreSource(src), Dest: d, StatePath: statePath})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return sum
+	}
+	run()
+	appendN(t, src, "d/x", g, 2, 2) // never exported: deleted first
+	if _, err := shard.Delete(ctx, src, "d/x", shard.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	s := run()
+	if len(s.Shards) != 2 || s.Shards[0].Status != StatusGone || !strings.Contains(s.Shards[0].Note, "deleted") {
+		t.Fatalf("after a delete: %+v", s.Shards)
+	}
+	appendN(t, src, "d/x", g, 4, 4) // written again: seqs 8..11
+	s = run()
+	if s.Shards[0].Status != StatusExported || s.Shards[0].Records != 4 || !strings.Contains(s.Shards[0].Note, "written again") {
+		t.Fatalf("after writing the deleted shard again: %+v", s.Shards[0])
+	}
+	parts := dirParts(t, dir)
+	var seqs []int64
+	for name, rows := range parts {
+		if strings.HasPrefix(name, ShardDir("d/x")) {
+			for _, r := range rows {
+				seqs = append(seqs, r.Seq)
+			}
+		}
+	}
+	slices.Sort(seqs)
+	if want := []int64{1, 2, 3, 4, 5, 8, 9, 10, 11}; !slices.Equal(seqs, want) {
+		t.Fatalf("d/x exported seqs %v, want %v (the first incarnation's exported ones, then the second's)", seqs, want)
+	}
+	if s := run(); s.Records != 0 || s.Shards[0].Note != "" {
+		t.Fatalf("a rerun: %+v", s.Shards)
 	}
 }

@@ -18,10 +18,21 @@ import (
 // it was scanned (deleted meanwhile).
 var ErrShardGone = errors.New("export: shard not found")
 
+// ShardRef is a shard a Source lists.
+type ShardRef struct {
+	Name string
+	// Incarnation counts the times the shard was deleted (issue 23's
+	// DeleteShard); a shard deleted and written again has a higher one.
+	Incarnation uint64
+	// Deleted: the shard is a tombstone; its records are gone.
+	Deleted bool
+}
+
 // Source is where records come from.
 type Source interface {
-	// Shards lists the shards whose names start with prefix, sorted.
-	Shards(ctx context.Context, prefix string) ([]string, error)
+	// Shards lists the shards whose names start with prefix, sorted by
+	// name, deleted ones included.
+	Shards(ctx context.Context, prefix string) ([]ShardRef, error)
 	// Scan delivers the shard's records with seq > after, in seq order,
 	// in batches; emit may keep a batch.
 	Scan(ctx context.Context, shard string, after uint64, emit func([]*rolloutv1.Record) error) error
@@ -46,8 +57,9 @@ func NewStoreSource(store blob.Store) *StoreSource {
 // shardsRoot is the prefix of every shard's blobs ("shards/").
 var shardsRoot = strings.TrimSuffix(format.ShardPrefix("x"), "x/")
 
-// Shards lists the shards that have a manifest.
-func (s *StoreSource) Shards(ctx context.Context, prefix string) ([]string, error) {
+// Shards lists the shards that have a manifest, and reads each one's to
+// tell a deleted shard and its incarnation.
+func (s *StoreSource) Shards(ctx context.Context, prefix string) ([]ShardRef, error) {
 	manifest := strings.TrimPrefix(format.ManifestName("x"), shardsRoot+"x")
 	var shards []string
 	token := ""
@@ -67,7 +79,18 @@ func (s *StoreSource) Shards(ctx context.Context, prefix string) ([]string, erro
 		token = page.Next
 	}
 	slices.Sort(shards)
-	return shards, nil
+	refs := make([]ShardRef, 0, len(shards))
+	for _, sh := range shards {
+		info, err := s.Reader.Describe(ctx, sh)
+		switch {
+		case errors.Is(err, shard.ErrShardNotFound):
+			continue // deleted and reclaimed since the listing
+		case err != nil && !errors.Is(err, shard.ErrShardDeleted):
+			return nil, fmt.Errorf("export: describe shard %q: %w", sh, err)
+		}
+		refs = append(refs, ShardRef{Name: sh, Incarnation: info.Incarnation, Deleted: info.Deleted})
+	}
+	return refs, nil
 }
 
 // scanBatch is how many records one delivered batch holds at most.
@@ -78,35 +101,70 @@ func (s *StoreSource) Scan(ctx context.Context, sh string, after uint64, emit fu
 	err := s.Reader.Scan(ctx, sh, shard.ScanOptions{AfterSeq: after, BatchRecords: scanBatch, BatchBytes: 1 << 20, ReadBytes: 1 << 20}, func(b shard.Batch) error {
 		return emit(b.Records)
 	})
-	if errors.Is(err, shard.ErrShardNotFound) {
-		return fmt.Errorf("%w: %q", ErrShardGone, sh)
+	if errors.Is(err, shard.ErrShardNotFound) || errors.Is(err, shard.ErrShardDeleted) {
+		return fmt.Errorf("%w: %q: %w", ErrShardGone, sh, err)
 	}
 	return err
 }
 
-// ClientSource reads through a running rolloutd's Scan. The API lists no
-// shards, so the caller names them.
+// ClientSource reads through a running rolloutd's Scan, and lists shards
+// with its ListShards, or takes the ones it is told of.
 type ClientSource struct {
 	Client *client.Client
-	// ShardNames are the shards to export (--shard); Shards returns those
-	// that start with the prefix.
+	// ShardNames, when set, are the only shards to export (--shard);
+	// Shards then describes those that start with the prefix instead of
+	// listing every shard.
 	ShardNames []string
 }
 
 // NamedShards says that Shards lists only the shards it was told of, not
 // every shard there is: one it does not list is not gone.
-func (c *ClientSource) NamedShards() bool { return true }
+func (c *ClientSource) NamedShards() bool { return len(c.ShardNames) > 0 }
 
-// Shards returns the named shards that start with prefix.
-func (c *ClientSource) Shards(_ context.Context, prefix string) ([]string, error) {
-	var out []string
-	for _, s := range c.ShardNames {
-		if strings.HasPrefix(s, prefix) {
-			out = append(out, s)
+// Shards lists the shards under prefix with ListShards (on whole
+// segments, then filtered to prefix), or describes the named ones.
+func (c *ClientSource) Shards(ctx context.Context, prefix string) ([]ShardRef, error) {
+	if len(c.ShardNames) > 0 {
+		var refs []ShardRef
+		names := slices.Clone(c.ShardNames)
+		slices.Sort(names)
+		for _, sh := range slices.Compact(names) {
+			if !strings.HasPrefix(sh, prefix) {
+				continue
+			}
+			info, err := c.Client.DescribeShard(ctx, sh)
+			switch {
+			case errors.Is(err, client.ErrShardDeleted):
+				refs = append(refs, ShardRef{Name: sh, Deleted: true})
+			case errors.Is(err, client.ErrNotFound):
+				// Never written: nothing to export, and nothing gone.
+			case err != nil:
+				return nil, fmt.Errorf("export: describe shard %q through the server: %w", sh, err)
+			default:
+				refs = append(refs, ShardRef{Name: sh, Incarnation: info.GetIncarnation()})
+			}
+		}
+		return refs, nil
+	}
+	segments := prefix[:max(strings.LastIndexByte(prefix, '/'), 0)]
+	var refs []ShardRef
+	token := ""
+	for {
+		resp, err := c.Client.ListShards(ctx, &rolloutv1.ListShardsRequest{Prefix: segments, PageSize: 1000, PageToken: token, IncludeSummary: true})
+		if err != nil {
+			return nil, fmt.Errorf("export: list shards through the server: %w", err)
+		}
+		for _, l := range resp.GetShards() {
+			if strings.HasPrefix(l.GetShard(), prefix) {
+				refs = append(refs, ShardRef{Name: l.GetShard(), Incarnation: l.GetSummary().GetIncarnation(), Deleted: l.GetSummary().GetDeleted()})
+			}
+		}
+		if token = resp.GetNextPageToken(); token == "" {
+			break
 		}
 	}
-	slices.Sort(out)
-	return slices.Compact(out), nil
+	slices.SortFunc(refs, func(a, b ShardRef) int { return strings.Compare(a.Name, b.Name) })
+	return refs, nil
 }
 
 // Scan streams the shard; the client resumes a broken stream from its
@@ -115,7 +173,7 @@ func (c *ClientSource) Scan(ctx context.Context, sh string, after uint64, emit f
 	batch := make([]*rolloutv1.Record, 0, scanBatch)
 	for rec, err := range c.Client.Scan(ctx, sh, client.AfterSeq(after)) {
 		if errors.Is(err, client.ErrNotFound) {
-			return fmt.Errorf("%w: %q", ErrShardGone, sh)
+			return fmt.Errorf("%w: %q: %w", ErrShardGone, sh, err)
 		}
 		if err != nil {
 			return fmt.Errorf("export: scan %q through the server: %w", sh, err)

@@ -19,7 +19,9 @@ type state struct {
 }
 
 type stateShard struct {
-	LastSeq uint64 `json:"last_seq"`
+	LastSeq     uint64 `json:"last_seq"`
+	Incarnation uint64 `json:"incarnation,omitempty"`
+	Deleted     bool   `json:"deleted,omitempty"`
 }
 
 const stateVersion = 1
