@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net/url"
 	"path"
 	"slices"
@@ -230,9 +231,9 @@ func Run(ctx context.Context, opts Options) (*Summary, error) {
 	// shards it was told of cannot say that.
 	n, ok := opts.Source.(interface{ NamedShards() bool })
 	named := ok && n.NamedShards()
-	for sh, cached := range st.Shards {
+	for _, sh := range slices.Sorted(maps.Keys(st.Shards)) {
 		if !named && strings.HasPrefix(sh, opts.Prefix) && !listed[sh] {
-			sum.Shards = append(sum.Shards, ShardResult{Shard: sh, Status: StatusGone, LastSeq: cached.LastSeq,
+			sum.Shards = append(sum.Shards, ShardResult{Shard: sh, Status: StatusGone, LastSeq: st.Shards[sh].LastSeq,
 				Note: "no longer in the source; its parts stay in DEST"})
 			delete(st.Shards, sh)
 		}
