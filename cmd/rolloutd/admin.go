@@ -251,6 +251,10 @@ func printInfo(w io.Writer, info *rolloutv1.ShardInfo) {
 	tw.Flush()
 }
 
+// purgeBeforeDelete, when set (by tests), runs before each of purge's
+// deletes: a writer acts between the listing and the delete.
+var purgeBeforeDelete func(shard string)
+
 // adminPurge deletes the shards under prefix idle for longer than age:
 // whose last commit (or, without one, creation) is before now-age. A shard
 // whose age is not recorded (written by a build before these times) is
@@ -274,7 +278,21 @@ func adminPurge(ctx context.Context, c *client.Client, stdout, stderr io.Writer,
 		}
 		if sum.GetDeleted() {
 			if !dryRun {
-				if _, err := c.DeleteShard(ctx, s.GetShard(), nil); err != nil {
+				if purgeBeforeDelete != nil {
+					purgeBeforeDelete(s.GetShard())
+				}
+				// With the last seq the listing saw, so that a shard
+				// written again since (its next incarnation) survives: a
+				// delete of a tombstone only resumes reclaiming storage,
+				// and the last seq of a shard written since is higher.
+				seq := sum.GetLastSeq()
+				_, err := c.DeleteShard(ctx, s.GetShard(), &seq)
+				switch {
+				case errors.Is(err, client.ErrSeqMismatch):
+					moved++
+					fmt.Fprintf(stdout, "kept %s: written again since it was listed deleted\n", s.GetShard())
+					continue
+				case err != nil:
 					failed++
 					fmt.Fprintf(stderr, "purge: %s: finishing its deletion: %v\n", s.GetShard(), err)
 					continue
@@ -300,6 +318,9 @@ func adminPurge(ctx context.Context, c *client.Client, stdout, stderr io.Writer,
 			records += int(sum.GetRecords())
 			fmt.Fprintf(stdout, "%s %s: %d records through seq %d, last commit %s\n", verb, s.GetShard(), sum.GetRecords(), sum.GetLastSeq(), when(last.AsTime(), true))
 			continue
+		}
+		if purgeBeforeDelete != nil {
+			purgeBeforeDelete(s.GetShard())
 		}
 		seq := sum.GetLastSeq()
 		resp, err := c.DeleteShard(ctx, s.GetShard(), &seq)

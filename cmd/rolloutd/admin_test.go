@@ -80,3 +80,35 @@ func TestAdmin(t *testing.T) {
 		t.Fatalf("purge again: %v\n%s", err, buf.String())
 	}
 }
+
+// A shard that purge lists deleted, and that is written again before purge
+// resumes its deletion, keeps its new records: purge passes the last seq
+// it listed.
+func TestAdminPurgeKeepsAShardWrittenAgain(t *testing.T) {
+	p := start(t, nil, "--store", t.TempDir())
+	ctx := context.Background()
+	c, err := client.New(p.GRPCAddr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := appendOne(ctx, p.Client, "exp/x", "old"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.DeleteShard(ctx, "exp/x", nil); err != nil {
+		t.Fatal(err)
+	}
+	purgeBeforeDelete = func(shard string) {
+		if _, err := appendOne(ctx, p.Client, shard, "new"); err != nil {
+			t.Errorf("append to %s before purge's delete: %v", shard, err)
+		}
+	}
+	defer func() { purgeBeforeDelete = nil }()
+	var buf strings.Builder
+	if err := adminPurge(ctx, c, &buf, io.Discard, "exp", time.Hour, false, time.Now().Add(2*time.Hour)); err != nil || !strings.Contains(buf.String(), "kept exp/x") {
+		t.Fatalf("purge: %v\n%s", err, buf.String())
+	}
+	if rec, err := c.Get(ctx, "exp/x", "new"); err != nil || rec.GetSeq() != 2 {
+		t.Fatalf("the record written after the listing: %v, %v; want it kept, seq 2", rec, err)
+	}
+}
