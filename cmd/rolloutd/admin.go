@@ -72,16 +72,20 @@ func (a *adminFlags) client() (*client.Client, error) {
 }
 
 func runAdmin(args []string, stdout, stderr io.Writer) error {
-	if len(args) == 0 || args[0] == "-h" || args[0] == "-help" || args[0] == "--help" {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, adminUsage)
+		return errors.New("admin: name a command: list, describe, delete or purge")
+	}
+	if args[0] == "-h" || args[0] == "-help" || args[0] == "--help" || args[0] == "help" {
 		fmt.Fprint(stdout, adminUsage)
-		if len(args) == 0 {
-			return errors.New("admin: name a command: list, describe, delete or purge")
-		}
 		return nil
 	}
 	sub, args := args[0], args[1:]
 	fs := flag.NewFlagSet("rolloutd admin "+sub, flag.ContinueOnError)
-	fs.SetOutput(stdout)
+	// The flag package would print the whole usage after a bad flag; the
+	// error names the flag, and --help shows the usage.
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {}
 	var conn adminFlags
 	conn.register(fs)
 	var (
@@ -92,34 +96,38 @@ func runAdmin(args []string, stdout, stderr io.Writer) error {
 		dryRun    = new(bool)
 	)
 	var positional int // positional arguments the command takes
+	var what string    // what the command does, for its --help
 	switch sub {
 	case "list":
+		what = "Lists the shards under a prefix (whole '/'-separated segments), one per line;\nwith --summary, a table of their sizes, last seqs and last commits."
 		fs.StringVar(prefix, "prefix", "", "list the shards this `prefix` covers on whole segments; empty lists all")
 		fs.BoolVar(summary, "summary", false, "show each shard's records, bytes, last seq and last commit (a manifest read each)")
 	case "describe":
 		positional = 1
+		what = "Describes one shard: its records, bytes, generations, seq range, epoch,\nincarnation, and created and last-commit times. A deleted shard is NOT_FOUND\n(SHARD_DELETED)."
 	case "delete":
 		positional = 1
+		what = "Deletes one shard's records at once; the server reclaims their storage in the\nbackground. An Append afterwards starts the shard again, with higher seqs.\nDeleting a deleted shard resumes reclaiming its storage. Pass\n--expected-last-seq (the last seq of describe) to delete only if nothing was\nappended since."
 		fs.StringVar(expected, "expected-last-seq", "", "delete only if the shard's last seq is still `N` (see describe)")
 	case "purge":
+		what = "Deletes every shard under --prefix whose last commit is older than\n--older-than. Each delete passes the last seq purge listed, so a shard written\nsince survives. The deletion of shards deleted before is resumed. Prints each\nshard it deletes, then a summary; exits 1 if any shard failed."
 		fs.StringVar(prefix, "prefix", "", "purge the shards under this `prefix` (required; \"*\" for every shard)")
 		fs.StringVar(olderThan, "older-than", "", "delete shards whose last commit is older than this `duration` (36h, 30d; required)")
 		fs.BoolVar(dryRun, "dry-run", false, "list what would be deleted, delete nothing")
 	default:
 		return fmt.Errorf("admin: unknown command %q: the commands are list, describe, delete and purge", sub)
 	}
-	fs.Usage = func() {
-		fmt.Fprintf(stdout, "Usage: rolloutd admin %s [flags]%s\n\nFlags:\n", sub, strings.Repeat(" SHARD", positional))
-		fs.PrintDefaults()
-	}
 	// Flags may come before or after the shard.
 	var rest []string
 	for {
 		if err := fs.Parse(args); err != nil {
 			if errors.Is(err, flag.ErrHelp) {
+				fmt.Fprintf(stdout, "Usage: rolloutd admin %s%s [flags]\n\n%s\n\nFlags:\n", sub, strings.Repeat(" SHARD", positional), what)
+				fs.SetOutput(stdout)
+				fs.PrintDefaults()
 				return nil
 			}
-			return fmt.Errorf("admin %s: %w", sub, err)
+			return fmt.Errorf("admin %s: %w (see rolloutd admin %s --help)", sub, err, sub)
 		}
 		if fs.NArg() == 0 {
 			break
@@ -127,8 +135,13 @@ func runAdmin(args []string, stdout, stderr io.Writer) error {
 		rest = append(rest, fs.Arg(0))
 		args = fs.Args()[1:]
 	}
-	if len(rest) != positional {
-		return fmt.Errorf("admin %s: want %d argument(s), got %q (see rolloutd admin %s --help)", sub, positional, rest, sub)
+	switch {
+	case len(rest) < positional:
+		return fmt.Errorf("admin %s: name the shard, as in: rolloutd admin %s exp-42/actor-7", sub, sub)
+	case len(rest) > positional && positional == 0:
+		return fmt.Errorf("admin %s: takes no arguments, got %q (see rolloutd admin %s --help)", sub, rest, sub)
+	case len(rest) > positional:
+		return fmt.Errorf("admin %s: takes one shard, got %d: %q", sub, len(rest), rest)
 	}
 	c, err := conn.client()
 	if err != nil {
@@ -152,7 +165,7 @@ func runAdmin(args []string, stdout, stderr io.Writer) error {
 		if *expected != "" {
 			n, err := strconv.ParseUint(*expected, 10, 64)
 			if err != nil {
-				return fmt.Errorf("admin delete: --expected-last-seq %q: %w", *expected, err)
+				return fmt.Errorf("admin delete: --expected-last-seq %q: want a whole number, the shard's last seq (rolloutd admin describe %s)", *expected, rest[0])
 			}
 			exp = &n
 		}

@@ -112,3 +112,29 @@ func TestAdminPurgeKeepsAShardWrittenAgain(t *testing.T) {
 		t.Fatalf("the record written after the listing: %v, %v; want it kept, seq 2", rec, err)
 	}
 }
+
+// Mistakes on the command line are one line on stderr, naming the fix,
+// without the usage on stdout; --help prints the usage and succeeds.
+func TestAdminUsage(t *testing.T) {
+	for _, tt := range []struct {
+		args []string
+		want string // in the error; "" for success
+	}{
+		{[]string{"list", "--bogus"}, "flag provided but not defined: -bogus (see rolloutd admin list --help)"},
+		{[]string{"describe"}, "name the shard"},
+		{[]string{"describe", "a", "b"}, "takes one shard, got 2"},
+		{[]string{"list", "extra"}, "takes no arguments"},
+		{[]string{"delete", "x", "--expected-last-seq", "abc"}, "want a whole number"},
+		{[]string{"frob"}, "unknown command"},
+		{[]string{"delete", "--help"}, ""},
+	} {
+		var out, errOut strings.Builder
+		err := run(append([]string{"admin"}, tt.args...), &out, &errOut)
+		switch {
+		case tt.want == "" && (err != nil || !strings.Contains(out.String(), "Usage: rolloutd admin delete SHARD")):
+			t.Errorf("admin %q = %v, stdout %q", tt.args, err, out.String())
+		case tt.want != "" && (err == nil || !strings.Contains(err.Error(), tt.want) || out.Len() > 0):
+			t.Errorf("admin %q = %v, stdout %q; want an error with %q and nothing on stdout", tt.args, err, out.String(), tt.want)
+		}
+	}
+}
