@@ -156,7 +156,7 @@ func runAdmin(args []string, stdout, stderr io.Writer) error {
 	case "describe":
 		info, err := c.DescribeShard(ctx, rest[0])
 		if err != nil {
-			return fmt.Errorf("admin describe: %w", err)
+			return callError("admin describe "+rest[0], err)
 		}
 		printInfo(stdout, info)
 		return nil
@@ -170,8 +170,11 @@ func runAdmin(args []string, stdout, stderr io.Writer) error {
 			exp = &n
 		}
 		resp, err := c.DeleteShard(ctx, rest[0], exp)
-		if err != nil {
-			return fmt.Errorf("admin delete: %w", err)
+		switch {
+		case errors.Is(err, client.ErrOutcomeUnknown):
+			return fmt.Errorf("%w; if it reached the server, the delete may have taken effect: see rolloutd admin describe %s, and delete again with --expected-last-seq", callError("admin delete "+rest[0], err), rest[0])
+		case err != nil:
+			return callError("admin delete "+rest[0], err)
 		}
 		if resp.GetAlreadyDeleted() {
 			fmt.Fprintf(stdout, "%s: already deleted (last seq %d); reclaiming its storage resumed\n", rest[0], resp.GetLastSeq())
@@ -193,6 +196,32 @@ func runAdmin(args []string, stdout, stderr io.Writer) error {
 	}
 	return adminPurge(ctx, c, stdout, stderr, p, age, *dryRun, time.Now())
 }
+
+// callError is err, the error of a call by an admin command, prefixed
+// with what (the command and its shard). A *client.Error loses its own
+// "rolloutd: " prefix: main prints one already.
+func callError(what string, err error) error {
+	return &adminCallError{what: what, err: err}
+}
+
+type adminCallError struct {
+	what string
+	err  error
+}
+
+func (e *adminCallError) Error() string {
+	msg := e.err.Error()
+	var ce *client.Error
+	if errors.As(e.err, &ce) {
+		msg = strings.TrimPrefix(msg, "rolloutd: ")
+	}
+	if e.what == "" {
+		return msg
+	}
+	return e.what + ": " + msg
+}
+
+func (e *adminCallError) Unwrap() error { return e.err }
 
 // parseAge is time.ParseDuration, plus whole days ("30d").
 func parseAge(s string) (time.Duration, error) {
@@ -219,7 +248,7 @@ func adminList(ctx context.Context, c *client.Client, stdout io.Writer, prefix s
 	for s, err := range c.AllShards(ctx, prefix, 1000, summary) {
 		if err != nil {
 			tw.Flush()
-			return fmt.Errorf("admin list: %w", err)
+			return callError("admin list", err)
 		}
 		n++
 		if !summary {
@@ -282,7 +311,7 @@ func adminPurge(ctx context.Context, c *client.Client, stdout, stderr io.Writer,
 	}
 	for s, err := range c.AllShards(ctx, prefix, 1000, true) {
 		if err != nil {
-			return fmt.Errorf("admin purge: list shards: %w", err)
+			return callError("admin purge: list shards", err)
 		}
 		examined++
 		sum := s.GetSummary()
@@ -307,7 +336,7 @@ func adminPurge(ctx context.Context, c *client.Client, stdout, stderr io.Writer,
 					continue
 				case err != nil:
 					failed++
-					fmt.Fprintf(stderr, "purge: %s: finishing its deletion: %v\n", s.GetShard(), err)
+					fmt.Fprintf(stderr, "purge: %s: finishing its deletion: %v\n", s.GetShard(), callError("", err))
 					continue
 				}
 			}
@@ -340,11 +369,15 @@ func adminPurge(ctx context.Context, c *client.Client, stdout, stderr io.Writer,
 		switch {
 		case errors.Is(err, client.ErrSeqMismatch):
 			moved++
-			fmt.Fprintf(stdout, "kept %s: written since it was listed\n", s.GetShard())
+			if errors.Is(err, client.ErrOutcomeUnknown) {
+				fmt.Fprintf(stdout, "kept %s: written since it was listed (an earlier attempt of this delete may have deleted its records through seq %d)\n", s.GetShard(), seq)
+			} else {
+				fmt.Fprintf(stdout, "kept %s: written since it was listed\n", s.GetShard())
+			}
 		case errors.Is(err, client.ErrNotFound):
 		case err != nil:
 			failed++
-			fmt.Fprintf(stderr, "purge: %s: %v\n", s.GetShard(), err)
+			fmt.Fprintf(stderr, "purge: %s: %v\n", s.GetShard(), callError("", err))
 		default:
 			deleted++
 			records += int(resp.GetRecords())

@@ -138,3 +138,19 @@ func TestAdminUsage(t *testing.T) {
 		}
 	}
 }
+
+// A call's error reads as rolloutd prints it once: "rolloutd: admin
+// describe x: NotFound: ...", without the client's own prefix; a delete
+// that may have landed says how to finish it.
+func TestAdminCallErrors(t *testing.T) {
+	p := start(t, nil, "--store", t.TempDir())
+	var out, errOut strings.Builder
+	err := run([]string{"admin", "describe", "nope/x", "--addr", p.GRPCAddr}, &out, &errOut)
+	if err == nil || !strings.HasPrefix(err.Error(), "admin describe nope/x: NotFound: ") || !errors.Is(err, client.ErrNotFound) {
+		t.Errorf("admin describe of a missing shard = %v", err)
+	}
+	err = run([]string{"admin", "delete", "x", "--addr", "127.0.0.1:1", "--timeout", "5s"}, &out, &errOut)
+	if err == nil || strings.Count(err.Error(), "rolloutd:") > 0 || !strings.Contains(err.Error(), "delete again with --expected-last-seq") {
+		t.Errorf("admin delete of an unreachable server = %v", err)
+	}
+}
