@@ -223,6 +223,23 @@ func (e *adminCallError) Error() string {
 
 func (e *adminCallError) Unwrap() error { return e.err }
 
+// ageString is age as --older-than takes it: whole days as "30d".
+func ageString(age time.Duration) string {
+	const day = 24 * time.Hour
+	if age >= day && age%day == 0 {
+		return fmt.Sprintf("%dd", age/day)
+	}
+	// 36h, not 36h0m0s.
+	str := age.String()
+	if strings.HasSuffix(str, "m0s") {
+		str = strings.TrimSuffix(str, "0s")
+	}
+	if strings.HasSuffix(str, "h0m") {
+		str = strings.TrimSuffix(str, "0m")
+	}
+	return str
+}
+
 // parseAge is time.ParseDuration, plus whole days ("30d").
 func parseAge(s string) (time.Duration, error) {
 	if d, ok := strings.CutSuffix(s, "d"); ok {
@@ -341,6 +358,11 @@ func adminPurge(ctx context.Context, c *client.Client, stdout, stderr io.Writer,
 				}
 			}
 			resumed++
+			resumeVerb := "resumed reclaiming"
+			if dryRun {
+				resumeVerb = "would resume reclaiming"
+			}
+			fmt.Fprintf(stdout, "%s %s: deleted %s\n", resumeVerb, s.GetShard(), when(sum.GetDeletedAt().AsTime(), sum.GetDeletedAt() != nil))
 			continue
 		}
 		last := sum.GetLastCommitAt()
@@ -384,8 +406,12 @@ func adminPurge(ctx context.Context, c *client.Client, stdout, stderr io.Writer,
 			fmt.Fprintf(stdout, "%s %s: %d records through seq %d, last commit %s\n", verb, s.GetShard(), resp.GetRecords(), resp.GetLastSeq(), when(last.AsTime(), true))
 		}
 	}
-	fmt.Fprintf(stdout, "purge of %q, older than %v (before %s): %d shards examined, %d %s (%d records), %d younger, %d written since listed, %d of unknown age, %d deleted before (storage reclaim %s), %d failed\n",
-		prefix, age, cutoff.UTC().Format(time.RFC3339), examined, deleted, verb, records, young, moved, unknown, resumed, map[bool]string{true: "not resumed: dry run", false: "resumed"}[dryRun], failed)
+	scope := fmt.Sprintf("%q", prefix)
+	if prefix == "" {
+		scope = "every shard"
+	}
+	fmt.Fprintf(stdout, "purge of %s, older than %s (before %s): %d shards examined, %d %s (%d records), %d younger, %d written since listed, %d of unknown age, %d deleted before (storage reclaim %s), %d failed\n",
+		scope, ageString(age), cutoff.UTC().Format(time.RFC3339), examined, deleted, verb, records, young, moved, unknown, resumed, map[bool]string{true: "not resumed: dry run", false: "resumed"}[dryRun], failed)
 	if failed > 0 {
 		return fmt.Errorf("admin purge: %d shards failed", failed)
 	}

@@ -76,7 +76,7 @@ func TestAdmin(t *testing.T) {
 		}
 	}
 	buf.Reset()
-	if err := adminPurge(ctx, c, &buf, io.Discard, "exp", time.Hour, false, later); err != nil || !strings.Contains(buf.String(), "0 deleted (0 records)") || !strings.Contains(buf.String(), "3 deleted before") {
+	if err := adminPurge(ctx, c, &buf, io.Discard, "exp", time.Hour, false, later); err != nil || !strings.Contains(buf.String(), "0 deleted (0 records)") || !strings.Contains(buf.String(), "3 deleted before") || strings.Count(buf.String(), "resumed reclaiming exp/") != 3 {
 		t.Fatalf("purge again: %v\n%s", err, buf.String())
 	}
 }
@@ -152,5 +152,15 @@ func TestAdminCallErrors(t *testing.T) {
 	err = run([]string{"admin", "delete", "x", "--addr", "127.0.0.1:1", "--timeout", "5s"}, &out, &errOut)
 	if err == nil || strings.Count(err.Error(), "rolloutd:") > 0 || !strings.Contains(err.Error(), "delete again with --expected-last-seq") {
 		t.Errorf("admin delete of an unreachable server = %v", err)
+	}
+}
+
+// purge's summary names the age as --older-than takes it.
+func TestAgeString(t *testing.T) {
+	for in, want := range map[string]string{"30d": "30d", "36h": "36h", "90m": "1h30m", "1s": "1s", "1500ms": "1.5s", "48h": "2d"} {
+		d, err := parseAge(in)
+		if err != nil || ageString(d) != want {
+			t.Errorf("ageString(parseAge(%q)) = %q, %v; want %q", in, ageString(d), err, want)
+		}
 	}
 }
