@@ -30,7 +30,11 @@ var (
 	// ErrNotFound). Reason SHARD_DELETED.
 	ErrShardDeleted = errors.New("shard deleted")
 	// ErrSeqMismatch: a conditional DeleteShard found records appended
-	// since the caller looked; nothing was deleted. Reason SEQ_MISMATCH.
+	// since the caller looked, and deleted nothing. Reason SEQ_MISMATCH.
+	// When the error also matches ErrOutcomeUnknown, that answer came to a
+	// resend, and an earlier attempt may have deleted the records through
+	// the expected seq before the shard was written again (see
+	// DeleteShard).
 	ErrSeqMismatch = errors.New("shard's last seq changed")
 )
 
@@ -133,13 +137,38 @@ func (c *Client) BatchGet(ctx context.Context, shard string, ids []string, field
 }
 
 // DeleteShard deletes the shard's records; with expectedLastSeq, only if
-// its last seq (ShardInfo.LastSeq) is still that. It resends on
-// UNAVAILABLE: a resend that finds its first attempt landed answers
-// AlreadyDeleted. Errors: ErrNotFound, ErrSeqMismatch (nothing deleted),
+// its last seq (ShardInfo.LastSeq) is still that.
+//
+// Resends: a delete resent after its first attempt landed would delete
+// whatever was appended in between (the shard's next incarnation), so
+// without expectedLastSeq it resends only what certainly did not take
+// effect (reason NOT_COMMITTED); an attempt that may have landed (a
+// connection broken or an attempt timed out, UNAVAILABLE or
+// DEADLINE_EXCEEDED without a reason) is returned, and matches
+// ErrOutcomeUnknown. Describe the shard and delete again with its last seq
+// to finish safely.
+//
+// With expectedLastSeq it resends those too, because a resend cannot
+// delete newer records: it finds its first attempt's tombstone and answers
+// AlreadyDeleted (a delete of this call, or another's, with the same
+// result: the records through expectedLastSeq are gone and the shard is
+// deleted), or it finds records appended since, and answers SEQ_MISMATCH.
+// That SEQ_MISMATCH, after an attempt that may have landed, cannot tell
+// "nothing was deleted" from "the first attempt deleted the records
+// through expectedLastSeq, and the shard was written again since": the
+// error then matches both ErrSeqMismatch and ErrOutcomeUnknown. Either
+// way the records appended since survive. The client never reports
+// AlreadyDeleted for a shard that is live.
+//
+// Errors: ErrNotFound, ErrSeqMismatch, ErrOutcomeUnknown,
 // ErrPermissionDenied, ….
 func (c *Client) DeleteShard(ctx context.Context, shard string, expectedLastSeq *uint64) (*rolloutv1.DeleteShardResponse, error) {
+	kind := deleteCall
+	if expectedLastSeq != nil {
+		kind = conditionalDeleteCall
+	}
 	var resp *rolloutv1.DeleteShardResponse
-	err := c.unary(withShard(ctx, shard), readCall, func(ctx context.Context) error {
+	err := c.unary(withShard(ctx, shard), kind, func(ctx context.Context) error {
 		var err error
 		resp, err = c.rpc.DeleteShard(ctx, &rolloutv1.DeleteShardRequest{Shard: shard, ExpectedLastSeq: expectedLastSeq})
 		return err

@@ -72,16 +72,20 @@ func (a *adminFlags) client() (*client.Client, error) {
 }
 
 func runAdmin(args []string, stdout, stderr io.Writer) error {
-	if len(args) == 0 || args[0] == "-h" || args[0] == "-help" || args[0] == "--help" {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, adminUsage)
+		return errors.New("admin: name a command: list, describe, delete or purge")
+	}
+	if args[0] == "-h" || args[0] == "-help" || args[0] == "--help" || args[0] == "help" {
 		fmt.Fprint(stdout, adminUsage)
-		if len(args) == 0 {
-			return errors.New("admin: name a command: list, describe, delete or purge")
-		}
 		return nil
 	}
 	sub, args := args[0], args[1:]
 	fs := flag.NewFlagSet("rolloutd admin "+sub, flag.ContinueOnError)
-	fs.SetOutput(stdout)
+	// The flag package would print the whole usage after a bad flag; the
+	// error names the flag, and --help shows the usage.
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {}
 	var conn adminFlags
 	conn.register(fs)
 	var (
@@ -92,34 +96,38 @@ func runAdmin(args []string, stdout, stderr io.Writer) error {
 		dryRun    = new(bool)
 	)
 	var positional int // positional arguments the command takes
+	var what string    // what the command does, for its --help
 	switch sub {
 	case "list":
+		what = "Lists the shards under a prefix (whole '/'-separated segments), one per line;\nwith --summary, a table of their sizes, last seqs and last commits."
 		fs.StringVar(prefix, "prefix", "", "list the shards this `prefix` covers on whole segments; empty lists all")
 		fs.BoolVar(summary, "summary", false, "show each shard's records, bytes, last seq and last commit (a manifest read each)")
 	case "describe":
 		positional = 1
+		what = "Describes one shard: its records, bytes, generations, seq range, epoch,\nincarnation, and created and last-commit times. A deleted shard is NOT_FOUND\n(SHARD_DELETED)."
 	case "delete":
 		positional = 1
+		what = "Deletes one shard's records at once; the server reclaims their storage in the\nbackground. An Append afterwards starts the shard again, with higher seqs.\nDeleting a deleted shard resumes reclaiming its storage. Pass\n--expected-last-seq (the last seq of describe) to delete only if nothing was\nappended since."
 		fs.StringVar(expected, "expected-last-seq", "", "delete only if the shard's last seq is still `N` (see describe)")
 	case "purge":
+		what = "Deletes every shard under --prefix whose last commit is older than\n--older-than. Each delete passes the last seq purge listed, so a shard written\nsince survives. The deletion of shards deleted before is resumed. Prints each\nshard it deletes, then a summary; exits 1 if any shard failed."
 		fs.StringVar(prefix, "prefix", "", "purge the shards under this `prefix` (required; \"*\" for every shard)")
 		fs.StringVar(olderThan, "older-than", "", "delete shards whose last commit is older than this `duration` (36h, 30d; required)")
 		fs.BoolVar(dryRun, "dry-run", false, "list what would be deleted, delete nothing")
 	default:
 		return fmt.Errorf("admin: unknown command %q: the commands are list, describe, delete and purge", sub)
 	}
-	fs.Usage = func() {
-		fmt.Fprintf(stdout, "Usage: rolloutd admin %s [flags]%s\n\nFlags:\n", sub, strings.Repeat(" SHARD", positional))
-		fs.PrintDefaults()
-	}
 	// Flags may come before or after the shard.
 	var rest []string
 	for {
 		if err := fs.Parse(args); err != nil {
 			if errors.Is(err, flag.ErrHelp) {
+				fmt.Fprintf(stdout, "Usage: rolloutd admin %s%s [flags]\n\n%s\n\nFlags:\n", sub, strings.Repeat(" SHARD", positional), what)
+				fs.SetOutput(stdout)
+				fs.PrintDefaults()
 				return nil
 			}
-			return fmt.Errorf("admin %s: %w", sub, err)
+			return fmt.Errorf("admin %s: %w (see rolloutd admin %s --help)", sub, err, sub)
 		}
 		if fs.NArg() == 0 {
 			break
@@ -127,8 +135,13 @@ func runAdmin(args []string, stdout, stderr io.Writer) error {
 		rest = append(rest, fs.Arg(0))
 		args = fs.Args()[1:]
 	}
-	if len(rest) != positional {
-		return fmt.Errorf("admin %s: want %d argument(s), got %q (see rolloutd admin %s --help)", sub, positional, rest, sub)
+	switch {
+	case len(rest) < positional:
+		return fmt.Errorf("admin %s: name the shard, as in: rolloutd admin %s exp-42/actor-7", sub, sub)
+	case len(rest) > positional && positional == 0:
+		return fmt.Errorf("admin %s: takes no arguments, got %q (see rolloutd admin %s --help)", sub, rest, sub)
+	case len(rest) > positional:
+		return fmt.Errorf("admin %s: takes one shard, got %d: %q", sub, len(rest), rest)
 	}
 	c, err := conn.client()
 	if err != nil {
@@ -143,7 +156,7 @@ func runAdmin(args []string, stdout, stderr io.Writer) error {
 	case "describe":
 		info, err := c.DescribeShard(ctx, rest[0])
 		if err != nil {
-			return fmt.Errorf("admin describe: %w", err)
+			return callError("admin describe "+rest[0], err)
 		}
 		printInfo(stdout, info)
 		return nil
@@ -152,13 +165,16 @@ func runAdmin(args []string, stdout, stderr io.Writer) error {
 		if *expected != "" {
 			n, err := strconv.ParseUint(*expected, 10, 64)
 			if err != nil {
-				return fmt.Errorf("admin delete: --expected-last-seq %q: %w", *expected, err)
+				return fmt.Errorf("admin delete: --expected-last-seq %q: want a whole number, the shard's last seq (rolloutd admin describe %s)", *expected, rest[0])
 			}
 			exp = &n
 		}
 		resp, err := c.DeleteShard(ctx, rest[0], exp)
-		if err != nil {
-			return fmt.Errorf("admin delete: %w", err)
+		switch {
+		case errors.Is(err, client.ErrOutcomeUnknown):
+			return fmt.Errorf("%w; if it reached the server, the delete may have taken effect: see rolloutd admin describe %s, and delete again with --expected-last-seq", callError("admin delete "+rest[0], err), rest[0])
+		case err != nil:
+			return callError("admin delete "+rest[0], err)
 		}
 		if resp.GetAlreadyDeleted() {
 			fmt.Fprintf(stdout, "%s: already deleted (last seq %d); reclaiming its storage resumed\n", rest[0], resp.GetLastSeq())
@@ -179,6 +195,49 @@ func runAdmin(args []string, stdout, stderr io.Writer) error {
 		p = ""
 	}
 	return adminPurge(ctx, c, stdout, stderr, p, age, *dryRun, time.Now())
+}
+
+// callError is err, the error of a call by an admin command, prefixed
+// with what (the command and its shard). A *client.Error loses its own
+// "rolloutd: " prefix: main prints one already.
+func callError(what string, err error) error {
+	return &adminCallError{what: what, err: err}
+}
+
+type adminCallError struct {
+	what string
+	err  error
+}
+
+func (e *adminCallError) Error() string {
+	msg := e.err.Error()
+	var ce *client.Error
+	if errors.As(e.err, &ce) {
+		msg = strings.TrimPrefix(msg, "rolloutd: ")
+	}
+	if e.what == "" {
+		return msg
+	}
+	return e.what + ": " + msg
+}
+
+func (e *adminCallError) Unwrap() error { return e.err }
+
+// ageString is age as --older-than takes it: whole days as "30d".
+func ageString(age time.Duration) string {
+	const day = 24 * time.Hour
+	if age >= day && age%day == 0 {
+		return fmt.Sprintf("%dd", age/day)
+	}
+	// 36h, not 36h0m0s.
+	str := age.String()
+	if strings.HasSuffix(str, "m0s") {
+		str = strings.TrimSuffix(str, "0s")
+	}
+	if strings.HasSuffix(str, "h0m") {
+		str = strings.TrimSuffix(str, "0m")
+	}
+	return str
 }
 
 // parseAge is time.ParseDuration, plus whole days ("30d").
@@ -206,7 +265,7 @@ func adminList(ctx context.Context, c *client.Client, stdout io.Writer, prefix s
 	for s, err := range c.AllShards(ctx, prefix, 1000, summary) {
 		if err != nil {
 			tw.Flush()
-			return fmt.Errorf("admin list: %w", err)
+			return callError("admin list", err)
 		}
 		n++
 		if !summary {
@@ -251,6 +310,10 @@ func printInfo(w io.Writer, info *rolloutv1.ShardInfo) {
 	tw.Flush()
 }
 
+// purgeBeforeDelete, when set (by tests), runs before each of purge's
+// deletes: a writer acts between the listing and the delete.
+var purgeBeforeDelete func(shard string)
+
 // adminPurge deletes the shards under prefix idle for longer than age:
 // whose last commit (or, without one, creation) is before now-age. A shard
 // whose age is not recorded (written by a build before these times) is
@@ -265,7 +328,7 @@ func adminPurge(ctx context.Context, c *client.Client, stdout, stderr io.Writer,
 	}
 	for s, err := range c.AllShards(ctx, prefix, 1000, true) {
 		if err != nil {
-			return fmt.Errorf("admin purge: list shards: %w", err)
+			return callError("admin purge: list shards", err)
 		}
 		examined++
 		sum := s.GetSummary()
@@ -274,13 +337,32 @@ func adminPurge(ctx context.Context, c *client.Client, stdout, stderr io.Writer,
 		}
 		if sum.GetDeleted() {
 			if !dryRun {
-				if _, err := c.DeleteShard(ctx, s.GetShard(), nil); err != nil {
+				if purgeBeforeDelete != nil {
+					purgeBeforeDelete(s.GetShard())
+				}
+				// With the last seq the listing saw, so that a shard
+				// written again since (its next incarnation) survives: a
+				// delete of a tombstone only resumes reclaiming storage,
+				// and the last seq of a shard written since is higher.
+				seq := sum.GetLastSeq()
+				_, err := c.DeleteShard(ctx, s.GetShard(), &seq)
+				switch {
+				case errors.Is(err, client.ErrSeqMismatch):
+					moved++
+					fmt.Fprintf(stdout, "kept %s: written again since it was listed deleted\n", s.GetShard())
+					continue
+				case err != nil:
 					failed++
-					fmt.Fprintf(stderr, "purge: %s: finishing its deletion: %v\n", s.GetShard(), err)
+					fmt.Fprintf(stderr, "purge: %s: finishing its deletion: %v\n", s.GetShard(), callError("", err))
 					continue
 				}
 			}
 			resumed++
+			resumeVerb := "resumed reclaiming"
+			if dryRun {
+				resumeVerb = "would resume reclaiming"
+			}
+			fmt.Fprintf(stdout, "%s %s: deleted %s\n", resumeVerb, s.GetShard(), when(sum.GetDeletedAt().AsTime(), sum.GetDeletedAt() != nil))
 			continue
 		}
 		last := sum.GetLastCommitAt()
@@ -301,24 +383,35 @@ func adminPurge(ctx context.Context, c *client.Client, stdout, stderr io.Writer,
 			fmt.Fprintf(stdout, "%s %s: %d records through seq %d, last commit %s\n", verb, s.GetShard(), sum.GetRecords(), sum.GetLastSeq(), when(last.AsTime(), true))
 			continue
 		}
+		if purgeBeforeDelete != nil {
+			purgeBeforeDelete(s.GetShard())
+		}
 		seq := sum.GetLastSeq()
 		resp, err := c.DeleteShard(ctx, s.GetShard(), &seq)
 		switch {
 		case errors.Is(err, client.ErrSeqMismatch):
 			moved++
-			fmt.Fprintf(stdout, "kept %s: written since it was listed\n", s.GetShard())
+			if errors.Is(err, client.ErrOutcomeUnknown) {
+				fmt.Fprintf(stdout, "kept %s: written since it was listed (an earlier attempt of this delete may have deleted its records through seq %d)\n", s.GetShard(), seq)
+			} else {
+				fmt.Fprintf(stdout, "kept %s: written since it was listed\n", s.GetShard())
+			}
 		case errors.Is(err, client.ErrNotFound):
 		case err != nil:
 			failed++
-			fmt.Fprintf(stderr, "purge: %s: %v\n", s.GetShard(), err)
+			fmt.Fprintf(stderr, "purge: %s: %v\n", s.GetShard(), callError("", err))
 		default:
 			deleted++
 			records += int(resp.GetRecords())
 			fmt.Fprintf(stdout, "%s %s: %d records through seq %d, last commit %s\n", verb, s.GetShard(), resp.GetRecords(), resp.GetLastSeq(), when(last.AsTime(), true))
 		}
 	}
-	fmt.Fprintf(stdout, "purge of %q, older than %v (before %s): %d shards examined, %d %s (%d records), %d younger, %d written since listed, %d of unknown age, %d deleted before (storage reclaim %s), %d failed\n",
-		prefix, age, cutoff.UTC().Format(time.RFC3339), examined, deleted, verb, records, young, moved, unknown, resumed, map[bool]string{true: "not resumed: dry run", false: "resumed"}[dryRun], failed)
+	scope := fmt.Sprintf("%q", prefix)
+	if prefix == "" {
+		scope = "every shard"
+	}
+	fmt.Fprintf(stdout, "purge of %s, older than %s (before %s): %d shards examined, %d %s (%d records), %d younger, %d written since listed, %d of unknown age, %d deleted before (storage reclaim %s), %d failed\n",
+		scope, ageString(age), cutoff.UTC().Format(time.RFC3339), examined, deleted, verb, records, young, moved, unknown, resumed, map[bool]string{true: "not resumed: dry run", false: "resumed"}[dryRun], failed)
 	if failed > 0 {
 		return fmt.Errorf("admin purge: %d shards failed", failed)
 	}
