@@ -104,9 +104,10 @@ func (c *Client) unary(ctx context.Context, kind callKind, attempt func(ctx cont
 		return ErrClosed
 	}
 	p := c.cfg.retry
-	// mayHaveLanded: an earlier attempt of this Append may have stored its
-	// records. The answer of a later one (NOT_COMMITTED, say) speaks only
-	// for that attempt, so the error returned must still say "unknown".
+	// mayHaveLanded: an earlier attempt of this Append (or DeleteShard)
+	// may have taken effect. The answer of a later one (NOT_COMMITTED, or
+	// a conditional delete's SEQ_MISMATCH) speaks only for that attempt,
+	// so the error returned must still say "unknown".
 	mayHaveLanded := false
 	for n := 1; ; n++ {
 		actx, cancel := context.WithTimeout(ctx, c.cfg.attemptTimeout)
@@ -116,13 +117,13 @@ func (c *Client) unary(ctx context.Context, kind callKind, attempt func(ctx cont
 			return nil
 		}
 		e := newError(err, n)
-		if kind == appendCall && e.Reason == "" {
+		if kind.mutates() && e.Reason == "" {
 			switch e.Code {
 			case codes.Unavailable, codes.DeadlineExceeded, codes.Canceled:
 				e.unknown = true
 			}
 		}
-		if kind == appendCall {
+		if kind.mutates() {
 			mayHaveLanded = mayHaveLanded || errors.Is(e, ErrOutcomeUnknown)
 			e.unknown = e.unknown || mayHaveLanded
 		}

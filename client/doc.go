@@ -23,7 +23,9 @@
 // records without an id get the same server-derived ids each time, and a
 // resend of an attempt that was committed after all comes back
 // already_present: nothing is stored twice. Get resends on UNAVAILABLE and
-// on an attempt's timeout. Waits are jittered and grow, never shorter than
+// on an attempt's timeout. DeleteShard resends those only with an
+// expected last seq, which keeps a resend from deleting records appended
+// after its first attempt landed (see DeleteShard). Waits are jittered and grow, never shorter than
 // the server's RetryInfo, and never past the call's deadline; each attempt
 // has its own timeout (WithAttemptTimeout), so one hung attempt cannot use
 // up the call's deadline. Everything else returns at once. See "Errors and

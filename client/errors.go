@@ -66,7 +66,8 @@ var (
 	// reason OUTCOME_UNKNOWN, or an Append failure without an ErrorInfo
 	// (UNAVAILABLE, DEADLINE_EXCEEDED or CANCELLED from the transport or
 	// the call's context). Resend it with the same request_id
-	// (WithRequestID) to learn the outcome.
+	// (WithRequestID) to learn the outcome. Also a DeleteShard that may
+	// have taken effect, on the same failures (see DeleteShard).
 	ErrOutcomeUnknown = errors.New("outcome unknown")
 	// ErrNotCommitted: reason NOT_COMMITTED, the Append was not stored.
 	ErrNotCommitted = errors.New("not committed")
@@ -186,6 +187,10 @@ func (e *Error) Is(target error) bool {
 		return e.Reason == ReasonRateLimited
 	case ErrScanInterrupted:
 		return e.Reason == ReasonScanInterrupted
+	case ErrShardDeleted:
+		return e.Reason == ReasonShardDeleted
+	case ErrSeqMismatch:
+		return e.Reason == ReasonSeqMismatch
 	case ErrDataLoss:
 		return e.Code == codes.DataLoss
 	case ErrInternal:

@@ -36,6 +36,23 @@ type cutProxy struct {
 	wg    sync.WaitGroup
 	mu    sync.Mutex
 	conns []net.Conn
+	// gate, when set (holdAfterCut), holds every connection accepted after
+	// a cut until it is closed: the test acts between an attempt and its
+	// resend.
+	gate chan struct{}
+	done chan struct{}
+}
+
+// holdAfterCut makes the proxy hold the connections accepted after its
+// cut (the client's resend reconnects) until the returned release is
+// called.
+func (p *cutProxy) holdAfterCut() (release func()) {
+	g := make(chan struct{})
+	p.mu.Lock()
+	p.gate = g
+	p.mu.Unlock()
+	var once sync.Once
+	return func() { once.Do(func() { close(g) }) }
 }
 
 func startCutProxy(t *testing.T, target string) *cutProxy {
@@ -44,7 +61,7 @@ func startCutProxy(t *testing.T, target string) *cutProxy {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &cutProxy{lis: lis, target: target}
+	p := &cutProxy{lis: lis, target: target, done: make(chan struct{})}
 	p.wg.Add(1)
 	go p.accept()
 	t.Cleanup(p.close)
@@ -59,6 +76,17 @@ func (p *cutProxy) accept() {
 		c, err := p.lis.Accept()
 		if err != nil {
 			return
+		}
+		p.mu.Lock()
+		gate := p.gate
+		p.mu.Unlock()
+		if gate != nil && p.cuts.Load() > 0 {
+			select {
+			case <-gate:
+			case <-p.done:
+				c.Close()
+				return
+			}
 		}
 		s, err := net.Dial("tcp", p.target)
 		if err != nil {
@@ -109,6 +137,7 @@ func (p *cutProxy) serverToClient(s, c net.Conn) {
 }
 
 func (p *cutProxy) close() {
+	close(p.done)
 	p.lis.Close()
 	p.mu.Lock()
 	for _, c := range p.conns {

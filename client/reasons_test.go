@@ -20,6 +20,9 @@ func TestReasonsAreTheServers(t *testing.T) {
 		client.ReasonScanInterrupted:  rolloutd.ReasonScanInterrupted,
 		client.MetadataResumeAfterSeq: rolloutd.MetadataResumeAfterSeq,
 		client.ShardHeader:            rolloutd.ShardHeader,
+		client.ReasonShardDeleted:     rolloutd.ReasonShardDeleted,
+		client.ReasonSeqMismatch:      rolloutd.ReasonSeqMismatch,
+		client.MetadataLastSeq:        rolloutd.MetadataLastSeq,
 	} {
 		if mine != theirs {
 			t.Errorf("client has %q, server %q", mine, theirs)

@@ -40,16 +40,35 @@ const (
 	// readCall (Get, Scan) resends whatever is unavailable: a read
 	// changes nothing.
 	readCall
+	// deleteCall (DeleteShard without an expected last seq) resends only
+	// what certainly did not take effect: a resend of a delete that landed
+	// would delete the shard again if it was written in between, and
+	// nothing on the server can tell the two apart.
+	deleteCall
+	// conditionalDeleteCall (DeleteShard with an expected last seq)
+	// resends like a read: a resend cannot delete records appended since,
+	// which move the last seq (SEQ_MISMATCH), and a resend that finds its
+	// first attempt's tombstone answers already_deleted.
+	conditionalDeleteCall
 )
+
+// mutates reports whether a call of kind may have changed the shard even
+// when it failed, so that an attempt without an answer counts as "may
+// have taken effect" (ErrOutcomeUnknown).
+func (k callKind) mutates() bool { return k != readCall }
 
 // retryable reports whether the call that failed with e is worth another
 // attempt, by its code and ErrorInfo reason alone, never its message. It
 // does not look at the call's context; the caller stops when that ends.
 func retryable(kind callKind, e *Error) bool {
 	switch e.Reason {
-	case ReasonOutcomeUnknown, ReasonNotCommitted, ReasonBackpressure:
+	case ReasonOutcomeUnknown, ReasonBackpressure:
 		// An Append resent with its request_id learns the outcome.
 		return kind == appendCall
+	case ReasonNotCommitted:
+		// Certainly did not take effect: safe for every call that
+		// changes something.
+		return kind.mutates()
 	case ReasonRateLimited:
 		// Without a RetryInfo the call is larger than the limit's burst
 		// and never fits.
@@ -61,7 +80,11 @@ func retryable(kind callKind, e *Error) bool {
 		// or broken before rolloutd answered), storage unavailable for a
 		// read, or an attempt that ran out of its own timeout. For an
 		// Append it counts as OUTCOME_UNKNOWN: the same request_id makes
-		// the resend safe.
+		// the resend safe. For a DeleteShard it may have taken effect:
+		// only the expected last seq makes the resend safe.
+		if kind == deleteCall {
+			return false
+		}
 		return e.Code == codes.Unavailable || e.Code == codes.DeadlineExceeded
 	}
 	// TOO_LARGE, or a reason this client does not know: not a plain resend.

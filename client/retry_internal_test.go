@@ -14,25 +14,28 @@ func TestRetryable(t *testing.T) {
 		reason       string
 		delay        time.Duration
 		append, read bool
+		// del: DeleteShard; cdel: with an expected last seq.
+		del, cdel bool
 	}{
-		{codes.Unavailable, ReasonOutcomeUnknown, 0, true, false},
-		{codes.DeadlineExceeded, ReasonOutcomeUnknown, 0, true, false},
-		{codes.Unavailable, ReasonNotCommitted, 100 * time.Millisecond, true, false},
-		{codes.DeadlineExceeded, ReasonNotCommitted, 0, true, false},
-		{codes.ResourceExhausted, ReasonBackpressure, 200 * time.Millisecond, true, false},
-		{codes.ResourceExhausted, ReasonRateLimited, time.Second, true, true},
-		{codes.ResourceExhausted, ReasonRateLimited, 0, false, false},
-		{codes.ResourceExhausted, ReasonTooLarge, 0, false, false},
-		{codes.ResourceExhausted, "", 0, false, false},
-		{codes.Unavailable, ReasonScanInterrupted, 0, false, true},
-		{codes.Unavailable, "SOMETHING_NEW", 0, false, false},
-		{codes.Unavailable, "", 0, true, true},
-		{codes.DeadlineExceeded, "", 0, true, true},
-		{codes.Canceled, "", 0, false, false},
-		{codes.InvalidArgument, "", 0, false, false},
-		{codes.AlreadyExists, "", 0, false, false},
-		{codes.NotFound, "", 0, false, false},
-		{codes.Internal, "", 0, false, false},
+		{codes.Unavailable, ReasonOutcomeUnknown, 0, true, false, false, false},
+		{codes.DeadlineExceeded, ReasonOutcomeUnknown, 0, true, false, false, false},
+		{codes.Unavailable, ReasonNotCommitted, 100 * time.Millisecond, true, false, true, true},
+		{codes.DeadlineExceeded, ReasonNotCommitted, 0, true, false, true, true},
+		{codes.ResourceExhausted, ReasonBackpressure, 200 * time.Millisecond, true, false, false, false},
+		{codes.ResourceExhausted, ReasonRateLimited, time.Second, true, true, true, true},
+		{codes.ResourceExhausted, ReasonRateLimited, 0, false, false, false, false},
+		{codes.ResourceExhausted, ReasonTooLarge, 0, false, false, false, false},
+		{codes.ResourceExhausted, "", 0, false, false, false, false},
+		{codes.Unavailable, ReasonScanInterrupted, 0, false, true, false, false},
+		{codes.Unavailable, "SOMETHING_NEW", 0, false, false, false, false},
+		{codes.Unavailable, "", 0, true, true, false, true},
+		{codes.DeadlineExceeded, "", 0, true, true, false, true},
+		{codes.Canceled, "", 0, false, false, false, false},
+		{codes.InvalidArgument, "", 0, false, false, false, false},
+		{codes.AlreadyExists, "", 0, false, false, false, false},
+		{codes.NotFound, "", 0, false, false, false, false},
+		{codes.Internal, "", 0, false, false, false, false},
+		{codes.FailedPrecondition, ReasonSeqMismatch, 0, false, false, false, false},
 	}
 	for _, tt := range tests {
 		e := &Error{Code: tt.code, Reason: tt.reason, RetryDelay: tt.delay}
@@ -41,6 +44,12 @@ func TestRetryable(t *testing.T) {
 		}
 		if got := retryable(readCall, e); got != tt.read {
 			t.Errorf("read %v %q %v: retryable %v, want %v", tt.code, tt.reason, tt.delay, got, tt.read)
+		}
+		if got := retryable(deleteCall, e); got != tt.del {
+			t.Errorf("DeleteShard %v %q %v: retryable %v, want %v", tt.code, tt.reason, tt.delay, got, tt.del)
+		}
+		if got := retryable(conditionalDeleteCall, e); got != tt.cdel {
+			t.Errorf("conditional DeleteShard %v %q %v: retryable %v, want %v", tt.code, tt.reason, tt.delay, got, tt.cdel)
 		}
 	}
 }

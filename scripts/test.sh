@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs rolloutd's whole test suite on a fresh machine: installs Azurite from
-# npm (pinned by test/azurite/package-lock.json), checks gofmt, then vets and
+# npm (pinned by test/azurite/package-lock.json) and DuckDB's Node.js API
+# (test/duckdb, which the export tests read Parquet with), checks gofmt, then vets and
 # runs every test under the race detector, and the same for the deploy/check
 # module; then the Python client's pytest suite (clients/python), with
 # Debian's Python packages, installed here when they are missing. Tests that
@@ -58,6 +59,8 @@ python=$(pick_python)
 
 echo "== installing Azurite (npm ci, pinned by test/azurite/package-lock.json)"
 (cd test/azurite && npm ci --no-audit --no-fund --loglevel=error)
+echo "== installing DuckDB's Node.js API (npm ci, pinned by test/duckdb/package-lock.json)"
+(cd test/duckdb && npm ci --no-audit --no-fund --loglevel=error)
 
 echo "== gofmt"
 unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go' -not -path './node_modules/*'))

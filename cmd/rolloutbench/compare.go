@@ -50,6 +50,16 @@ func check(id, what string, v float64, op string, want float64, detail string) t
 	return t
 }
 
+// reported is a figure the targets' table shows without a bound; a nil
+// value prints as n/a.
+func reported(id, what string, v float64, detail string) targetCheck {
+	t := targetCheck{ID: id, What: what, Op: "report", Detail: detail}
+	if !math.IsNaN(v) && !math.IsInf(v, 0) {
+		t.Value = &v
+	}
+	return t
+}
+
 func skipped(id, what, op string, want float64, why string) targetCheck {
 	return targetCheck{ID: id, What: what, Op: op, Want: want, Detail: "not measured: " + why}
 }
@@ -225,6 +235,7 @@ func (b *bench) compareRun(ctx context.Context) ([]phaseResult, []targetCheck, e
 		} else {
 			checks = append(checks, skipped("1b", "single client: resident p50 / floor p50, over gRPC", "<=", 1.35, "the floor needs --store"))
 		}
+		checks = append(checks, commitByCreate1(rs, inproc)...)
 	}
 
 	// --- Target 2: 32 clients, 5,000 appends over 32 shards, resident. ---
@@ -270,13 +281,16 @@ func (b *bench) compareRun(ctx context.Context) ([]phaseResult, []targetCheck, e
 		var rs []phaseResult
 		{
 			sh := []string{base + "/t3"}
+			// Both resident phases share the server: each block's
+			// background work is waited for, so that it counts with the
+			// block that caused it.
 			s := b.spec("T3 resident 1 client", modeResident, res.path, 1, sh)
-			s.NewClient, s.Figures = grpcClients(res.conn), res.figures
+			s.NewClient, s.Figures, s.Quiesce = grpcClients(res.conn), res.figures, sz.Quiesce
 			if single3, err = b.newPhase(s); err != nil {
 				return nil, nil, err
 			}
 			s = b.spec(fmt.Sprintf("T3 resident %d clients", sz.OneShardConc), modeResident, res.path, sz.OneShardConc, sh)
-			s.NewClient, s.Figures = grpcClients(res.conn), res.figures
+			s.NewClient, s.Figures, s.Quiesce = grpcClients(res.conn), res.figures, sz.Quiesce
 			if many3, err = b.newPhase(s); err != nil {
 				return nil, nil, err
 			}
@@ -322,9 +336,18 @@ func (b *bench) compareRun(ctx context.Context) ([]phaseResult, []targetCheck, e
 			if floor3 != nil && rs[2].BlobOpsPerSec != nil {
 				fops := *rs[2].BlobOpsPerSec
 				checks = append(checks, check("3c", fmt.Sprintf("%d clients on one shard: appends/s / the floor's raw blob ops/s", sz.OneShardConc),
-					many.AppendsPerSec/fops, ">", 1, fmt.Sprintf("%.0f appends/s vs %.0f blob ops/s", many.AppendsPerSec, fops)))
+					many.AppendsPerSec/fops, ">", 1, fmt.Sprintf("%.0f appends/s vs %.0f blob ops/s", many.AppendsPerSec, fops)),
+					check("3d", fmt.Sprintf("commit by create: %d clients on one shard: appends/s / the floor's raw blob ops/s (3c's figure)", sz.OneShardConc),
+						many.AppendsPerSec/fops, ">=", 8, fmt.Sprintf("%.0f appends/s vs %.0f blob ops/s", many.AppendsPerSec, fops)))
 			} else {
-				checks = append(checks, skipped("3c", "appends/s / the floor's raw blob ops/s", ">", 1, "the floor needs --store"))
+				checks = append(checks, skipped("3c", "appends/s / the floor's raw blob ops/s", ">", 1, "the floor needs --store"),
+					skipped("3d", "commit by create: appends/s / the floor's raw blob ops/s", ">=", 8, "the floor needs --store"))
+			}
+			if many.WritesPerAppend != nil {
+				checks = append(checks, check("3e", fmt.Sprintf("commit by create: %d clients on one shard: blob PUTs per acked append, background included", sz.OneShardConc),
+					*many.WritesPerAppend, "<=", 0.15, putsDetail(many.BlobOps, many.Appends, "each block's background work waited for")))
+			} else {
+				checks = append(checks, skipped("3e", "commit by create: blob PUTs per acked append", "<=", 0.15, "the target's /metrics could not be read"))
 			}
 		}
 	}
@@ -362,6 +385,7 @@ func (b *bench) compareRun(ctx context.Context) ([]phaseResult, []targetCheck, e
 			} else {
 				checks = append(checks, skipped("4b", "writer evictions reported", ">", 0, "the target's /metrics could not be read"))
 			}
+			checks = append(checks, fencesCheck(r, sz.WideShards))
 			if r.RSSQuarterBytes > 0 {
 				checks = append(checks, check("4c", fmt.Sprintf("%d shards: RSS at end / RSS at a quarter of the run", sz.WideShards), r.RSSBytes/r.RSSQuarterBytes, "<=", 1.25,
 					fmt.Sprintf("%s vs %s (%s)", mib(r.RSSBytes), mib(r.RSSQuarterBytes), r.RSSSource)))
@@ -385,11 +409,22 @@ func (b *bench) compareRun(ctx context.Context) ([]phaseResult, []targetCheck, e
 		}
 		results = append(results, t5...)
 		if len(t5) == 2 {
-			checks = append(checks, check("5", "Get from another instance: p50 / read floor p50", getP50(t5[1])/getP50(t5[0]), "<=", 1.3,
-				fmt.Sprintf("%s vs %s", ms(getP50(t5[1])), ms(getP50(t5[0])))))
+			detail := fmt.Sprintf("%s vs %s", ms(getP50(t5[1])), ms(getP50(t5[0])))
+			checks = append(checks, check("5", "Get from another instance: p50 / read floor p50", getP50(t5[1])/getP50(t5[0]), "<=", 1.3, detail),
+				check("5b", "commit by create: Get from another instance: p50 / two-read floor p50 (5's figure)", getP50(t5[1])/getP50(t5[0]), "<=", 1.6, detail))
 		} else {
-			checks = append(checks, skipped("5", "Get from another instance: p50 / read floor p50", "<=", 1.3, "the read floor needs --store"))
+			checks = append(checks, skipped("5", "Get from another instance: p50 / read floor p50", "<=", 1.3, "the read floor needs --store"),
+				skipped("5b", "commit by create: Get from another instance: p50 / two-read floor p50", "<=", 1.6, "the read floor needs --store"))
 		}
+		say("target 5, scale: Get from another instance on a shard of %d records vs one of %d", sz.GetBigRecords, sz.GetSmallRecords)
+		rs, err := b.target5Scale(ctx)
+		if err != nil {
+			return nil, nil, err
+		}
+		results = append(results, rs...)
+		big, small := rs[len(rs)-2], rs[len(rs)-1]
+		checks = append(checks, check("5c", fmt.Sprintf("commit by create: Get from another instance: p50 at %d records / p50 at %d records", sz.GetBigRecords, sz.GetSmallRecords),
+			getP50(big)/getP50(small), "<=", 1.25, fmt.Sprintf("%s vs %s", ms(getP50(big)), ms(getP50(small)))))
 	}
 
 	// --- Target 6: the embedded local store, across shards and alone. ---
@@ -397,7 +432,8 @@ func (b *bench) compareRun(ctx context.Context) ([]phaseResult, []targetCheck, e
 		if b.cfg.store.Kind != "local" || !inproc {
 			checks = append(checks,
 				skipped("6a", "local store: 64 clients over 100 shards: appends/s / 64 clients on one shard's", ">=", 0.5, "needs --inprocess on the embedded local store"),
-				skipped("6b", "local store, single client: resident p50 over gRPC / local floor p50", "<=", 1.4, "needs --inprocess on the embedded local store"))
+				skipped("6b", "local store, single client: resident p50 over gRPC / local floor p50", "<=", 1.4, "needs --inprocess on the embedded local store"),
+				skipped("6c", "local store, single client: resident p50 over gRPC / local one-write floor p50", "<=", 1.4, "needs --inprocess on the embedded local store"))
 		} else {
 			say("target 6: the local store: %d clients on 1 shard vs over %d shards; a single client vs the local floor (file writes, fsyncs, renames in a loop)", sz.LocalClients, sz.LocalShards)
 			rs, cs, err := b.target6(ctx)
@@ -505,11 +541,11 @@ func (b *bench) target1(ctx context.Context, prefix string, wopts shard.Options,
 	if inproc {
 		s.HTTP = b.http
 	}
-	p, err := b.newPhase(s)
+	grpcP, err := b.newPhase(s)
 	if err != nil {
 		return nil, err
 	}
-	t1 = append(t1, p)
+	t1 = append(t1, grpcP)
 	warm(ctx, 20, t1...)
 	if store != nil {
 		// The floor's manifest is the product shard's real one, as it is
@@ -526,10 +562,29 @@ func (b *bench) target1(ctx context.Context, prefix string, wopts shard.Options,
 		if err != nil {
 			return nil, err
 		}
-		warm(ctx, 20, p)
-		t1 = append([]*phase{p}, t1...)
+		// The one-write floor of a commit by create: the same generation,
+		// its create-only PUT alone.
+		c1 := newOpCounter()
+		fs1 := &floorSpec{store: c1.wrap(store), prefix: base + "/floor1", generation: fs.generation}
+		s = b.spec(prefix+" floor1", modeFloor1, "raw blob op: one create-only PUT of the generation (no manifest write), shared client, on "+b.storeDesc, 1, []string{refShard})
+		s.NewClient, s.Figures, s.HTTP = floor1Clients(fs1), c1.figures, b.http
+		p1, err := b.newPhase(s)
+		if err != nil {
+			p.close()
+			return nil, err
+		}
+		warm(ctx, 20, p, p1)
+		t1 = append([]*phase{p, p1}, t1...)
 	}
+	// The gRPC phase's server serves it alone: its counters over the whole
+	// interleaved stretch, and a settle after it, hold every blob operation
+	// its appends caused, the background work between blocks included.
+	all := counting(res.figures)
 	interleave(ctx, int64(sz.SingleAppends), sz.SingleAppends/10, t1...)
+	pause(ctx, sz.Quiesce)
+	if f, ok := all(); ok {
+		grpcP.setAll(f)
+	}
 	var rs []phaseResult
 	for _, p := range t1 {
 		rs = append(rs, p.result())
@@ -587,8 +642,18 @@ func (b *bench) target6(ctx context.Context) ([]phaseResult, []targetCheck, erro
 	if err != nil {
 		return nil, nil, err
 	}
-	warm(ctx, 20, floor)
-	interleave(ctx, int64(sz.LocalSingle), sz.LocalSingle/10, floor, single)
+	s = b.spec("T6 local floor1", modeFloor1FS, "plain file operations in a loop, beside the store: write+fsync+rename of the generation, fsync of its directory (one write: commit by create)", 1, []string{base + "-single"})
+	dir1, err := b.fsFloorDir("t6-1")
+	if err != nil {
+		return nil, nil, err
+	}
+	s.NewClient = fsFloor1Clients(dir1, fs.generation)
+	floor1, err := newPhase(s)
+	if err != nil {
+		return nil, nil, err
+	}
+	warm(ctx, 20, floor, floor1)
+	interleave(ctx, int64(sz.LocalSingle), sz.LocalSingle/10, floor, floor1, single)
 
 	s = b.spec(fmt.Sprintf("T6 resident %d clients, 1 shard", sz.LocalClients), modeResident, res.path, sz.LocalClients, []string{base + "-one"})
 	s.NewClient, s.Figures = grpcClients(res.conn), res.figures
@@ -606,8 +671,8 @@ func (b *bench) target6(ctx context.Context) ([]phaseResult, []targetCheck, erro
 	warm(ctx, int64(4*max(sz.LocalShards, sz.LocalClients)), one, wide)
 	interleave(ctx, int64(sz.LocalClients*sz.LocalEach), 4, one, wide)
 
-	rs := []phaseResult{floor.result(), single.result(), one.result(), wide.result()}
-	fr, sr, or, wr := rs[0], rs[1], rs[2], rs[3]
+	rs := []phaseResult{floor.result(), floor1.result(), single.result(), one.result(), wide.result()}
+	fr, f1r, sr, or, wr := rs[0], rs[1], rs[2], rs[3], rs[4]
 	cpu := func(r phaseResult) string {
 		if r.CPUusPerAppend == nil {
 			return "?"
@@ -620,6 +685,8 @@ func (b *bench) target6(ctx context.Context) ([]phaseResult, []targetCheck, erro
 			fmt.Sprintf("%.0f/s vs %.0f/s; CPU per append %s vs %s", wr.AppendsPerSec, or.AppendsPerSec, cpu(wr), cpu(or))),
 		check("6b", "local store, single client: resident p50 over gRPC / local floor p50", p50(sr)/p50(fr), "<=", 1.4,
 			fmt.Sprintf("%s vs %s", ms(p50(sr)), ms(p50(fr)))),
+		check("6c", "commit by create: local store, single client: resident p50 over gRPC / local one-write floor p50", p50(sr)/p50(f1r), "<=", 1.4,
+			fmt.Sprintf("%s vs %s", ms(p50(sr)), ms(p50(f1r)))),
 	}, nil
 }
 
@@ -633,7 +700,7 @@ func tw(r phaseResult) float64 {
 }
 
 func sortChecks(cs []targetCheck) []targetCheck {
-	order := []string{"1a", "1b", "1c", "2", "3a", "3b", "3c", "4a", "4b", "4c", "5", "6a", "6b"}
+	order := []string{"1a", "1b", "1c", "1d", "1e", "1f", "1g", "2", "3a", "3b", "3c", "3d", "3e", "4a", "4b", "4c", "4d", "5", "5b", "5c", "6a", "6b", "6c"}
 	var out []targetCheck
 	for _, id := range order {
 		for _, c := range cs {
@@ -851,7 +918,171 @@ func printChecks(w io.Writer, cs []targetCheck) {
 		if c.Met != nil {
 			verdict = map[bool]string{true: "met", false: "MISSED"}[*c.Met]
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s %g\t%s\t%s\n", c.ID, c.What, v, c.Op, c.Want, verdict, c.Detail)
+		want := fmt.Sprintf("%s %g", c.Op, c.Want)
+		if c.Op == "report" {
+			want, verdict = "-", map[bool]string{true: "reported", false: "n/a"}[c.Value != nil]
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", c.ID, c.What, v, want, verdict, c.Detail)
 	}
 	tw.Flush()
+}
+
+// commitByCreate1 is target 1's rows for issue 21 (commit by create),
+// from the phases target1 returned.
+func commitByCreate1(rs []phaseResult, inproc bool) []targetCheck {
+	var out []targetCheck
+	floor, haveFloor := byName(rs, "T1 floor")
+	floor1, haveFloor1 := byName(rs, "T1 floor1")
+	grpc1, _ := byName(rs, "T1 resident gRPC")
+	shard1, haveShard := byName(rs, "T1 resident in-process")
+	switch {
+	case haveShard && haveFloor1:
+		out = append(out, check("1d", "commit by create: single client: resident p50 / floor1 p50, in-process (shard.Writer)",
+			p50(shard1)/p50(floor1), "<=", 1.25, fmt.Sprintf("%s vs %s", ms(p50(shard1)), ms(p50(floor1)))))
+	case !inproc:
+		out = append(out, skipped("1d", "commit by create: single client: resident p50 / floor1 p50, in-process", "<=", 1.25, "needs --inprocess"))
+	default:
+		out = append(out, skipped("1d", "commit by create: single client: resident p50 / floor1 p50, in-process", "<=", 1.25, "the floor needs --store"))
+	}
+	if haveFloor && haveFloor1 {
+		out = append(out,
+			check("1e", "commit by create: single client: resident p50 over gRPC / two-write floor p50 (1b's figure)",
+				p50(grpc1)/p50(floor), "<=", 0.85, fmt.Sprintf("%s vs %s", ms(p50(grpc1)), ms(p50(floor)))),
+			reported("1f", "commit by create: single client: resident p50 over gRPC / floor1 p50",
+				p50(grpc1)/p50(floor1), fmt.Sprintf("%s vs %s; floor1 / two-write floor %.2f", ms(p50(grpc1)), ms(p50(floor1)), p50(floor1)/p50(floor))))
+	} else {
+		out = append(out, skipped("1e", "commit by create: single client: resident p50 over gRPC / two-write floor p50", "<=", 0.85, "the floor needs --store"),
+			reported("1f", "commit by create: single client: resident p50 over gRPC / floor1 p50", math.NaN(), "the floor needs --store"))
+	}
+	if grpc1.AllWritesPerAppend != nil {
+		out = append(out, check("1g", "commit by create: single client: blob PUTs per acked append, everything included (gRPC phase's server)",
+			*grpc1.AllWritesPerAppend, "<=", 1.15, fmt.Sprintf("%.2f DELETEs per acked append; %d appends; the server's counters from before the first block to a settle after the last",
+				*grpc1.AllDeletesPerAppend, grpc1.Appends)))
+	} else {
+		out = append(out, skipped("1g", "commit by create: single client: blob PUTs per acked append", "<=", 1.15, "the target's /metrics could not be read"))
+	}
+	return out
+}
+
+// putsDetail describes a phase's blob writes: PUTs by kind and DELETEs.
+func putsDetail(ops map[string]float64, appends int64, how string) string {
+	d := fmt.Sprintf("%.0f PUTs (%.0f create-only, %.0f CAS, %.0f plain) and %.0f DELETEs for %d appends",
+		ops["put"]+ops["put_create"]+ops["put_cas"], ops["put_create"], ops["put_cas"], ops["put"], ops["delete"], appends)
+	if appends > 0 {
+		d += fmt.Sprintf(" (%.3f DELETEs per append)", ops["delete"]/float64(appends))
+	}
+	if how != "" {
+		d += "; " + how
+	}
+	return d
+}
+
+// fencesCheck reports the fences target 4 wrote to commit logs, from the
+// server's rolloutd_log_fences_total; n/a where the server has no such
+// counter (a protocol-v1 build).
+func fencesCheck(r phaseResult, shards int) targetCheck {
+	what := fmt.Sprintf("commit by create: %d shards: fences written to commit logs", shards)
+	if r.LogFences == nil {
+		return reported("4d", what, math.NaN(), "n/a: the server exports no rolloutd_log_fences_total (protocol v1 writes no fences)")
+	}
+	return reported("4d", what, *r.LogFences, fmt.Sprintf("%.0f fences, %.0f writer opens, %.0f evictions", *r.LogFences, r.WriterOpens, r.Evictions))
+}
+
+// target5Scale appends GetBigRecords small records to one shard and
+// GetSmallRecords to another through one instance, then measures Gets of
+// each through another instance (its own server and caches and, on Azure,
+// its own client), interleaved. It returns the fills' and the Gets'
+// results, the Gets last: big, then small.
+func (b *bench) target5Scale(ctx context.Context) ([]phaseResult, error) {
+	sz := b.cfg.sizes
+	sz.GetFillBatch = max(1, sz.GetFillBatch)
+	base := b.base() + "/t5s"
+	writer, err := b.resident(b.store, b.cfg.MaxWriters, b.target)
+	if err != nil {
+		return nil, err
+	}
+	defer writer.stop()
+	// Small records, many to an append: the fill is about the shard's
+	// shape (records, generations, merges), not about its bytes, which
+	// in-memory Azurite would have to hold several times over as merges
+	// rewrite them.
+	small := smallRecords(grpcClients(writer.conn), sz.GetFillBytes)
+	var out []phaseResult
+	fill := func(name, sh string, records int) ([]idRef, error) {
+		s := b.spec(name, modeResident, writer.path, min(32, max(1, records/sz.GetFillBatch)), []string{sh})
+		s.NewClient, s.Figures, s.KeepIDs, s.Records, s.RecordBytes = small, writer.figures, true, sz.GetFillBatch, sz.GetFillBytes
+		p, err := b.newPhase(s)
+		if err != nil {
+			return nil, err
+		}
+		defer p.close()
+		p.run(ctx, int64((records+sz.GetFillBatch-1)/sz.GetFillBatch), 0)
+		r := p.result()
+		out = append(out, r)
+		if r.ErrorsTotal > 0 || len(p.ackedIDs()) == 0 {
+			return nil, fmt.Errorf("%s: %d errors (%v)", name, r.ErrorsTotal, r.FirstErrors)
+		}
+		return p.ackedIDs(), nil
+	}
+	bigShard, smallShard := base+"-big", base+"-small"
+	bigIDs, err := fill(fmt.Sprintf("T5 fill %d records", sz.GetBigRecords), bigShard, sz.GetBigRecords)
+	if err != nil {
+		return nil, err
+	}
+	smallIDs, err := fill(fmt.Sprintf("T5 fill %d records", sz.GetSmallRecords), smallShard, sz.GetSmallRecords)
+	if err != nil {
+		return nil, err
+	}
+
+	readStore := b.store
+	if b.cfg.InProcess && b.cfg.store.Kind == "azblob" {
+		st, drop, err := b.newStoreForAppend(ctx)
+		if err != nil {
+			return nil, err
+		}
+		defer func() { _ = drop() }()
+		readStore = st
+	}
+	reader, err := b.resident(readStore, b.cfg.MaxWriters, b.getTarget)
+	if err != nil {
+		return nil, err
+	}
+	defer reader.stop()
+	var gets []*phase
+	for _, g := range []struct {
+		records int
+		sh      string
+		ids     []idRef
+	}{{sz.GetBigRecords, bigShard, bigIDs}, {sz.GetSmallRecords, smallShard, smallIDs}} {
+		s := b.spec(fmt.Sprintf("T5 Get at %d records", g.records), modeResident, reader.path, 1, []string{g.sh})
+		s.NewClient, s.Figures, s.ReadFraction, s.ReadIDs = grpcClients(reader.conn), reader.figures, 1, g.ids
+		p, err := b.newPhase(s)
+		if err != nil {
+			return nil, err
+		}
+		defer p.close()
+		gets = append(gets, p)
+	}
+	warm(ctx, 20, gets...)
+	interleave(ctx, int64(sz.Gets), sz.Gets/10, gets...)
+	return append(out, gets[0].result(), gets[1].result()), nil
+}
+
+// smallRecords sends records with n bytes of content instead of the run's.
+func smallRecords(next func(int) (clientOps, error), n int) func(int) (clientOps, error) {
+	content := strings.Repeat("s", n)
+	return func(i int) (clientOps, error) {
+		ops, err := next(i)
+		if err != nil {
+			return ops, err
+		}
+		inner := ops.append
+		ops.append = func(ctx context.Context, sh string, recs []*rolloutv1.Record) error {
+			for _, r := range recs {
+				r.Content = content
+			}
+			return inner(ctx, sh, recs)
+		}
+		return ops, nil
+	}
 }

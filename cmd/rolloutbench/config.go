@@ -20,16 +20,20 @@ import (
 // in-process server on loopback, or --target); "resident-shard" calls a
 // resident shard.Writer directly, in-process, without gRPC; "floor-fs" is
 // the embedded local store's floor: its file writes, fsyncs and renames in
-// a plain loop, beside the store's directory.
+// a plain loop, beside the store's directory. "floor1" and "floor1-fs" are
+// the one-write floors of a commit by create (issue 21): the generation's
+// create-only write alone, without the manifest's.
 const (
 	modeFloor         = "floor"
+	modeFloor1        = "floor1"
 	modeFloorFS       = "floor-fs"
+	modeFloor1FS      = "floor1-fs"
 	modeResident      = "resident"
 	modeResidentShard = "resident-shard"
 	modePerAppend     = "per-append"
 )
 
-var allModes = []string{modeFloor, modeFloorFS, modeResident, modeResidentShard, modePerAppend}
+var allModes = []string{modeFloor, modeFloor1, modeFloorFS, modeFloor1FS, modeResident, modeResidentShard, modePerAppend}
 
 const envConnectionString = "AZURE_STORAGE_CONNECTION_STRING"
 
@@ -98,6 +102,17 @@ type compareSizes struct {
 	LocalClients   int           // target 6: 64
 	LocalShards    int           // target 6: 100
 	LocalEach      int           // target 6: appends per client in each layout
+	// Target 5's scale rows: Gets on a shard of GetBigRecords records
+	// against one of GetSmallRecords, both filled with GetFillBatch records
+	// of GetFillBytes content per append.
+	GetBigRecords   int
+	GetSmallRecords int
+	GetFillBatch    int
+	GetFillBytes    int
+	// Quiesce: how long target 1 (after its interleaved blocks) and
+	// target 3 (after each resident block) wait for the writers'
+	// background work before reading the blob counters.
+	Quiesce time.Duration
 }
 
 var defaultSizes = compareSizes{
@@ -120,6 +135,12 @@ var defaultSizes = compareSizes{
 	LocalClients:   64,
 	LocalShards:    100,
 	LocalEach:      120,
+
+	GetBigRecords:   100_000,
+	GetSmallRecords: 100,
+	GetFillBatch:    10,
+	GetFillBytes:    100,
+	Quiesce:         time.Second,
 }
 
 // storeURL is a parsed --store.
@@ -296,18 +317,18 @@ func (c *config) validate(getenv func(string) string) error {
 			return fmt.Errorf("--store %s needs %s (or --azurite to start one)", c.store, envConnectionString)
 		}
 	}
-	if slices.Contains(c.Modes, modeFloorFS) && (c.store.Kind != "local" || !c.InProcess) {
-		return errors.New("--mode floor-fs is the embedded local store's floor: it needs --inprocess and a local --store")
+	if (slices.Contains(c.Modes, modeFloorFS) || slices.Contains(c.Modes, modeFloor1FS)) && (c.store.Kind != "local" || !c.InProcess) {
+		return errors.New("--mode floor-fs and floor1-fs are the embedded local store's floors: they need --inprocess and a local --store")
 	}
 	if c.Target != "" && c.store.Kind == "local" {
 		return errors.New("--store with a local directory is held by the rolloutd that serves it; a remote target's store must be azblob:// (or give none)")
 	}
 	needStore := c.Compare
 	for _, m := range c.Modes {
-		needStore = needStore || m == modeFloor || m == modePerAppend
+		needStore = needStore || m == modeFloor || m == modeFloor1 || m == modePerAppend
 	}
 	if c.Target != "" && c.store.Kind == "" && needStore && !c.Compare {
-		return errors.New("modes floor and per-append talk to the blob store directly: give --store azblob://CONTAINER[/PREFIX] with " + envConnectionString)
+		return errors.New("modes floor, floor1 and per-append talk to the blob store directly: give --store azblob://CONTAINER[/PREFIX] with " + envConnectionString)
 	}
 	if c.Target != "" && c.MetricsURL == "" {
 		host, _, _ := net.SplitHostPort(c.Target)

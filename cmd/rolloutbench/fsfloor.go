@@ -53,6 +53,33 @@ func fsFloorClients(dir string, generation, manifest []byte) func(int) (clientOp
 	}
 }
 
+// fsFloor1Clients: the one-write floor of the embedded local store, for a
+// commit by create: per append, the generation alone, written to a new
+// temporary file in one write, fsynced, renamed into the client's log
+// directory, and that directory fsynced. What the store does for one lone
+// create-only put, with no manifest after it.
+func fsFloor1Clients(dir string, generation []byte) func(int) (clientOps, error) {
+	gen := append(make([]byte, headerBytes), generation...)
+	return func(i int) (clientOps, error) {
+		logDir := filepath.Join(dir, "shards", fmt.Sprintf("c%d", i), "_l")
+		tmpDir := filepath.Join(dir, "tmp")
+		for _, d := range []string{logDir, tmpDir} {
+			if err := os.MkdirAll(d, 0o750); err != nil {
+				return clientOps{}, fmt.Errorf("floor1-fs: %w", err)
+			}
+		}
+		n := 0
+		return clientOps{append: func(context.Context, string, []*rolloutv1.Record) error {
+			n++
+			tmp := filepath.Join(tmpDir, fmt.Sprintf("l%d-%d", i, n))
+			if err := writeSyncRename(tmp, filepath.Join(logDir, fmt.Sprintf("%016x", n)), gen); err != nil {
+				return err
+			}
+			return syncDir(logDir)
+		}}, nil
+	}
+}
+
 func writeSyncRename(tmp, path string, data []byte) error {
 	f, err := os.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {

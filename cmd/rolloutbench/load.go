@@ -60,6 +60,11 @@ type loadSpec struct {
 	// this long: connections the blob service closes on its keep-alive
 	// timeout become TIME_WAIT only then.
 	Settle time.Duration
+	// Quiesce, after the last operation of a block, waits this long before
+	// the block's counters are read, so that the background work the block
+	// started (merges, checkpoints, GC) counts with it and not with the
+	// next phase's block. The block's time and rates end before it.
+	Quiesce time.Duration
 	// Sockets counts this machine's TCP connections to the blob endpoint
 	// before, during (once a second, for the peak) and after the phase.
 	// Reading /proc/net/tcp costs real CPU when it lists thousands of
@@ -85,6 +90,9 @@ type phase struct {
 	elapsed  time.Duration
 	figures  serverFigures
 	haveFigs bool
+	// all is what the phase's server did over a whole interleaved stretch
+	// (setAll), background work between blocks included.
+	all      *serverFigures
 	http     struct{ requests, conns int64 }
 	sockBase sockets // before the first block
 	sockEnd  sockets // after the last block
@@ -250,6 +258,9 @@ func (p *phase) run(ctx context.Context, count int64, duration time.Duration) {
 			p.sockPeak.ServerTimeWait = max(p.sockPeak.ServerTimeWait, s.ServerTimeWait)
 		}
 	}
+	if spec.Quiesce > 0 && ctx.Err() == nil {
+		pause(ctx, spec.Quiesce)
+	}
 	if spec.RSS != nil {
 		p.rssEnd = spec.RSS()
 		if p.rssQ == 0 {
@@ -264,6 +275,8 @@ func (p *phase) run(ctx context.Context, count int64, duration time.Duration) {
 			}
 			p.figures.Evictions += d.Evictions
 			p.figures.Opens += d.Opens
+			p.figures.Fences += d.Fences
+			p.figures.FencesKnown = p.figures.FencesKnown || d.FencesKnown
 			p.figures.RSS = d.RSS
 			p.haveFigs = true
 		} else {
@@ -457,6 +470,7 @@ func (p *phase) reset() {
 	p.elapsed = 0
 	p.figures = serverFigures{BlobOps: map[string]float64{}}
 	p.haveFigs = false
+	p.all = nil
 	p.http.requests, p.http.conns = 0, 0
 	p.haveSock = false
 	p.rssQ, p.rssEnd = 0, 0
@@ -464,4 +478,28 @@ func (p *phase) reset() {
 	p.cpu = 0
 	p.stopped = ""
 	p.blocks = 0
+}
+
+// setAll records what the phase's server did over a stretch that spans
+// its blocks and everything between them: for a server (or store) that
+// serves this phase alone, every blob operation its appends caused.
+func (p *phase) setAll(f serverFigures) { p.all = &f }
+
+// counting reads f now, and returns a func that gives the increase since,
+// or false when the counters cannot be read (f nil or failing).
+func counting(f func() (serverFigures, error)) func() (serverFigures, bool) {
+	if f == nil {
+		return func() (serverFigures, bool) { return serverFigures{}, false }
+	}
+	before, err := f()
+	return func() (serverFigures, bool) {
+		if err != nil {
+			return serverFigures{}, false
+		}
+		after, err := f()
+		if err != nil {
+			return serverFigures{}, false
+		}
+		return after.since(before), true
+	}
 }

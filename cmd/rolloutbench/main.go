@@ -141,7 +141,7 @@ func (b *bench) modeRun(ctx context.Context) ([]phaseResult, []modeRatio, error)
 	if dur > 0 {
 		count = 0
 	}
-	order := map[string]int{modeFloor: 0, modeFloorFS: 0, modeResidentShard: 1, modeResident: 2, modePerAppend: 3}
+	order := map[string]int{modeFloor: 0, modeFloor1: 0, modeFloorFS: 0, modeFloor1FS: 0, modeResidentShard: 1, modeResident: 2, modePerAppend: 3}
 	modes := append([]string(nil), cfg.Modes...)
 	for i := range modes { // insertion sort by order: few modes
 		for j := i; j > 0 && order[modes[j]] < order[modes[j-1]]; j-- {
@@ -175,6 +175,35 @@ func (b *bench) modeRun(ctx context.Context) ([]phaseResult, []modeRatio, error)
 			fs.store = c.wrap(b.store)
 			s.Path = "raw blob ops: create-only PUT of the generation + If-Match PUT of the manifest (reads: manifest GET + ranged GET), sequential per client, shared client, on " + b.storeDesc
 			s.NewClient, s.Figures = floorClients(fs), c.figures
+		case modeFloor1:
+			recs := make([]*rolloutv1.Record, cfg.Records)
+			for i := range recs {
+				recs[i] = b.newRecord(0)
+			}
+			fs := &floorSpec{prefix: b.base() + "/floor1/run"}
+			var err error
+			if fs.generation, err = generationBlob(shards[0], recs); err != nil {
+				return nil, nil, err
+			}
+			c := newOpCounter()
+			fs.store = c.wrap(b.store)
+			s.Path = "raw blob op: one create-only PUT of the generation (no manifest write), per client, shared client, on " + b.storeDesc
+			s.NewClient, s.Figures, s.ReadFraction = floor1Clients(fs), c.figures, 0
+		case modeFloor1FS:
+			recs := make([]*rolloutv1.Record, cfg.Records)
+			for i := range recs {
+				recs[i] = b.newRecord(0)
+			}
+			gen, err := generationBlob(shards[0], recs)
+			if err != nil {
+				return nil, nil, err
+			}
+			dir, err := b.fsFloorDir("mode1")
+			if err != nil {
+				return nil, nil, err
+			}
+			s.Path = "plain file operations: write+fsync+rename of the generation, fsync of its directory (no manifest), beside " + b.storeDesc
+			s.NewClient, s.ReadFraction = fsFloor1Clients(dir, gen), 0
 		case modeFloorFS:
 			recs := make([]*rolloutv1.Record, cfg.Records)
 			for i := range recs {
@@ -238,9 +267,10 @@ func (b *bench) modeRun(ctx context.Context) ([]phaseResult, []modeRatio, error)
 	}
 	var ratios []modeRatio
 	// The ratios' floor: the blob operations' floor, else the local
-	// store's plain file operations.
+	// store's plain file operations; a one-write floor only when no
+	// two-write one ran.
 	var floor *phaseResult
-	for _, m := range []string{modeFloorFS, modeFloor} {
+	for _, m := range []string{modeFloor1FS, modeFloor1, modeFloorFS, modeFloor} {
 		for i := range results {
 			if results[i].Mode == m {
 				floor = &results[i]

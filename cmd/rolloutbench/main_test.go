@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/goleak"
 )
 
@@ -28,6 +29,8 @@ var smokeSizes = compareSizes{
 	WideDuration: time.Second, WideShards: 20, WideMaxWriters: 4, WideClients: 4,
 	Gets: 20, GetRecords: 20,
 	LocalSingle: 20, LocalClients: 8, LocalShards: 12, LocalEach: 4,
+	GetBigRecords: 400, GetSmallRecords: 20, GetFillBatch: 10, GetFillBytes: 100,
+	Quiesce: 100 * time.Millisecond,
 }
 
 func noEnv(string) string { return "" }
@@ -66,35 +69,47 @@ func TestCompareSmoke(t *testing.T) {
 	for _, c := range rep.Targets {
 		ids = append(ids, c.ID)
 	}
-	if got, want := strings.Join(ids, ","), "1a,1b,1c,2,3a,3b,3c,4a,4b,4c,5,6a,6b"; got != want {
+	if got, want := strings.Join(ids, ","), "1a,1b,1c,1d,1e,1f,1g,2,3a,3b,3c,3d,3e,4a,4b,4c,4d,5,5b,5c,6a,6b,6c"; got != want {
 		t.Errorf("targets %s, want %s", got, want)
 	}
 	for _, c := range rep.Targets {
-		// Target 2 counts TCP sockets: the local store has none.
-		if c.Value == nil && c.ID != "2" {
+		switch {
+		case c.ID == "2": // it counts TCP sockets: the local store has none
+		case c.ID == "4d": // n/a until the server counts fences (protocol v2)
+			if c.Value == nil && !strings.HasPrefix(c.Detail, "n/a") {
+				t.Errorf("target 4d neither measured nor n/a: %s", c.Detail)
+			}
+		case c.Value == nil:
 			t.Errorf("target %s not measured: %s", c.ID, c.Detail)
 		}
+	}
+	if !strings.Contains(stdout.String(), "commit by create") {
+		t.Error("the targets table shows no commit-by-create row")
 	}
 	phases := map[string]bool{}
 	for _, p := range rep.Phases {
 		phases[p.Name] = true
+		if p.Name == "T1 resident gRPC" && (p.AllWritesPerAppend == nil || p.AllDeletesPerAppend == nil) {
+			t.Error("T1 resident gRPC: no PUTs and DELETEs per append over the whole stretch")
+		}
 		if p.ErrorsTotal != 0 {
 			t.Errorf("phase %s: %d errors: %v %v", p.Name, p.ErrorsTotal, p.Errors, p.FirstErrors)
 		}
 		if p.Appends == 0 && p.Gets == 0 {
 			t.Errorf("phase %s did nothing", p.Name)
 		}
-		if p.BlobOps == nil && p.Mode != modeFloorFS {
+		if p.BlobOps == nil && p.Mode != modeFloorFS && p.Mode != modeFloor1FS {
 			t.Errorf("phase %s: no blob operation counts", p.Name)
 		}
 		if p.CPUusPerAppend == nil && p.Appends > 0 {
 			t.Errorf("phase %s: no CPU per append", p.Name)
 		}
 	}
-	for _, want := range []string{"T1 floor", "T1 resident in-process", "T1 resident gRPC", "T2 resident 4 clients",
+	for _, want := range []string{"T1 floor", "T1 floor1", "T1 resident in-process", "T1 resident gRPC", "T2 resident 4 clients",
 		"T3 floor 8 clients", "T4 resident 20 shards", "T5 read floor", "T5 Get, other instance",
+		"T5 fill 400 records", "T5 Get at 400 records", "T5 Get at 20 records",
 		"T1 per-append, new shard each", "T2 per-append 4 clients",
-		"T6 local floor", "T6 resident gRPC 1 client", "T6 resident 8 clients, 1 shard", "T6 resident 8 clients, 12 shards"} {
+		"T6 local floor", "T6 local floor1", "T6 resident gRPC 1 client", "T6 resident 8 clients, 1 shard", "T6 resident 8 clients, 12 shards"} {
 		if !phases[want] {
 			t.Errorf("no phase %q", want)
 		}
@@ -107,7 +122,7 @@ func TestModesSmoke(t *testing.T) {
 	dir := t.TempDir()
 	out := filepath.Join(dir, "modes.json")
 	var stdout bytes.Buffer
-	args := []string{"--inprocess", "--store", "mem://", "--mode", "per-append,floor,resident,resident-shard",
+	args := []string{"--inprocess", "--store", "mem://", "--mode", "per-append,floor,floor1,resident,resident-shard",
 		"--concurrency", "4", "--shards", "4", "--records", "3", "--record-bytes", "100",
 		"--count", "60", "--read-fraction", "0.3", "--json", out, "--progress", "off"}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -134,10 +149,10 @@ func TestModesSmoke(t *testing.T) {
 		}
 	}
 	// Per-append last: its TIME_WAIT sockets outlive it.
-	if got := strings.Join(order, ","); got != "floor,resident-shard,resident,per-append" {
+	if got := strings.Join(order, ","); got != "floor,floor1,resident-shard,resident,per-append" {
 		t.Errorf("modes ran in order %s", got)
 	}
-	if len(rep.Ratios) != 3 {
+	if len(rep.Ratios) != 4 {
 		t.Errorf("ratios to the floor: %+v", rep.Ratios)
 	}
 	for _, p := range rep.Phases {
@@ -174,6 +189,9 @@ func TestParseConfig(t *testing.T) {
 		{"resident-shard is in-process", []string{"--target", "h:1", "--mode", "resident-shard"}, noEnv, "--inprocess"},
 		{"floor-fs needs the local store", []string{"--inprocess", "--store", "mem://", "--mode", "floor-fs"}, noEnv, "floor-fs"},
 		{"floor-fs on the local store", []string{"--inprocess", "--store", "/tmp/x", "--mode", "floor-fs,resident"}, noEnv, ""},
+		{"floor1-fs needs the local store", []string{"--inprocess", "--store", "mem://", "--mode", "floor1-fs"}, noEnv, "floor1-fs"},
+		{"floor1-fs on the local store", []string{"--inprocess", "--store", "/tmp/x", "--mode", "floor1-fs,floor1"}, noEnv, ""},
+		{"remote floor1 needs a store", []string{"--target", "h:1", "--mode", "floor1"}, noEnv, "--store"},
 		{"remote floor needs a store", []string{"--target", "h:1", "--mode", "floor"}, noEnv, "--store"},
 		{"remote local store", []string{"--target", "h:1", "--store", "/tmp/x"}, noEnv, "azblob"},
 		{"read fraction", []string{"--inprocess", "--read-fraction", "1.5"}, noEnv, "--read-fraction"},
@@ -234,5 +252,43 @@ func TestBlobEndpoint(t *testing.T) {
 		if got := net.JoinHostPort(host, strconv.Itoa(port)); !ok || got != want {
 			t.Errorf("%s: %s (%v), want %s", conn, got, ok, want)
 		}
+	}
+}
+
+// TestFencesCounter checks that target 4's fence row reads the server's
+// rolloutd_log_fences_total, and says n/a for a server without it.
+func TestFencesCounter(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	before, err := figuresOf(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if before.FencesKnown {
+		t.Fatal("fences known on a registry without the counter")
+	}
+	r := phaseResult{}
+	if c := fencesCheck(r, 1000); c.Value != nil || !strings.HasPrefix(c.Detail, "n/a") {
+		t.Errorf("without the counter: %+v, want n/a", c)
+	}
+
+	fences := prometheus.NewCounter(prometheus.CounterOpts{Name: "rolloutd_log_fences_total", Help: "fences"})
+	reg.MustRegister(fences)
+	fences.Add(2)
+	before, err = figuresOf(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fences.Add(3)
+	after, err := figuresOf(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := after.since(before)
+	if !d.FencesKnown || d.Fences != 3 {
+		t.Fatalf("fences %v (known %v), want 3", d.Fences, d.FencesKnown)
+	}
+	r.LogFences = ptr(d.Fences)
+	if c := fencesCheck(r, 1000); c.Value == nil || *c.Value != 3 {
+		t.Errorf("with the counter: %+v, want 3", c)
 	}
 }

@@ -24,6 +24,11 @@ type serverFigures struct {
 	BlobOps   map[string]float64
 	Evictions float64 // rolloutd_writer_evictions_total
 	Opens     float64 // rolloutd_writer_opens_total
+	// Fences counts the fence blobs written to shards' commit logs
+	// (rolloutd_log_fences_total, issue 21); FencesKnown says whether the
+	// server exports the counter at all (a protocol-v1 build does not).
+	Fences      float64
+	FencesKnown bool
 	// RSS is process_resident_memory_bytes, when the server exports it.
 	RSS float64
 }
@@ -31,7 +36,8 @@ type serverFigures struct {
 // since returns the counters' increase from before to f; RSS stays f's.
 func (f serverFigures) since(before serverFigures) serverFigures {
 	d := serverFigures{BlobOps: map[string]float64{}, RSS: f.RSS,
-		Evictions: f.Evictions - before.Evictions, Opens: f.Opens - before.Opens}
+		Evictions: f.Evictions - before.Evictions, Opens: f.Opens - before.Opens,
+		Fences: f.Fences - before.Fences, FencesKnown: f.FencesKnown}
 	for op, n := range f.BlobOps {
 		if v := n - before.BlobOps[op]; v != 0 {
 			d.BlobOps[op] = v
@@ -48,10 +54,14 @@ func (f serverFigures) ops() float64 {
 	return n
 }
 
-// writes counts the PUTs (generations, manifest CASes, merges, claims).
+// writes counts the PUTs (generations, manifest CASes, merges, claims;
+// with commit by create also log positions, fences and checkpoints).
 func (f serverFigures) writes() float64 {
 	return f.BlobOps["put"] + f.BlobOps["put_create"] + f.BlobOps["put_cas"]
 }
+
+// deletes counts the DELETEs (GC), which Azure does not bill.
+func (f serverFigures) deletes() float64 { return f.BlobOps["delete"] }
 
 func figuresOf(g prometheus.Gatherer) (serverFigures, error) {
 	fams, err := g.Gather()
@@ -69,6 +79,8 @@ func figuresOf(g prometheus.Gatherer) (serverFigures, error) {
 			f.Evictions = sum(fam)
 		case "rolloutd_writer_opens_total":
 			f.Opens = sum(fam)
+		case "rolloutd_log_fences_total":
+			f.Fences, f.FencesKnown = sum(fam), true
 		case "process_resident_memory_bytes":
 			f.RSS = sum(fam)
 		}

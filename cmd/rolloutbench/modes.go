@@ -204,6 +204,24 @@ func floorClients(fs *floorSpec) func(int) (clientOps, error) {
 	}
 }
 
+// floor1Clients: the floor of a commit by create (issue 21): one
+// create-only PUT of a generation-sized blob per append, at the next name
+// of the client's own sequence, on the shared client. No manifest write:
+// the least any design that acknowledges an append after one blob write
+// can cost. It does not read.
+func floor1Clients(fs *floorSpec) func(int) (clientOps, error) {
+	return func(i int) (clientOps, error) {
+		prefix := fmt.Sprintf("%s/c%d", fs.prefix, i)
+		n := 0
+		return clientOps{append: func(ctx context.Context, _ string, _ []*rolloutv1.Record) error {
+			n++
+			_, err := fs.store.Put(ctx, fmt.Sprintf("%s/l/%016x", prefix, n), fs.generation,
+				blob.PutOptions{IfNoneMatch: true, PutID: fmt.Sprintf("%s-l%d", prefix, n)})
+			return err
+		}}, nil
+	}
+}
+
 // generationBlob builds the generation the writer would write for one
 // append of these records.
 func generationBlob(sh string, recs []*rolloutv1.Record) ([]byte, error) {

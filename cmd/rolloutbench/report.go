@@ -76,6 +76,17 @@ type phaseResult struct {
 	RSSSource       string  `json:"rss_source,omitempty"`
 	Evictions       float64 `json:"writer_evictions"`
 	WriterOpens     float64 `json:"writer_opens"`
+	// LogFences is the fences written to shards' commit logs
+	// (rolloutd_log_fences_total); nil when the server has no such counter.
+	LogFences *float64 `json:"log_fences,omitempty"`
+	// DeletesPerAppend is the blob DELETEs (GC) per acked append.
+	DeletesPerAppend *float64 `json:"blob_deletes_per_append,omitempty"`
+	// AllWritesPerAppend and AllDeletesPerAppend count the PUTs and
+	// DELETEs of the phase's server from before its first block to a
+	// settle after its last, per acked append: the background work between
+	// blocks included (target 1's gRPC phase).
+	AllWritesPerAppend  *float64 `json:"all_blob_writes_per_append,omitempty"`
+	AllDeletesPerAppend *float64 `json:"all_blob_deletes_per_append,omitempty"`
 
 	Notes []string `json:"notes,omitempty"`
 }
@@ -106,6 +117,7 @@ func (p *phase) result() phaseResult {
 		if r.Appends > 0 {
 			r.BlobOpsPerAppend = ptr(ops / float64(r.Appends))
 			r.WritesPerAppend = ptr(writes / float64(r.Appends))
+			r.DeletesPerAppend = ptr(p.figures.deletes() / float64(r.Appends))
 		} else if r.Gets > 0 {
 			r.BlobOpsPerGet = ptr(ops / float64(r.Gets))
 		}
@@ -113,6 +125,9 @@ func (p *phase) result() phaseResult {
 			r.BlobOpsPerSec = ptr(ops / el)
 		}
 		r.Evictions, r.WriterOpens = p.figures.Evictions, p.figures.Opens
+		if p.figures.FencesKnown {
+			r.LogFences = ptr(p.figures.Fences)
+		}
 	}
 	if p.haveEmu {
 		r.EmulatorCPUms = ptr(p.emuCPU * 1000)
@@ -122,6 +137,10 @@ func (p *phase) result() phaseResult {
 		if el > 0 {
 			r.EmulatorUtilization = ptr(p.emuCPU / el)
 		}
+	}
+	if p.all != nil && r.Appends > 0 {
+		r.AllWritesPerAppend = ptr(p.all.writes() / float64(r.Appends))
+		r.AllDeletesPerAppend = ptr(p.all.deletes() / float64(r.Appends))
 	}
 	if p.b.cfg.InProcess && r.Appends > 0 {
 		r.CPUusPerAppend = ptr(p.cpu * 1e6 / float64(r.Appends))

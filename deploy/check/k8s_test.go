@@ -13,6 +13,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	autoscalingv2 "k8s.io/api/autoscaling/v2"
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
@@ -32,7 +33,7 @@ var scheme = func() *runtime.Scheme {
 	s := runtime.NewScheme()
 	for _, add := range []func(*runtime.Scheme) error{
 		corev1.AddToScheme, appsv1.AddToScheme, policyv1.AddToScheme,
-		networkingv1.AddToScheme, autoscalingv2.AddToScheme,
+		networkingv1.AddToScheme, autoscalingv2.AddToScheme, batchv1.AddToScheme,
 	} {
 		utilruntime.Must(add(s))
 	}

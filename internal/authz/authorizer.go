@@ -115,6 +115,19 @@ func (a *Authorizer) Authorize(identity string, verb Verb, shard string) error {
 	return nil
 }
 
+// Allows reports whether identity may do verb on shard under the policy
+// in force, without building a refusal: ListShards filters its pages with
+// it.
+func (a *Authorizer) Allows(identity string, verb Verb, shard string) bool {
+	return a.cur.Load().Allows(identity, verb, shard)
+}
+
+// AllowsAny reports whether identity may do verb on any shard under the
+// policy in force.
+func (a *Authorizer) AllowsAny(identity string, verb Verb) bool {
+	return a.cur.Load().AllowsAny(identity, verb)
+}
+
 // HasAnyGrant reports whether the policy in force grants identity anything
 // at all: a server can refuse a caller without one before reading its
 // request. It looks identities up as Policy.Allows does.

@@ -134,7 +134,7 @@ func TestParseRejects(t *testing.T) {
 		"no grants":          "grants: []\n",
 		"unknown field":      "grants:\n  - identities: [a]\n    shardPrefixes: [s]\n    verbs: [get]\n    verb: [append]\n",
 		"misspelled top":     "grant:\n  - identities: [a]\n",
-		"unknown verb":       "grants:\n  - identities: [a]\n    shardPrefixes: [s]\n    verbs: [delete]\n",
+		"unknown verb":       "grants:\n  - identities: [a]\n    shardPrefixes: [s]\n    verbs: [purge]\n",
 		"no verbs":           "grants:\n  - identities: [a]\n    shardPrefixes: [s]\n",
 		"no prefixes":        "grants:\n  - identities: [a]\n    verbs: [get]\n",
 		"no identities":      "grants:\n  - shardPrefixes: [s]\n    verbs: [get]\n",
@@ -337,7 +337,7 @@ func TestVerbsComeFromOneList(t *testing.T) {
 			t.Errorf("refusal of %s: %q", v, msg)
 		}
 	}
-	_, err := Parse([]byte("grants:\n  - identities: [a]\n    shardPrefixes: [s]\n    verbs: [delete]\n"))
+	_, err := Parse([]byte("grants:\n  - identities: [a]\n    shardPrefixes: [s]\n    verbs: [purge]\n"))
 	for _, v := range Verbs {
 		if err == nil || !strings.Contains(err.Error(), string(v)) {
 			t.Errorf("unknown verb: %v, want the known verbs listed (%s missing)", err, v)
@@ -421,5 +421,40 @@ func TestHasAnyGrant(t *testing.T) {
 	}
 	if !NewStatic(p).HasAnyGrant(trainerA) || NewStatic(&Policy{}).HasAnyGrant(trainerA) {
 		t.Error("HasAnyGrant must follow the policy in force")
+	}
+}
+
+// The lifecycle verbs are granted by name only: no other verb implies
+// delete (or list, or describe), and default-deny holds for each.
+func TestLifecycleVerbs(t *testing.T) {
+	p, err := Parse([]byte("grants:\n  - identities: [dns:w.example]\n    shardPrefixes: [team-a]\n    verbs: [append, get, scan, list, describe]\n  - identities: [dns:ops.example]\n    shardPrefixes: [team-a/exp]\n    verbs: [delete]\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := NewStatic(p)
+	for _, v := range []Verb{List, Describe} {
+		if err := a.Authorize("dns:w.example", v, "team-a/x"); err != nil {
+			t.Errorf("%s allowed by its grant: %v", v, err)
+		}
+		if err := a.Authorize("dns:w.example", v, "team-b/x"); !errors.Is(err, ErrDenied) {
+			t.Errorf("%s outside the grant: %v, want denied", v, err)
+		}
+	}
+	if err := a.Authorize("dns:w.example", Delete, "team-a/x"); !errors.Is(err, ErrDenied) {
+		t.Errorf("delete implied by the other verbs: %v", err)
+	}
+	if err := a.Authorize("dns:ops.example", Delete, "team-a/exp/1"); err != nil {
+		t.Errorf("delete by its grant: %v", err)
+	}
+	for _, v := range []Verb{Get, List, Describe} {
+		if err := a.Authorize("dns:ops.example", v, "team-a/exp/1"); !errors.Is(err, ErrDenied) {
+			t.Errorf("delete implies %s: %v", v, err)
+		}
+	}
+	if !a.AllowsAny("dns:w.example", List) || a.AllowsAny("dns:ops.example", List) || a.AllowsAny("dns:nobody", Delete) {
+		t.Error("AllowsAny does not follow the grants")
+	}
+	if !a.Allows("dns:w.example", List, "team-a") || a.Allows("dns:w.example", List, "team-ab") {
+		t.Error("Allows does not cover on whole segments")
 	}
 }

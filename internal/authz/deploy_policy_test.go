@@ -25,12 +25,30 @@ func TestDeployOverlayPolicy(t *testing.T) {
 	ca := testpki.NewCA(t, "CA")
 	trainer := Identity(ca.ClientURI(t, "spiffe://cluster.local/ns/team-a/sa/trainer").Cert)
 	reader := Identity(ca.ClientURI(t, "spiffe://cluster.local/ns/eval/sa/reader").Cert)
-	for _, verb := range Verbs {
+	for _, verb := range []Verb{Append, Get, Scan} {
 		if err := a.Authorize(trainer, verb, "team-a/run1"); err != nil {
 			t.Error(err)
 		}
 		if err := a.Authorize(trainer, verb, "team-ab/run1"); err == nil {
 			t.Errorf("the example trainer may %s team-ab", verb)
+		}
+	}
+	// The trainer lists nothing and deletes nothing: delete is granted
+	// by name only, to the purge CronJob's identity.
+	for _, verb := range []Verb{List, Describe, Delete} {
+		if err := a.Authorize(trainer, verb, "team-a/run1"); err == nil {
+			t.Errorf("the example trainer may %s team-a/run1", verb)
+		}
+	}
+	purge := Identity(ca.ClientURI(t, "spiffe://cluster.local/ns/rolloutd/sa/rolloutd-purge").Cert)
+	for _, verb := range []Verb{List, Describe, Delete} {
+		if err := a.Authorize(purge, verb, "team-a/run1"); err != nil {
+			t.Error(err)
+		}
+	}
+	for _, verb := range []Verb{Append, Get, Scan} {
+		if err := a.Authorize(purge, verb, "team-a/run1"); err == nil {
+			t.Errorf("the purge identity may %s team-a/run1", verb)
 		}
 	}
 	for _, s := range []string{"team-a/eval/x", "team-b/eval"} {

@@ -34,6 +34,14 @@ var (
 	Append = defineVerb("append", "append to")
 	Get    = defineVerb("get", "get from")
 	Scan   = defineVerb("scan", "scan")
+	// List sees a shard in ListShards. A caller lists only the shards its
+	// list grants cover; the others are left out of the pages.
+	List = defineVerb("list", "list")
+	// Describe reads a shard's summary (DescribeShard).
+	Describe = defineVerb("describe", "describe")
+	// Delete deletes a shard (DeleteShard). No other verb implies it, and
+	// no verb is implied by another: each is granted by name.
+	Delete = defineVerb("delete", "delete")
 )
 
 // Verbs are all verbs, in the order they were defined. Do not modify it.
@@ -95,7 +103,7 @@ type FileGrant struct {
 	// (or "team-a/") covers "team-a" and "team-a/anything", not "team-ab".
 	// "*" covers every shard.
 	ShardPrefixes []string `yaml:"shardPrefixes" json:"shardPrefixes"`
-	// Verbs are among Verbs: append, get, scan.
+	// Verbs are among Verbs: append, get, scan, list, describe, delete.
 	Verbs []Verb `yaml:"verbs" json:"verbs"`
 }
 
@@ -223,6 +231,12 @@ func (p *Policy) Allows(identity string, verb Verb, shard string) bool {
 		}
 	}
 	return false
+}
+
+// AllowsAny reports whether identity may do verb on some shard: the
+// policy has a grant of verb for it.
+func (p *Policy) AllowsAny(identity string, verb Verb) bool {
+	return p != nil && identity != "" && len(p.grants[identity][verb]) > 0
 }
 
 // cnHint explains a refusal of a common-name identity whose value the

@@ -10,6 +10,8 @@ package blob
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strings"
 	"time"
 )
 
@@ -134,4 +136,82 @@ type Store interface {
 	// Errors: ErrUnavailable, ErrStoreFailed, ErrInvalidName (for the
 	// prefix).
 	List(ctx context.Context, prefix, token string, max int) (ListPage, error)
+	// ListDelimited is List that rolls up, as Azure's hierarchical listing
+	// does, every name whose remainder after prefix contains delimiter into
+	// one entry of Prefixes: the name up to and including the first
+	// delimiter after prefix. Names without the delimiter after prefix are
+	// Items. A rolled-up prefix is listed once across pages, and a page
+	// holds at most max entries, items and prefixes together; each list
+	// is in byte-wise order. A prefix stands for at least one stored blob.
+	// Errors: as List, and ErrInvalidName for an empty delimiter.
+	ListDelimited(ctx context.Context, prefix, delimiter, token string, max int) (DelimitedPage, error)
+}
+
+// DelimitedPage is one page of a delimited listing.
+type DelimitedPage struct {
+	// Items are the blobs whose names hold no delimiter after the prefix.
+	Items []Attrs
+	// Prefixes are the rolled-up names, each ending with the delimiter.
+	Prefixes []string
+	// Next continues the listing; "" means this was the last page.
+	Next string
+}
+
+// ValidateDelimiter rejects an empty delimiter: it would roll up nothing
+// and mean a different listing on every backend.
+func ValidateDelimiter(d string) error {
+	if d == "" {
+		return fmt.Errorf("%w: empty delimiter", ErrInvalidName)
+	}
+	return nil
+}
+
+// RollUp is the entry a delimited listing of prefix shows for name: the
+// name itself (isPrefix false) or its rolled-up prefix. Backends that list
+// in name order use it to build DelimitedPage.
+func RollUp(prefix, delimiter, name string) (entry string, isPrefix bool) {
+	rest := name[len(prefix):]
+	if i := strings.Index(rest, delimiter); i >= 0 {
+		return prefix + rest[:i+len(delimiter)], true
+	}
+	return name, false
+}
+
+// DelimitedToken is the token of a name-ordered backend's delimited
+// listing: the last entry of the page, and whether it was a prefix. Every
+// name at or before it, and every name under it when it is a prefix, was
+// listed.
+type DelimitedToken struct {
+	Last     string
+	IsPrefix bool
+}
+
+// Encode renders t as an opaque token.
+func (t DelimitedToken) Encode() string {
+	if t.IsPrefix {
+		return "p" + t.Last
+	}
+	return "n" + t.Last
+}
+
+// ParseDelimitedToken is the inverse of Encode; "" is the first page.
+func ParseDelimitedToken(s string) (DelimitedToken, error) {
+	if s == "" {
+		return DelimitedToken{}, nil
+	}
+	switch s[0] {
+	case 'p':
+		return DelimitedToken{Last: s[1:], IsPrefix: true}, nil
+	case 'n':
+		return DelimitedToken{Last: s[1:]}, nil
+	}
+	return DelimitedToken{}, fmt.Errorf("%w: not a listing token", ErrInvalidName)
+}
+
+// After reports whether name comes after the token: not yet listed.
+func (t DelimitedToken) After(name string) bool {
+	if name <= t.Last {
+		return false
+	}
+	return !t.IsPrefix || !strings.HasPrefix(name, t.Last)
 }

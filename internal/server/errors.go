@@ -86,7 +86,20 @@ const (
 	// MetadataResumeAfterSeq. Code UNAVAILABLE, DEADLINE_EXCEEDED or
 	// CANCELLED.
 	ReasonScanInterrupted = "SCAN_INTERRUPTED"
+	// ReasonShardDeleted: the shard was deleted (DeleteShard): it is a
+	// tombstone now, or a following Scan saw its records deleted. They are
+	// gone; an Append starts the shard afresh, with seqs above every
+	// deleted one. Code NOT_FOUND.
+	ReasonShardDeleted = "SHARD_DELETED"
+	// ReasonSeqMismatch: DeleteShard's expected_last_seq is not the
+	// shard's last seq; nothing was deleted. The metadata MetadataLastSeq
+	// holds the shard's last seq. Code FAILED_PRECONDITION.
+	ReasonSeqMismatch = "SEQ_MISMATCH"
 )
+
+// MetadataLastSeq is the ErrorInfo metadata key of a SEQ_MISMATCH's
+// current last seq, in decimal.
+const MetadataLastSeq = "last_seq"
 
 // MetadataResumeAfterSeq is the ErrorInfo metadata key of a Scan's resume
 // cursor: the after_seq to send in the next Scan, in decimal.
@@ -212,8 +225,19 @@ func classifyCode(err error, write bool) failure {
 	case errors.Is(err, validate.ErrInvalid):
 		return failure{code: codes.InvalidArgument, msg: msg}
 
+	case errors.Is(err, shard.ErrShardDeleted):
+		return failure{code: codes.NotFound, msg: msg, reason: ReasonShardDeleted}
 	case errors.Is(err, shard.ErrShardNotFound), errors.Is(err, shard.ErrRecordNotFound):
 		return failure{code: codes.NotFound, msg: msg}
+	case errors.Is(err, shard.ErrSeqMismatch):
+		f := failure{code: codes.FailedPrecondition, msg: msg, reason: ReasonSeqMismatch}
+		var sm *shard.SeqMismatchError
+		if errors.As(err, &sm) {
+			f.metadata = map[string]string{MetadataLastSeq: strconv.FormatUint(sm.LastSeq, 10)}
+		}
+		return f
+	case errors.Is(err, shard.ErrBadPageToken):
+		return failure{code: codes.InvalidArgument, msg: msg}
 
 	case errors.Is(err, shard.ErrIDConflict):
 		return failure{code: codes.AlreadyExists, msg: msg}

@@ -31,6 +31,11 @@ var (
 	_ shardRequest = (*rolloutv1.AppendRequest)(nil)
 	_ shardRequest = (*rolloutv1.GetRequest)(nil)
 	_ shardRequest = (*rolloutv1.ScanRequest)(nil)
+	_ shardRequest = (*rolloutv1.DescribeShardRequest)(nil)
+	_ shardRequest = (*rolloutv1.BatchGetRequest)(nil)
+	_ shardRequest = (*rolloutv1.DeleteShardRequest)(nil)
+
+	_ prefixRequest = (*rolloutv1.ListShardsRequest)(nil)
 )
 
 // rolloutPrefix prefixes the full method names of RolloutService.
@@ -43,7 +48,18 @@ var methodVerbs = map[string]authz.Verb{
 	rolloutPrefix + "Append": authz.Append,
 	rolloutPrefix + "Get":    authz.Get,
 	rolloutPrefix + "Scan":   authz.Scan,
+	// The shard lifecycle (lifecycle.go). ListShards names a prefix, not a
+	// shard: the guard lets through a caller with any list grant, and the
+	// handler leaves out the shards it may not list.
+	rolloutPrefix + "ListShards":    authz.List,
+	rolloutPrefix + "DescribeShard": authz.Describe,
+	rolloutPrefix + "BatchGet":      authz.Get,
+	rolloutPrefix + "DeleteShard":   authz.Delete,
 }
+
+// prefixRequest is a request that names a shard prefix rather than one
+// shard (ListShards).
+type prefixRequest interface{ GetPrefix() string }
 
 // guard applies the authorization policy, the client CAs in force and the
 // append rate limit to RolloutService calls, before the handler runs: a
@@ -161,6 +177,9 @@ func (g *guard) active(method string) (verb authz.Verb, check, ok bool) {
 // check decides one request message of method with verb, from the peer in
 // ctx. The error is a gRPC status.
 func (g *guard) check(ctx context.Context, method string, verb authz.Verb, msg any) error {
+	if pr, ok := msg.(prefixRequest); ok {
+		return g.checkPrefix(ctx, verb, pr)
+	}
 	r, ok := msg.(shardRequest)
 	if !ok {
 		return toStatus(fmt.Errorf("%w: %s: the request names no shard", authz.ErrDenied, method))
@@ -458,4 +477,29 @@ func peerHost(ctx context.Context) string {
 		return h
 	}
 	return a
+}
+
+// checkPrefix decides a request that names a prefix (ListShards): the
+// caller needs a grant of verb on some shard; which shards it sees is the
+// handler's to filter. The client CAs in force apply as to every call.
+func (g *guard) checkPrefix(ctx context.Context, verb authz.Verb, r prefixRequest) error {
+	identity := peerIdentity(ctx)
+	if g.trust != nil {
+		if chain := peerChain(ctx); len(chain) > 0 {
+			if err := g.trust.verify(chain); err != nil {
+				g.denied.WithLabelValues(string(verb)).Inc()
+				return toStatus(untrusted(identity, err, false))
+			}
+		}
+	}
+	if g.authz != nil && !g.authz.AllowsAny(identity, verb) {
+		g.denied.WithLabelValues(string(verb)).Inc()
+		g.log.Info("rpc denied", clientString("identity", identity), zap.String("verb", string(verb)),
+			clientString("prefix", r.GetPrefix()), zap.String("peer", peerAddr(ctx)))
+		if identity == "" {
+			return toStatus(&authz.DeniedError{Verb: verb, Shard: r.GetPrefix()})
+		}
+		return toStatus(fmt.Errorf("%w: identity %q may not %s any shard: no grant of the authorization policy allows it", authz.ErrDenied, identity, verb))
+	}
+	return nil
 }

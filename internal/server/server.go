@@ -59,6 +59,10 @@ type Config struct {
 	// 30 s.
 	OpenTimeout time.Duration
 
+	// BatchGetBytes caps the record bytes of one BatchGet response; the
+	// records past it are marked over the limit, for the client to ask
+	// again. Default 3 MiB, under a client's default 4 MiB receive limit.
+	BatchGetBytes int
 	// MaxMessageBytes is the largest request the server receives. Default
 	// 16 MiB (see docs/operations.md, "Memory").
 	MaxMessageBytes int
@@ -271,9 +275,10 @@ type Server struct {
 	streams       context.Context // parent of every streaming RPC's context
 	cancelStreams context.CancelFunc
 
-	guard      *guard       // authorization and the append rate limit
-	admission  *admission   // the request memory budget
-	healthOnly *grpc.Server // grpc.health.v1 alone, for ServeHealth
+	purger     *shard.Purger // reclaims deleted shards' blobs (lifecycle.go)
+	guard      *guard        // authorization and the append rate limit
+	admission  *admission    // the request memory budget
+	healthOnly *grpc.Server  // grpc.health.v1 alone, for ServeHealth
 }
 
 // New builds a Server over cfg.Store and registers its metrics with
@@ -333,6 +338,8 @@ func New(cfg Config) (*Server, error) {
 		maxBatchRecords: cfg.MaxBatchRecords,
 		maxRecordBytes:  cfg.MaxRecordBytes,
 	}
+	s.purger = shard.NewPurger(cfg.Store, 2, cfg.Logger)
+	svc.life = lifecycle{store: cfg.Store, authz: cfg.Authorizer, purger: s.purger, log: cfg.Logger, batchGetBytes: cfg.BatchGetBytes}
 
 	if reg := cfg.Registerer; reg != nil {
 		for _, c := range s.metrics.collectors {
@@ -459,6 +466,9 @@ func (s *Server) Shutdown(ctx context.Context) {
 		<-stopped
 	}
 	s.healthOnly.Stop()
+	// A purge cut short here is finished by the next DeleteShard of the
+	// shard, or rolloutd admin purge.
+	s.purger.Close()
 
 	closed, failed := s.writers.closeAll(ctx)
 	if failed > 0 && ctx.Err() != nil {

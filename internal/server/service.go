@@ -26,6 +26,8 @@ type service struct {
 
 	maxBatchRecords int
 	maxRecordBytes  int
+
+	life lifecycle // lifecycle.go
 }
 
 var _ rolloutv1.RolloutServiceServer = (*service)(nil)

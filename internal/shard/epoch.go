@@ -39,6 +39,7 @@ func (w *writer) claim(ctx context.Context) error {
 			}
 			put.IfNoneMatch = true
 			cur = nil
+			startIncarnation(next, w.opts.Clock.Now()) // lifecycle.go
 		case err != nil && retryable(err):
 			last = err
 			if err := backoff.wait(ctx); err != nil {
@@ -53,9 +54,12 @@ func (w *writer) claim(ctx context.Context) error {
 			put.IfMatch = etag
 			// A v2 shard stays v2, whatever this writer's Protocol: its
 			// log may hold positions past the checkpoint that a v1 writer
-			// would not see.
+			// would not see. (A tombstone keeps the protocol too.)
 			if w.opts.Protocol == ProtocolV2 || isV2(cur) {
 				next.Protocol = format.ProtocolV2
+			}
+			if next.GetTombstone() != nil {
+				startIncarnation(next, w.opts.Clock.Now()) // lifecycle.go
 			}
 		}
 		next.Owner = w.id

@@ -128,7 +128,7 @@ func (c *committer) createBatch(ctx context.Context, live []*pending) (map[*pend
 	for _, p := range live {
 		hint += p.bytes
 	}
-	b := format.NewLogBatchBuilder(format.LogEntry{Shard: w.shard, Epoch: w.epoch, Position: pos, Writer: w.id, PutID: putID}, int(hint))
+	b := format.NewLogBatchBuilder(format.LogEntry{Shard: w.shard, Epoch: w.epoch, Position: pos, Writer: w.id, PutID: putID, Created: w.opts.Clock.Now().UnixNano()}, int(hint))
 	results := make(map[*pending][]Result, len(live))
 	var scratch []byte
 	for _, p := range live {

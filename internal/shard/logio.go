@@ -56,6 +56,9 @@ func entryOf(cache *BlobCache, shard string, position uint64, l format.Layout, c
 	if f.GetFence() {
 		return e
 	}
+	if c := f.GetCreatedUnixNanos(); c != 0 {
+		created = c
+	}
 	e.gen = logGeneration(position, l, created)
 	ref := refOf(shard, e.gen)
 	cache.addIndex(ref, newIndex(f))
@@ -209,12 +212,19 @@ func viewOf(ckpt *storagepb.Manifest, tail []*logEntry) *storagepb.Manifest {
 		RecordCount:      ckpt.GetRecordCount(),
 		LogCheckpoint:    ckpt.GetLogCheckpoint(),
 		Protocol:         ckpt.GetProtocol(),
+
+		Incarnation:         ckpt.GetIncarnation(),
+		Tombstone:           ckpt.GetTombstone(),
+		CreatedUnixNanos:    ckpt.GetCreatedUnixNanos(),
+		LastCommitUnixNanos: ckpt.GetLastCommitUnixNanos(),
+		DeletedThroughEpoch: ckpt.GetDeletedThroughEpoch(),
 	}
 	for _, e := range tail {
 		v.NextSeq = max(v.NextSeq, e.nextSeq)
 		if e.gen != nil {
 			v.Generations = append(v.Generations, e.gen)
 			v.RecordCount += uint64(e.gen.GetRecords())
+			v.LastCommitUnixNanos = max(v.LastCommitUnixNanos, e.gen.GetCreatedUnixNanos())
 		}
 	}
 	return v

@@ -2,6 +2,7 @@ package shard
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/bits-and-blooms/bloom/v3"
@@ -28,7 +29,7 @@ func loadIndex(ctx context.Context, store blob.Store, cache *BlobCache, shard st
 	}
 	f, err := format.DecodeFooter(tail, g.GetFooterOffset())
 	if err != nil {
-		return nil, corruptOrReplaced(g, name, err)
+		return nil, corruptOrReplaced(ctx, store, shard, g, name, err)
 	}
 	if err := checkPutID(shard, g, f); err != nil {
 		return nil, err
@@ -69,7 +70,7 @@ func loadFilter(ctx context.Context, store blob.Store, cache *BlobCache, shard s
 	}
 	f, err := format.DecodeFilter(b, g.GetFilterCrc32C())
 	if err != nil {
-		return nil, corruptOrReplaced(g, name, err)
+		return nil, corruptOrReplaced(ctx, store, shard, g, name, err)
 	}
 	cache.addFilter(ref, f)
 	return f, nil
@@ -110,12 +111,24 @@ func lookupCommitted(ctx context.Context, store blob.Store, cache *BlobCache, sh
 
 // corruptOrReplaced classifies err, the failure to verify bytes of blob
 // name, which holds generation g: ErrCorrupt, except for a log batch
-// listed with its put id, whose position may have been collected and
-// created again by a late fence (see checkPutID): that reads as the batch
-// being gone, and the caller reads the manifest again.
-func corruptOrReplaced(g *storagepb.Generation, name string, err error) error {
-	if g.GetPosition() != 0 && g.GetPutId() != "" {
-		return fmt.Errorf("blob %s does not hold the listed batch (collected and created again?): %w: %w", name, blob.ErrNotFound, err)
+// listed with its put id whose position now holds another valid log
+// entry: it was collected and created again by a late fence (see
+// checkPutID), which reads as the batch being gone, so that the caller
+// reads the manifest again. Only this error path reads the blob whole.
+func corruptOrReplaced(ctx context.Context, store blob.Store, shard string, g *storagepb.Generation, name string, err error) error {
+	corrupt := fmt.Errorf("%w: blob %s: %w", ErrCorrupt, name, err)
+	if g.GetPosition() == 0 || g.GetPutId() == "" {
+		return corrupt
 	}
-	return fmt.Errorf("%w: blob %s: %w", ErrCorrupt, name, err)
+	data, _, gerr := store.Get(ctx, name, blob.GetOptions{})
+	if errors.Is(gerr, blob.ErrNotFound) {
+		return fmt.Errorf("shard %q: %s is gone: %w", shard, name, gerr)
+	}
+	if gerr != nil {
+		return fmt.Errorf("%w (and re-reading it: %w)", corrupt, gerr)
+	}
+	if f, derr := format.DecodeLogEntry(shard, g.GetPosition(), data); derr == nil && f.GetPutId() != g.GetPutId() {
+		return fmt.Errorf("shard %q: %s holds put %q, not the listed batch %q: %w", shard, name, f.GetPutId(), g.GetPutId(), blob.ErrNotFound)
+	}
+	return corrupt
 }

@@ -138,6 +138,7 @@ func (c *committer) writeBatch(ctx context.Context, a *attempt, next *storagepb.
 	}
 	next.NextSeq = seq
 	next.RecordCount += uint64(len(adds))
+	next.LastCommitUnixNanos = now // lifecycle.go: DescribeShard's last commit
 	a.marker = gen
 	return nil
 }

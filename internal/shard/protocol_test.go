@@ -502,3 +502,59 @@ func (s *staleManifests) Get(ctx context.Context, name string, opts blob.GetOpti
 	}
 	return s.Store.Get(ctx, name, opts)
 }
+
+// Under protocol v2 a delete claims and fences the log like a writer: the
+// expected last seq is checked against the log's tail up to that fence
+// (records no checkpoint lists yet count), a stale writer's next create
+// fails on the fence, and the purge deletes the old incarnation's batches
+// but keeps every fence.
+func TestDeleteFencesTheLogAndPurgeKeepsFences(t *testing.T) {
+	ctx := context.Background()
+	store := memstore.New()
+	opts := testOptions(t)
+	opts.CheckpointEvery = 1000
+	opts.CheckpointInterval = time.Hour
+	opts.DisableBackground = true
+	w, err := Open(ctx, store, "s", opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Abort()
+	appendIDs(t, w, "a", "b")
+	appendIDs(t, w, "c") // seqs 1..3, in the log, no checkpoint lists them
+	if m, _, _ := readManifest(ctx, store, "s"); m.GetNextSeq() != 1 {
+		t.Fatalf("the checkpoint already holds next seq %d; the test wants the records in the log alone", m.GetNextSeq())
+	}
+	stale := uint64(1)
+	if _, err := Delete(ctx, store, "s", DeleteOptions{ExpectedLastSeq: &stale}); !errors.Is(err, ErrSeqMismatch) {
+		t.Fatalf("Delete expecting seq 1 with 3 in the log: %v, want ErrSeqMismatch", err)
+	}
+	last := uint64(3)
+	d, err := Delete(ctx, store, "s", DeleteOptions{ExpectedLastSeq: &last})
+	if err != nil || d.LastSeq != 3 || d.Records != 3 {
+		t.Fatalf("Delete expecting seq 3: %+v, %v", d, err)
+	}
+	if _, err := w.Append(ctx, entries(t, "late")); !errors.Is(err, ErrFenced) {
+		t.Fatalf("the old incarnation's writer after the delete: %v, want ErrFenced", err)
+	}
+	fenced := fences(logEntries(t, store, "s"))
+	if len(fenced) != 1 {
+		t.Fatalf("fences after the delete: %v, want the tombstone's", fenced)
+	}
+	if _, err := Purge(ctx, store, "s", d.ThroughEpoch, nil); err != nil {
+		t.Fatal(err)
+	}
+	left := logEntries(t, store, "s")
+	for p, e := range left {
+		if !e.fence() {
+			t.Errorf("purge left the batch at log position %d", p)
+		}
+	}
+	if len(fences(left)) != len(fenced) {
+		t.Errorf("purge deleted fences: %v left of %v", fences(left), fenced)
+	}
+	w2 := open(t, store, "s")
+	if rs := appendIDs(t, w2, "a"); rs[0].Seq != 4 || rs[0].AlreadyPresent {
+		t.Fatalf("the next incarnation's first append: %+v, want a new record at seq 4", rs[0])
+	}
+}

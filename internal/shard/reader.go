@@ -288,6 +288,9 @@ func (r *Reader) remember(shard string, c cachedManifest) {
 // find looks id up in the manifest's live generations, newest first.
 // A generation that is gone yields blob.ErrNotFound, so Get re-reads.
 func (r *Reader) find(ctx context.Context, shard string, m *storagepb.Manifest, id string) (*rolloutv1.Record, error) {
+	if m.GetTombstone() != nil {
+		return nil, deletedError(shard) // lifecycle.go
+	}
 	gens := m.GetGenerations()
 	for i := len(gens) - 1; i >= 0; i-- {
 		g := gens[i]
@@ -320,7 +323,7 @@ func (r *Reader) readRecord(ctx context.Context, shard string, g *storagepb.Gene
 		return nil, fmt.Errorf("shard %q: read record %q from %s: %w", shard, e.GetId(), name, err)
 	}
 	if _, err := format.Record(data, e); err != nil {
-		return nil, corruptOrReplaced(g, name, err)
+		return nil, corruptOrReplaced(ctx, r.store, shard, g, name, err)
 	}
 	rec := &rolloutv1.Record{}
 	if err := proto.Unmarshal(data, rec); err != nil {

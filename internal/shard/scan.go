@@ -151,6 +151,10 @@ type scanner struct {
 	delivered int
 	batch     Batch
 	batchSize int
+	// The incarnation the scan reads, once it has seen the shard live
+	// (see checkIncarnation, in lifecycle.go).
+	seen        bool
+	incarnation uint64
 }
 
 // pass reads everything committed after the cursor in the current manifest.
@@ -165,6 +169,9 @@ func (s *scanner) pass(ctx context.Context) (bool, error) {
 		}
 		if err != nil {
 			return false, err
+		}
+		if wait, err := s.checkIncarnation(m); wait || err != nil {
+			return false, err // lifecycle.go
 		}
 		err = s.generations(ctx, m)
 		if errors.Is(err, blob.ErrNotFound) {
@@ -243,12 +250,12 @@ func (s *scanner) generation(ctx context.Context, g *storagepb.Generation) error
 			return fmt.Errorf("shard %q: scan %s: %w", s.shard, name, c.err)
 		}
 		if uint64(len(c.data)) != c.end-c.first {
-			return corruptOrReplaced(g, name, fmt.Errorf("ranged read returned %d bytes, want %d", len(c.data), c.end-c.first))
+			return corruptOrReplaced(ctx, s.r.store, s.shard, g, name, fmt.Errorf("ranged read returned %d bytes, want %d", len(c.data), c.end-c.first))
 		}
 		for _, e := range c.entries {
 			b, err := format.Record(c.data[e.GetOffset()-c.first:e.GetOffset()-c.first+uint64(e.GetLength())], e)
 			if err != nil {
-				return corruptOrReplaced(g, name, err)
+				return corruptOrReplaced(ctx, s.r.store, s.shard, g, name, err)
 			}
 			if s.opts.Raw {
 				if err := s.addRaw(b, e.GetSeq()); err != nil {

@@ -28,12 +28,14 @@ from .errors import (
     PermissionDenied,
     ResourceExhausted,
     RolloutdError,
+    SeqMismatch,
+    ShardDeleted,
     Unauthenticated,
     Unavailable,
     Unimplemented,
     UnknownError,
 )
-from .types import AppendResult, HealthStatus, Record, RecordLike, Relationship, Role
+from .types import AppendResult, DeleteResult, HealthStatus, ListedShard, Record, RecordLike, Relationship, Role, ShardInfo, ShardPage
 
 __version__ = "0.1.0"
 
@@ -43,4 +45,5 @@ __all__ = [
     "HealthStatus", "Internal", "InvalidArgument", "NotFound", "OutOfRange", "PermissionDenied",
     "Record", "RecordLike", "Relationship", "ResourceExhausted", "Ring", "Role", "RolloutdError",
     "Scan", "SHARD_HEADER", "TLS", "Unauthenticated", "Unavailable", "Unimplemented", "UnknownError",
+    "DeleteResult", "ListedShard", "SeqMismatch", "ShardDeleted", "ShardInfo", "ShardPage",
 ]

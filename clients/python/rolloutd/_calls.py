@@ -8,11 +8,16 @@ from google.protobuf import field_mask_pb2
 
 from ._proto.rollout.v1 import rollout_pb2
 from ._proto.rolloutd_vendor.grpc.health.v1 import health_pb2
-from .types import AppendResult, RecordLike, Role, records_to_messages
+from . import errors
+from .types import AppendResult, DeleteResult, ListedShard, Record, RecordLike, Role, ShardInfo, ShardPage, records_to_messages
 
 APPEND = "/rollout.v1.RolloutService/Append"
 GET = "/rollout.v1.RolloutService/Get"
 SCAN = "/rollout.v1.RolloutService/Scan"
+LIST_SHARDS = "/rollout.v1.RolloutService/ListShards"
+DESCRIBE_SHARD = "/rollout.v1.RolloutService/DescribeShard"
+BATCH_GET = "/rollout.v1.RolloutService/BatchGet"
+DELETE_SHARD = "/rollout.v1.RolloutService/DeleteShard"
 # Called by its real name; the vendored messages live in a private package.
 HEALTH_CHECK = "/grpc.health.v1.Health/Check"
 SERVICE_NAME = "rollout.v1.RolloutService"
@@ -21,6 +26,10 @@ SERIALIZERS = {
     APPEND: (rollout_pb2.AppendRequest.SerializeToString, rollout_pb2.AppendResponse.FromString),
     GET: (rollout_pb2.GetRequest.SerializeToString, rollout_pb2.GetResponse.FromString),
     SCAN: (rollout_pb2.ScanRequest.SerializeToString, rollout_pb2.ScanResponse.FromString),
+    LIST_SHARDS: (rollout_pb2.ListShardsRequest.SerializeToString, rollout_pb2.ListShardsResponse.FromString),
+    DESCRIBE_SHARD: (rollout_pb2.DescribeShardRequest.SerializeToString, rollout_pb2.ShardInfo.FromString),
+    BATCH_GET: (rollout_pb2.BatchGetRequest.SerializeToString, rollout_pb2.BatchGetResponse.FromString),
+    DELETE_SHARD: (rollout_pb2.DeleteShardRequest.SerializeToString, rollout_pb2.DeleteShardResponse.FromString),
     HEALTH_CHECK: (health_pb2.HealthCheckRequest.SerializeToString, health_pb2.HealthCheckResponse.FromString),
 }
 
@@ -34,6 +43,70 @@ def append_request(shard: str, records: Iterable[RecordLike], request_id: str) -
 
 def append_results(resp: rollout_pb2.AppendResponse) -> List[AppendResult]:
     return [AppendResult(r.id, r.seq, r.already_present, r.epoch, r.generation) for r in resp.results]
+
+
+def list_shards_request(prefix: str, page_size: int, page_token: str, include_summary: bool) -> rollout_pb2.ListShardsRequest:
+    if page_size < 0:
+        raise ValueError("page_size: must be >= 0 (0 means the server's default, 100)")
+    return rollout_pb2.ListShardsRequest(prefix=prefix, page_size=page_size, page_token=page_token, include_summary=include_summary)
+
+
+def shard_page(resp: rollout_pb2.ListShardsResponse) -> ShardPage:
+    return ShardPage(
+        [ListedShard(s.shard, ShardInfo.from_message(s.summary) if s.HasField("summary") else None) for s in resp.shards],
+        resp.next_page_token,
+    )
+
+
+def batch_get_ids(ids: Sequence[str]) -> List[str]:
+    if isinstance(ids, str):
+        raise TypeError("ids: want a list of ids, got a str")
+    out = list(ids)
+    if not out:
+        raise ValueError("ids: give at least one id")
+    return out
+
+
+def batch_get_request(shard: str, ids: Sequence[str], fields: Optional[Sequence[str]]) -> rollout_pb2.BatchGetRequest:
+    req = rollout_pb2.BatchGetRequest(shard=shard, ids=ids)
+    if fields:
+        if isinstance(fields, str):
+            raise TypeError("fields: want a list of field names, got a str")
+        req.fields.CopyFrom(field_mask_pb2.FieldMask(paths=list(fields)))
+    return req
+
+
+def batch_get_fill(out: List[Optional[Record]], todo: List[int], resp: rollout_pb2.BatchGetResponse) -> List[int]:
+    """Stores resp's answers to the ids at indexes todo into out (None for
+    not found), and returns the indexes still to ask for: those the server
+    marked over its response limit."""
+    again: List[int] = []
+    for i, r in zip(todo, resp.results):
+        which = r.WhichOneof("result")
+        if which == "record":
+            out[i] = Record(r.record)
+        elif which == "over_limit":
+            again.append(i)
+        # not_found (or a result this client does not know): None.
+    if len(resp.results) < len(todo):
+        raise errors.Internal("BatchGet answered %d of %d ids" % (len(resp.results), len(todo)))
+    if len(again) == len(todo):
+        # The server always returns at least the first; never loop.
+        raise errors.Internal("BatchGet made no progress: every id over the response limit")
+    return again
+
+
+def delete_shard_request(shard: str, expected_last_seq: Optional[int]) -> rollout_pb2.DeleteShardRequest:
+    req = rollout_pb2.DeleteShardRequest(shard=shard)
+    if expected_last_seq is not None:
+        if isinstance(expected_last_seq, bool) or expected_last_seq < 0:
+            raise ValueError("expected_last_seq: want a seq >= 0 (ShardInfo.last_seq), or None")
+        req.expected_last_seq = expected_last_seq
+    return req
+
+
+def delete_result(resp: rollout_pb2.DeleteShardResponse) -> DeleteResult:
+    return DeleteResult(resp.last_seq, resp.records, resp.already_deleted, resp.incarnation)
 
 
 def scan_request(

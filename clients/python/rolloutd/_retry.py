@@ -41,12 +41,42 @@ def append_retry(err: errors.RolloutdError) -> bool:
 
 
 def may_have_landed(err: errors.RolloutdError) -> bool:
-    """Whether an append attempt that failed with err may have stored its
-    records: OUTCOME_UNKNOWN, or a status with no ErrorInfo that append_retry
-    counts as one."""
+    """Whether an append (or delete_shard) attempt that failed with err may
+    have taken effect: OUTCOME_UNKNOWN, or a status with no ErrorInfo that
+    append_retry counts as one."""
     if err.reason == errors.OUTCOME_UNKNOWN:
         return True
     return err.reason is None and err.code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
+
+
+def read_retry(err: errors.RolloutdError) -> bool:
+    """Whether a read (list_shards, describe_shard, batch_get) that failed
+    with err is worth another attempt: a status with no ErrorInfo that is
+    UNAVAILABLE or DEADLINE_EXCEEDED (a read changes nothing), or
+    RATE_LIMITED with a RetryInfo."""
+    if err.reason == errors.RATE_LIMITED:
+        return err.retry_delay is not None and err.retry_delay > 0
+    return err.reason is None and err.code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
+
+
+def delete_retry(err: errors.RolloutdError) -> bool:
+    """Whether a delete_shard without expected_last_seq that failed with
+    err is worth another attempt: only when it certainly did not take
+    effect (NOT_COMMITTED, or RATE_LIMITED with a RetryInfo). An attempt
+    whose answer was lost may have written the tombstone, and a resend
+    would then delete whatever was appended in between."""
+    if err.reason == errors.NOT_COMMITTED:
+        return True
+    return err.reason == errors.RATE_LIMITED and err.retry_delay is not None and err.retry_delay > 0
+
+
+def conditional_delete_retry(err: errors.RolloutdError) -> bool:
+    """Whether a delete_shard with expected_last_seq that failed with err is
+    worth another attempt: what delete_retry resends, and what a read
+    resends, because a resend cannot delete newer records: it finds its
+    first attempt's tombstone (already_deleted), or records appended since
+    (SEQ_MISMATCH)."""
+    return delete_retry(err) or read_retry(err)
 
 
 def scan_resumable(err: errors.RolloutdError) -> bool:

@@ -27,7 +27,7 @@ from ._proto.rollout.v1 import rollout_pb2
 from ._proto.rolloutd_vendor.grpc.health.v1 import health_pb2
 from .affinity import Affinity, Endpoints
 from .client import DEFAULT_ATTEMPT_TIMEOUT, DEFAULT_TIMEOUT
-from .types import AppendResult, HealthStatus, Record, RecordLike, Role
+from .types import AppendResult, DeleteResult, HealthStatus, ListedShard, Record, RecordLike, Role, ShardInfo, ShardPage
 
 __all__ = ["Client", "Scan"]
 
@@ -110,12 +110,13 @@ class Client:
         except asyncio.TimeoutError:
             pass
 
-    async def _unary(self, method: str, shard: str, req: Any, timeout: Optional[float], retry: Callable[[errors.RolloutdError], bool], request_id: Optional[str] = None) -> Any:
+    async def _unary(self, method: str, shard: str, req: Any, timeout: Optional[float], retry: Callable[[errors.RolloutdError], bool], request_id: Optional[str] = None, mutates: bool = False) -> Any:
         self._check_open()
         deadline = time.monotonic() + (self._timeout if timeout is None else timeout)
         backoff = _retry.Backoff()
         md = ((SHARD_HEADER, shard),)
-        landed = False  # an earlier attempt of this append may have stored it
+        # An earlier attempt of this append or delete may have taken effect.
+        landed = False
         while True:
             addr, stubs = self._endpoints.pick(shard)
             remaining = deadline - time.monotonic()
@@ -128,9 +129,11 @@ class Client:
             except grpc.RpcError as e:
                 err = errors.from_rpc_error(e, request_id)
                 cause: Optional[BaseException] = e
-            if request_id is not None:  # an append
+            if request_id is not None or mutates:
                 landed = landed or _retry.may_have_landed(err)
-                err.may_have_been_stored = landed
+                err.may_have_taken_effect = landed
+                if request_id is not None:  # an append
+                    err.may_have_been_stored = landed
             transport = err.code == grpc.StatusCode.UNAVAILABLE and err.reason is None
             if transport:
                 self._endpoints.eject(addr)
@@ -152,6 +155,44 @@ class Client:
         """See :meth:`rolloutd.Client.get`; raises rolloutd.NotFound."""
         resp = await self._unary(_calls.GET, shard, rollout_pb2.GetRequest(shard=shard, id=id), timeout, _retry.append_retry)
         return Record(resp.record)
+
+    async def list_shards(self, prefix: str = "", *, page_size: int = 0, page_token: str = "", include_summary: bool = False, timeout: Optional[float] = None) -> ShardPage:
+        """See :meth:`rolloutd.Client.list_shards`."""
+        req = _calls.list_shards_request(prefix, page_size, page_token, include_summary)
+        return _calls.shard_page(await self._unary(_calls.LIST_SHARDS, prefix, req, timeout, _retry.read_retry))
+
+    async def all_shards(self, prefix: str = "", *, page_size: int = 0, include_summary: bool = False, timeout: Optional[float] = None) -> AsyncIterator[ListedShard]:
+        """See :meth:`rolloutd.Client.all_shards`; an async iterator."""
+        token = ""
+        while True:
+            page = await self.list_shards(prefix, page_size=page_size, page_token=token, include_summary=include_summary, timeout=timeout)
+            for s in page.shards:
+                yield s
+            if not page.next_page_token:
+                return
+            token = page.next_page_token
+
+    async def describe_shard(self, shard: str, *, timeout: Optional[float] = None) -> ShardInfo:
+        """See :meth:`rolloutd.Client.describe_shard`."""
+        resp = await self._unary(_calls.DESCRIBE_SHARD, shard, rollout_pb2.DescribeShardRequest(shard=shard), timeout, _retry.read_retry)
+        return ShardInfo.from_message(resp)
+
+    async def batch_get(self, shard: str, ids: Sequence[str], *, fields: Optional[Sequence[str]] = None, timeout: Optional[float] = None) -> List[Optional[Record]]:
+        """See :meth:`rolloutd.Client.batch_get`."""
+        ids = _calls.batch_get_ids(ids)
+        out: List[Optional[Record]] = [None] * len(ids)
+        todo = list(range(len(ids)))
+        while todo:
+            req = _calls.batch_get_request(shard, [ids[i] for i in todo], fields)
+            resp = await self._unary(_calls.BATCH_GET, shard, req, timeout, _retry.read_retry)
+            todo = _calls.batch_get_fill(out, todo, resp)
+        return out
+
+    async def delete_shard(self, shard: str, *, expected_last_seq: Optional[int] = None, timeout: Optional[float] = None) -> DeleteResult:
+        """See :meth:`rolloutd.Client.delete_shard`: the same resends."""
+        req = _calls.delete_shard_request(shard, expected_last_seq)
+        retry = _retry.delete_retry if expected_last_seq is None else _retry.conditional_delete_retry
+        return _calls.delete_result(await self._unary(_calls.DELETE_SHARD, shard, req, timeout, retry, mutates=True))
 
     async def health(self, *, service: str = _calls.SERVICE_NAME, timeout: Optional[float] = None) -> HealthStatus:
         """See :meth:`rolloutd.Client.health`."""

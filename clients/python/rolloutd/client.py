@@ -14,7 +14,7 @@ from ._channel import DEFAULT_MAX_MESSAGE_BYTES, SHARD_HEADER, TLS, channel_opti
 from ._proto.rollout.v1 import rollout_pb2
 from ._proto.rolloutd_vendor.grpc.health.v1 import health_pb2
 from .affinity import Affinity, Endpoints
-from .types import AppendResult, HealthStatus, Record, RecordLike, Role
+from .types import AppendResult, DeleteResult, HealthStatus, ListedShard, Record, RecordLike, Role, ShardInfo, ShardPage
 
 __all__ = ["Client", "Scan"]
 
@@ -103,12 +103,13 @@ class Client:
         if self._closed:
             raise ValueError("rolloutd.Client is closed")
 
-    def _unary(self, method: str, shard: str, req: Any, timeout: Optional[float], retry: Callable[[errors.RolloutdError], bool], request_id: Optional[str] = None) -> Any:
+    def _unary(self, method: str, shard: str, req: Any, timeout: Optional[float], retry: Callable[[errors.RolloutdError], bool], request_id: Optional[str] = None, mutates: bool = False) -> Any:
         self._check_open()
         deadline = time.monotonic() + (self._timeout if timeout is None else timeout)
         backoff = _retry.Backoff()
         md = ((SHARD_HEADER, shard),)
-        landed = False  # an earlier attempt of this append may have stored it
+        # An earlier attempt of this append or delete may have taken effect.
+        landed = False
         while True:
             addr, stubs = self._endpoints.pick(shard)
             remaining = deadline - time.monotonic()
@@ -121,9 +122,11 @@ class Client:
             except grpc.RpcError as e:
                 err = errors.from_rpc_error(e, request_id)
                 cause: Optional[BaseException] = e
-            if request_id is not None:  # an append
+            if request_id is not None or mutates:
                 landed = landed or _retry.may_have_landed(err)
-                err.may_have_been_stored = landed
+                err.may_have_taken_effect = landed
+                if request_id is not None:  # an append
+                    err.may_have_been_stored = landed
             transport = err.code == grpc.StatusCode.UNAVAILABLE and err.reason is None
             if transport:
                 self._endpoints.eject(addr)
@@ -172,6 +175,97 @@ class Client:
         has none. UNAVAILABLE is retried within timeout."""
         resp = self._unary(_calls.GET, shard, rollout_pb2.GetRequest(shard=shard, id=id), timeout, _retry.append_retry)
         return Record(resp.record)
+
+    def list_shards(self, prefix: str = "", *, page_size: int = 0, page_token: str = "", include_summary: bool = False, timeout: Optional[float] = None) -> ShardPage:
+        """Returns one page of the shards under prefix that the caller may
+        list (authorization verb "list").
+
+        prefix covers whole '/'-separated segments: "exp-42" lists "exp-42"
+        and "exp-42/actor-7", never "exp-420"; "" lists every shard. Shards
+        come in the byte order of ``shard + "/_"`` ("a-x" before "a"),
+        stable across pages. page_size 0 is the server's default (100; at
+        most 1000). A page may hold fewer shards, even none, and still have
+        a next one: pass its ``next_page_token`` as page_token, with the
+        same prefix. include_summary adds each shard's :class:`ShardInfo`
+        (a manifest read per shard); a deleted shard is listed until it is
+        written again, with ``summary.deleted`` set. UNAVAILABLE is retried
+        within timeout. :meth:`all_shards` iterates over every page.
+        """
+        req = _calls.list_shards_request(prefix, page_size, page_token, include_summary)
+        return _calls.shard_page(self._unary(_calls.LIST_SHARDS, prefix, req, timeout, _retry.read_retry))
+
+    def all_shards(self, prefix: str = "", *, page_size: int = 0, include_summary: bool = False, timeout: Optional[float] = None) -> Iterator[ListedShard]:
+        """Iterates over every shard under prefix, page after page (see
+        :meth:`list_shards`); timeout bounds each page. It raises the first
+        error."""
+        token = ""
+        while True:
+            page = self.list_shards(prefix, page_size=page_size, page_token=token, include_summary=include_summary, timeout=timeout)
+            yield from page.shards
+            if not page.next_page_token:
+                return
+            token = page.next_page_token
+
+    def describe_shard(self, shard: str, *, timeout: Optional[float] = None) -> ShardInfo:
+        """Returns the shard's :class:`ShardInfo`, read exactly from its
+        current manifest. Raises rolloutd.NotFound for a shard never
+        written, and its subclass rolloutd.ShardDeleted for a deleted one.
+        UNAVAILABLE is retried within timeout."""
+        resp = self._unary(_calls.DESCRIBE_SHARD, shard, rollout_pb2.DescribeShardRequest(shard=shard), timeout, _retry.read_retry)
+        return ShardInfo.from_message(resp)
+
+    def batch_get(self, shard: str, ids: Sequence[str], *, fields: Optional[Sequence[str]] = None, timeout: Optional[float] = None) -> List[Optional[Record]]:
+        """Returns the records with ids, one entry per id in request order:
+        the :class:`Record`, or None when the shard holds no record with
+        that id (a missing id is not an error). An id may repeat; each
+        occurrence gets its entry.
+
+        Up to 1000 ids (the server's limit: InvalidArgument past it). The
+        server answers at most about 3 MiB of records per call and marks the
+        rest "over the response limit"; this method asks again for those,
+        in further calls, until every id is answered. fields names the
+        top-level Record fields to return (id and seq always are), as in
+        :meth:`scan`. Raises rolloutd.ShardDeleted when the shard was
+        deleted, rolloutd.NotFound when it was never written. UNAVAILABLE
+        is retried within timeout, which bounds each call.
+        """
+        ids = _calls.batch_get_ids(ids)
+        out: List[Optional[Record]] = [None] * len(ids)
+        todo = list(range(len(ids)))
+        while todo:
+            req = _calls.batch_get_request(shard, [ids[i] for i in todo], fields)
+            resp = self._unary(_calls.BATCH_GET, shard, req, timeout, _retry.read_retry)
+            todo = _calls.batch_get_fill(out, todo, resp)
+        return out
+
+    def delete_shard(self, shard: str, *, expected_last_seq: Optional[int] = None, timeout: Optional[float] = None) -> DeleteResult:
+        """Deletes the shard's records (authorization verb "delete"); with
+        expected_last_seq, only if the shard's last seq
+        (:attr:`ShardInfo.last_seq`) is still that, i.e. nothing was
+        appended since the caller looked: otherwise rolloutd.SeqMismatch,
+        and nothing is deleted. The delete takes effect at once; storage is
+        reclaimed in the background. Deleting a deleted shard succeeds with
+        ``already_deleted`` set. An append afterwards starts the shard
+        afresh, with seqs above the deleted ones.
+
+        Resends: an attempt whose answer was lost (UNAVAILABLE or
+        DEADLINE_EXCEEDED without an ErrorInfo) may have deleted the shard,
+        and a resend would then delete whatever was appended in between.
+        So without expected_last_seq only what certainly did not take
+        effect is resent (NOT_COMMITTED); anything else raises, with
+        ``may_have_taken_effect`` set when the delete may have landed
+        (describe the shard and delete again with its last_seq). With
+        expected_last_seq those failures are resent too, because a resend
+        cannot delete newer records: it finds the first attempt's tombstone
+        and returns ``already_deleted``, or finds records appended since and
+        raises rolloutd.SeqMismatch, with ``may_have_taken_effect`` set when
+        an earlier attempt may have deleted the records through
+        expected_last_seq. The records appended since survive either way;
+        ``already_deleted`` is never returned for a live shard.
+        """
+        req = _calls.delete_shard_request(shard, expected_last_seq)
+        retry = _retry.delete_retry if expected_last_seq is None else _retry.conditional_delete_retry
+        return _calls.delete_result(self._unary(_calls.DELETE_SHARD, shard, req, timeout, retry, mutates=True))
 
     def health(self, *, service: str = _calls.SERVICE_NAME, timeout: Optional[float] = None) -> HealthStatus:
         """grpc.health.v1 Check of service. With affinity, SERVING when any

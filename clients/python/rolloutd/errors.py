@@ -27,10 +27,12 @@ __all__ = [
     "InvalidArgument",
     "DeadlineExceeded",
     "NotFound",
+    "ShardDeleted",
     "AlreadyExists",
     "PermissionDenied",
     "ResourceExhausted",
     "FailedPrecondition",
+    "SeqMismatch",
     "Aborted",
     "OutOfRange",
     "Unimplemented",
@@ -50,8 +52,12 @@ BACKPRESSURE = "BACKPRESSURE"
 RATE_LIMITED = "RATE_LIMITED"
 TOO_LARGE = "TOO_LARGE"
 SCAN_INTERRUPTED = "SCAN_INTERRUPTED"
+SHARD_DELETED = "SHARD_DELETED"
+SEQ_MISMATCH = "SEQ_MISMATCH"
 #: The ErrorInfo metadata key of a Scan's resume cursor.
 RESUME_AFTER_SEQ = "resume_after_seq"
+#: The ErrorInfo metadata key of SEQ_MISMATCH's current last seq.
+LAST_SEQ = "last_seq"
 
 _STATUS_DETAILS_KEY = "grpc-status-details-bin"
 
@@ -73,8 +79,9 @@ class RolloutdError(Exception):
         message: the server's (or the gRPC library's) message.
         reason: the ErrorInfo reason in domain ``rolloutd.io``
             (``"OUTCOME_UNKNOWN"``, ``"NOT_COMMITTED"``, ``"BACKPRESSURE"``,
-            ``"RATE_LIMITED"``, ``"TOO_LARGE"``, ``"SCAN_INTERRUPTED"``), or
-            None when the status carries no ErrorInfo.
+            ``"RATE_LIMITED"``, ``"TOO_LARGE"``, ``"SCAN_INTERRUPTED"``,
+            ``"SHARD_DELETED"``, ``"SEQ_MISMATCH"``), or None when the status
+            carries no ErrorInfo.
         metadata: the ErrorInfo metadata, e.g. ``{"resume_after_seq": "42"}``.
         retry_delay: the RetryInfo delay in seconds, or None.
         field_violations: the BadRequest violations, possibly empty.
@@ -109,6 +116,11 @@ class RolloutdError(Exception):
         #: later attempt's NOT_COMMITTED speaks only for that attempt, so
         #: resend with the same request_id (and ids) rather than new ones.
         self.may_have_been_stored: bool = reason == OUTCOME_UNKNOWN
+        #: Whether the call may have taken effect, for the calls that change
+        #: a shard: ``append`` (the same as may_have_been_stored) and
+        #: ``delete_shard`` (an attempt whose answer was lost may have
+        #: deleted the shard; see ``Client.delete_shard``).
+        self.may_have_taken_effect: bool = reason == OUTCOME_UNKNOWN
 
     def __str__(self) -> str:
         s = "%s: %s" % (self.code.name, self.message)
@@ -140,6 +152,13 @@ class NotFound(RolloutdError, LookupError):
     code = grpc.StatusCode.NOT_FOUND
 
 
+class ShardDeleted(NotFound):
+    """NOT_FOUND with reason SHARD_DELETED: the shard was deleted
+    (``delete_shard``); a following scan of the deleted records ends with
+    it. An append starts the shard afresh, with seqs above the deleted
+    ones."""
+
+
 class AlreadyExists(RolloutdError):
     """The same id is stored with different content, or a request_id was
     reused with different content."""
@@ -160,6 +179,25 @@ class ResourceExhausted(RolloutdError):
 
 class FailedPrecondition(RolloutdError):
     code = grpc.StatusCode.FAILED_PRECONDITION
+
+
+class SeqMismatch(FailedPrecondition):
+    """FAILED_PRECONDITION with reason SEQ_MISMATCH: ``delete_shard``'s
+    expected_last_seq is not the shard's last seq, because records were
+    appended since the caller looked; this attempt deleted nothing.
+    ``last_seq`` is the shard's. When ``may_have_taken_effect`` is set, the
+    answer came to a resend, and an earlier attempt may have deleted the
+    records through expected_last_seq before the shard was written again;
+    the records appended since survive either way."""
+
+    @property
+    def last_seq(self) -> Optional[int]:
+        """The shard's last seq, from the ErrorInfo metadata ``last_seq``."""
+        raw = self.metadata.get(LAST_SEQ)
+        try:
+            return int(raw) if raw is not None else None
+        except ValueError:
+            return None
 
 
 class Aborted(RolloutdError):
@@ -197,6 +235,13 @@ _BY_CODE: Dict[grpc.StatusCode, Type[RolloutdError]] = {
         PermissionDenied, ResourceExhausted, FailedPrecondition, Aborted, OutOfRange,
         Unimplemented, Internal, Unavailable, DataLoss, Unauthenticated,
     )
+}
+
+
+# Reasons with their own class, a subclass of their code's.
+_BY_REASON: Dict[Tuple[grpc.StatusCode, Optional[str]], Type[RolloutdError]] = {
+    (grpc.StatusCode.NOT_FOUND, SHARD_DELETED): ShardDeleted,
+    (grpc.StatusCode.FAILED_PRECONDITION, SEQ_MISMATCH): SeqMismatch,
 }
 
 
@@ -243,7 +288,7 @@ def from_status(
             except Exception:
                 continue
         break
-    cls = _BY_CODE.get(code, UnknownError)
+    cls = _BY_REASON.get((code, reason)) or _BY_CODE.get(code, UnknownError)
     return cls(
         message or "",
         code=code,

@@ -24,7 +24,10 @@ from google.protobuf import timestamp_pb2
 
 from ._proto.rollout.v1 import rollout_pb2
 
-__all__ = ["Role", "Relationship", "Record", "AppendResult", "HealthStatus", "RecordLike", "to_message"]
+__all__ = [
+    "Role", "Relationship", "Record", "AppendResult", "HealthStatus", "RecordLike", "to_message",
+    "ShardInfo", "ListedShard", "ShardPage", "DeleteResult",
+]
 
 _EPOCH = _dt.datetime(1970, 1, 1, tzinfo=_dt.timezone.utc)
 
@@ -100,6 +103,84 @@ class AppendResult:
     already_present: bool
     epoch: int
     generation: int
+
+
+def _time(msg: Any, name: str) -> Optional[_dt.datetime]:
+    if not msg.HasField(name):
+        return None
+    ts = getattr(msg, name)
+    return _EPOCH + _dt.timedelta(seconds=ts.seconds, microseconds=ts.nanos // 1000)
+
+
+@dataclass(frozen=True)
+class ShardInfo:
+    """A shard as its current manifest records it (``rollout.v1.ShardInfo``).
+
+    ``last_seq`` is the highest seq assigned so far: pass it as
+    ``delete_shard``'s expected_last_seq. Times are aware UTC datetimes, None
+    when unset. In a listing's summary of a deleted shard only ``shard``,
+    ``deleted``, ``incarnation``, ``last_seq`` and ``deleted_at`` are set.
+    """
+
+    shard: str
+    records: int
+    bytes: int
+    generations: int
+    first_seq: int
+    last_seq: int
+    epoch: int
+    format_version: int
+    writer_here: bool
+    created_at: Optional[_dt.datetime]
+    last_commit_at: Optional[_dt.datetime]
+    incarnation: int
+    deleted: bool
+    deleted_at: Optional[_dt.datetime]
+
+    @classmethod
+    def from_message(cls, m: "rollout_pb2.ShardInfo") -> "ShardInfo":
+        return cls(
+            shard=m.shard, records=m.records, bytes=m.bytes, generations=m.generations,
+            first_seq=m.first_seq, last_seq=m.last_seq, epoch=m.epoch, format_version=m.format_version,
+            writer_here=m.writer_here, created_at=_time(m, "created_at"),
+            last_commit_at=_time(m, "last_commit_at"), incarnation=m.incarnation, deleted=m.deleted,
+            deleted_at=_time(m, "deleted_at"),
+        )
+
+
+@dataclass(frozen=True)
+class ListedShard:
+    """One shard of a listing; ``summary`` only with include_summary."""
+
+    shard: str
+    summary: Optional[ShardInfo] = None
+
+
+@dataclass(frozen=True)
+class ShardPage:
+    """One page of ``list_shards``: pass ``next_page_token`` as page_token
+    for the next; it is empty on the last page."""
+
+    shards: List[ListedShard]
+    next_page_token: str
+
+
+@dataclass(frozen=True)
+class DeleteResult:
+    """What ``delete_shard`` did.
+
+    ``already_deleted``: the shard was a tombstone already (deleted by
+    another call, or by an earlier attempt of this one whose answer was
+    lost), and this call only resumed reclaiming its storage; ``records`` is
+    then 0. ``last_seq`` is the deleted records' last seq: an append after
+    the delete gets seqs above it. ``incarnation`` is the incarnation the
+    delete started.
+    """
+
+    last_seq: int
+    records: int
+    already_deleted: bool
+    incarnation: int
 
 
 def _optional_float(msg: Any, name: str) -> Optional[float]:

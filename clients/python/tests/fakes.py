@@ -89,6 +89,10 @@ class CuttingProxy:
         self.lsock.listen(16)
         self.addr = "127.0.0.1:%d" % self.lsock.getsockname()[1]
         self.armed = threading.Event()
+        #: When set to an Event, connections accepted after a cut wait for it
+        #: before reaching the backend: a test acts between an attempt and
+        #: its resend (which reconnects).
+        self.gate: Optional[threading.Event] = None
         self.cuts = 0
         self.connections = 0
         self._stop = False
@@ -101,6 +105,9 @@ class CuttingProxy:
             except OSError:
                 return
             self.connections += 1
+            gate = self.gate
+            if gate is not None and self.cuts:
+                gate.wait(60)
             s = socket.create_connection(self.backend)
             for x in (c, s):
                 x.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)

@@ -917,6 +917,769 @@ func (x *ScanResponse) GetCursor() uint64 {
 	return 0
 }
 
+// ListShardsRequest selects the shards to list.
+type ListShardsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Lists the shards this prefix covers on whole '/'-separated segments, as
+	// in the authorization policy: "exp-42" covers "exp-42" and
+	// "exp-42/actor-7", never "exp-420". Empty lists every shard. A trailing
+	// '/' is ignored.
+	Prefix string `protobuf:"bytes,1,opt,name=prefix,proto3" json:"prefix,omitempty"`
+	// At most this many shards per page: default 100, at most 1000 (larger
+	// values are treated as 1000). A page may hold fewer, even none, and
+	// still have a next page.
+	PageSize int32 `protobuf:"varint,2,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// The next_page_token of the previous page, with the same prefix; empty
+	// for the first page. Opaque.
+	PageToken string `protobuf:"bytes,3,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	// Include each shard's summary (one manifest read per shard). Off by
+	// default: a page then costs one storage listing.
+	IncludeSummary bool `protobuf:"varint,4,opt,name=include_summary,json=includeSummary,proto3" json:"include_summary,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *ListShardsRequest) Reset() {
+	*x = ListShardsRequest{}
+	mi := &file_rollout_v1_rollout_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListShardsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListShardsRequest) ProtoMessage() {}
+
+func (x *ListShardsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_rollout_v1_rollout_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListShardsRequest.ProtoReflect.Descriptor instead.
+func (*ListShardsRequest) Descriptor() ([]byte, []int) {
+	return file_rollout_v1_rollout_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *ListShardsRequest) GetPrefix() string {
+	if x != nil {
+		return x.Prefix
+	}
+	return ""
+}
+
+func (x *ListShardsRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *ListShardsRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
+func (x *ListShardsRequest) GetIncludeSummary() bool {
+	if x != nil {
+		return x.IncludeSummary
+	}
+	return false
+}
+
+// ListShardsResponse is one page of shards.
+type ListShardsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The shards, in the byte order of shard + "/_".
+	Shards []*ListedShard `protobuf:"bytes,1,rep,name=shards,proto3" json:"shards,omitempty"`
+	// Pass as page_token to get the next page; empty on the last page.
+	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListShardsResponse) Reset() {
+	*x = ListShardsResponse{}
+	mi := &file_rollout_v1_rollout_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListShardsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListShardsResponse) ProtoMessage() {}
+
+func (x *ListShardsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_rollout_v1_rollout_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListShardsResponse.ProtoReflect.Descriptor instead.
+func (*ListShardsResponse) Descriptor() ([]byte, []int) {
+	return file_rollout_v1_rollout_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *ListShardsResponse) GetShards() []*ListedShard {
+	if x != nil {
+		return x.Shards
+	}
+	return nil
+}
+
+func (x *ListShardsResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
+}
+
+// ListedShard is one shard of a listing.
+type ListedShard struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The shard's name.
+	Shard string `protobuf:"bytes,1,opt,name=shard,proto3" json:"shard,omitempty"`
+	// Its summary, with include_summary; for a deleted shard only shard,
+	// deleted, incarnation, last_seq and deleted_at are set.
+	Summary       *ShardInfo `protobuf:"bytes,2,opt,name=summary,proto3" json:"summary,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListedShard) Reset() {
+	*x = ListedShard{}
+	mi := &file_rollout_v1_rollout_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListedShard) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListedShard) ProtoMessage() {}
+
+func (x *ListedShard) ProtoReflect() protoreflect.Message {
+	mi := &file_rollout_v1_rollout_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListedShard.ProtoReflect.Descriptor instead.
+func (*ListedShard) Descriptor() ([]byte, []int) {
+	return file_rollout_v1_rollout_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *ListedShard) GetShard() string {
+	if x != nil {
+		return x.Shard
+	}
+	return ""
+}
+
+func (x *ListedShard) GetSummary() *ShardInfo {
+	if x != nil {
+		return x.Summary
+	}
+	return nil
+}
+
+// DescribeShardRequest names a shard.
+type DescribeShardRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The shard (same grammar as AppendRequest.shard).
+	Shard         string `protobuf:"bytes,1,opt,name=shard,proto3" json:"shard,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DescribeShardRequest) Reset() {
+	*x = DescribeShardRequest{}
+	mi := &file_rollout_v1_rollout_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DescribeShardRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DescribeShardRequest) ProtoMessage() {}
+
+func (x *DescribeShardRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_rollout_v1_rollout_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DescribeShardRequest.ProtoReflect.Descriptor instead.
+func (*DescribeShardRequest) Descriptor() ([]byte, []int) {
+	return file_rollout_v1_rollout_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *DescribeShardRequest) GetShard() string {
+	if x != nil {
+		return x.Shard
+	}
+	return ""
+}
+
+// ShardInfo describes a shard as its current manifest records it.
+type ShardInfo struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The shard's name.
+	Shard string `protobuf:"bytes,1,opt,name=shard,proto3" json:"shard,omitempty"`
+	// Live records (the count; a record is counted once however often it was
+	// merged).
+	Records uint64 `protobuf:"varint,2,opt,name=records,proto3" json:"records,omitempty"`
+	// Bytes of the live generation blobs, framing and indexes included.
+	Bytes uint64 `protobuf:"varint,3,opt,name=bytes,proto3" json:"bytes,omitempty"`
+	// Live generation blobs.
+	Generations uint32 `protobuf:"varint,4,opt,name=generations,proto3" json:"generations,omitempty"`
+	// The lowest seq of a live record; 0 when the shard holds none.
+	FirstSeq uint64 `protobuf:"varint,5,opt,name=first_seq,json=firstSeq,proto3" json:"first_seq,omitempty"`
+	// The highest seq assigned so far (the last committed record's seq); 0
+	// when none was ever assigned. Pass it as DeleteShard.expected_last_seq.
+	LastSeq uint64 `protobuf:"varint,6,opt,name=last_seq,json=lastSeq,proto3" json:"last_seq,omitempty"`
+	// The epoch of the shard's current writer.
+	Epoch uint64 `protobuf:"varint,7,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	// The manifest's storage format version.
+	FormatVersion uint32 `protobuf:"varint,8,opt,name=format_version,json=formatVersion,proto3" json:"format_version,omitempty"`
+	// Whether this instance holds the shard's writer.
+	WriterHere bool `protobuf:"varint,9,opt,name=writer_here,json=writerHere,proto3" json:"writer_here,omitempty"`
+	// When the shard (this incarnation of it) was created; unset for a shard
+	// created by a build that did not record it.
+	CreatedAt *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
+	// When records were last committed; unset when none was recorded.
+	LastCommitAt *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=last_commit_at,json=lastCommitAt,proto3" json:"last_commit_at,omitempty"`
+	// How many times the shard was deleted.
+	Incarnation uint64 `protobuf:"varint,12,opt,name=incarnation,proto3" json:"incarnation,omitempty"`
+	// Set in a listing's summary of a deleted shard (DescribeShard answers
+	// NOT_FOUND instead).
+	Deleted bool `protobuf:"varint,13,opt,name=deleted,proto3" json:"deleted,omitempty"`
+	// When a deleted shard was deleted.
+	DeletedAt     *timestamppb.Timestamp `protobuf:"bytes,14,opt,name=deleted_at,json=deletedAt,proto3" json:"deleted_at,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ShardInfo) Reset() {
+	*x = ShardInfo{}
+	mi := &file_rollout_v1_rollout_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ShardInfo) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ShardInfo) ProtoMessage() {}
+
+func (x *ShardInfo) ProtoReflect() protoreflect.Message {
+	mi := &file_rollout_v1_rollout_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ShardInfo.ProtoReflect.Descriptor instead.
+func (*ShardInfo) Descriptor() ([]byte, []int) {
+	return file_rollout_v1_rollout_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *ShardInfo) GetShard() string {
+	if x != nil {
+		return x.Shard
+	}
+	return ""
+}
+
+func (x *ShardInfo) GetRecords() uint64 {
+	if x != nil {
+		return x.Records
+	}
+	return 0
+}
+
+func (x *ShardInfo) GetBytes() uint64 {
+	if x != nil {
+		return x.Bytes
+	}
+	return 0
+}
+
+func (x *ShardInfo) GetGenerations() uint32 {
+	if x != nil {
+		return x.Generations
+	}
+	return 0
+}
+
+func (x *ShardInfo) GetFirstSeq() uint64 {
+	if x != nil {
+		return x.FirstSeq
+	}
+	return 0
+}
+
+func (x *ShardInfo) GetLastSeq() uint64 {
+	if x != nil {
+		return x.LastSeq
+	}
+	return 0
+}
+
+func (x *ShardInfo) GetEpoch() uint64 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
+}
+
+func (x *ShardInfo) GetFormatVersion() uint32 {
+	if x != nil {
+		return x.FormatVersion
+	}
+	return 0
+}
+
+func (x *ShardInfo) GetWriterHere() bool {
+	if x != nil {
+		return x.WriterHere
+	}
+	return false
+}
+
+func (x *ShardInfo) GetCreatedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CreatedAt
+	}
+	return nil
+}
+
+func (x *ShardInfo) GetLastCommitAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.LastCommitAt
+	}
+	return nil
+}
+
+func (x *ShardInfo) GetIncarnation() uint64 {
+	if x != nil {
+		return x.Incarnation
+	}
+	return 0
+}
+
+func (x *ShardInfo) GetDeleted() bool {
+	if x != nil {
+		return x.Deleted
+	}
+	return false
+}
+
+func (x *ShardInfo) GetDeletedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.DeletedAt
+	}
+	return nil
+}
+
+// BatchGetRequest names records of one shard.
+type BatchGetRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The shard that holds the records (same grammar as AppendRequest.shard).
+	Shard string `protobuf:"bytes,1,opt,name=shard,proto3" json:"shard,omitempty"`
+	// The records' ids, 1 to 1000 (same grammar as GetRequest.id). An id may
+	// repeat; each occurrence gets its own result.
+	Ids []string `protobuf:"bytes,2,rep,name=ids,proto3" json:"ids,omitempty"`
+	// Top-level Record fields to return, as in ScanRequest.fields; empty
+	// returns whole records. id and seq are always returned.
+	Fields        *fieldmaskpb.FieldMask `protobuf:"bytes,3,opt,name=fields,proto3" json:"fields,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BatchGetRequest) Reset() {
+	*x = BatchGetRequest{}
+	mi := &file_rollout_v1_rollout_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BatchGetRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BatchGetRequest) ProtoMessage() {}
+
+func (x *BatchGetRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_rollout_v1_rollout_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BatchGetRequest.ProtoReflect.Descriptor instead.
+func (*BatchGetRequest) Descriptor() ([]byte, []int) {
+	return file_rollout_v1_rollout_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *BatchGetRequest) GetShard() string {
+	if x != nil {
+		return x.Shard
+	}
+	return ""
+}
+
+func (x *BatchGetRequest) GetIds() []string {
+	if x != nil {
+		return x.Ids
+	}
+	return nil
+}
+
+func (x *BatchGetRequest) GetFields() *fieldmaskpb.FieldMask {
+	if x != nil {
+		return x.Fields
+	}
+	return nil
+}
+
+// BatchGetResponse holds one result per requested id.
+type BatchGetResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The results, in the order of BatchGetRequest.ids.
+	Results       []*BatchGetResult `protobuf:"bytes,1,rep,name=results,proto3" json:"results,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BatchGetResponse) Reset() {
+	*x = BatchGetResponse{}
+	mi := &file_rollout_v1_rollout_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BatchGetResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BatchGetResponse) ProtoMessage() {}
+
+func (x *BatchGetResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_rollout_v1_rollout_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BatchGetResponse.ProtoReflect.Descriptor instead.
+func (*BatchGetResponse) Descriptor() ([]byte, []int) {
+	return file_rollout_v1_rollout_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *BatchGetResponse) GetResults() []*BatchGetResult {
+	if x != nil {
+		return x.Results
+	}
+	return nil
+}
+
+// BatchGetResult is the outcome for one requested id.
+type BatchGetResult struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The requested id.
+	Id string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	// What was found.
+	//
+	// Types that are valid to be assigned to Result:
+	//
+	//	*BatchGetResult_Record
+	//	*BatchGetResult_NotFound
+	//	*BatchGetResult_OverLimit
+	Result        isBatchGetResult_Result `protobuf_oneof:"result"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BatchGetResult) Reset() {
+	*x = BatchGetResult{}
+	mi := &file_rollout_v1_rollout_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BatchGetResult) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BatchGetResult) ProtoMessage() {}
+
+func (x *BatchGetResult) ProtoReflect() protoreflect.Message {
+	mi := &file_rollout_v1_rollout_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BatchGetResult.ProtoReflect.Descriptor instead.
+func (*BatchGetResult) Descriptor() ([]byte, []int) {
+	return file_rollout_v1_rollout_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *BatchGetResult) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *BatchGetResult) GetResult() isBatchGetResult_Result {
+	if x != nil {
+		return x.Result
+	}
+	return nil
+}
+
+func (x *BatchGetResult) GetRecord() *Record {
+	if x != nil {
+		if x, ok := x.Result.(*BatchGetResult_Record); ok {
+			return x.Record
+		}
+	}
+	return nil
+}
+
+func (x *BatchGetResult) GetNotFound() bool {
+	if x != nil {
+		if x, ok := x.Result.(*BatchGetResult_NotFound); ok {
+			return x.NotFound
+		}
+	}
+	return false
+}
+
+func (x *BatchGetResult) GetOverLimit() bool {
+	if x != nil {
+		if x, ok := x.Result.(*BatchGetResult_OverLimit); ok {
+			return x.OverLimit
+		}
+	}
+	return false
+}
+
+type isBatchGetResult_Result interface {
+	isBatchGetResult_Result()
+}
+
+type BatchGetResult_Record struct {
+	// The record.
+	Record *Record `protobuf:"bytes,2,opt,name=record,proto3,oneof"`
+}
+
+type BatchGetResult_NotFound struct {
+	// The shard holds no record with this id.
+	NotFound bool `protobuf:"varint,3,opt,name=not_found,json=notFound,proto3,oneof"`
+}
+
+type BatchGetResult_OverLimit struct {
+	// Not returned: over the response limit. The record may exist; ask for
+	// it again in another BatchGet.
+	OverLimit bool `protobuf:"varint,4,opt,name=over_limit,json=overLimit,proto3,oneof"`
+}
+
+func (*BatchGetResult_Record) isBatchGetResult_Result() {}
+
+func (*BatchGetResult_NotFound) isBatchGetResult_Result() {}
+
+func (*BatchGetResult_OverLimit) isBatchGetResult_Result() {}
+
+// DeleteShardRequest names the shard to delete.
+type DeleteShardRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The shard (same grammar as AppendRequest.shard).
+	Shard string `protobuf:"bytes,1,opt,name=shard,proto3" json:"shard,omitempty"`
+	// When set, delete only if the shard's last seq (ShardInfo.last_seq) is
+	// still this value, i.e. nothing was appended since the caller looked;
+	// otherwise FAILED_PRECONDITION with reason SEQ_MISMATCH, and nothing is
+	// deleted.
+	ExpectedLastSeq *uint64 `protobuf:"varint,2,opt,name=expected_last_seq,json=expectedLastSeq,proto3,oneof" json:"expected_last_seq,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *DeleteShardRequest) Reset() {
+	*x = DeleteShardRequest{}
+	mi := &file_rollout_v1_rollout_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteShardRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteShardRequest) ProtoMessage() {}
+
+func (x *DeleteShardRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_rollout_v1_rollout_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteShardRequest.ProtoReflect.Descriptor instead.
+func (*DeleteShardRequest) Descriptor() ([]byte, []int) {
+	return file_rollout_v1_rollout_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *DeleteShardRequest) GetShard() string {
+	if x != nil {
+		return x.Shard
+	}
+	return ""
+}
+
+func (x *DeleteShardRequest) GetExpectedLastSeq() uint64 {
+	if x != nil && x.ExpectedLastSeq != nil {
+		return *x.ExpectedLastSeq
+	}
+	return 0
+}
+
+// DeleteShardResponse reports a delete.
+type DeleteShardResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The last seq of the deleted records; an Append after the delete gets
+	// seqs above it.
+	LastSeq uint64 `protobuf:"varint,1,opt,name=last_seq,json=lastSeq,proto3" json:"last_seq,omitempty"`
+	// Records the delete removed; 0 when the shard was already deleted.
+	Records uint64 `protobuf:"varint,2,opt,name=records,proto3" json:"records,omitempty"`
+	// True when the shard was already deleted: this call only resumed
+	// reclaiming its storage.
+	AlreadyDeleted bool `protobuf:"varint,3,opt,name=already_deleted,json=alreadyDeleted,proto3" json:"already_deleted,omitempty"`
+	// The incarnation the delete started; the next Append continues it.
+	Incarnation   uint64 `protobuf:"varint,4,opt,name=incarnation,proto3" json:"incarnation,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteShardResponse) Reset() {
+	*x = DeleteShardResponse{}
+	mi := &file_rollout_v1_rollout_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteShardResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteShardResponse) ProtoMessage() {}
+
+func (x *DeleteShardResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_rollout_v1_rollout_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteShardResponse.ProtoReflect.Descriptor instead.
+func (*DeleteShardResponse) Descriptor() ([]byte, []int) {
+	return file_rollout_v1_rollout_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *DeleteShardResponse) GetLastSeq() uint64 {
+	if x != nil {
+		return x.LastSeq
+	}
+	return 0
+}
+
+func (x *DeleteShardResponse) GetRecords() uint64 {
+	if x != nil {
+		return x.Records
+	}
+	return 0
+}
+
+func (x *DeleteShardResponse) GetAlreadyDeleted() bool {
+	if x != nil {
+		return x.AlreadyDeleted
+	}
+	return false
+}
+
+func (x *DeleteShardResponse) GetIncarnation() uint64 {
+	if x != nil {
+		return x.Incarnation
+	}
+	return 0
+}
+
 var File_rollout_v1_rollout_proto protoreflect.FileDescriptor
 
 const file_rollout_v1_rollout_proto_rawDesc = "" +
@@ -997,7 +1760,62 @@ const file_rollout_v1_rollout_proto_rawDesc = "" +
 	"\x14_include_in_training\"T\n" +
 	"\fScanResponse\x12,\n" +
 	"\arecords\x18\x01 \x03(\v2\x12.rollout.v1.RecordR\arecords\x12\x16\n" +
-	"\x06cursor\x18\x02 \x01(\x04R\x06cursor*\x82\x01\n" +
+	"\x06cursor\x18\x02 \x01(\x04R\x06cursor\"\x90\x01\n" +
+	"\x11ListShardsRequest\x12\x16\n" +
+	"\x06prefix\x18\x01 \x01(\tR\x06prefix\x12\x1b\n" +
+	"\tpage_size\x18\x02 \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x03 \x01(\tR\tpageToken\x12'\n" +
+	"\x0finclude_summary\x18\x04 \x01(\bR\x0eincludeSummary\"m\n" +
+	"\x12ListShardsResponse\x12/\n" +
+	"\x06shards\x18\x01 \x03(\v2\x17.rollout.v1.ListedShardR\x06shards\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"T\n" +
+	"\vListedShard\x12\x14\n" +
+	"\x05shard\x18\x01 \x01(\tR\x05shard\x12/\n" +
+	"\asummary\x18\x02 \x01(\v2\x15.rollout.v1.ShardInfoR\asummary\",\n" +
+	"\x14DescribeShardRequest\x12\x14\n" +
+	"\x05shard\x18\x01 \x01(\tR\x05shard\"\xfd\x03\n" +
+	"\tShardInfo\x12\x14\n" +
+	"\x05shard\x18\x01 \x01(\tR\x05shard\x12\x18\n" +
+	"\arecords\x18\x02 \x01(\x04R\arecords\x12\x14\n" +
+	"\x05bytes\x18\x03 \x01(\x04R\x05bytes\x12 \n" +
+	"\vgenerations\x18\x04 \x01(\rR\vgenerations\x12\x1b\n" +
+	"\tfirst_seq\x18\x05 \x01(\x04R\bfirstSeq\x12\x19\n" +
+	"\blast_seq\x18\x06 \x01(\x04R\alastSeq\x12\x14\n" +
+	"\x05epoch\x18\a \x01(\x04R\x05epoch\x12%\n" +
+	"\x0eformat_version\x18\b \x01(\rR\rformatVersion\x12\x1f\n" +
+	"\vwriter_here\x18\t \x01(\bR\n" +
+	"writerHere\x129\n" +
+	"\n" +
+	"created_at\x18\n" +
+	" \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x12@\n" +
+	"\x0elast_commit_at\x18\v \x01(\v2\x1a.google.protobuf.TimestampR\flastCommitAt\x12 \n" +
+	"\vincarnation\x18\f \x01(\x04R\vincarnation\x12\x18\n" +
+	"\adeleted\x18\r \x01(\bR\adeleted\x129\n" +
+	"\n" +
+	"deleted_at\x18\x0e \x01(\v2\x1a.google.protobuf.TimestampR\tdeletedAt\"m\n" +
+	"\x0fBatchGetRequest\x12\x14\n" +
+	"\x05shard\x18\x01 \x01(\tR\x05shard\x12\x10\n" +
+	"\x03ids\x18\x02 \x03(\tR\x03ids\x122\n" +
+	"\x06fields\x18\x03 \x01(\v2\x1a.google.protobuf.FieldMaskR\x06fields\"H\n" +
+	"\x10BatchGetResponse\x124\n" +
+	"\aresults\x18\x01 \x03(\v2\x1a.rollout.v1.BatchGetResultR\aresults\"\x98\x01\n" +
+	"\x0eBatchGetResult\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12,\n" +
+	"\x06record\x18\x02 \x01(\v2\x12.rollout.v1.RecordH\x00R\x06record\x12\x1d\n" +
+	"\tnot_found\x18\x03 \x01(\bH\x00R\bnotFound\x12\x1f\n" +
+	"\n" +
+	"over_limit\x18\x04 \x01(\bH\x00R\toverLimitB\b\n" +
+	"\x06result\"q\n" +
+	"\x12DeleteShardRequest\x12\x14\n" +
+	"\x05shard\x18\x01 \x01(\tR\x05shard\x12/\n" +
+	"\x11expected_last_seq\x18\x02 \x01(\x04H\x00R\x0fexpectedLastSeq\x88\x01\x01B\x14\n" +
+	"\x12_expected_last_seq\"\x95\x01\n" +
+	"\x13DeleteShardResponse\x12\x19\n" +
+	"\blast_seq\x18\x01 \x01(\x04R\alastSeq\x12\x18\n" +
+	"\arecords\x18\x02 \x01(\x04R\arecords\x12'\n" +
+	"\x0falready_deleted\x18\x03 \x01(\bR\x0ealreadyDeleted\x12 \n" +
+	"\vincarnation\x18\x04 \x01(\x04R\vincarnation*\x82\x01\n" +
 	"\x04Role\x12\x14\n" +
 	"\x10ROLE_UNSPECIFIED\x10\x00\x12\x0f\n" +
 	"\vROLE_SYSTEM\x10\x01\x12\r\n" +
@@ -1006,11 +1824,16 @@ const file_rollout_v1_rollout_proto_rawDesc = "" +
 	"\tROLE_TOOL\x10\x04\x12\x0e\n" +
 	"\n" +
 	"ROLE_GRADE\x10\x05\x12\x11\n" +
-	"\rROLE_ARTIFACT\x10\x062\xc6\x01\n" +
+	"\rROLE_ARTIFACT\x10\x062\xf4\x03\n" +
 	"\x0eRolloutService\x12?\n" +
 	"\x06Append\x12\x19.rollout.v1.AppendRequest\x1a\x1a.rollout.v1.AppendResponse\x126\n" +
 	"\x03Get\x12\x16.rollout.v1.GetRequest\x1a\x17.rollout.v1.GetResponse\x12;\n" +
-	"\x04Scan\x12\x17.rollout.v1.ScanRequest\x1a\x18.rollout.v1.ScanResponse0\x01B7Z5github.com/rolloutd/rolloutd/gen/rollout/v1;rolloutv1b\x06proto3"
+	"\x04Scan\x12\x17.rollout.v1.ScanRequest\x1a\x18.rollout.v1.ScanResponse0\x01\x12K\n" +
+	"\n" +
+	"ListShards\x12\x1d.rollout.v1.ListShardsRequest\x1a\x1e.rollout.v1.ListShardsResponse\x12H\n" +
+	"\rDescribeShard\x12 .rollout.v1.DescribeShardRequest\x1a\x15.rollout.v1.ShardInfo\x12E\n" +
+	"\bBatchGet\x12\x1b.rollout.v1.BatchGetRequest\x1a\x1c.rollout.v1.BatchGetResponse\x12N\n" +
+	"\vDeleteShard\x12\x1e.rollout.v1.DeleteShardRequest\x1a\x1f.rollout.v1.DeleteShardResponseB7Z5github.com/rolloutd/rolloutd/gen/rollout/v1;rolloutv1b\x06proto3"
 
 var (
 	file_rollout_v1_rollout_proto_rawDescOnce sync.Once
@@ -1025,7 +1848,7 @@ func file_rollout_v1_rollout_proto_rawDescGZIP() []byte {
 }
 
 var file_rollout_v1_rollout_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_rollout_v1_rollout_proto_msgTypes = make([]protoimpl.MessageInfo, 10)
+var file_rollout_v1_rollout_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
 var file_rollout_v1_rollout_proto_goTypes = []any{
 	(Role)(0),                     // 0: rollout.v1.Role
 	(*AppendRequest)(nil),         // 1: rollout.v1.AppendRequest
@@ -1037,32 +1860,58 @@ var file_rollout_v1_rollout_proto_goTypes = []any{
 	(*Record)(nil),                // 7: rollout.v1.Record
 	(*ScanRequest)(nil),           // 8: rollout.v1.ScanRequest
 	(*ScanResponse)(nil),          // 9: rollout.v1.ScanResponse
-	nil,                           // 10: rollout.v1.Record.MetadataEntry
-	(*timestamppb.Timestamp)(nil), // 11: google.protobuf.Timestamp
-	(*fieldmaskpb.FieldMask)(nil), // 12: google.protobuf.FieldMask
+	(*ListShardsRequest)(nil),     // 10: rollout.v1.ListShardsRequest
+	(*ListShardsResponse)(nil),    // 11: rollout.v1.ListShardsResponse
+	(*ListedShard)(nil),           // 12: rollout.v1.ListedShard
+	(*DescribeShardRequest)(nil),  // 13: rollout.v1.DescribeShardRequest
+	(*ShardInfo)(nil),             // 14: rollout.v1.ShardInfo
+	(*BatchGetRequest)(nil),       // 15: rollout.v1.BatchGetRequest
+	(*BatchGetResponse)(nil),      // 16: rollout.v1.BatchGetResponse
+	(*BatchGetResult)(nil),        // 17: rollout.v1.BatchGetResult
+	(*DeleteShardRequest)(nil),    // 18: rollout.v1.DeleteShardRequest
+	(*DeleteShardResponse)(nil),   // 19: rollout.v1.DeleteShardResponse
+	nil,                           // 20: rollout.v1.Record.MetadataEntry
+	(*timestamppb.Timestamp)(nil), // 21: google.protobuf.Timestamp
+	(*fieldmaskpb.FieldMask)(nil), // 22: google.protobuf.FieldMask
 }
 var file_rollout_v1_rollout_proto_depIdxs = []int32{
 	7,  // 0: rollout.v1.AppendRequest.records:type_name -> rollout.v1.Record
 	3,  // 1: rollout.v1.AppendResponse.results:type_name -> rollout.v1.AppendResult
 	7,  // 2: rollout.v1.GetResponse.record:type_name -> rollout.v1.Record
 	0,  // 3: rollout.v1.Record.role:type_name -> rollout.v1.Role
-	11, // 4: rollout.v1.Record.created_at:type_name -> google.protobuf.Timestamp
+	21, // 4: rollout.v1.Record.created_at:type_name -> google.protobuf.Timestamp
 	6,  // 5: rollout.v1.Record.relationships:type_name -> rollout.v1.Relationship
-	10, // 6: rollout.v1.Record.metadata:type_name -> rollout.v1.Record.MetadataEntry
+	20, // 6: rollout.v1.Record.metadata:type_name -> rollout.v1.Record.MetadataEntry
 	0,  // 7: rollout.v1.ScanRequest.role:type_name -> rollout.v1.Role
-	12, // 8: rollout.v1.ScanRequest.fields:type_name -> google.protobuf.FieldMask
+	22, // 8: rollout.v1.ScanRequest.fields:type_name -> google.protobuf.FieldMask
 	7,  // 9: rollout.v1.ScanResponse.records:type_name -> rollout.v1.Record
-	1,  // 10: rollout.v1.RolloutService.Append:input_type -> rollout.v1.AppendRequest
-	4,  // 11: rollout.v1.RolloutService.Get:input_type -> rollout.v1.GetRequest
-	8,  // 12: rollout.v1.RolloutService.Scan:input_type -> rollout.v1.ScanRequest
-	2,  // 13: rollout.v1.RolloutService.Append:output_type -> rollout.v1.AppendResponse
-	5,  // 14: rollout.v1.RolloutService.Get:output_type -> rollout.v1.GetResponse
-	9,  // 15: rollout.v1.RolloutService.Scan:output_type -> rollout.v1.ScanResponse
-	13, // [13:16] is the sub-list for method output_type
-	10, // [10:13] is the sub-list for method input_type
-	10, // [10:10] is the sub-list for extension type_name
-	10, // [10:10] is the sub-list for extension extendee
-	0,  // [0:10] is the sub-list for field type_name
+	12, // 10: rollout.v1.ListShardsResponse.shards:type_name -> rollout.v1.ListedShard
+	14, // 11: rollout.v1.ListedShard.summary:type_name -> rollout.v1.ShardInfo
+	21, // 12: rollout.v1.ShardInfo.created_at:type_name -> google.protobuf.Timestamp
+	21, // 13: rollout.v1.ShardInfo.last_commit_at:type_name -> google.protobuf.Timestamp
+	21, // 14: rollout.v1.ShardInfo.deleted_at:type_name -> google.protobuf.Timestamp
+	22, // 15: rollout.v1.BatchGetRequest.fields:type_name -> google.protobuf.FieldMask
+	17, // 16: rollout.v1.BatchGetResponse.results:type_name -> rollout.v1.BatchGetResult
+	7,  // 17: rollout.v1.BatchGetResult.record:type_name -> rollout.v1.Record
+	1,  // 18: rollout.v1.RolloutService.Append:input_type -> rollout.v1.AppendRequest
+	4,  // 19: rollout.v1.RolloutService.Get:input_type -> rollout.v1.GetRequest
+	8,  // 20: rollout.v1.RolloutService.Scan:input_type -> rollout.v1.ScanRequest
+	10, // 21: rollout.v1.RolloutService.ListShards:input_type -> rollout.v1.ListShardsRequest
+	13, // 22: rollout.v1.RolloutService.DescribeShard:input_type -> rollout.v1.DescribeShardRequest
+	15, // 23: rollout.v1.RolloutService.BatchGet:input_type -> rollout.v1.BatchGetRequest
+	18, // 24: rollout.v1.RolloutService.DeleteShard:input_type -> rollout.v1.DeleteShardRequest
+	2,  // 25: rollout.v1.RolloutService.Append:output_type -> rollout.v1.AppendResponse
+	5,  // 26: rollout.v1.RolloutService.Get:output_type -> rollout.v1.GetResponse
+	9,  // 27: rollout.v1.RolloutService.Scan:output_type -> rollout.v1.ScanResponse
+	11, // 28: rollout.v1.RolloutService.ListShards:output_type -> rollout.v1.ListShardsResponse
+	14, // 29: rollout.v1.RolloutService.DescribeShard:output_type -> rollout.v1.ShardInfo
+	16, // 30: rollout.v1.RolloutService.BatchGet:output_type -> rollout.v1.BatchGetResponse
+	19, // 31: rollout.v1.RolloutService.DeleteShard:output_type -> rollout.v1.DeleteShardResponse
+	25, // [25:32] is the sub-list for method output_type
+	18, // [18:25] is the sub-list for method input_type
+	18, // [18:18] is the sub-list for extension type_name
+	18, // [18:18] is the sub-list for extension extendee
+	0,  // [0:18] is the sub-list for field type_name
 }
 
 func init() { file_rollout_v1_rollout_proto_init() }
@@ -1072,13 +1921,19 @@ func file_rollout_v1_rollout_proto_init() {
 	}
 	file_rollout_v1_rollout_proto_msgTypes[6].OneofWrappers = []any{}
 	file_rollout_v1_rollout_proto_msgTypes[7].OneofWrappers = []any{}
+	file_rollout_v1_rollout_proto_msgTypes[16].OneofWrappers = []any{
+		(*BatchGetResult_Record)(nil),
+		(*BatchGetResult_NotFound)(nil),
+		(*BatchGetResult_OverLimit)(nil),
+	}
+	file_rollout_v1_rollout_proto_msgTypes[17].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_rollout_v1_rollout_proto_rawDesc), len(file_rollout_v1_rollout_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   10,
+			NumMessages:   20,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -23,9 +23,13 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	RolloutService_Append_FullMethodName = "/rollout.v1.RolloutService/Append"
-	RolloutService_Get_FullMethodName    = "/rollout.v1.RolloutService/Get"
-	RolloutService_Scan_FullMethodName   = "/rollout.v1.RolloutService/Scan"
+	RolloutService_Append_FullMethodName        = "/rollout.v1.RolloutService/Append"
+	RolloutService_Get_FullMethodName           = "/rollout.v1.RolloutService/Get"
+	RolloutService_Scan_FullMethodName          = "/rollout.v1.RolloutService/Scan"
+	RolloutService_ListShards_FullMethodName    = "/rollout.v1.RolloutService/ListShards"
+	RolloutService_DescribeShard_FullMethodName = "/rollout.v1.RolloutService/DescribeShard"
+	RolloutService_BatchGet_FullMethodName      = "/rollout.v1.RolloutService/BatchGet"
+	RolloutService_DeleteShard_FullMethodName   = "/rollout.v1.RolloutService/DeleteShard"
 )
 
 // RolloutServiceClient is the client API for RolloutService service.
@@ -53,6 +57,30 @@ type RolloutServiceClient interface {
 	// and misses and repeats nothing, even across merges. With follow set, the
 	// stream stays open and delivers new commits as they land.
 	Scan(ctx context.Context, in *ScanRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[ScanResponse], error)
+	// ListShards lists the shards under a prefix, a page at a time (AIP-158),
+	// in the byte order of their storage names, shard + "/_": "a-x" lists
+	// before "a", and "a" before "a/b". Only shards the caller may list are
+	// returned (authorization verb "list"). A deleted shard keeps a small
+	// tombstone in storage and is listed until it is written again; with
+	// include_summary its summary says deleted.
+	ListShards(ctx context.Context, in *ListShardsRequest, opts ...grpc.CallOption) (*ListShardsResponse, error)
+	// DescribeShard returns a shard's size, sequence range, ownership and
+	// times, read exactly from its current manifest. A shard never written,
+	// or deleted, is NOT_FOUND (a deleted one with reason SHARD_DELETED).
+	DescribeShard(ctx context.Context, in *DescribeShardRequest, opts ...grpc.CallOption) (*ShardInfo, error)
+	// BatchGet returns many records of one shard by id, with the same strong
+	// reads as Get, in one call: one manifest read for the batch, and ranged
+	// reads of nearby records merged. A missing id is a result, not an error.
+	// Authorization verb "get".
+	BatchGet(ctx context.Context, in *BatchGetRequest, opts ...grpc.CallOption) (*BatchGetResponse, error)
+	// DeleteShard deletes a shard's records. It takes effect at once: every
+	// writer of the shard, on any instance, is fenced, and reads of its
+	// records answer NOT_FOUND. Storage is reclaimed afterwards, in the
+	// background. An Append after it starts the shard afresh, with seqs
+	// above every deleted one. Deleting a deleted shard finishes reclaiming
+	// its storage and succeeds. Authorization verb "delete", which no other
+	// verb implies.
+	DeleteShard(ctx context.Context, in *DeleteShardRequest, opts ...grpc.CallOption) (*DeleteShardResponse, error)
 }
 
 type rolloutServiceClient struct {
@@ -102,6 +130,46 @@ func (c *rolloutServiceClient) Scan(ctx context.Context, in *ScanRequest, opts .
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type RolloutService_ScanClient = grpc.ServerStreamingClient[ScanResponse]
 
+func (c *rolloutServiceClient) ListShards(ctx context.Context, in *ListShardsRequest, opts ...grpc.CallOption) (*ListShardsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListShardsResponse)
+	err := c.cc.Invoke(ctx, RolloutService_ListShards_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *rolloutServiceClient) DescribeShard(ctx context.Context, in *DescribeShardRequest, opts ...grpc.CallOption) (*ShardInfo, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ShardInfo)
+	err := c.cc.Invoke(ctx, RolloutService_DescribeShard_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *rolloutServiceClient) BatchGet(ctx context.Context, in *BatchGetRequest, opts ...grpc.CallOption) (*BatchGetResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(BatchGetResponse)
+	err := c.cc.Invoke(ctx, RolloutService_BatchGet_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *rolloutServiceClient) DeleteShard(ctx context.Context, in *DeleteShardRequest, opts ...grpc.CallOption) (*DeleteShardResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(DeleteShardResponse)
+	err := c.cc.Invoke(ctx, RolloutService_DeleteShard_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // RolloutServiceServer is the server API for RolloutService service.
 // All implementations must embed UnimplementedRolloutServiceServer
 // for forward compatibility.
@@ -127,6 +195,30 @@ type RolloutServiceServer interface {
 	// and misses and repeats nothing, even across merges. With follow set, the
 	// stream stays open and delivers new commits as they land.
 	Scan(*ScanRequest, grpc.ServerStreamingServer[ScanResponse]) error
+	// ListShards lists the shards under a prefix, a page at a time (AIP-158),
+	// in the byte order of their storage names, shard + "/_": "a-x" lists
+	// before "a", and "a" before "a/b". Only shards the caller may list are
+	// returned (authorization verb "list"). A deleted shard keeps a small
+	// tombstone in storage and is listed until it is written again; with
+	// include_summary its summary says deleted.
+	ListShards(context.Context, *ListShardsRequest) (*ListShardsResponse, error)
+	// DescribeShard returns a shard's size, sequence range, ownership and
+	// times, read exactly from its current manifest. A shard never written,
+	// or deleted, is NOT_FOUND (a deleted one with reason SHARD_DELETED).
+	DescribeShard(context.Context, *DescribeShardRequest) (*ShardInfo, error)
+	// BatchGet returns many records of one shard by id, with the same strong
+	// reads as Get, in one call: one manifest read for the batch, and ranged
+	// reads of nearby records merged. A missing id is a result, not an error.
+	// Authorization verb "get".
+	BatchGet(context.Context, *BatchGetRequest) (*BatchGetResponse, error)
+	// DeleteShard deletes a shard's records. It takes effect at once: every
+	// writer of the shard, on any instance, is fenced, and reads of its
+	// records answer NOT_FOUND. Storage is reclaimed afterwards, in the
+	// background. An Append after it starts the shard afresh, with seqs
+	// above every deleted one. Deleting a deleted shard finishes reclaiming
+	// its storage and succeeds. Authorization verb "delete", which no other
+	// verb implies.
+	DeleteShard(context.Context, *DeleteShardRequest) (*DeleteShardResponse, error)
 	mustEmbedUnimplementedRolloutServiceServer()
 }
 
@@ -145,6 +237,18 @@ func (UnimplementedRolloutServiceServer) Get(context.Context, *GetRequest) (*Get
 }
 func (UnimplementedRolloutServiceServer) Scan(*ScanRequest, grpc.ServerStreamingServer[ScanResponse]) error {
 	return status.Error(codes.Unimplemented, "method Scan not implemented")
+}
+func (UnimplementedRolloutServiceServer) ListShards(context.Context, *ListShardsRequest) (*ListShardsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListShards not implemented")
+}
+func (UnimplementedRolloutServiceServer) DescribeShard(context.Context, *DescribeShardRequest) (*ShardInfo, error) {
+	return nil, status.Error(codes.Unimplemented, "method DescribeShard not implemented")
+}
+func (UnimplementedRolloutServiceServer) BatchGet(context.Context, *BatchGetRequest) (*BatchGetResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method BatchGet not implemented")
+}
+func (UnimplementedRolloutServiceServer) DeleteShard(context.Context, *DeleteShardRequest) (*DeleteShardResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method DeleteShard not implemented")
 }
 func (UnimplementedRolloutServiceServer) mustEmbedUnimplementedRolloutServiceServer() {}
 func (UnimplementedRolloutServiceServer) testEmbeddedByValue()                        {}
@@ -214,6 +318,78 @@ func _RolloutService_Scan_Handler(srv interface{}, stream grpc.ServerStream) err
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type RolloutService_ScanServer = grpc.ServerStreamingServer[ScanResponse]
 
+func _RolloutService_ListShards_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListShardsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(RolloutServiceServer).ListShards(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: RolloutService_ListShards_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(RolloutServiceServer).ListShards(ctx, req.(*ListShardsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _RolloutService_DescribeShard_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DescribeShardRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(RolloutServiceServer).DescribeShard(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: RolloutService_DescribeShard_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(RolloutServiceServer).DescribeShard(ctx, req.(*DescribeShardRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _RolloutService_BatchGet_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(BatchGetRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(RolloutServiceServer).BatchGet(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: RolloutService_BatchGet_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(RolloutServiceServer).BatchGet(ctx, req.(*BatchGetRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _RolloutService_DeleteShard_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DeleteShardRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(RolloutServiceServer).DeleteShard(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: RolloutService_DeleteShard_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(RolloutServiceServer).DeleteShard(ctx, req.(*DeleteShardRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // RolloutService_ServiceDesc is the grpc.ServiceDesc for RolloutService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -228,6 +404,22 @@ var RolloutService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Get",
 			Handler:    _RolloutService_Get_Handler,
+		},
+		{
+			MethodName: "ListShards",
+			Handler:    _RolloutService_ListShards_Handler,
+		},
+		{
+			MethodName: "DescribeShard",
+			Handler:    _RolloutService_DescribeShard_Handler,
+		},
+		{
+			MethodName: "BatchGet",
+			Handler:    _RolloutService_BatchGet_Handler,
+		},
+		{
+			MethodName: "DeleteShard",
+			Handler:    _RolloutService_DeleteShard_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

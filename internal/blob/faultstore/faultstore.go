@@ -421,3 +421,16 @@ func (s *Store) List(ctx context.Context, prefix, token string, max int) (blob.L
 	}
 	return p, err
 }
+
+// ListDelimited implements blob.Store; its faults are List's (OpList).
+func (s *Store) ListDelimited(ctx context.Context, prefix, delimiter, token string, max int) (blob.DelimitedPage, error) {
+	var p blob.DelimitedPage
+	injected, err := s.do(ctx, OpList, prefix, blob.ValidatePrefix(prefix) == nil && delimiter != "", func(ctx context.Context) (err error) {
+		p, err = s.inner.ListDelimited(ctx, prefix, delimiter, token, max)
+		return err
+	})
+	if injected {
+		return blob.DelimitedPage{}, err
+	}
+	return p, err
+}

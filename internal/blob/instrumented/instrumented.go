@@ -145,3 +145,11 @@ func (s *Store) List(ctx context.Context, prefix, token string, max int) (blob.L
 	s.observe("list", start, err)
 	return page, err
 }
+
+// ListDelimited implements blob.Store; it counts as a list.
+func (s *Store) ListDelimited(ctx context.Context, prefix, delimiter, token string, max int) (blob.DelimitedPage, error) {
+	start := time.Now()
+	page, err := s.next.ListDelimited(ctx, prefix, delimiter, token, max)
+	s.observe("list", start, err)
+	return page, err
+}

@@ -546,7 +546,7 @@ func (s *Store) Delete(ctx context.Context, name string, opts blob.DeleteOptions
 		err = s.fs.Remove(path)
 		if err == nil {
 			removed = true
-			err = s.syncDir(filepath.Dir(path))
+			err = s.syncRemoval(filepath.Dir(path))
 		}
 	}
 	if removed && err != nil {
@@ -565,6 +565,20 @@ func (s *Store) Delete(ctx context.Context, name string, opts blob.DeleteOptions
 		return inDoubt("delete", name, ferr) // another call failed the store meanwhile
 	}
 	return nil
+}
+
+// syncRemoval makes the removal of an entry of dir durable. A concurrent
+// Delete of the directory's last other blob may have pruned dir already:
+// then the removal is durable once the pruning is, and that is made
+// durable by syncing the nearest ancestor that still exists. (Deletes of
+// every generation of a shard in parallel, as a purge does, meet this.)
+func (s *Store) syncRemoval(dir string) error {
+	err := s.syncDir(dir)
+	for d := dir; errors.Is(err, fs.ErrNotExist) && d != s.blobsDir && strings.HasPrefix(d, s.blobsDir); {
+		d = filepath.Dir(d)
+		err = s.syncDir(d)
+	}
+	return err
 }
 
 // prune removes empty directories from dir upwards. It is best effort: a

@@ -181,3 +181,53 @@ func (s *Store) List(ctx context.Context, prefix, token string, max int) (blob.L
 	s.mu.Unlock()
 	return page, nil
 }
+
+// ListDelimited implements blob.Store.
+func (s *Store) ListDelimited(ctx context.Context, prefix, delimiter, token string, max int) (blob.DelimitedPage, error) {
+	if err := blob.ValidatePrefix(prefix); err != nil {
+		return blob.DelimitedPage{}, err
+	}
+	if err := blob.ValidateDelimiter(delimiter); err != nil {
+		return blob.DelimitedPage{}, err
+	}
+	tok, err := blob.ParseDelimitedToken(token)
+	if err != nil {
+		return blob.DelimitedPage{}, err
+	}
+	if err := ctx.Err(); err != nil {
+		return blob.DelimitedPage{}, fmt.Errorf("memstore: list %q: %w", prefix, err)
+	}
+	if max <= 0 {
+		max = DefaultListMax
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var names []string
+	for n := range s.blobs {
+		if strings.HasPrefix(n, prefix) && tok.After(n) {
+			names = append(names, n)
+		}
+	}
+	sort.Strings(names)
+	var page blob.DelimitedPage
+	var last blob.DelimitedToken
+	count := 0
+	for _, n := range names {
+		entry, isPrefix := blob.RollUp(prefix, delimiter, n)
+		if isPrefix && last.IsPrefix && entry == last.Last {
+			continue
+		}
+		if count == max {
+			page.Next = last.Encode()
+			break
+		}
+		if isPrefix {
+			page.Prefixes = append(page.Prefixes, entry)
+		} else {
+			page.Items = append(page.Items, s.blobs[n].attrs)
+		}
+		last = blob.DelimitedToken{Last: entry, IsPrefix: isPrefix}
+		count++
+	}
+	return page, nil
+}

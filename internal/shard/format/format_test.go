@@ -198,6 +198,9 @@ func TestGenerationNames(t *testing.T) {
 	}
 }
 
+// fuzzSeeds are more manifests FuzzDecodeManifest starts from.
+var fuzzSeeds []func() *storagepb.Manifest
+
 func FuzzDecodeManifest(f *testing.F) {
 	good, err := EncodeManifest(sampleManifest())
 	if err != nil {
@@ -205,6 +208,13 @@ func FuzzDecodeManifest(f *testing.F) {
 	}
 	f.Add(good)
 	f.Add([]byte("RLMF\x01\x00\x00\x00"))
+	for _, seed := range fuzzSeeds {
+		b, err := EncodeManifest(seed())
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(b)
+	}
 	f.Fuzz(func(t *testing.T, b []byte) {
 		m, err := DecodeManifest(b)
 		if err != nil {

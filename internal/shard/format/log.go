@@ -25,6 +25,7 @@ type LogEntry struct {
 	Writer   string
 	PutID    string
 	NextSeq  uint64
+	Created  int64 // Unix nanoseconds
 }
 
 // NewLogBatchBuilder starts the batch at e.Position; add its records in seq
@@ -32,6 +33,7 @@ type LogEntry struct {
 func NewLogBatchBuilder(e LogEntry, sizeHint int) *GenerationBuilder {
 	b := NewGenerationBuilder(e.Shard, e.Epoch, 0, sizeHint)
 	b.footer.Position, b.footer.Writer, b.footer.PutId = e.Position, e.Writer, e.PutID
+	b.footer.CreatedUnixNanos = e.Created
 	b.log = true
 	return b
 }

@@ -10,28 +10,49 @@ import (
 	"github.com/rolloutd/rolloutd/internal/shard/storagepb"
 )
 
-// ManifestVersion is the manifest format of protocol v1, which this build
-// writes for a shard no protocol v2 writer has claimed, and reads.
+// ManifestVersion is the manifest format of a live protocol v1 shard,
+// which this build writes for a shard no protocol v2 writer has claimed.
 const ManifestVersion = 1
 
-// ManifestVersionV2 is the manifest format of a shard claimed under protocol
-// v2 (commit by create): the manifest is a checkpoint of the shard's log.
-// Builds before protocol v2 reject it as corrupt, which is why a shard never
-// goes back to version 1 (see docs/operations.md).
+// ManifestVersionV2 is the manifest format of a live shard claimed under
+// protocol v2 (commit by create): the manifest is a checkpoint of the
+// shard's log. Builds before protocol v2 reject it as corrupt, which is why
+// a shard never goes back to version 1 (see docs/operations.md).
 const ManifestVersionV2 = 2
 
-// ProtocolV2 is Manifest.protocol of a version 2 manifest.
+// TombstoneVersion is the format of a deleted shard's manifest, one that
+// holds a Tombstone. Builds that predate deletion read only version 1 and
+// refuse it as corrupt, rather than append to a deleted shard as if it
+// were live. The next incarnation is written at the live version again
+// (the tombstone keeps the protocol, so a v2 shard stays v2).
+const TombstoneVersion = 3
+
+// ProtocolV2 is Manifest.protocol of a protocol v2 manifest.
 const ProtocolV2 = 2
 
-// manifestVersion is the header version of m.
+// manifestVersion is the format version m is written with.
 func manifestVersion(m *storagepb.Manifest) (uint32, error) {
 	switch m.GetProtocol() {
-	case 0:
-		return ManifestVersion, nil
-	case ProtocolV2:
+	case 0, ProtocolV2:
+	default:
+		return 0, fmt.Errorf("encode manifest: unknown protocol %d", m.GetProtocol())
+	}
+	switch {
+	case m.GetTombstone() != nil:
+		return TombstoneVersion, nil
+	case m.GetProtocol() == ProtocolV2:
 		return ManifestVersionV2, nil
 	}
-	return 0, fmt.Errorf("encode manifest: unknown protocol %d", m.GetProtocol())
+	return ManifestVersion, nil
+}
+
+// Version returns the format version of an encoded manifest, or 0 when b
+// is too short to hold one. It does not verify b.
+func Version(b []byte) uint32 {
+	if len(b) < manifestOverhead {
+		return 0
+	}
+	return binary.LittleEndian.Uint32(b[4:8])
 }
 
 // A manifest blob is: magic, version (uint32 LE), the protobuf Manifest, then
@@ -71,8 +92,8 @@ func DecodeManifest(b []byte) (*storagepb.Manifest, error) {
 		return nil, fmt.Errorf("%w: manifest has bad magic %q", ErrCorrupt, b[:4])
 	}
 	v := binary.LittleEndian.Uint32(b[4:8])
-	if v != ManifestVersion && v != ManifestVersionV2 {
-		return nil, fmt.Errorf("%w: manifest format version %d, this build reads %d and %d", ErrCorrupt, v, ManifestVersion, ManifestVersionV2)
+	if v != ManifestVersion && v != ManifestVersionV2 && v != TombstoneVersion {
+		return nil, fmt.Errorf("%w: manifest format version %d, this build reads %d, %d and %d", ErrCorrupt, v, ManifestVersion, ManifestVersionV2, TombstoneVersion)
 	}
 	n := len(b) - 4
 	if want, got := binary.LittleEndian.Uint32(b[n:]), Checksum(b[:n]); want != got {
@@ -83,7 +104,7 @@ func DecodeManifest(b []byte) (*storagepb.Manifest, error) {
 		return nil, fmt.Errorf("%w: manifest body: %v", ErrCorrupt, err)
 	}
 	if want, err := manifestVersion(m); err != nil || want != v {
-		return nil, fmt.Errorf("%w: manifest of format version %d says protocol %d", ErrCorrupt, v, m.GetProtocol())
+		return nil, fmt.Errorf("%w: manifest of format version %d says protocol %d, tombstone %t", ErrCorrupt, v, m.GetProtocol(), m.GetTombstone() != nil)
 	}
 	if err := checkManifest(m); err != nil {
 		return nil, fmt.Errorf("%w: manifest: %v", ErrCorrupt, err)
@@ -103,6 +124,9 @@ func checkManifest(m *storagepb.Manifest) error {
 	ckpt := m.GetLogCheckpoint()
 	if m.GetProtocol() == 0 && ckpt != 0 {
 		return fmt.Errorf("log checkpoint %d in a protocol v1 manifest", ckpt)
+	}
+	if m.GetTombstone() != nil && len(m.GetGenerations()) > 0 {
+		return fmt.Errorf("a tombstone lists %d generations", len(m.GetGenerations()))
 	}
 	var prevLast uint64
 	for i, g := range m.GetGenerations() {
@@ -165,3 +189,7 @@ func checkManifest(m *storagepb.Manifest) error {
 	}
 	return nil
 }
+
+// VersionOf is the format version m is written with: TombstoneVersion for
+// a tombstone, ManifestVersion otherwise.
+func VersionOf(m *storagepb.Manifest) uint32 { v, _ := manifestVersion(m); return v }

@@ -46,6 +46,9 @@ func ParseLogName(shard, name string) (position uint64, ok bool) {
 	return p, true
 }
 
+// ShardsRoot is the prefix of every shard's blobs.
+const ShardsRoot = shardsRoot
+
 // ShardPrefix is the prefix under which every blob of the shard lives. The
 // shard must already be valid (package validate).
 func ShardPrefix(shard string) string { return shardsRoot + shard + "/" }

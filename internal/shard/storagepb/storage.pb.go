@@ -76,9 +76,34 @@ type Manifest struct {
 	LogCheckpoint uint64 `protobuf:"varint,20,opt,name=log_checkpoint,json=logCheckpoint,proto3" json:"log_checkpoint,omitempty"`
 	// 2 for a manifest written under protocol v2, 0 for v1. It repeats the
 	// blob header's format version inside the checksummed body.
-	Protocol      uint32 `protobuf:"varint,21,opt,name=protocol,proto3" json:"protocol,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Protocol uint32 `protobuf:"varint,21,opt,name=protocol,proto3" json:"protocol,omitempty"`
+	// How many times the shard was deleted. A DeleteShard writes its
+	// tombstone with the next incarnation; the writer that claims the shard
+	// after it keeps that number, so a reader that saw another incarnation
+	// knows its records are gone (a following Scan ends SHARD_DELETED).
+	Incarnation uint64 `protobuf:"varint,30,opt,name=incarnation,proto3" json:"incarnation,omitempty"`
+	// Set while the shard is deleted: the manifest is a tombstone, written
+	// with format version 3 so that a build that predates deletion refuses
+	// it instead of appending to it. It lists no generations; next_seq,
+	// next_generation and the epoch numbering carry on, so the next
+	// incarnation's records get seqs above every deleted one. The next claim
+	// clears it.
+	Tombstone *Tombstone `protobuf:"bytes,31,opt,name=tombstone,proto3" json:"tombstone,omitempty"`
+	// Unix nanoseconds when this incarnation's first writer claimed the
+	// shard (the shard's creation, or its re-creation after a delete). 0 for
+	// a shard created by a build that predates this field.
+	CreatedUnixNanos int64 `protobuf:"varint,32,opt,name=created_unix_nanos,json=createdUnixNanos,proto3" json:"created_unix_nanos,omitempty"`
+	// Unix nanoseconds of the last commit that added records, by the
+	// writer's clock. Unlike updated_unix_nanos it does not move on claims,
+	// merges or GC. 0 when none was recorded.
+	LastCommitUnixNanos int64 `protobuf:"varint,33,opt,name=last_commit_unix_nanos,json=lastCommitUnixNanos,proto3" json:"last_commit_unix_nanos,omitempty"`
+	// Every generation blob written under an epoch at or below this one
+	// belongs to a deleted incarnation, and is garbage: the last tombstone's
+	// epoch. Kept across incarnations, so that an interrupted deletion can be
+	// finished later (DeleteShard again, or rolloutd admin purge).
+	DeletedThroughEpoch uint64 `protobuf:"varint,34,opt,name=deleted_through_epoch,json=deletedThroughEpoch,proto3" json:"deleted_through_epoch,omitempty"`
+	unknownFields       protoimpl.UnknownFields
+	sizeCache           protoimpl.SizeCache
 }
 
 func (x *Manifest) Reset() {
@@ -202,6 +227,106 @@ func (x *Manifest) GetProtocol() uint32 {
 	return 0
 }
 
+func (x *Manifest) GetIncarnation() uint64 {
+	if x != nil {
+		return x.Incarnation
+	}
+	return 0
+}
+
+func (x *Manifest) GetTombstone() *Tombstone {
+	if x != nil {
+		return x.Tombstone
+	}
+	return nil
+}
+
+func (x *Manifest) GetCreatedUnixNanos() int64 {
+	if x != nil {
+		return x.CreatedUnixNanos
+	}
+	return 0
+}
+
+func (x *Manifest) GetLastCommitUnixNanos() int64 {
+	if x != nil {
+		return x.LastCommitUnixNanos
+	}
+	return 0
+}
+
+func (x *Manifest) GetDeletedThroughEpoch() uint64 {
+	if x != nil {
+		return x.DeletedThroughEpoch
+	}
+	return 0
+}
+
+// Tombstone records one DeleteShard.
+type Tombstone struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Unix nanoseconds of the delete, by the deleting server's clock.
+	DeletedUnixNanos int64 `protobuf:"varint,1,opt,name=deleted_unix_nanos,json=deletedUnixNanos,proto3" json:"deleted_unix_nanos,omitempty"`
+	// The last seq the deleted incarnation had assigned (next_seq - 1 of the
+	// manifest the tombstone replaced).
+	LastSeq uint64 `protobuf:"varint,2,opt,name=last_seq,json=lastSeq,proto3" json:"last_seq,omitempty"`
+	// Live records the deleted incarnation held.
+	Records       uint64 `protobuf:"varint,3,opt,name=records,proto3" json:"records,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Tombstone) Reset() {
+	*x = Tombstone{}
+	mi := &file_rolloutd_storage_v1_storage_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Tombstone) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Tombstone) ProtoMessage() {}
+
+func (x *Tombstone) ProtoReflect() protoreflect.Message {
+	mi := &file_rolloutd_storage_v1_storage_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Tombstone.ProtoReflect.Descriptor instead.
+func (*Tombstone) Descriptor() ([]byte, []int) {
+	return file_rolloutd_storage_v1_storage_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *Tombstone) GetDeletedUnixNanos() int64 {
+	if x != nil {
+		return x.DeletedUnixNanos
+	}
+	return 0
+}
+
+func (x *Tombstone) GetLastSeq() uint64 {
+	if x != nil {
+		return x.LastSeq
+	}
+	return 0
+}
+
+func (x *Tombstone) GetRecords() uint64 {
+	if x != nil {
+		return x.Records
+	}
+	return 0
+}
+
 // Generation describes one immutable generation blob.
 type Generation struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -245,7 +370,7 @@ type Generation struct {
 
 func (x *Generation) Reset() {
 	*x = Generation{}
-	mi := &file_rolloutd_storage_v1_storage_proto_msgTypes[1]
+	mi := &file_rolloutd_storage_v1_storage_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -257,7 +382,7 @@ func (x *Generation) String() string {
 func (*Generation) ProtoMessage() {}
 
 func (x *Generation) ProtoReflect() protoreflect.Message {
-	mi := &file_rolloutd_storage_v1_storage_proto_msgTypes[1]
+	mi := &file_rolloutd_storage_v1_storage_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -270,7 +395,7 @@ func (x *Generation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Generation.ProtoReflect.Descriptor instead.
 func (*Generation) Descriptor() ([]byte, []int) {
-	return file_rolloutd_storage_v1_storage_proto_rawDescGZIP(), []int{1}
+	return file_rolloutd_storage_v1_storage_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *Generation) GetNumber() uint64 {
@@ -388,7 +513,7 @@ type RetiredBatch struct {
 
 func (x *RetiredBatch) Reset() {
 	*x = RetiredBatch{}
-	mi := &file_rolloutd_storage_v1_storage_proto_msgTypes[2]
+	mi := &file_rolloutd_storage_v1_storage_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -400,7 +525,7 @@ func (x *RetiredBatch) String() string {
 func (*RetiredBatch) ProtoMessage() {}
 
 func (x *RetiredBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_rolloutd_storage_v1_storage_proto_msgTypes[2]
+	mi := &file_rolloutd_storage_v1_storage_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -413,7 +538,7 @@ func (x *RetiredBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetiredBatch.ProtoReflect.Descriptor instead.
 func (*RetiredBatch) Descriptor() ([]byte, []int) {
-	return file_rolloutd_storage_v1_storage_proto_rawDescGZIP(), []int{2}
+	return file_rolloutd_storage_v1_storage_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *RetiredBatch) GetRetiredUnixNanos() int64 {
@@ -457,7 +582,7 @@ type RetiredRuns struct {
 
 func (x *RetiredRuns) Reset() {
 	*x = RetiredRuns{}
-	mi := &file_rolloutd_storage_v1_storage_proto_msgTypes[3]
+	mi := &file_rolloutd_storage_v1_storage_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -469,7 +594,7 @@ func (x *RetiredRuns) String() string {
 func (*RetiredRuns) ProtoMessage() {}
 
 func (x *RetiredRuns) ProtoReflect() protoreflect.Message {
-	mi := &file_rolloutd_storage_v1_storage_proto_msgTypes[3]
+	mi := &file_rolloutd_storage_v1_storage_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -482,7 +607,7 @@ func (x *RetiredRuns) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetiredRuns.ProtoReflect.Descriptor instead.
 func (*RetiredRuns) Descriptor() ([]byte, []int) {
-	return file_rolloutd_storage_v1_storage_proto_rawDescGZIP(), []int{3}
+	return file_rolloutd_storage_v1_storage_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *RetiredRuns) GetRetiredUnixNanos() int64 {
@@ -526,7 +651,7 @@ type EpochRecord struct {
 
 func (x *EpochRecord) Reset() {
 	*x = EpochRecord{}
-	mi := &file_rolloutd_storage_v1_storage_proto_msgTypes[4]
+	mi := &file_rolloutd_storage_v1_storage_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -538,7 +663,7 @@ func (x *EpochRecord) String() string {
 func (*EpochRecord) ProtoMessage() {}
 
 func (x *EpochRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_rolloutd_storage_v1_storage_proto_msgTypes[4]
+	mi := &file_rolloutd_storage_v1_storage_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -551,7 +676,7 @@ func (x *EpochRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EpochRecord.ProtoReflect.Descriptor instead.
 func (*EpochRecord) Descriptor() ([]byte, []int) {
-	return file_rolloutd_storage_v1_storage_proto_rawDescGZIP(), []int{4}
+	return file_rolloutd_storage_v1_storage_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *EpochRecord) GetEpoch() uint64 {
@@ -591,14 +716,17 @@ type Footer struct {
 	// create of a lower epoch at this position failed.
 	Fence bool `protobuf:"varint,23,opt,name=fence,proto3" json:"fence,omitempty"`
 	// The sequence number the log continues at after this entry.
-	NextSeq       uint64 `protobuf:"varint,24,opt,name=next_seq,json=nextSeq,proto3" json:"next_seq,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	NextSeq uint64 `protobuf:"varint,24,opt,name=next_seq,json=nextSeq,proto3" json:"next_seq,omitempty"`
+	// Unix nanoseconds when the entry was created, by its writer's clock (for
+	// DescribeShard's last commit and merge timing, never for correctness).
+	CreatedUnixNanos int64 `protobuf:"varint,25,opt,name=created_unix_nanos,json=createdUnixNanos,proto3" json:"created_unix_nanos,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *Footer) Reset() {
 	*x = Footer{}
-	mi := &file_rolloutd_storage_v1_storage_proto_msgTypes[5]
+	mi := &file_rolloutd_storage_v1_storage_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -610,7 +738,7 @@ func (x *Footer) String() string {
 func (*Footer) ProtoMessage() {}
 
 func (x *Footer) ProtoReflect() protoreflect.Message {
-	mi := &file_rolloutd_storage_v1_storage_proto_msgTypes[5]
+	mi := &file_rolloutd_storage_v1_storage_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -623,7 +751,7 @@ func (x *Footer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Footer.ProtoReflect.Descriptor instead.
 func (*Footer) Descriptor() ([]byte, []int) {
-	return file_rolloutd_storage_v1_storage_proto_rawDescGZIP(), []int{5}
+	return file_rolloutd_storage_v1_storage_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *Footer) GetShard() string {
@@ -689,6 +817,13 @@ func (x *Footer) GetNextSeq() uint64 {
 	return 0
 }
 
+func (x *Footer) GetCreatedUnixNanos() int64 {
+	if x != nil {
+		return x.CreatedUnixNanos
+	}
+	return 0
+}
+
 // FooterEntry locates one record inside the generation blob.
 type FooterEntry struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -711,7 +846,7 @@ type FooterEntry struct {
 
 func (x *FooterEntry) Reset() {
 	*x = FooterEntry{}
-	mi := &file_rolloutd_storage_v1_storage_proto_msgTypes[6]
+	mi := &file_rolloutd_storage_v1_storage_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -723,7 +858,7 @@ func (x *FooterEntry) String() string {
 func (*FooterEntry) ProtoMessage() {}
 
 func (x *FooterEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_rolloutd_storage_v1_storage_proto_msgTypes[6]
+	mi := &file_rolloutd_storage_v1_storage_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -736,7 +871,7 @@ func (x *FooterEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FooterEntry.ProtoReflect.Descriptor instead.
 func (*FooterEntry) Descriptor() ([]byte, []int) {
-	return file_rolloutd_storage_v1_storage_proto_rawDescGZIP(), []int{6}
+	return file_rolloutd_storage_v1_storage_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *FooterEntry) GetId() string {
@@ -785,7 +920,7 @@ var File_rolloutd_storage_v1_storage_proto protoreflect.FileDescriptor
 
 const file_rolloutd_storage_v1_storage_proto_rawDesc = "" +
 	"\n" +
-	"!rolloutd/storage/v1/storage.proto\x12\x13rolloutd.storage.v1\"\xc8\x04\n" +
+	"!rolloutd/storage/v1/storage.proto\x12\x13rolloutd.storage.v1\"\xbf\x06\n" +
 	"\bManifest\x12\x14\n" +
 	"\x05epoch\x18\x01 \x01(\x04R\x05epoch\x12\x14\n" +
 	"\x05owner\x18\x02 \x01(\tR\x05owner\x12'\n" +
@@ -800,7 +935,16 @@ const file_rolloutd_storage_v1_storage_proto_rawDesc = "" +
 	"\frecord_count\x18\n" +
 	" \x01(\x04R\vrecordCount\x12%\n" +
 	"\x0elog_checkpoint\x18\x14 \x01(\x04R\rlogCheckpoint\x12\x1a\n" +
-	"\bprotocol\x18\x15 \x01(\rR\bprotocolJ\x04\b\x06\x10\aR\aretired\"\xad\x03\n" +
+	"\bprotocol\x18\x15 \x01(\rR\bprotocol\x12 \n" +
+	"\vincarnation\x18\x1e \x01(\x04R\vincarnation\x12<\n" +
+	"\ttombstone\x18\x1f \x01(\v2\x1e.rolloutd.storage.v1.TombstoneR\ttombstone\x12,\n" +
+	"\x12created_unix_nanos\x18  \x01(\x03R\x10createdUnixNanos\x123\n" +
+	"\x16last_commit_unix_nanos\x18! \x01(\x03R\x13lastCommitUnixNanos\x122\n" +
+	"\x15deleted_through_epoch\x18\" \x01(\x04R\x13deletedThroughEpochJ\x04\b\x06\x10\aR\aretired\"n\n" +
+	"\tTombstone\x12,\n" +
+	"\x12deleted_unix_nanos\x18\x01 \x01(\x03R\x10deletedUnixNanos\x12\x19\n" +
+	"\blast_seq\x18\x02 \x01(\x04R\alastSeq\x12\x18\n" +
+	"\arecords\x18\x03 \x01(\x04R\arecords\"\xad\x03\n" +
 	"\n" +
 	"Generation\x12\x16\n" +
 	"\x06number\x18\x01 \x01(\x04R\x06number\x12\x14\n" +
@@ -829,7 +973,7 @@ const file_rolloutd_storage_v1_storage_proto_rawDesc = "" +
 	"\x06counts\x18\x04 \x03(\x04R\x06counts\"L\n" +
 	"\vEpochRecord\x12\x14\n" +
 	"\x05epoch\x18\x01 \x01(\x04R\x05epoch\x12'\n" +
-	"\x0flast_generation\x18\x02 \x01(\x04R\x0elastGeneration\"\x8c\x02\n" +
+	"\x0flast_generation\x18\x02 \x01(\x04R\x0elastGeneration\"\xba\x02\n" +
 	"\x06Footer\x12\x14\n" +
 	"\x05shard\x18\x01 \x01(\tR\x05shard\x12\x14\n" +
 	"\x05epoch\x18\x02 \x01(\x04R\x05epoch\x12\x1e\n" +
@@ -841,7 +985,8 @@ const file_rolloutd_storage_v1_storage_proto_rawDesc = "" +
 	"\x06writer\x18\x15 \x01(\tR\x06writer\x12\x15\n" +
 	"\x06put_id\x18\x16 \x01(\tR\x05putId\x12\x14\n" +
 	"\x05fence\x18\x17 \x01(\bR\x05fence\x12\x19\n" +
-	"\bnext_seq\x18\x18 \x01(\x04R\anextSeq\"\x98\x01\n" +
+	"\bnext_seq\x18\x18 \x01(\x04R\anextSeq\x12,\n" +
+	"\x12created_unix_nanos\x18\x19 \x01(\x03R\x10createdUnixNanos\"\x98\x01\n" +
 	"\vFooterEntry\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x10\n" +
 	"\x03seq\x18\x02 \x01(\x04R\x03seq\x12\x16\n" +
@@ -863,27 +1008,29 @@ func file_rolloutd_storage_v1_storage_proto_rawDescGZIP() []byte {
 	return file_rolloutd_storage_v1_storage_proto_rawDescData
 }
 
-var file_rolloutd_storage_v1_storage_proto_msgTypes = make([]protoimpl.MessageInfo, 7)
+var file_rolloutd_storage_v1_storage_proto_msgTypes = make([]protoimpl.MessageInfo, 8)
 var file_rolloutd_storage_v1_storage_proto_goTypes = []any{
 	(*Manifest)(nil),     // 0: rolloutd.storage.v1.Manifest
-	(*Generation)(nil),   // 1: rolloutd.storage.v1.Generation
-	(*RetiredBatch)(nil), // 2: rolloutd.storage.v1.RetiredBatch
-	(*RetiredRuns)(nil),  // 3: rolloutd.storage.v1.RetiredRuns
-	(*EpochRecord)(nil),  // 4: rolloutd.storage.v1.EpochRecord
-	(*Footer)(nil),       // 5: rolloutd.storage.v1.Footer
-	(*FooterEntry)(nil),  // 6: rolloutd.storage.v1.FooterEntry
+	(*Tombstone)(nil),    // 1: rolloutd.storage.v1.Tombstone
+	(*Generation)(nil),   // 2: rolloutd.storage.v1.Generation
+	(*RetiredBatch)(nil), // 3: rolloutd.storage.v1.RetiredBatch
+	(*RetiredRuns)(nil),  // 4: rolloutd.storage.v1.RetiredRuns
+	(*EpochRecord)(nil),  // 5: rolloutd.storage.v1.EpochRecord
+	(*Footer)(nil),       // 6: rolloutd.storage.v1.Footer
+	(*FooterEntry)(nil),  // 7: rolloutd.storage.v1.FooterEntry
 }
 var file_rolloutd_storage_v1_storage_proto_depIdxs = []int32{
-	1, // 0: rolloutd.storage.v1.Manifest.generations:type_name -> rolloutd.storage.v1.Generation
-	2, // 1: rolloutd.storage.v1.Manifest.retired_batches:type_name -> rolloutd.storage.v1.RetiredBatch
-	3, // 2: rolloutd.storage.v1.Manifest.retired_runs:type_name -> rolloutd.storage.v1.RetiredRuns
-	4, // 3: rolloutd.storage.v1.Manifest.epochs:type_name -> rolloutd.storage.v1.EpochRecord
-	6, // 4: rolloutd.storage.v1.Footer.entries:type_name -> rolloutd.storage.v1.FooterEntry
-	5, // [5:5] is the sub-list for method output_type
-	5, // [5:5] is the sub-list for method input_type
-	5, // [5:5] is the sub-list for extension type_name
-	5, // [5:5] is the sub-list for extension extendee
-	0, // [0:5] is the sub-list for field type_name
+	2, // 0: rolloutd.storage.v1.Manifest.generations:type_name -> rolloutd.storage.v1.Generation
+	3, // 1: rolloutd.storage.v1.Manifest.retired_batches:type_name -> rolloutd.storage.v1.RetiredBatch
+	4, // 2: rolloutd.storage.v1.Manifest.retired_runs:type_name -> rolloutd.storage.v1.RetiredRuns
+	5, // 3: rolloutd.storage.v1.Manifest.epochs:type_name -> rolloutd.storage.v1.EpochRecord
+	1, // 4: rolloutd.storage.v1.Manifest.tombstone:type_name -> rolloutd.storage.v1.Tombstone
+	7, // 5: rolloutd.storage.v1.Footer.entries:type_name -> rolloutd.storage.v1.FooterEntry
+	6, // [6:6] is the sub-list for method output_type
+	6, // [6:6] is the sub-list for method input_type
+	6, // [6:6] is the sub-list for extension type_name
+	6, // [6:6] is the sub-list for extension extendee
+	0, // [0:6] is the sub-list for field type_name
 }
 
 func init() { file_rolloutd_storage_v1_storage_proto_init() }
@@ -897,7 +1044,7 @@ func file_rolloutd_storage_v1_storage_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_rolloutd_storage_v1_storage_proto_rawDesc), len(file_rolloutd_storage_v1_storage_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   7,
+			NumMessages:   8,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

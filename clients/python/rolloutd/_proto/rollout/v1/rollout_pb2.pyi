@@ -45,6 +45,60 @@ class AppendResult(_message.Message):
     seq: int
     def __init__(self, id: _Optional[str] = ..., seq: _Optional[int] = ..., already_present: bool = ..., epoch: _Optional[int] = ..., generation: _Optional[int] = ...) -> None: ...
 
+class BatchGetRequest(_message.Message):
+    __slots__ = ["fields", "ids", "shard"]
+    FIELDS_FIELD_NUMBER: _ClassVar[int]
+    IDS_FIELD_NUMBER: _ClassVar[int]
+    SHARD_FIELD_NUMBER: _ClassVar[int]
+    fields: _field_mask_pb2.FieldMask
+    ids: _containers.RepeatedScalarFieldContainer[str]
+    shard: str
+    def __init__(self, shard: _Optional[str] = ..., ids: _Optional[_Iterable[str]] = ..., fields: _Optional[_Union[_field_mask_pb2.FieldMask, _Mapping]] = ...) -> None: ...
+
+class BatchGetResponse(_message.Message):
+    __slots__ = ["results"]
+    RESULTS_FIELD_NUMBER: _ClassVar[int]
+    results: _containers.RepeatedCompositeFieldContainer[BatchGetResult]
+    def __init__(self, results: _Optional[_Iterable[_Union[BatchGetResult, _Mapping]]] = ...) -> None: ...
+
+class BatchGetResult(_message.Message):
+    __slots__ = ["id", "not_found", "over_limit", "record"]
+    ID_FIELD_NUMBER: _ClassVar[int]
+    NOT_FOUND_FIELD_NUMBER: _ClassVar[int]
+    OVER_LIMIT_FIELD_NUMBER: _ClassVar[int]
+    RECORD_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    not_found: bool
+    over_limit: bool
+    record: Record
+    def __init__(self, id: _Optional[str] = ..., record: _Optional[_Union[Record, _Mapping]] = ..., not_found: bool = ..., over_limit: bool = ...) -> None: ...
+
+class DeleteShardRequest(_message.Message):
+    __slots__ = ["expected_last_seq", "shard"]
+    EXPECTED_LAST_SEQ_FIELD_NUMBER: _ClassVar[int]
+    SHARD_FIELD_NUMBER: _ClassVar[int]
+    expected_last_seq: int
+    shard: str
+    def __init__(self, shard: _Optional[str] = ..., expected_last_seq: _Optional[int] = ...) -> None: ...
+
+class DeleteShardResponse(_message.Message):
+    __slots__ = ["already_deleted", "incarnation", "last_seq", "records"]
+    ALREADY_DELETED_FIELD_NUMBER: _ClassVar[int]
+    INCARNATION_FIELD_NUMBER: _ClassVar[int]
+    LAST_SEQ_FIELD_NUMBER: _ClassVar[int]
+    RECORDS_FIELD_NUMBER: _ClassVar[int]
+    already_deleted: bool
+    incarnation: int
+    last_seq: int
+    records: int
+    def __init__(self, last_seq: _Optional[int] = ..., records: _Optional[int] = ..., already_deleted: bool = ..., incarnation: _Optional[int] = ...) -> None: ...
+
+class DescribeShardRequest(_message.Message):
+    __slots__ = ["shard"]
+    SHARD_FIELD_NUMBER: _ClassVar[int]
+    shard: str
+    def __init__(self, shard: _Optional[str] = ...) -> None: ...
+
 class GetRequest(_message.Message):
     __slots__ = ["id", "shard"]
     ID_FIELD_NUMBER: _ClassVar[int]
@@ -58,6 +112,34 @@ class GetResponse(_message.Message):
     RECORD_FIELD_NUMBER: _ClassVar[int]
     record: Record
     def __init__(self, record: _Optional[_Union[Record, _Mapping]] = ...) -> None: ...
+
+class ListShardsRequest(_message.Message):
+    __slots__ = ["include_summary", "page_size", "page_token", "prefix"]
+    INCLUDE_SUMMARY_FIELD_NUMBER: _ClassVar[int]
+    PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    PREFIX_FIELD_NUMBER: _ClassVar[int]
+    include_summary: bool
+    page_size: int
+    page_token: str
+    prefix: str
+    def __init__(self, prefix: _Optional[str] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ..., include_summary: bool = ...) -> None: ...
+
+class ListShardsResponse(_message.Message):
+    __slots__ = ["next_page_token", "shards"]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    SHARDS_FIELD_NUMBER: _ClassVar[int]
+    next_page_token: str
+    shards: _containers.RepeatedCompositeFieldContainer[ListedShard]
+    def __init__(self, shards: _Optional[_Iterable[_Union[ListedShard, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
+
+class ListedShard(_message.Message):
+    __slots__ = ["shard", "summary"]
+    SHARD_FIELD_NUMBER: _ClassVar[int]
+    SUMMARY_FIELD_NUMBER: _ClassVar[int]
+    shard: str
+    summary: ShardInfo
+    def __init__(self, shard: _Optional[str] = ..., summary: _Optional[_Union[ShardInfo, _Mapping]] = ...) -> None: ...
 
 class Record(_message.Message):
     __slots__ = ["advantage", "binary_payload", "content", "content_type", "created_at", "dataset", "grader_id", "id", "include_in_training", "input_tokens", "loss_mask", "metadata", "output_logprobs", "output_tokens", "policy_version", "problem_id", "ref_logprobs", "relationships", "reward", "role", "rollout_id", "score", "seq", "sequence_order"]
@@ -155,6 +237,38 @@ class ScanResponse(_message.Message):
     cursor: int
     records: _containers.RepeatedCompositeFieldContainer[Record]
     def __init__(self, records: _Optional[_Iterable[_Union[Record, _Mapping]]] = ..., cursor: _Optional[int] = ...) -> None: ...
+
+class ShardInfo(_message.Message):
+    __slots__ = ["bytes", "created_at", "deleted", "deleted_at", "epoch", "first_seq", "format_version", "generations", "incarnation", "last_commit_at", "last_seq", "records", "shard", "writer_here"]
+    BYTES_FIELD_NUMBER: _ClassVar[int]
+    CREATED_AT_FIELD_NUMBER: _ClassVar[int]
+    DELETED_AT_FIELD_NUMBER: _ClassVar[int]
+    DELETED_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    FIRST_SEQ_FIELD_NUMBER: _ClassVar[int]
+    FORMAT_VERSION_FIELD_NUMBER: _ClassVar[int]
+    GENERATIONS_FIELD_NUMBER: _ClassVar[int]
+    INCARNATION_FIELD_NUMBER: _ClassVar[int]
+    LAST_COMMIT_AT_FIELD_NUMBER: _ClassVar[int]
+    LAST_SEQ_FIELD_NUMBER: _ClassVar[int]
+    RECORDS_FIELD_NUMBER: _ClassVar[int]
+    SHARD_FIELD_NUMBER: _ClassVar[int]
+    WRITER_HERE_FIELD_NUMBER: _ClassVar[int]
+    bytes: int
+    created_at: _timestamp_pb2.Timestamp
+    deleted: bool
+    deleted_at: _timestamp_pb2.Timestamp
+    epoch: int
+    first_seq: int
+    format_version: int
+    generations: int
+    incarnation: int
+    last_commit_at: _timestamp_pb2.Timestamp
+    last_seq: int
+    records: int
+    shard: str
+    writer_here: bool
+    def __init__(self, shard: _Optional[str] = ..., records: _Optional[int] = ..., bytes: _Optional[int] = ..., generations: _Optional[int] = ..., first_seq: _Optional[int] = ..., last_seq: _Optional[int] = ..., epoch: _Optional[int] = ..., format_version: _Optional[int] = ..., writer_here: bool = ..., created_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., last_commit_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., incarnation: _Optional[int] = ..., deleted: bool = ..., deleted_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class Role(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = []

@@ -39,6 +39,14 @@ class RolloutServiceStub(object):
     SCAN_INTERRUPTED (UNAVAILABLE, DEADLINE_EXCEEDED or CANCELLED): a Scan
     ended early, for a cause a new Scan gets past. Resume with after_seq
     set to the ErrorInfo metadata "resume_after_seq".
+    SHARD_DELETED (NOT_FOUND): the shard was deleted (DeleteShard) while the
+    call read it, or is deleted now: a following Scan of the deleted
+    records ends with it. The records are gone; a new Append starts the
+    shard afresh, with seqs above every deleted one.
+    SEQ_MISMATCH (FAILED_PRECONDITION): DeleteShard's expected_last_seq is
+    not the shard's last seq: something was appended since the caller
+    looked. Nothing was deleted. The ErrorInfo metadata "last_seq" holds
+    the shard's last seq.
 
     RolloutService stores rollout records in shards. Each shard has a single
     writer; an append is acknowledged only once it is durable and visible to
@@ -65,6 +73,26 @@ class RolloutServiceStub(object):
                 '/rollout.v1.RolloutService/Scan',
                 request_serializer=rollout_dot_v1_dot_rollout__pb2.ScanRequest.SerializeToString,
                 response_deserializer=rollout_dot_v1_dot_rollout__pb2.ScanResponse.FromString,
+                )
+        self.ListShards = channel.unary_unary(
+                '/rollout.v1.RolloutService/ListShards',
+                request_serializer=rollout_dot_v1_dot_rollout__pb2.ListShardsRequest.SerializeToString,
+                response_deserializer=rollout_dot_v1_dot_rollout__pb2.ListShardsResponse.FromString,
+                )
+        self.DescribeShard = channel.unary_unary(
+                '/rollout.v1.RolloutService/DescribeShard',
+                request_serializer=rollout_dot_v1_dot_rollout__pb2.DescribeShardRequest.SerializeToString,
+                response_deserializer=rollout_dot_v1_dot_rollout__pb2.ShardInfo.FromString,
+                )
+        self.BatchGet = channel.unary_unary(
+                '/rollout.v1.RolloutService/BatchGet',
+                request_serializer=rollout_dot_v1_dot_rollout__pb2.BatchGetRequest.SerializeToString,
+                response_deserializer=rollout_dot_v1_dot_rollout__pb2.BatchGetResponse.FromString,
+                )
+        self.DeleteShard = channel.unary_unary(
+                '/rollout.v1.RolloutService/DeleteShard',
+                request_serializer=rollout_dot_v1_dot_rollout__pb2.DeleteShardRequest.SerializeToString,
+                response_deserializer=rollout_dot_v1_dot_rollout__pb2.DeleteShardResponse.FromString,
                 )
 
 
@@ -102,6 +130,14 @@ class RolloutServiceServicer(object):
     SCAN_INTERRUPTED (UNAVAILABLE, DEADLINE_EXCEEDED or CANCELLED): a Scan
     ended early, for a cause a new Scan gets past. Resume with after_seq
     set to the ErrorInfo metadata "resume_after_seq".
+    SHARD_DELETED (NOT_FOUND): the shard was deleted (DeleteShard) while the
+    call read it, or is deleted now: a following Scan of the deleted
+    records ends with it. The records are gone; a new Append starts the
+    shard afresh, with seqs above every deleted one.
+    SEQ_MISMATCH (FAILED_PRECONDITION): DeleteShard's expected_last_seq is
+    not the shard's last seq: something was appended since the caller
+    looked. Nothing was deleted. The ErrorInfo metadata "last_seq" holds
+    the shard's last seq.
 
     RolloutService stores rollout records in shards. Each shard has a single
     writer; an append is acknowledged only once it is durable and visible to
@@ -140,6 +176,50 @@ class RolloutServiceServicer(object):
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListShards(self, request, context):
+        """ListShards lists the shards under a prefix, a page at a time (AIP-158),
+        in the byte order of their storage names, shard + "/_": "a-x" lists
+        before "a", and "a" before "a/b". Only shards the caller may list are
+        returned (authorization verb "list"). A deleted shard keeps a small
+        tombstone in storage and is listed until it is written again; with
+        include_summary its summary says deleted.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DescribeShard(self, request, context):
+        """DescribeShard returns a shard's size, sequence range, ownership and
+        times, read exactly from its current manifest. A shard never written,
+        or deleted, is NOT_FOUND (a deleted one with reason SHARD_DELETED).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def BatchGet(self, request, context):
+        """BatchGet returns many records of one shard by id, with the same strong
+        reads as Get, in one call: one manifest read for the batch, and ranged
+        reads of nearby records merged. A missing id is a result, not an error.
+        Authorization verb "get".
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DeleteShard(self, request, context):
+        """DeleteShard deletes a shard's records. It takes effect at once: every
+        writer of the shard, on any instance, is fenced, and reads of its
+        records answer NOT_FOUND. Storage is reclaimed afterwards, in the
+        background. An Append after it starts the shard afresh, with seqs
+        above every deleted one. Deleting a deleted shard finishes reclaiming
+        its storage and succeeds. Authorization verb "delete", which no other
+        verb implies.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_RolloutServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -157,6 +237,26 @@ def add_RolloutServiceServicer_to_server(servicer, server):
                     servicer.Scan,
                     request_deserializer=rollout_dot_v1_dot_rollout__pb2.ScanRequest.FromString,
                     response_serializer=rollout_dot_v1_dot_rollout__pb2.ScanResponse.SerializeToString,
+            ),
+            'ListShards': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListShards,
+                    request_deserializer=rollout_dot_v1_dot_rollout__pb2.ListShardsRequest.FromString,
+                    response_serializer=rollout_dot_v1_dot_rollout__pb2.ListShardsResponse.SerializeToString,
+            ),
+            'DescribeShard': grpc.unary_unary_rpc_method_handler(
+                    servicer.DescribeShard,
+                    request_deserializer=rollout_dot_v1_dot_rollout__pb2.DescribeShardRequest.FromString,
+                    response_serializer=rollout_dot_v1_dot_rollout__pb2.ShardInfo.SerializeToString,
+            ),
+            'BatchGet': grpc.unary_unary_rpc_method_handler(
+                    servicer.BatchGet,
+                    request_deserializer=rollout_dot_v1_dot_rollout__pb2.BatchGetRequest.FromString,
+                    response_serializer=rollout_dot_v1_dot_rollout__pb2.BatchGetResponse.SerializeToString,
+            ),
+            'DeleteShard': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteShard,
+                    request_deserializer=rollout_dot_v1_dot_rollout__pb2.DeleteShardRequest.FromString,
+                    response_serializer=rollout_dot_v1_dot_rollout__pb2.DeleteShardResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -199,6 +299,14 @@ class RolloutService(object):
     SCAN_INTERRUPTED (UNAVAILABLE, DEADLINE_EXCEEDED or CANCELLED): a Scan
     ended early, for a cause a new Scan gets past. Resume with after_seq
     set to the ErrorInfo metadata "resume_after_seq".
+    SHARD_DELETED (NOT_FOUND): the shard was deleted (DeleteShard) while the
+    call read it, or is deleted now: a following Scan of the deleted
+    records ends with it. The records are gone; a new Append starts the
+    shard afresh, with seqs above every deleted one.
+    SEQ_MISMATCH (FAILED_PRECONDITION): DeleteShard's expected_last_seq is
+    not the shard's last seq: something was appended since the caller
+    looked. Nothing was deleted. The ErrorInfo metadata "last_seq" holds
+    the shard's last seq.
 
     RolloutService stores rollout records in shards. Each shard has a single
     writer; an append is acknowledged only once it is durable and visible to
@@ -253,5 +361,73 @@ class RolloutService(object):
         return grpc.experimental.unary_stream(request, target, '/rollout.v1.RolloutService/Scan',
             rollout_dot_v1_dot_rollout__pb2.ScanRequest.SerializeToString,
             rollout_dot_v1_dot_rollout__pb2.ScanResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def ListShards(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/rollout.v1.RolloutService/ListShards',
+            rollout_dot_v1_dot_rollout__pb2.ListShardsRequest.SerializeToString,
+            rollout_dot_v1_dot_rollout__pb2.ListShardsResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def DescribeShard(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/rollout.v1.RolloutService/DescribeShard',
+            rollout_dot_v1_dot_rollout__pb2.DescribeShardRequest.SerializeToString,
+            rollout_dot_v1_dot_rollout__pb2.ShardInfo.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def BatchGet(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/rollout.v1.RolloutService/BatchGet',
+            rollout_dot_v1_dot_rollout__pb2.BatchGetRequest.SerializeToString,
+            rollout_dot_v1_dot_rollout__pb2.BatchGetResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def DeleteShard(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/rollout.v1.RolloutService/DeleteShard',
+            rollout_dot_v1_dot_rollout__pb2.DeleteShardRequest.SerializeToString,
+            rollout_dot_v1_dot_rollout__pb2.DeleteShardResponse.FromString,
             options, channel_credentials,
             insecure, call_credentials, compression, wait_for_ready, timeout, metadata)

@@ -1,0 +1,419 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/rolloutd/rolloutd/client"
+	rolloutv1 "github.com/rolloutd/rolloutd/gen/rollout/v1"
+)
+
+// rolloutd admin: the shard lifecycle, over gRPC, against a running
+// rolloutd, with the client's TLS and mTLS options. There is no sweeper in
+// the server: expiry is this explicit, audited act (the server logs every
+// delete with the caller's identity), run by hand or by deploy/k8s's
+// optional purge CronJob.
+
+func init() {
+	register(&command{
+		name:    "admin",
+		summary: "list, describe, delete and purge shards of a running rolloutd (rolloutd admin --help)",
+		run:     runAdmin,
+	})
+}
+
+const adminUsage = `Usage: rolloutd admin <command> [flags]
+
+Commands:
+  list      [--prefix P] [--summary]            list the shards under a prefix
+  describe  SHARD                               describe one shard
+  delete    SHARD [--expected-last-seq N]       delete one shard
+  purge     --prefix P --older-than D [--dry-run]
+            delete every shard under P whose last commit is older than D
+            (a duration such as 36h, or days: 30d). Each delete passes the
+            last seq purge saw, so a shard written since survives. Deleted
+            shards whose storage was not yet reclaimed are finished.
+
+Every command takes the connection flags (see rolloutd admin list --help).
+`
+
+// adminFlags are the connection flags every admin command takes: the Go
+// client's options.
+type adminFlags struct {
+	addr                          string
+	tlsCA, tlsCert, tlsKey, tlsSN string
+	tls                           bool
+	timeout                       time.Duration
+}
+
+func (a *adminFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&a.addr, "addr", "localhost:50051", "rolloutd's gRPC `address` (a gRPC target)")
+	fs.BoolVar(&a.tls, "tls", false, "use TLS with the system's roots (implied by --tls-ca and --tls-cert)")
+	fs.StringVar(&a.tlsCA, "tls-ca", "", "PEM `file` of the CAs that verify the server (TLS)")
+	fs.StringVar(&a.tlsCert, "tls-cert", "", "PEM `file` of the client certificate chain (mTLS), with --tls-key")
+	fs.StringVar(&a.tlsKey, "tls-key", "", "PEM `file` of the client key (mTLS)")
+	fs.StringVar(&a.tlsSN, "tls-server-name", "", "`name` to verify the server's certificate against, when not the address's host")
+	fs.DurationVar(&a.timeout, "timeout", 10*time.Minute, "bound on the whole command")
+}
+
+func (a *adminFlags) client() (*client.Client, error) {
+	var opts []client.Option
+	if a.tls || a.tlsCA != "" || a.tlsCert != "" || a.tlsKey != "" || a.tlsSN != "" {
+		opts = append(opts, client.WithTLS(client.TLSConfig{CAFile: a.tlsCA, CertFile: a.tlsCert, KeyFile: a.tlsKey, ServerName: a.tlsSN}))
+	}
+	return client.New(a.addr, opts...)
+}
+
+func runAdmin(args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, adminUsage)
+		return errors.New("admin: name a command: list, describe, delete or purge")
+	}
+	if args[0] == "-h" || args[0] == "-help" || args[0] == "--help" || args[0] == "help" {
+		fmt.Fprint(stdout, adminUsage)
+		return nil
+	}
+	sub, args := args[0], args[1:]
+	fs := flag.NewFlagSet("rolloutd admin "+sub, flag.ContinueOnError)
+	// The flag package would print the whole usage after a bad flag; the
+	// error names the flag, and --help shows the usage.
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {}
+	var conn adminFlags
+	conn.register(fs)
+	var (
+		prefix    = new(string)
+		summary   = new(bool)
+		expected  = new(string)
+		olderThan = new(string)
+		dryRun    = new(bool)
+	)
+	var positional int // positional arguments the command takes
+	var what string    // what the command does, for its --help
+	switch sub {
+	case "list":
+		what = "Lists the shards under a prefix (whole '/'-separated segments), one per line;\nwith --summary, a table of their sizes, last seqs and last commits."
+		fs.StringVar(prefix, "prefix", "", "list the shards this `prefix` covers on whole segments; empty lists all")
+		fs.BoolVar(summary, "summary", false, "show each shard's records, bytes, last seq and last commit (a manifest read each)")
+	case "describe":
+		positional = 1
+		what = "Describes one shard: its records, bytes, generations, seq range, epoch,\nincarnation, and created and last-commit times. A deleted shard is NOT_FOUND\n(SHARD_DELETED)."
+	case "delete":
+		positional = 1
+		what = "Deletes one shard's records at once; the server reclaims their storage in the\nbackground. An Append afterwards starts the shard again, with higher seqs.\nDeleting a deleted shard resumes reclaiming its storage. Pass\n--expected-last-seq (the last seq of describe) to delete only if nothing was\nappended since."
+		fs.StringVar(expected, "expected-last-seq", "", "delete only if the shard's last seq is still `N` (see describe)")
+	case "purge":
+		what = "Deletes every shard under --prefix whose last commit is older than\n--older-than. Each delete passes the last seq purge listed, so a shard written\nsince survives. The deletion of shards deleted before is resumed. Prints each\nshard it deletes, then a summary; exits 1 if any shard failed."
+		fs.StringVar(prefix, "prefix", "", "purge the shards under this `prefix` (required; \"*\" for every shard)")
+		fs.StringVar(olderThan, "older-than", "", "delete shards whose last commit is older than this `duration` (36h, 30d; required)")
+		fs.BoolVar(dryRun, "dry-run", false, "list what would be deleted, delete nothing")
+	default:
+		return fmt.Errorf("admin: unknown command %q: the commands are list, describe, delete and purge", sub)
+	}
+	// Flags may come before or after the shard.
+	var rest []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				fmt.Fprintf(stdout, "Usage: rolloutd admin %s%s [flags]\n\n%s\n\nFlags:\n", sub, strings.Repeat(" SHARD", positional), what)
+				fs.SetOutput(stdout)
+				fs.PrintDefaults()
+				return nil
+			}
+			return fmt.Errorf("admin %s: %w (see rolloutd admin %s --help)", sub, err, sub)
+		}
+		if fs.NArg() == 0 {
+			break
+		}
+		rest = append(rest, fs.Arg(0))
+		args = fs.Args()[1:]
+	}
+	switch {
+	case len(rest) < positional:
+		return fmt.Errorf("admin %s: name the shard, as in: rolloutd admin %s exp-42/actor-7", sub, sub)
+	case len(rest) > positional && positional == 0:
+		return fmt.Errorf("admin %s: takes no arguments, got %q (see rolloutd admin %s --help)", sub, rest, sub)
+	case len(rest) > positional:
+		return fmt.Errorf("admin %s: takes one shard, got %d: %q", sub, len(rest), rest)
+	}
+	c, err := conn.client()
+	if err != nil {
+		return fmt.Errorf("admin: %w", err)
+	}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), conn.timeout)
+	defer cancel()
+	switch sub {
+	case "list":
+		return adminList(ctx, c, stdout, *prefix, *summary)
+	case "describe":
+		info, err := c.DescribeShard(ctx, rest[0])
+		if err != nil {
+			return callError("admin describe "+rest[0], err)
+		}
+		printInfo(stdout, info)
+		return nil
+	case "delete":
+		var exp *uint64
+		if *expected != "" {
+			n, err := strconv.ParseUint(*expected, 10, 64)
+			if err != nil {
+				return fmt.Errorf("admin delete: --expected-last-seq %q: want a whole number, the shard's last seq (rolloutd admin describe %s)", *expected, rest[0])
+			}
+			exp = &n
+		}
+		resp, err := c.DeleteShard(ctx, rest[0], exp)
+		switch {
+		case errors.Is(err, client.ErrOutcomeUnknown):
+			return fmt.Errorf("%w; if it reached the server, the delete may have taken effect: see rolloutd admin describe %s, and delete again with --expected-last-seq", callError("admin delete "+rest[0], err), rest[0])
+		case err != nil:
+			return callError("admin delete "+rest[0], err)
+		}
+		if resp.GetAlreadyDeleted() {
+			fmt.Fprintf(stdout, "%s: already deleted (last seq %d); reclaiming its storage resumed\n", rest[0], resp.GetLastSeq())
+		} else {
+			fmt.Fprintf(stdout, "%s: deleted %d records through seq %d\n", rest[0], resp.GetRecords(), resp.GetLastSeq())
+		}
+		return nil
+	}
+	if *prefix == "" || *olderThan == "" {
+		return errors.New("admin purge: --prefix and --older-than are required (--prefix '*' purges every shard)")
+	}
+	age, err := parseAge(*olderThan)
+	if err != nil {
+		return fmt.Errorf("admin purge: --older-than: %w", err)
+	}
+	p := *prefix
+	if p == "*" {
+		p = ""
+	}
+	return adminPurge(ctx, c, stdout, stderr, p, age, *dryRun, time.Now())
+}
+
+// callError is err, the error of a call by an admin command, prefixed
+// with what (the command and its shard). A *client.Error loses its own
+// "rolloutd: " prefix: main prints one already.
+func callError(what string, err error) error {
+	return &adminCallError{what: what, err: err}
+}
+
+type adminCallError struct {
+	what string
+	err  error
+}
+
+func (e *adminCallError) Error() string {
+	msg := e.err.Error()
+	var ce *client.Error
+	if errors.As(e.err, &ce) {
+		msg = strings.TrimPrefix(msg, "rolloutd: ")
+	}
+	if e.what == "" {
+		return msg
+	}
+	return e.what + ": " + msg
+}
+
+func (e *adminCallError) Unwrap() error { return e.err }
+
+// ageString is age as --older-than takes it: whole days as "30d".
+func ageString(age time.Duration) string {
+	const day = 24 * time.Hour
+	if age >= day && age%day == 0 {
+		return fmt.Sprintf("%dd", age/day)
+	}
+	// 36h, not 36h0m0s.
+	str := age.String()
+	if strings.HasSuffix(str, "m0s") {
+		str = strings.TrimSuffix(str, "0s")
+	}
+	if strings.HasSuffix(str, "h0m") {
+		str = strings.TrimSuffix(str, "0m")
+	}
+	return str
+}
+
+// parseAge is time.ParseDuration, plus whole days ("30d").
+func parseAge(s string) (time.Duration, error) {
+	if d, ok := strings.CutSuffix(s, "d"); ok {
+		n, err := strconv.ParseUint(d, 10, 32)
+		if err != nil {
+			return 0, fmt.Errorf("%q: want a duration such as 36h or a number of days such as 30d", s)
+		}
+		return time.Duration(n) * 24 * time.Hour, nil
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil || d <= 0 {
+		return 0, fmt.Errorf("%q: want a positive duration such as 36h or a number of days such as 30d", s)
+	}
+	return d, nil
+}
+
+func adminList(ctx context.Context, c *client.Client, stdout io.Writer, prefix string, summary bool) error {
+	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+	if summary {
+		fmt.Fprintln(tw, "SHARD\tRECORDS\tBYTES\tLAST SEQ\tLAST COMMIT\tSTATE")
+	}
+	n := 0
+	for s, err := range c.AllShards(ctx, prefix, 1000, summary) {
+		if err != nil {
+			tw.Flush()
+			return callError("admin list", err)
+		}
+		n++
+		if !summary {
+			fmt.Fprintln(tw, s.GetShard())
+			continue
+		}
+		sum := s.GetSummary()
+		state := "live"
+		if sum.GetDeleted() {
+			state = "deleted " + sum.GetDeletedAt().AsTime().UTC().Format(time.RFC3339)
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%s\t%s\n", s.GetShard(), sum.GetRecords(), sum.GetBytes(), sum.GetLastSeq(), when(sum.GetLastCommitAt().AsTime(), sum.GetLastCommitAt() != nil), state)
+	}
+	return tw.Flush()
+}
+
+func when(t time.Time, set bool) string {
+	if !set {
+		return "-"
+	}
+	return t.UTC().Format(time.RFC3339)
+}
+
+func printInfo(w io.Writer, info *rolloutv1.ShardInfo) {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	for _, kv := range [][2]string{
+		{"shard", info.GetShard()},
+		{"records", fmt.Sprint(info.GetRecords())},
+		{"bytes", fmt.Sprint(info.GetBytes())},
+		{"generations", fmt.Sprint(info.GetGenerations())},
+		{"first seq", fmt.Sprint(info.GetFirstSeq())},
+		{"last seq", fmt.Sprint(info.GetLastSeq())},
+		{"epoch", fmt.Sprint(info.GetEpoch())},
+		{"incarnation", fmt.Sprint(info.GetIncarnation())},
+		{"format version", fmt.Sprint(info.GetFormatVersion())},
+		{"writer here", fmt.Sprint(info.GetWriterHere())},
+		{"created", when(info.GetCreatedAt().AsTime(), info.GetCreatedAt() != nil)},
+		{"last commit", when(info.GetLastCommitAt().AsTime(), info.GetLastCommitAt() != nil)},
+	} {
+		fmt.Fprintf(tw, "%s:\t%s\n", kv[0], kv[1])
+	}
+	tw.Flush()
+}
+
+// purgeBeforeDelete, when set (by tests), runs before each of purge's
+// deletes: a writer acts between the listing and the delete.
+var purgeBeforeDelete func(shard string)
+
+// adminPurge deletes the shards under prefix idle for longer than age:
+// whose last commit (or, without one, creation) is before now-age. A shard
+// whose age is not recorded (written by a build before these times) is
+// skipped and counted. Each delete passes the last seq the listing saw. A
+// deleted shard is deleted again, which finishes reclaiming its storage.
+func adminPurge(ctx context.Context, c *client.Client, stdout, stderr io.Writer, prefix string, age time.Duration, dryRun bool, now time.Time) error {
+	cutoff := now.Add(-age)
+	var examined, deleted, records, resumed, unknown, young, moved, failed int
+	verb := "deleted"
+	if dryRun {
+		verb = "would delete"
+	}
+	for s, err := range c.AllShards(ctx, prefix, 1000, true) {
+		if err != nil {
+			return callError("admin purge: list shards", err)
+		}
+		examined++
+		sum := s.GetSummary()
+		if sum == nil {
+			continue // gone between the listing and its read
+		}
+		if sum.GetDeleted() {
+			if !dryRun {
+				if purgeBeforeDelete != nil {
+					purgeBeforeDelete(s.GetShard())
+				}
+				// With the last seq the listing saw, so that a shard
+				// written again since (its next incarnation) survives: a
+				// delete of a tombstone only resumes reclaiming storage,
+				// and the last seq of a shard written since is higher.
+				seq := sum.GetLastSeq()
+				_, err := c.DeleteShard(ctx, s.GetShard(), &seq)
+				switch {
+				case errors.Is(err, client.ErrSeqMismatch):
+					moved++
+					fmt.Fprintf(stdout, "kept %s: written again since it was listed deleted\n", s.GetShard())
+					continue
+				case err != nil:
+					failed++
+					fmt.Fprintf(stderr, "purge: %s: finishing its deletion: %v\n", s.GetShard(), callError("", err))
+					continue
+				}
+			}
+			resumed++
+			resumeVerb := "resumed reclaiming"
+			if dryRun {
+				resumeVerb = "would resume reclaiming"
+			}
+			fmt.Fprintf(stdout, "%s %s: deleted %s\n", resumeVerb, s.GetShard(), when(sum.GetDeletedAt().AsTime(), sum.GetDeletedAt() != nil))
+			continue
+		}
+		last := sum.GetLastCommitAt()
+		if last == nil {
+			last = sum.GetCreatedAt()
+		}
+		switch {
+		case last == nil:
+			unknown++
+			continue
+		case !last.AsTime().Before(cutoff):
+			young++
+			continue
+		}
+		if dryRun {
+			deleted++
+			records += int(sum.GetRecords())
+			fmt.Fprintf(stdout, "%s %s: %d records through seq %d, last commit %s\n", verb, s.GetShard(), sum.GetRecords(), sum.GetLastSeq(), when(last.AsTime(), true))
+			continue
+		}
+		if purgeBeforeDelete != nil {
+			purgeBeforeDelete(s.GetShard())
+		}
+		seq := sum.GetLastSeq()
+		resp, err := c.DeleteShard(ctx, s.GetShard(), &seq)
+		switch {
+		case errors.Is(err, client.ErrSeqMismatch):
+			moved++
+			if errors.Is(err, client.ErrOutcomeUnknown) {
+				fmt.Fprintf(stdout, "kept %s: written since it was listed (an earlier attempt of this delete may have deleted its records through seq %d)\n", s.GetShard(), seq)
+			} else {
+				fmt.Fprintf(stdout, "kept %s: written since it was listed\n", s.GetShard())
+			}
+		case errors.Is(err, client.ErrNotFound):
+		case err != nil:
+			failed++
+			fmt.Fprintf(stderr, "purge: %s: %v\n", s.GetShard(), callError("", err))
+		default:
+			deleted++
+			records += int(resp.GetRecords())
+			fmt.Fprintf(stdout, "%s %s: %d records through seq %d, last commit %s\n", verb, s.GetShard(), resp.GetRecords(), resp.GetLastSeq(), when(last.AsTime(), true))
+		}
+	}
+	scope := fmt.Sprintf("%q", prefix)
+	if prefix == "" {
+		scope = "every shard"
+	}
+	fmt.Fprintf(stdout, "purge of %s, older than %s (before %s): %d shards examined, %d %s (%d records), %d younger, %d written since listed, %d of unknown age, %d deleted before (storage reclaim %s), %d failed\n",
+		scope, ageString(age), cutoff.UTC().Format(time.RFC3339), examined, deleted, verb, records, young, moved, unknown, resumed, map[bool]string{true: "not resumed: dry run", false: "resumed"}[dryRun], failed)
+	if failed > 0 {
+		return fmt.Errorf("admin purge: %d shards failed", failed)
+	}
+	return nil
+}

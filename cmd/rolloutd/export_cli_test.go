@@ -1,0 +1,37 @@
+package main
+
+import (
+	"io"
+	"strings"
+	"testing"
+)
+
+// TestExportFlags: each mistake in export's flags fails before any I/O,
+// with a message naming the flag.
+func TestExportFlags(t *testing.T) {
+	env := func(string) string { return "" }
+	for _, tc := range []struct {
+		args []string
+		want string // "" means valid
+	}{
+		{[]string{"--store", "d", "--prefix", "", "--out", "o"}, ""},
+		{[]string{"--server", "h:1", "--shard", "a/b", "--prefix", "a/", "--out", "o", "--tls-ca", "ca.crt"}, ""},
+		{[]string{"--prefix", "", "--out", "o"}, "--store"},
+		{[]string{"--store", "d", "--server", "h:1", "--prefix", "", "--out", "o"}, "--store"},
+		{[]string{"--server", "h:1", "--prefix", "", "--out", "o"}, ""},
+		{[]string{"--store", "d", "--shard", "x", "--prefix", "", "--out", "o"}, "--shard"},
+		{[]string{"--store", "d", "--out", "o"}, "--prefix"},
+		{[]string{"--store", "d", "--prefix", ""}, "--out"},
+		{[]string{"--store", "d", "--prefix", "", "--out", "o", "--rows-per-file", "0"}, "--rows-per-file"},
+		{[]string{"--store", "d", "--prefix", "", "--out", "o", "--compression", "gzip"}, "--compression"},
+		{[]string{"--store", "d", "--prefix", "", "--out", "o", "extra"}, "unexpected argument"},
+	} {
+		_, err := parseExportConfig(tc.args, env, io.Discard)
+		switch {
+		case tc.want == "" && err != nil:
+			t.Errorf("%q: %v", tc.args, err)
+		case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+			t.Errorf("%q: error %v, want one naming %s", tc.args, err, tc.want)
+		}
+	}
+}

@@ -1,0 +1,184 @@
+package localstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"path/filepath"
+	"sort"
+	"strings"
+
+	"github.com/rolloutd/rolloutd/internal/blob"
+)
+
+// ListDelimited implements blob.Store. It walks as List does, in byte-wise
+// name order, but a directory whose name already holds the delimiter after
+// the prefix is one rolled-up entry and is not descended into: listing
+// shards reads one directory per shard, not every generation's header.
+func (s *Store) ListDelimited(ctx context.Context, prefix, delimiter, token string, max int) (blob.DelimitedPage, error) {
+	if err := blob.ValidatePrefix(prefix); err != nil {
+		return blob.DelimitedPage{}, err
+	}
+	if err := blob.ValidateDelimiter(delimiter); err != nil {
+		return blob.DelimitedPage{}, err
+	}
+	tok, err := blob.ParseDelimitedToken(token)
+	if err != nil {
+		return blob.DelimitedPage{}, err
+	}
+	done, err := s.enter(ctx, "list", prefix)
+	if err != nil {
+		return blob.DelimitedPage{}, err
+	}
+	defer done()
+	if max <= 0 {
+		max = DefaultListMax
+	}
+	dirPrefix := prefix[:strings.LastIndex(prefix, "/")+1]
+	dir, err := s.dirPath(dirPrefix)
+	if err != nil {
+		return blob.DelimitedPage{}, err
+	}
+	w := &delimWalker{walker: walker{s: s, ctx: ctx, prefix: prefix, limit: max + 1}, delim: delimiter, tok: tok}
+	if err := w.walk(dir, dirPrefix); err != nil {
+		return blob.DelimitedPage{}, fmt.Errorf("localstore: list %q: %w", prefix, err)
+	}
+	for _, e := range w.entries {
+		if !e.isPrefix && !s.sync.awaitDurable(ctx.Done(), e.attrs.Name, e.attrs.ETag) {
+			return blob.DelimitedPage{}, fmt.Errorf("localstore: list %q: waiting for the put of %q to become durable: %w", prefix, e.attrs.Name, ctx.Err())
+		}
+	}
+	if err := s.refused("list", prefix); err != nil {
+		return blob.DelimitedPage{}, err
+	}
+	var page blob.DelimitedPage
+	ents := w.entries
+	if len(ents) > max {
+		ents = ents[:max]
+		last := ents[max-1]
+		page.Next = blob.DelimitedToken{Last: last.name, IsPrefix: last.isPrefix}.Encode()
+	}
+	for _, e := range ents {
+		if e.isPrefix {
+			page.Prefixes = append(page.Prefixes, e.name)
+		} else {
+			page.Items = append(page.Items, e.attrs)
+		}
+	}
+	return page, nil
+}
+
+type delimEntry struct {
+	name     string
+	isPrefix bool
+	attrs    blob.Attrs
+}
+
+type delimWalker struct {
+	walker
+	delim   string
+	tok     blob.DelimitedToken
+	entries []delimEntry
+}
+
+func (w *delimWalker) lastPrefix() string {
+	if n := len(w.entries); n > 0 && w.entries[n-1].isPrefix {
+		return w.entries[n-1].name
+	}
+	return ""
+}
+
+// rollUp is the rolled-up entry of key when key lies under the prefix and
+// holds the delimiter after it.
+func (w *delimWalker) rollUp(key string) (string, bool) {
+	if !strings.HasPrefix(key, w.prefix) {
+		return "", false
+	}
+	return blob.RollUp(w.prefix, w.delim, key)
+}
+
+func (w *delimWalker) walk(dir, namePrefix string) error {
+	if err := w.ctx.Err(); err != nil {
+		return err
+	}
+	des, err := w.s.fs.ReadDir(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	var ents []entry
+	for _, de := range des {
+		path := filepath.Join(dir, de.Name())
+		kind, seg := parseEntry(de.Name(), de.IsDir())
+		var err error
+		switch kind {
+		case foreign:
+			continue
+		case hashedFile:
+			seg, err = w.segmentOfFile(path, namePrefix)
+		case hashedDir:
+			seg, err = w.segmentOfDir(path, namePrefix)
+		}
+		if err != nil {
+			return err
+		}
+		if seg == "" {
+			continue
+		}
+		full := namePrefix + seg
+		if de.IsDir() {
+			key := full + "/"
+			if !strings.HasPrefix(key, w.prefix) && !strings.HasPrefix(w.prefix, key) {
+				continue
+			}
+			if key < w.tok.Last && !strings.HasPrefix(w.tok.Last, key) {
+				continue
+			}
+			if w.tok.IsPrefix && strings.HasPrefix(key, w.tok.Last) {
+				continue // rolled up on an earlier page
+			}
+			ents = append(ents, entry{key, path, true})
+		} else if strings.HasPrefix(full, w.prefix) && w.tok.After(full) {
+			ents = append(ents, entry{full, path, false})
+		}
+	}
+	sort.Slice(ents, func(i, j int) bool { return ents[i].key < ents[j].key })
+	for _, e := range ents {
+		rolled, isPrefix := w.rollUp(e.key)
+		switch {
+		case isPrefix && rolled == w.lastPrefix():
+			// Listed already, with an earlier name under it.
+		case e.isDir && isPrefix:
+			// Everything below rolls up into one entry; it stands only
+			// for a directory that still holds a blob.
+			name, err := w.anyName(e.path)
+			if err != nil {
+				return err
+			}
+			if name != "" {
+				w.entries = append(w.entries, delimEntry{name: rolled, isPrefix: true})
+			}
+		case e.isDir:
+			if err := w.walk(e.path, e.key); err != nil {
+				return err
+			}
+		case isPrefix:
+			w.entries = append(w.entries, delimEntry{name: rolled, isPrefix: true})
+		default:
+			n := len(w.items)
+			if err := w.add(e); err != nil {
+				return err
+			}
+			if len(w.items) > n {
+				w.entries = append(w.entries, delimEntry{name: e.key, attrs: w.items[n]})
+			}
+		}
+		if len(w.entries) >= w.limit {
+			return nil
+		}
+	}
+	return nil
+}

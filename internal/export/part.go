@@ -1,0 +1,116 @@
+package export
+
+import (
+	"fmt"
+	"io"
+
+	"github.com/parquet-go/parquet-go"
+	"github.com/parquet-go/parquet-go/compress"
+	"github.com/parquet-go/parquet-go/compress/snappy"
+	"github.com/parquet-go/parquet-go/compress/uncompressed"
+
+	rolloutv1 "github.com/rolloutd/rolloutd/gen/rollout/v1"
+)
+
+// Compression names a part's column compression.
+type Compression string
+
+// The compressions --compression takes.
+const (
+	Zstd   Compression = "zstd"
+	Snappy Compression = "snappy"
+	None   Compression = "none"
+)
+
+func (c Compression) codec() (compress.Codec, error) {
+	switch c {
+	case Zstd, "":
+		return sharedZstd, nil
+	case Snappy:
+		return &snappy.Codec{}, nil
+	case None:
+		return &uncompressed.Codec{}, nil
+	}
+	return nil, fmt.Errorf("compression %q: want zstd, snappy or none", string(c))
+}
+
+// rowGroupBytes bounds the records, by stored size, buffered in one row
+// group: the writer holds a row group's pages in memory until it ends it,
+// so this, not the shard's or the part's size, bounds export's memory.
+const rowGroupBytes = 4 << 20
+
+// partWriter writes one Parquet part of one shard to w.
+type partWriter struct {
+	w        *parquet.GenericWriter[Row]
+	shard    string
+	rows     []Row
+	buffered int // stored bytes of records in the current row group
+	n        int // rows written
+	first    uint64
+	last     uint64
+}
+
+func newPartWriter(w io.Writer, shard string, c Compression) (*partWriter, error) {
+	codec, err := c.codec()
+	if err != nil {
+		return nil, err
+	}
+	pw := parquet.NewGenericWriter[Row](w,
+		parquet.Compression(codec),
+		parquet.CreatedBy("rolloutd export", "", ""),
+		// Page bounds (min and max) of token ids, logprobs and text let a
+		// reader skip no page worth skipping, and cost the writer time.
+		parquet.SkipPageBounds("input_tokens", "list", "element"),
+		parquet.SkipPageBounds("output_tokens", "list", "element"),
+		parquet.SkipPageBounds("output_logprobs", "list", "element"),
+		parquet.SkipPageBounds("ref_logprobs", "list", "element"),
+		parquet.SkipPageBounds("content"),
+		parquet.SkipPageBounds("loss_mask"),
+		parquet.SkipPageBounds("binary_payload"),
+	)
+	pw.SetKeyValueMetadata("rolloutd.shard", shard)
+	return &partWriter{w: pw, shard: shard}, nil
+}
+
+// write adds records, in seq order, to the part.
+func (p *partWriter) write(recs []*rolloutv1.Record) error {
+	if len(recs) == 0 {
+		return nil
+	}
+	if cap(p.rows) < len(recs) {
+		p.rows = make([]Row, len(recs))
+	}
+	rows := p.rows[:len(recs)]
+	for i, rec := range recs {
+		rows[i].fill(p.shard, rec)
+		p.buffered += int(approxSize(rec))
+	}
+	if _, err := p.w.Write(rows); err != nil {
+		return fmt.Errorf("export: write parquet rows: %w", err)
+	}
+	for i := range rows { // the rows alias the records: let them go
+		rows[i] = Row{Relationships: rows[i].Relationships[:0]}
+	}
+	if p.n == 0 {
+		p.first = recs[0].GetSeq()
+	}
+	p.n += len(recs)
+	p.last = recs[len(recs)-1].GetSeq()
+	if p.buffered >= rowGroupBytes {
+		p.buffered = 0
+		if err := p.w.Flush(); err != nil {
+			return fmt.Errorf("export: end parquet row group: %w", err)
+		}
+	}
+	return nil
+}
+
+// close writes the footer.
+func (p *partWriter) close() error {
+	p.w.SetKeyValueMetadata("rolloutd.first_seq", fmt.Sprint(p.first))
+	p.w.SetKeyValueMetadata("rolloutd.last_seq", fmt.Sprint(p.last))
+	if err := p.w.Close(); err != nil {
+		return fmt.Errorf("export: finish parquet part: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,193 @@
+package export
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/rolloutd/rolloutd/client"
+	rolloutv1 "github.com/rolloutd/rolloutd/gen/rollout/v1"
+	"github.com/rolloutd/rolloutd/internal/blob"
+	"github.com/rolloutd/rolloutd/internal/shard"
+	"github.com/rolloutd/rolloutd/internal/shard/format"
+)
+
+// ErrShardGone: a shard listed at the start of the run was not found when
+// it was scanned (deleted meanwhile).
+var ErrShardGone = errors.New("export: shard not found")
+
+// ShardRef is a shard a Source lists.
+type ShardRef struct {
+	Name string
+	// Incarnation counts the times the shard was deleted (issue 23's
+	// DeleteShard); a shard deleted and written again has a higher one.
+	Incarnation uint64
+	// Deleted: the shard is a tombstone; its records are gone.
+	Deleted bool
+}
+
+// Source is where records come from.
+type Source interface {
+	// Shards lists the shards whose names start with prefix, sorted by
+	// name, deleted ones included.
+	Shards(ctx context.Context, prefix string) ([]ShardRef, error)
+	// Scan delivers the shard's records with seq > after, in seq order,
+	// in batches; emit may keep a batch.
+	Scan(ctx context.Context, shard string, after uint64, emit func([]*rolloutv1.Record) error) error
+}
+
+// StoreSource reads storage directly, through internal/shard's reader.
+type StoreSource struct {
+	Store  blob.Store
+	Reader *shard.Reader
+}
+
+// sourceCacheBytes bounds the reader's cache of generation indexes: a
+// scan reads each generation's index once, so a cache the size of a large
+// shard's indexes would only make export's memory grow with the shard.
+const sourceCacheBytes = 1 << 20
+
+// NewStoreSource reads store.
+func NewStoreSource(store blob.Store) *StoreSource {
+	return &StoreSource{Store: store, Reader: shard.NewReader(store, shard.ReaderOptions{Cache: shard.NewBlobCache(sourceCacheBytes)})}
+}
+
+// shardsRoot is the prefix of every shard's blobs ("shards/").
+var shardsRoot = strings.TrimSuffix(format.ShardPrefix("x"), "x/")
+
+// Shards lists the shards that have a manifest, and reads each one's to
+// tell a deleted shard and its incarnation.
+func (s *StoreSource) Shards(ctx context.Context, prefix string) ([]ShardRef, error) {
+	manifest := strings.TrimPrefix(format.ManifestName("x"), shardsRoot+"x")
+	var shards []string
+	token := ""
+	for {
+		page, err := s.Store.List(ctx, shardsRoot+prefix, token, 0)
+		if err != nil {
+			return nil, fmt.Errorf("export: list shards: %w", err)
+		}
+		for _, it := range page.Items {
+			if name, ok := strings.CutSuffix(it.Name, manifest); ok {
+				shards = append(shards, strings.TrimPrefix(name, shardsRoot))
+			}
+		}
+		if page.Next == "" {
+			break
+		}
+		token = page.Next
+	}
+	slices.Sort(shards)
+	refs := make([]ShardRef, 0, len(shards))
+	for _, sh := range shards {
+		info, err := s.Reader.Describe(ctx, sh)
+		switch {
+		case errors.Is(err, shard.ErrShardNotFound):
+			continue // deleted and reclaimed since the listing
+		case err != nil && !errors.Is(err, shard.ErrShardDeleted):
+			return nil, fmt.Errorf("export: describe shard %q: %w", sh, err)
+		}
+		refs = append(refs, ShardRef{Name: sh, Incarnation: info.Incarnation, Deleted: info.Deleted})
+	}
+	return refs, nil
+}
+
+// scanBatch is how many records one delivered batch holds at most.
+const scanBatch = 256
+
+// Scan reads the shard with large ranged reads.
+func (s *StoreSource) Scan(ctx context.Context, sh string, after uint64, emit func([]*rolloutv1.Record) error) error {
+	err := s.Reader.Scan(ctx, sh, shard.ScanOptions{AfterSeq: after, BatchRecords: scanBatch, BatchBytes: 1 << 20, ReadBytes: 1 << 20}, func(b shard.Batch) error {
+		return emit(b.Records)
+	})
+	if errors.Is(err, shard.ErrShardNotFound) || errors.Is(err, shard.ErrShardDeleted) {
+		return fmt.Errorf("%w: %q: %w", ErrShardGone, sh, err)
+	}
+	return err
+}
+
+// ClientSource reads through a running rolloutd's Scan, and lists shards
+// with its ListShards, or takes the ones it is told of.
+type ClientSource struct {
+	Client *client.Client
+	// ShardNames, when set, are the only shards to export (--shard);
+	// Shards then describes those that start with the prefix instead of
+	// listing every shard.
+	ShardNames []string
+}
+
+// NamedShards says that Shards lists only the shards it was told of, not
+// every shard there is: one it does not list is not gone.
+func (c *ClientSource) NamedShards() bool { return len(c.ShardNames) > 0 }
+
+// Shards lists the shards under prefix with ListShards (on whole
+// segments, then filtered to prefix), or describes the named ones.
+func (c *ClientSource) Shards(ctx context.Context, prefix string) ([]ShardRef, error) {
+	if len(c.ShardNames) > 0 {
+		var refs []ShardRef
+		names := slices.Clone(c.ShardNames)
+		slices.Sort(names)
+		for _, sh := range slices.Compact(names) {
+			if !strings.HasPrefix(sh, prefix) {
+				continue
+			}
+			info, err := c.Client.DescribeShard(ctx, sh)
+			switch {
+			case errors.Is(err, client.ErrShardDeleted):
+				refs = append(refs, ShardRef{Name: sh, Deleted: true})
+			case errors.Is(err, client.ErrNotFound):
+				// Never written: nothing to export, and nothing gone.
+			case err != nil:
+				return nil, fmt.Errorf("export: describe shard %q through the server: %w", sh, err)
+			default:
+				refs = append(refs, ShardRef{Name: sh, Incarnation: info.GetIncarnation()})
+			}
+		}
+		return refs, nil
+	}
+	segments := prefix[:max(strings.LastIndexByte(prefix, '/'), 0)]
+	var refs []ShardRef
+	token := ""
+	for {
+		resp, err := c.Client.ListShards(ctx, &rolloutv1.ListShardsRequest{Prefix: segments, PageSize: 1000, PageToken: token, IncludeSummary: true})
+		if err != nil {
+			return nil, fmt.Errorf("export: list shards through the server: %w", err)
+		}
+		for _, l := range resp.GetShards() {
+			if strings.HasPrefix(l.GetShard(), prefix) {
+				refs = append(refs, ShardRef{Name: l.GetShard(), Incarnation: l.GetSummary().GetIncarnation(), Deleted: l.GetSummary().GetDeleted()})
+			}
+		}
+		if token = resp.GetNextPageToken(); token == "" {
+			break
+		}
+	}
+	slices.SortFunc(refs, func(a, b ShardRef) int { return strings.Compare(a.Name, b.Name) })
+	return refs, nil
+}
+
+// Scan streams the shard; the client resumes a broken stream from its
+// cursor by itself.
+func (c *ClientSource) Scan(ctx context.Context, sh string, after uint64, emit func([]*rolloutv1.Record) error) error {
+	batch := make([]*rolloutv1.Record, 0, scanBatch)
+	for rec, err := range c.Client.Scan(ctx, sh, client.AfterSeq(after)) {
+		if errors.Is(err, client.ErrNotFound) {
+			return fmt.Errorf("%w: %q: %w", ErrShardGone, sh, err)
+		}
+		if err != nil {
+			return fmt.Errorf("export: scan %q through the server: %w", sh, err)
+		}
+		batch = append(batch, rec)
+		if len(batch) == cap(batch) {
+			if err := emit(batch); err != nil {
+				return err
+			}
+			batch = make([]*rolloutv1.Record, 0, scanBatch)
+		}
+	}
+	if len(batch) > 0 {
+		return emit(batch)
+	}
+	return nil
+}

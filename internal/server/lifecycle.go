@@ -1,0 +1,230 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"go.uber.org/zap"
+	"golang.org/x/sync/errgroup"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	rolloutv1 "github.com/rolloutd/rolloutd/gen/rollout/v1"
+	"github.com/rolloutd/rolloutd/internal/authz"
+	"github.com/rolloutd/rolloutd/internal/blob"
+	"github.com/rolloutd/rolloutd/internal/shard"
+	"github.com/rolloutd/rolloutd/internal/validate"
+)
+
+// The shard lifecycle RPCs: ListShards, DescribeShard, BatchGet and
+// DeleteShard. Their storage work is package shard's; here they are
+// validated, authorized beyond what the guard can decide (ListShards'
+// filtering), and answered.
+
+const (
+	defaultListPageSize = 100
+	maxListPageSize     = 1000
+	// maxBatchGetIDs bounds one BatchGet.
+	maxBatchGetIDs = 1000
+	// summaryParallelism bounds the manifest reads of one page of summaries.
+	summaryParallelism = 8
+)
+
+// lifecycle is the state the lifecycle RPCs share beyond the service's.
+type lifecycle struct {
+	store  blob.Store
+	authz  *authz.Authorizer // nil: no policy, every shard listed
+	purger *shard.Purger
+	log    *zap.Logger
+	// batchGetBytes caps one BatchGet response's record bytes.
+	batchGetBytes int
+}
+
+// ListShards lists the shards under the request's prefix that the caller
+// may list, a page at a time.
+func (s *service) ListShards(ctx context.Context, req *rolloutv1.ListShardsRequest) (*rolloutv1.ListShardsResponse, error) {
+	prefix := strings.TrimSuffix(req.GetPrefix(), "/")
+	if prefix != "" {
+		if err := validate.Shard(prefix); err != nil {
+			return nil, toStatus(&validate.FieldError{Field: "prefix", Rule: "must be empty or a shard name", Detail: err.Error()})
+		}
+	}
+	if req.GetPageSize() < 0 {
+		return nil, toStatus(&validate.FieldError{Field: "page_size", Rule: "must not be negative", Detail: fmt.Sprintf("got %d", req.GetPageSize())})
+	}
+	size := int(req.GetPageSize())
+	switch {
+	case size == 0:
+		size = defaultListPageSize
+	case size > maxListPageSize:
+		size = maxListPageSize
+	}
+	page, err := shard.ListShards(ctx, s.life.store, prefix, req.GetPageToken(), size)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	resp := &rolloutv1.ListShardsResponse{NextPageToken: page.Next}
+	identity := peerIdentity(ctx)
+	for _, name := range page.Shards {
+		if s.life.authz != nil && !s.life.authz.Allows(identity, authz.List, name) {
+			continue
+		}
+		resp.Shards = append(resp.Shards, &rolloutv1.ListedShard{Shard: name})
+	}
+	if !req.GetIncludeSummary() {
+		return resp, nil
+	}
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(summaryParallelism)
+	for _, ls := range resp.Shards {
+		g.Go(func() error {
+			info, err := s.reader.Describe(gctx, ls.GetShard())
+			switch {
+			case err == nil, shardDeleted(err):
+				ls.Summary = s.shardInfo(info)
+			case notFound(err):
+				// Its last blob went between the listing and the read.
+			default:
+				return err
+			}
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return nil, toStatus(err)
+	}
+	return resp, nil
+}
+
+// DescribeShard describes one shard from its current manifest.
+func (s *service) DescribeShard(ctx context.Context, req *rolloutv1.DescribeShardRequest) (*rolloutv1.ShardInfo, error) {
+	if err := validate.Shard(req.GetShard()); err != nil {
+		return nil, toStatus(err)
+	}
+	info, err := s.reader.Describe(ctx, req.GetShard())
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return s.shardInfo(info), nil
+}
+
+func (s *service) shardInfo(info shard.Info) *rolloutv1.ShardInfo {
+	out := &rolloutv1.ShardInfo{
+		Shard:       info.Shard,
+		LastSeq:     info.LastSeq,
+		Incarnation: info.Incarnation,
+		Deleted:     info.Deleted,
+	}
+	if info.Deleted {
+		out.DeletedAt = timestamp(info.DeletedAt)
+		return out
+	}
+	out.Records = info.Records
+	out.Bytes = info.Bytes
+	out.Generations = uint32(info.Generations)
+	out.FirstSeq = info.FirstSeq
+	out.Epoch = info.Epoch
+	out.FormatVersion = info.FormatVersion
+	out.WriterHere = s.writers.holds(info.Shard)
+	out.CreatedAt = timestamp(info.Created)
+	out.LastCommitAt = timestamp(info.LastCommit)
+	return out
+}
+
+func timestamp(t time.Time) *timestamppb.Timestamp {
+	if t.IsZero() {
+		return nil
+	}
+	return timestamppb.New(t)
+}
+
+// BatchGet reads many records of one shard with one manifest read.
+func (s *service) BatchGet(ctx context.Context, req *rolloutv1.BatchGetRequest) (*rolloutv1.BatchGetResponse, error) {
+	if err := validate.Shard(req.GetShard()); err != nil {
+		return nil, toStatus(err)
+	}
+	ids := req.GetIds()
+	switch {
+	case len(ids) == 0:
+		return nil, toStatus(&validate.FieldError{Field: "ids", Rule: "must name at least one id"})
+	case len(ids) > maxBatchGetIDs:
+		return nil, toStatus(&validate.FieldError{Field: "ids", Rule: fmt.Sprintf("must name at most %d ids", maxBatchGetIDs), Detail: fmt.Sprintf("got %d", len(ids))})
+	}
+	for i, id := range ids {
+		if err := validate.RecordID(id); err != nil {
+			return nil, toStatus(&validate.FieldError{Field: fmt.Sprintf("ids[%d]", i), Rule: "must be a record id", Detail: err.Error()})
+		}
+	}
+	project, err := projection(req.GetFields())
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	res, err := s.reader.BatchGet(ctx, req.GetShard(), ids, shard.BatchGetOptions{MaxBytes: s.life.batchGetBytes, Project: project})
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	resp := &rolloutv1.BatchGetResponse{Results: make([]*rolloutv1.BatchGetResult, len(ids))}
+	for i, r := range res {
+		out := &rolloutv1.BatchGetResult{Id: ids[i]}
+		switch {
+		case r.Record != nil:
+			out.Result = &rolloutv1.BatchGetResult_Record{Record: r.Record}
+		case r.OverLimit:
+			out.Result = &rolloutv1.BatchGetResult_OverLimit{OverLimit: true}
+		default:
+			out.Result = &rolloutv1.BatchGetResult_NotFound{NotFound: true}
+		}
+		resp.Results[i] = out
+	}
+	return resp, nil
+}
+
+// DeleteShard writes the shard's tombstone, retires this instance's writer
+// of it, and hands reclaiming the old blobs to the purger: the delete has
+// taken effect when it returns, the storage is reclaimed after.
+func (s *service) DeleteShard(ctx context.Context, req *rolloutv1.DeleteShardRequest) (*rolloutv1.DeleteShardResponse, error) {
+	if err := validate.Shard(req.GetShard()); err != nil {
+		return nil, toStatus(err)
+	}
+	d, err := shard.Delete(ctx, s.life.store, req.GetShard(), shard.DeleteOptions{ExpectedLastSeq: req.ExpectedLastSeq, Clock: s.clock})
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	// The tombstone fenced it already; retiring it now saves its next
+	// append a failed commit.
+	s.writers.retireShard(req.GetShard(), fmt.Errorf("shard %q: %w", req.GetShard(), shard.ErrShardDeleted))
+	s.life.purger.Start(req.GetShard(), d.ThroughEpoch)
+	s.life.log.Info("shard deleted", zap.String("shard", req.GetShard()), zap.Uint64("epoch", d.ThroughEpoch),
+		zap.Uint64("incarnation", d.Incarnation), zap.Uint64("last_seq", d.LastSeq), zap.Uint64("records", d.Records),
+		zap.Bool("already_deleted", d.AlreadyDeleted), zap.String("identity", peerIdentity(ctx)))
+	return &rolloutv1.DeleteShardResponse{LastSeq: d.LastSeq, Records: d.Records, AlreadyDeleted: d.AlreadyDeleted, Incarnation: d.Incarnation}, nil
+}
+
+// holds reports whether this instance holds a live writer of the shard.
+func (s *writerSet) holds(shardName string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	h, ok := s.byShard[shardName]
+	return ok && !h.dead
+}
+
+// retireShard retires this instance's writer of the shard, if any: it is
+// aborted at its last unpin, and the next append opens a new one.
+func (s *writerSet) retireShard(shardName string, cause error) {
+	s.mu.Lock()
+	h, ok := s.byShard[shardName]
+	if ok {
+		h.pins++ // retire and release want a pin
+	}
+	s.mu.Unlock()
+	if ok {
+		s.retire(h, cause)
+		s.release(h)
+	}
+}
+
+func shardDeleted(err error) bool { return errors.Is(err, shard.ErrShardDeleted) }
+
+func notFound(err error) bool { return errors.Is(err, shard.ErrShardNotFound) }

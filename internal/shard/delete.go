@@ -1,0 +1,501 @@
+package shard
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+	"golang.org/x/sync/errgroup"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/rolloutd/rolloutd/internal/blob"
+	"github.com/rolloutd/rolloutd/internal/clock"
+	"github.com/rolloutd/rolloutd/internal/shard/format"
+	"github.com/rolloutd/rolloutd/internal/shard/storagepb"
+)
+
+// DeleteOptions configures Delete.
+type DeleteOptions struct {
+	// ExpectedLastSeq, when set, makes the delete conditional: it is
+	// refused with a *SeqMismatchError unless the last seq of the manifest
+	// the tombstone replaces is this value.
+	ExpectedLastSeq *uint64
+	// Clock stamps the tombstone; nil means the real clock.
+	Clock clock.Clock
+	// RetryBackoff paces re-reads after a lost or unclear CAS; default
+	// DefaultRetryBackoff.
+	RetryBackoff time.Duration
+}
+
+// Deletion is what a Delete did.
+type Deletion struct {
+	// LastSeq is the deleted incarnation's last seq; the next gets seqs
+	// above it.
+	LastSeq uint64
+	// Records the deleted incarnation held; 0 when AlreadyDeleted.
+	Records uint64
+	// Incarnation is the tombstone's incarnation, which the next writer
+	// continues.
+	Incarnation uint64
+	// AlreadyDeleted: the shard was a tombstone already; nothing was
+	// written.
+	AlreadyDeleted bool
+	// ThroughEpoch: every generation blob of an epoch at or below it is
+	// garbage, for Purge.
+	ThroughEpoch uint64
+}
+
+// Delete deletes the shard: it claims the next epoch with a manifest CAS
+// that writes the tombstone state (a new incarnation number; no
+// generations; next_seq, next_generation and the epoch records kept). That
+// CAS is the delete: from then on every writer of the old incarnation, on
+// any instance, is fenced (its CAS names a manifest version that is gone,
+// and the re-read shows a higher epoch), and readers find no records.
+// Reclaiming the old generation blobs is Purge's, afterwards.
+//
+// A shard that is already a tombstone is left as it is (AlreadyDeleted),
+// so a repeated Delete only resumes the purge. Errors: ErrShardNotFound,
+// *SeqMismatchError, ErrCorrupt, a storage error, or ctx's error; an
+// unclear CAS is decided by reading the manifest back (its commit id).
+func Delete(ctx context.Context, store blob.Store, shard string, opts DeleteOptions) (Deletion, error) {
+	if opts.Clock == nil {
+		opts.Clock = clock.Real{}
+	}
+	if opts.RetryBackoff <= 0 {
+		opts.RetryBackoff = DefaultRetryBackoff
+	}
+	backoff := newBackoff(Options{Clock: opts.Clock, RetryBackoff: opts.RetryBackoff})
+	var rnd [8]byte
+	_, _ = rand.Read(rnd[:])
+	putID := "delete-" + hex.EncodeToString(rnd[:])
+	name := format.ManifestName(shard)
+	for {
+		if err := ctx.Err(); err != nil {
+			return Deletion{}, fmt.Errorf("delete shard %q: %w", shard, err)
+		}
+		cur, etag, err := readManifest(ctx, store, shard)
+		switch {
+		case errors.Is(err, blob.ErrNotFound):
+			return Deletion{}, fmt.Errorf("delete shard %q: %w", shard, ErrShardNotFound)
+		case err != nil && retryable(err):
+			if werr := backoff.wait(ctx); werr != nil {
+				return Deletion{}, fmt.Errorf("delete shard %q: %w (last storage error: %w)", shard, werr, err)
+			}
+			continue
+		case err != nil:
+			return Deletion{}, fmt.Errorf("delete shard %q: %w", shard, err)
+		}
+		if cur.GetCommitId() == putID {
+			// An unclear attempt of this call landed.
+			return deletion(cur, false), nil
+		}
+		if ts := cur.GetTombstone(); ts != nil {
+			return deletion(cur, true), nil
+		}
+		if isV2(cur) {
+			d, done, err := deleteV2(ctx, store, shard, opts, cur, etag, putID)
+			if done || err != nil {
+				return d, err
+			}
+			continue // another claim got in first: look again
+		}
+		last := cur.GetNextSeq() - 1
+		if opts.ExpectedLastSeq != nil && *opts.ExpectedLastSeq != last {
+			return Deletion{}, &SeqMismatchError{Shard: shard, Expected: *opts.ExpectedLastSeq, LastSeq: last}
+		}
+		next := tombstoneOf(cur, putID, opts.Clock.Now())
+		data, err := format.EncodeManifest(next)
+		if err != nil {
+			return Deletion{}, err
+		}
+		_, err = store.Put(ctx, name, data, blob.PutOptions{IfMatch: etag, PutID: putID})
+		switch {
+		case err == nil:
+			return deletion(next, false), nil
+		case errors.Is(err, blob.ErrConditionFailed):
+			// A writer committed or claimed meanwhile: look again, and
+			// check the expected seq against what it wrote.
+		case retryable(err):
+			// The CAS may have landed: the re-read's commit id decides.
+			if werr := backoff.wait(ctx); werr != nil {
+				return Deletion{}, fmt.Errorf("delete shard %q: %w (its tombstone may have been written: %w)", shard, werr, err)
+			}
+		default:
+			return Deletion{}, fmt.Errorf("delete shard %q: write tombstone: %w", shard, err)
+		}
+	}
+}
+
+// tombstoneOf is the tombstone that replaces cur.
+func tombstoneOf(cur *storagepb.Manifest, putID string, now time.Time) *storagepb.Manifest {
+	next := proto.CloneOf(cur)
+	next.Epoch = cur.GetEpoch() + 1
+	next.Owner = putID
+	next.CommitId = putID
+	next.UpdatedUnixNanos = now.UnixNano()
+	next.Generations = nil
+	next.RetiredBatches = nil // the purge deletes them with the rest
+	next.RetiredRuns = nil
+	next.RecordCount = 0
+	next.Incarnation = cur.GetIncarnation() + 1
+	next.CreatedUnixNanos = 0
+	next.LastCommitUnixNanos = 0
+	next.DeletedThroughEpoch = next.GetEpoch()
+	next.Tombstone = &storagepb.Tombstone{
+		DeletedUnixNanos: now.UnixNano(),
+		LastSeq:          cur.GetNextSeq() - 1,
+		Records:          cur.GetRecordCount(),
+	}
+	// The old epochs' records stay: a fenced writer's unclear commit is
+	// still decided by them (a commit that landed before the tombstone was
+	// committed, and is deleted with the rest).
+	next.Epochs = append(next.Epochs, &storagepb.EpochRecord{Epoch: next.GetEpoch()})
+	pruneEpochs(next, DefaultMaxEpochRecords)
+	return next
+}
+
+func deletion(m *storagepb.Manifest, already bool) Deletion {
+	d := Deletion{
+		LastSeq:        m.GetNextSeq() - 1,
+		Incarnation:    m.GetIncarnation(),
+		AlreadyDeleted: already,
+		ThroughEpoch:   m.GetDeletedThroughEpoch(),
+	}
+	if ts := m.GetTombstone(); ts != nil && !already {
+		d.Records = ts.GetRecords()
+	}
+	return d
+}
+
+// purgeParallelism bounds one shard's deletes in flight.
+const purgeParallelism = 8
+
+// Purge deletes the shard's generation blobs written under an epoch at or
+// below through: those of deleted incarnations (Deletion.ThroughEpoch, or
+// the manifest's deleted_through_epoch). The next incarnation's writers
+// claim epochs above the tombstone's, so none of their blobs is touched;
+// the manifest, which fences every old writer, is never deleted. Purge is
+// idempotent, and resumable after any interruption: it decides by name
+// alone. progress, if not nil, is called after each blob deleted. It
+// returns how many blobs it deleted.
+func Purge(ctx context.Context, store blob.Store, shard string, through uint64, progress func()) (int, error) {
+	prefix := format.GenerationPrefix(shard)
+	var (
+		mu      sync.Mutex
+		deleted int
+		token   string
+	)
+	for {
+		page, err := store.List(ctx, prefix, token, 1000)
+		if err != nil {
+			return deleted, fmt.Errorf("purge shard %q: list generations: %w", shard, err)
+		}
+		g, gctx := errgroup.WithContext(ctx)
+		g.SetLimit(purgeParallelism)
+		past := false
+		for _, it := range page.Items {
+			epoch, _, ok := format.ParseGenerationName(shard, it.Name)
+			if !ok {
+				continue
+			}
+			if epoch > through {
+				// Names list in (epoch, generation) order: the rest
+				// belong to live incarnations.
+				past = true
+				break
+			}
+			g.Go(func() error {
+				err := store.Delete(gctx, it.Name, blob.DeleteOptions{})
+				if err != nil && !errors.Is(err, blob.ErrNotFound) {
+					return fmt.Errorf("purge shard %q: delete %s: %w", shard, it.Name, err)
+				}
+				mu.Lock()
+				deleted++
+				mu.Unlock()
+				if progress != nil {
+					progress()
+				}
+				return nil
+			})
+		}
+		if err := g.Wait(); err != nil {
+			return deleted, err
+		}
+		if past || page.Next == "" {
+			n, err := purgeLog(ctx, store, shard, through, progress)
+			return deleted + n, err
+		}
+		token = page.Next
+	}
+}
+
+// Purger runs Purge in the background, never on an Append's path. It owns
+// its goroutines: Close cancels them and waits. A purge that fails, or is
+// cut short by Close, is finished by the next DeleteShard of the shard or
+// by rolloutd admin purge, since Purge decides by name alone.
+type Purger struct {
+	store blob.Store
+	log   *zap.Logger
+	ctx   context.Context
+	stop  context.CancelFunc
+	wg    sync.WaitGroup
+	slots chan struct{} // bounds the shards purged at once
+
+	mu      sync.Mutex
+	running map[string]uint64 // shard -> through epoch of the purge in flight
+	again   map[string]uint64 // a later request for a shard being purged
+	closed  bool
+}
+
+// NewPurger returns a Purger that purges up to parallel shards at once.
+func NewPurger(store blob.Store, parallel int, log *zap.Logger) *Purger {
+	if log == nil {
+		log = zap.NewNop()
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	return &Purger{store: store, log: log, ctx: ctx, stop: stop, slots: make(chan struct{}, max(parallel, 1)),
+		running: map[string]uint64{}, again: map[string]uint64{}}
+}
+
+// Start purges the shard through epoch in the background, unless a purge
+// of it is running: then that one runs again when it is done.
+func (p *Purger) Start(shard string, through uint64) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return
+	}
+	if _, busy := p.running[shard]; busy {
+		p.again[shard] = max(p.again[shard], through)
+		return
+	}
+	p.running[shard] = through
+	p.wg.Go(func() { p.run(shard, through) })
+}
+
+func (p *Purger) run(shard string, through uint64) {
+	for {
+		select {
+		case p.slots <- struct{}{}:
+		case <-p.ctx.Done():
+			p.finish(shard)
+			return
+		}
+		start := time.Now()
+		n, err := Purge(p.ctx, p.store, shard, through, nil)
+		<-p.slots
+		if err != nil && p.ctx.Err() == nil {
+			p.log.Warn("purge of a deleted shard failed; DeleteShard again or rolloutd admin purge finishes it",
+				zap.String("shard", shard), zap.Uint64("epoch", through), zap.Int("deleted", n), zap.Error(err))
+		} else if err == nil {
+			p.log.Info("purged a deleted shard", zap.String("shard", shard), zap.Uint64("epoch", through),
+				zap.Int("deleted", n), zap.Duration("took", time.Since(start)))
+		}
+		p.mu.Lock()
+		next, more := p.again[shard]
+		delete(p.again, shard)
+		if !more || p.closed {
+			delete(p.running, shard)
+			p.mu.Unlock()
+			return
+		}
+		through = max(through, next)
+		p.running[shard] = through
+		p.mu.Unlock()
+	}
+}
+
+func (p *Purger) finish(shard string) {
+	p.mu.Lock()
+	delete(p.running, shard)
+	delete(p.again, shard)
+	p.mu.Unlock()
+}
+
+// Running reports how many shards are being purged.
+func (p *Purger) Running() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.running)
+}
+
+// Wait waits until no purge is running, or ctx ends.
+func (p *Purger) Wait(ctx context.Context) error {
+	for p.Running() > 0 {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+	return nil
+}
+
+// Close stops the purges in flight and waits for them to return.
+func (p *Purger) Close() {
+	p.mu.Lock()
+	p.closed = true
+	p.mu.Unlock()
+	p.stop()
+	p.wg.Wait()
+}
+
+// deleteV2 deletes a protocol v2 shard whose manifest cur (ETag etag) it
+// read. The tombstone must also fence the log, and the expected last seq
+// is checked against the log's tail up to that fence: so it claims the
+// shard as a v2 writer does (a CAS to the next epoch), probes the log,
+// fences it at the first free position, and only then writes the
+// tombstone, a CAS on its claim that checkpoints through the fence. A
+// writer of the old incarnation is fenced by the claim's ETag and by the
+// fence in the log. done is false when another claim got in first.
+func deleteV2(ctx context.Context, store blob.Store, shard string, opts DeleteOptions, cur *storagepb.Manifest, etag blob.ETag, putID string) (_ Deletion, done bool, _ error) {
+	name := format.ManifestName(shard)
+	if opts.ExpectedLastSeq != nil {
+		// Seqs only grow: a tail already past the expected seq refuses the
+		// delete without claiming (and fencing) the live writer.
+		found, err := probeLog(ctx, store, NewBlobCache(1<<20), shard, cur.GetLogCheckpoint()+1, 0)
+		if err != nil {
+			return Deletion{}, false, fmt.Errorf("delete shard %q: probe the log: %w", shard, err)
+		}
+		last := cur.GetNextSeq() - 1
+		for _, e := range found {
+			last = max(last, e.nextSeq-1)
+		}
+		if last > *opts.ExpectedLastSeq {
+			return Deletion{}, true, &SeqMismatchError{Shard: shard, Expected: *opts.ExpectedLastSeq, LastSeq: last}
+		}
+	}
+	claim := proto.CloneOf(cur)
+	claim.Epoch = cur.GetEpoch() + 1
+	claim.Owner = putID
+	claim.CommitId = putID + "-claim"
+	claim.Epochs = append(claim.Epochs, &storagepb.EpochRecord{Epoch: claim.GetEpoch()})
+	pruneEpochs(claim, DefaultMaxEpochRecords)
+	data, err := format.EncodeManifest(claim)
+	if err != nil {
+		return Deletion{}, false, err
+	}
+	attrs, err := store.Put(ctx, name, data, blob.PutOptions{IfMatch: etag, PutID: claim.GetCommitId()})
+	if err != nil {
+		m, metag, rerr := readManifest(ctx, store, shard)
+		if rerr != nil || m.GetCommitId() != claim.GetCommitId() {
+			if errors.Is(err, blob.ErrConditionFailed) || retryable(err) {
+				return Deletion{}, false, nil
+			}
+			return Deletion{}, false, fmt.Errorf("delete shard %q: claim: %w", shard, err)
+		}
+		attrs.ETag = metag
+	}
+	// A writer of the claimed epoch, for the log's fence.
+	w := &writer{store: store, shard: shard, epoch: claim.GetEpoch(), id: putID,
+		opts: Options{Clock: opts.Clock, RetryBackoff: opts.RetryBackoff}.withDefaults()}
+	found, err := probeLog(ctx, store, w.opts.Cache, shard, cur.GetLogCheckpoint()+1, 0)
+	if err != nil {
+		return Deletion{}, false, fmt.Errorf("delete shard %q: probe the log: %w", shard, err)
+	}
+	lastSeq, records := cur.GetNextSeq()-1, cur.GetRecordCount()
+	pos := cur.GetLogCheckpoint() + 1
+	tally := func(e *logEntry) {
+		lastSeq = max(lastSeq, e.nextSeq-1)
+		if e.gen != nil {
+			records += uint64(e.gen.GetRecords())
+		}
+		pos = e.position + 1
+	}
+	for _, e := range found {
+		if e.epoch > claim.GetEpoch() {
+			return Deletion{}, false, nil
+		}
+		tally(e)
+	}
+	for {
+		fence, err := format.EncodeFence(format.LogEntry{Shard: shard, Epoch: claim.GetEpoch(), Position: pos, Writer: putID, PutID: putID + "-fence", NextSeq: lastSeq + 1})
+		if err != nil {
+			return Deletion{}, false, err
+		}
+		res, err := w.createAt(ctx, pos, fence.Data, putID+"-fence")
+		if err != nil {
+			return Deletion{}, false, fmt.Errorf("delete shard %q: fence the log: %w", shard, err)
+		}
+		if res.outcome == created {
+			break
+		}
+		if res.found.epoch > claim.GetEpoch() {
+			return Deletion{}, false, nil
+		}
+		tally(res.found)
+	}
+	if opts.ExpectedLastSeq != nil && *opts.ExpectedLastSeq != lastSeq {
+		// The claim and the fence stay: the next writer claims after them
+		// and moves past the fence; nothing was deleted.
+		return Deletion{}, true, &SeqMismatchError{Shard: shard, Expected: *opts.ExpectedLastSeq, LastSeq: lastSeq}
+	}
+	base := proto.CloneOf(claim)
+	base.NextSeq = lastSeq + 1
+	base.RecordCount = records
+	next := tombstoneOf(base, putID, opts.Clock.Now())
+	next.LogCheckpoint = pos // through the fence
+	data, err = format.EncodeManifest(next)
+	if err != nil {
+		return Deletion{}, false, err
+	}
+	_, err = store.Put(ctx, name, data, blob.PutOptions{IfMatch: attrs.ETag, PutID: putID})
+	if err == nil {
+		return deletion(next, false), true, nil
+	}
+	m, _, rerr := readManifest(ctx, store, shard)
+	if rerr == nil && m.GetCommitId() == putID {
+		return deletion(m, false), true, nil
+	}
+	if errors.Is(err, blob.ErrConditionFailed) || retryable(err) {
+		return Deletion{}, false, nil
+	}
+	return Deletion{}, false, fmt.Errorf("delete shard %q: write tombstone: %w", shard, err)
+}
+
+// purgeLog deletes the shard's log batches written under an epoch at or
+// below through (deleted incarnations'). Fences are kept: they are what
+// stops a stale writer's create from landing in a collected position.
+func purgeLog(ctx context.Context, store blob.Store, shard string, through uint64, progress func()) (int, error) {
+	cache := NewBlobCache(1 << 20)
+	deleted := 0
+	token := ""
+	for {
+		page, err := store.List(ctx, format.LogPrefix(shard), token, 1000)
+		if err != nil {
+			return deleted, fmt.Errorf("purge shard %q: list the log: %w", shard, err)
+		}
+		for _, it := range page.Items {
+			p, ok := format.ParseLogName(shard, it.Name)
+			if !ok {
+				continue
+			}
+			e, err := readLogEntry(ctx, store, cache, shard, p, 0)
+			if errors.Is(err, blob.ErrNotFound) {
+				continue
+			}
+			if err != nil {
+				return deleted, fmt.Errorf("purge shard %q: %w", shard, err)
+			}
+			if e.fence() || e.epoch > through {
+				continue
+			}
+			if err := store.Delete(ctx, it.Name, blob.DeleteOptions{}); err != nil && !errors.Is(err, blob.ErrNotFound) {
+				return deleted, fmt.Errorf("purge shard %q: delete %s: %w", shard, it.Name, err)
+			}
+			deleted++
+			if progress != nil {
+				progress()
+			}
+		}
+		if page.Next == "" {
+			return deleted, nil
+		}
+		token = page.Next
+	}
+}
