@@ -68,7 +68,15 @@ func (c *checkpointer) loop() {
 		select {
 		case <-c.kick:
 		case <-c.retime:
-			continue
+			// Merges land with checkpoints; when generations pile up
+			// faster than a checkpoint every K commits lets merges remove
+			// them, a merge's edit calls for its own.
+			w.mu.Lock()
+			pressed := len(w.m.GetGenerations()) > 2*w.opts.MergeMaxGenerations
+			w.mu.Unlock()
+			if !pressed {
+				continue
+			}
 		case <-w.opts.Clock.After(wait):
 		case <-c.closing:
 			closing = true
@@ -128,8 +136,9 @@ func (c *checkpointer) checkpoint(ctx context.Context, closing bool) error {
 	}
 	w.mu.Lock()
 	through, view, etag := w.last, w.m, w.etag
+	pressed := len(w.m.GetGenerations()) > 2*w.opts.MergeMaxGenerations
 	pending := through > w.ckpt.GetLogCheckpoint() ||
-		(len(w.edits) > 0 && (closing || w.committer.editsDueLocked() <= 0))
+		(len(w.edits) > 0 && (closing || pressed || w.committer.editsDueLocked() <= 0))
 	var edits []*edit
 	if pending {
 		edits = w.edits

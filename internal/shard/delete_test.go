@@ -228,6 +228,10 @@ func TestPurgerStartAndClose(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The old writer's merger may still write a generation until it finds
+	// itself fenced (under protocol v2 the merger, not a commit, merges);
+	// a blob written after the purge is left to the next one.
+	w.Abort()
 	p := NewPurger(store, 2, nil)
 	p.Start("s", d.ThroughEpoch)
 	p.Start("s", d.ThroughEpoch) // coalesced with the one running

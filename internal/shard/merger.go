@@ -53,7 +53,11 @@ func (m *merger) loop() {
 		case <-w.opts.Clock.After(w.opts.MergeInterval):
 		}
 		for w.background.Err() == nil {
-			plan := pickMerge(w.manifest().GetGenerations(), w.opts.Clock.Now(), w.opts.mergePolicy())
+			policy := w.opts.mergePolicy()
+			if w.v2 {
+				policy.minCountWindow = w.opts.CheckpointEvery + 1
+			}
+			plan := pickMerge(w.manifest().GetGenerations(), w.opts.Clock.Now(), policy)
 			if plan == nil || !m.claim(plan) {
 				break // a commit is folding part of it; the next kick looks again
 			}
