@@ -86,12 +86,22 @@ func (c *checkpointer) loop() {
 		}
 		if closing {
 			// The committer is draining the queue; what it commits is
-			// checkpointed below.
-			select {
-			case <-w.committer.done:
-			case <-w.ctx.Done():
-				c.dropEdits(ErrAborted)
-				return
+			// checkpointed below. Until it is done, keep checkpointing when
+			// asked: it may be waiting for one at the 2K lag bound.
+			for drained := false; !drained; {
+				select {
+				case <-w.committer.done:
+					drained = true
+				case <-c.kick:
+					ctx, cancel := context.WithTimeout(w.ctx, w.opts.CommitTimeout)
+					if err := c.checkpoint(ctx, false); err != nil && w.ctx.Err() == nil {
+						w.log.Warn("checkpoint failed; will retry", zap.Error(err))
+					}
+					cancel()
+				case <-w.ctx.Done():
+					c.dropEdits(ErrAborted)
+					return
+				}
 			}
 		}
 		w.mu.Lock()

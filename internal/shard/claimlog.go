@@ -147,10 +147,10 @@ func (w *writer) confirm(ctx context.Context) error {
 		case m.GetCommitId() == next.GetCommitId():
 			w.landLocked(m, etag, w.last)
 			return nil
-		case m.GetEpoch() > w.epoch:
-			return errReclaim
 		}
-		return fmt.Errorf("open shard %q: confirm the claim: %w (the manifest changed under epoch %d)", w.shard, err, w.epoch)
+		// Another claim (or a delete) replaced the manifest: claim again,
+		// after it.
+		return errReclaim
 	}
 }
 

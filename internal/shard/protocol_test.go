@@ -558,3 +558,43 @@ func TestDeleteFencesTheLogAndPurgeKeepsFences(t *testing.T) {
 		t.Fatalf("the next incarnation's first append: %+v, want a new record at seq 4", rs[0])
 	}
 }
+
+// An independent review's scenario: a v2 writer acks a record that only the
+// log holds; the shard is deleted; the writer appends again (nothing on the
+// v2 ack path reads the manifest). The delete's fence must fail that
+// append, and the next incarnation must inherit none of the deleted
+// records.
+func TestDeleteStopsAV2WriterAndNothingResurrects(t *testing.T) {
+	store := memstore.New()
+	ctx := context.Background()
+	opts := testOptions(t)
+	opts.CheckpointEvery = 64
+	opts.CheckpointInterval = time.Hour
+	opts.DisableBackground = true
+	w1, err := Open(ctx, store, "s", opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w1.Abort()
+	appendIDs(t, w1, "before-delete")
+	if _, err := Delete(ctx, store, "s", DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w1.Append(ctx, entries(t, "after-delete")); !errors.Is(err, ErrFenced) {
+		t.Fatalf("append by the deleted incarnation's writer: %v, want ErrFenced", err)
+	}
+	r := NewReader(store, ReaderOptions{})
+	for _, id := range []string{"before-delete", "after-delete"} {
+		if _, err := r.Get(ctx, "s", id); !errors.Is(err, ErrShardDeleted) {
+			t.Errorf("Get(%q) after the delete: %v, want ErrShardDeleted", id, err)
+		}
+	}
+	w2, err := Open(ctx, store, "s", opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w2.Abort()
+	if n := w2.Stats().Records; n != 0 {
+		t.Fatalf("the next incarnation's writer sees %d records; deleted records resurrect", n)
+	}
+}

@@ -240,9 +240,11 @@ func (h *Writer) Stats() Stats {
 	}
 }
 
-// Append commits entries as one unit of the shard's next generation and
-// returns one Result per entry, in order. It returns only after the
-// generation is written and the manifest CAS that adds it has succeeded.
+// Append commits entries as one unit of the shard's next commit and
+// returns one Result per entry, in order. It returns only once the commit
+// is durable: under protocol v2, after the create of the log position that
+// holds it landed; under v1, after the generation is written and the
+// manifest CAS that adds it has succeeded.
 //
 // Appends are idempotent by record id: an id already committed is not stored
 // again; its Result has AlreadyPresent and the stored Seq. An id committed
