@@ -39,6 +39,22 @@ func (c Compression) codec() (compress.Codec, error) {
 // so this, not the shard's or the part's size, bounds export's memory.
 const rowGroupBytes = 4 << 20
 
+// unboundedColumns get no page bounds (min and max), neither in the column
+// index nor in the page headers: bounds of token ids, logprobs and text let
+// a reader skip no page worth skipping, and cost the writer time. Leaving
+// them out of the page headers too took BenchmarkPartWriter's zstd CPU
+// from 18.9 to 17.5 us a record (-7%, medians of 3) and the output from
+// 2,271 to 2,252 bytes a record.
+var unboundedColumns = [][]string{
+	{"input_tokens", "list", "element"},
+	{"output_tokens", "list", "element"},
+	{"output_logprobs", "list", "element"},
+	{"ref_logprobs", "list", "element"},
+	{"content"},
+	{"loss_mask"},
+	{"binary_payload"},
+}
+
 // partWriter writes one Parquet part of one shard to w.
 type partWriter struct {
 	w        *parquet.GenericWriter[Row]
@@ -55,19 +71,14 @@ func newPartWriter(w io.Writer, shard string, c Compression) (*partWriter, error
 	if err != nil {
 		return nil, err
 	}
-	pw := parquet.NewGenericWriter[Row](w,
+	opts := []parquet.WriterOption{
 		parquet.Compression(codec),
 		parquet.CreatedBy("rolloutd export", "", ""),
-		// Page bounds (min and max) of token ids, logprobs and text let a
-		// reader skip no page worth skipping, and cost the writer time.
-		parquet.SkipPageBounds("input_tokens", "list", "element"),
-		parquet.SkipPageBounds("output_tokens", "list", "element"),
-		parquet.SkipPageBounds("output_logprobs", "list", "element"),
-		parquet.SkipPageBounds("ref_logprobs", "list", "element"),
-		parquet.SkipPageBounds("content"),
-		parquet.SkipPageBounds("loss_mask"),
-		parquet.SkipPageBounds("binary_payload"),
-	)
+	}
+	for _, col := range unboundedColumns {
+		opts = append(opts, parquet.SkipPageBounds(col...), parquet.SkipPageStatistics(col...))
+	}
+	pw := parquet.NewGenericWriter[Row](w, opts...)
 	pw.SetKeyValueMetadata("rolloutd.shard", shard)
 	return &partWriter{w: pw, shard: shard}, nil
 }
