@@ -12,6 +12,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/apache/arrow-go/v18/parquet/file"
 	"google.golang.org/protobuf/proto"
 
 	rolloutv1 "github.com/rolloutd/rolloutd/gen/rollout/v1"
@@ -87,6 +88,52 @@ func TestCrossReadArrow(t *testing.T) {
 			if diff := diffArrow(rows[i], rec); diff != "" {
 				t.Errorf("shard %s seq %d: %s", sh, rec.GetSeq(), diff)
 			}
+		}
+	}
+}
+
+// TestRowGroupsCrossRead writes a part of several row groups, whose
+// columns partWriter encodes on several goroutines at once at the end of
+// each (flushColumns), and reads every row back with arrow-go.
+func TestRowGroupsCrossRead(t *testing.T) {
+	g := synth.New(11, 1024)
+	recs := make([]*rolloutv1.Record, 1500) // about 7 MB stored: 3 row groups and more
+	for i := range recs {
+		recs[i] = g.Record()
+		recs[i].Seq = uint64(i + 1)
+	}
+	var buf bytes.Buffer
+	pw, err := newPartWriter(&buf, "exp-2/actor-0", Zstd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < len(recs); i += scanBatch {
+		if err := pw.write(recs[i:min(i+scanBatch, len(recs))]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := pw.close(); err != nil {
+		t.Fatal(err)
+	}
+	pf, err := file.NewParquetReader(bytes.NewReader(buf.Bytes()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	groups := pf.NumRowGroups()
+	pf.Close()
+	if groups < 3 {
+		t.Fatalf("%d row groups, want 3 or more", groups)
+	}
+	rows, err := readArrow(bytes.NewReader(buf.Bytes()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rows) != len(recs) {
+		t.Fatalf("%d rows, want %d", len(rows), len(recs))
+	}
+	for i, rec := range recs {
+		if diff := diffArrow(rows[i], rec); diff != "" {
+			t.Errorf("row %d (seq %d): %s", i, rec.GetSeq(), diff)
 		}
 	}
 }
