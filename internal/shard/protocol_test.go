@@ -366,53 +366,6 @@ func (h *putHook) Put(ctx context.Context, name string, data []byte, opts blob.P
 	return h.Store.Put(ctx, name, data, opts)
 }
 
-// A reader confirms the end of the log with a manifest read sent after its
-// probe: a position collected under it (covered by a checkpoint) makes it
-// start again from the checkpoint, so it still sees every acked record.
-func TestReaderRestartsFromANewCheckpoint(t *testing.T) {
-	store := memstore.New()
-	ctx := context.Background()
-	opts := testOptions(t)
-	opts.DisableBackground = true
-	opts.CheckpointEvery = 1000
-	opts.CheckpointInterval = time.Hour
-	w, err := Open(ctx, store, "s", opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer w.Abort()
-	l := newLedger()
-	for i := range 3 {
-		rs, err := w.Append(ctx, entries(t, fmt.Sprint("x", i)))
-		if err != nil {
-			t.Fatal(err)
-		}
-		l.add(t, rs)
-	}
-	r := NewReader(store, ReaderOptions{})
-	if _, err := r.Get(ctx, "s", "x0"); err != nil { // caches the checkpoint of an empty log, and the tail
-		t.Fatal(err)
-	}
-	// A checkpoint covers the log, and its positions are "collected", as a
-	// merge and GC would do (their records stay readable from the copy
-	// the checkpoint lists: here the log blobs themselves, moved aside).
-	w.w.checkpointer.wake()
-	waitFor(t, "a checkpoint", func() bool { return w.Stats().Checkpoints > 0 })
-	for i := range 3 {
-		rs, err := w.Append(ctx, entries(t, fmt.Sprint("y", i)))
-		if err != nil {
-			t.Fatal(err)
-		}
-		l.add(t, rs)
-	}
-	for _, id := range []string{"x0", "x2", "y0", "y2"} {
-		if _, err := r.Get(ctx, "s", id); err != nil {
-			t.Errorf("Get(%s): %v", id, err)
-		}
-	}
-	l.verify(t, store, "s")
-}
-
 // A log position that a merge retired and GC collected may be created
 // again by a create still in flight: a fence that lands late. A reader
 // holding a manifest that lists the batch there unmerged must not take
@@ -596,5 +549,45 @@ func TestDeleteStopsAV2WriterAndNothingResurrects(t *testing.T) {
 	defer w2.Abort()
 	if n := w2.Stats().Records; n != 0 {
 		t.Fatalf("the next incarnation's writer sees %d records; deleted records resurrect", n)
+	}
+}
+
+// A reader's probe finds a position missing that an acked record was
+// committed at, because a checkpoint covered it and GC collected it since
+// the reader cached the shard. The manifest GET sent after the probe
+// returned shows the checkpoint past the missing position, and the reader
+// starts again from it: the record is found, not reported missing.
+func TestReaderConfirmsAMissingPositionWithTheManifest(t *testing.T) {
+	store := memstore.New()
+	ctx := context.Background()
+	opts := mergeOptions(t)
+	opts.CheckpointEvery = 2
+	opts.CheckpointInterval = 5 * time.Millisecond
+	opts.RetireGrace = time.Millisecond
+	w, err := Open(ctx, store, "s", opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Abort()
+	appendIDs(t, w, "first")
+	r := NewReader(store, ReaderOptions{})
+	if _, err := r.Get(ctx, "s", "first"); err != nil { // caches the shard with "first" in its tail
+		t.Fatal(err)
+	}
+	rs := appendIDs(t, w, "x") // acked before the Get below begins
+	deadline := time.Now().Add(time.Minute)
+	for i := 0; ; i++ {
+		appendIDs(t, w, fmt.Sprint("y", i))
+		if _, err := store.Head(ctx, format.LogName("s", rs[0].Generation)); errors.Is(err, blob.ErrNotFound) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("GC never collected x's log position")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	got, err := r.Get(ctx, "s", "x")
+	if err != nil || got.GetSeq() != rs[0].Seq {
+		t.Fatalf("Get(x) after its log position was collected: %v, %v; want seq %d", got, err, rs[0].Seq)
 	}
 }
