@@ -43,6 +43,8 @@ type config struct {
 	WriterQueueBytes byteSize
 	IndexCacheBytes  byteSize
 	DisableMerge     bool
+	CommitProtocol   string
+	commitProtocol   shard.Protocol
 
 	MaxMessageBytes byteSize
 	MaxBatchRecords int
@@ -130,6 +132,7 @@ Flags of serve:
 	fs.Var(&c.WriterQueueBytes, "writer-queue-bytes", "`bytes` of appends one shard writer may hold queued; past it Append fails ResourceExhausted (backpressure)")
 	fs.Var(&c.IndexCacheBytes, "index-cache-bytes", "`bytes` of generation indexes cached for all shards, shared by writers and reads")
 	fs.BoolVar(&c.DisableMerge, "disable-merge", false, "turn off merging small generations and garbage collection (for debugging only)")
+	fs.StringVar(&c.CommitProtocol, "commit-protocol", "v2", "`protocol` of commits: v2 (commit by create; converts each shard it writes, which older builds then refuse) or v1 (manifest CAS, for the first step of a rolling upgrade; a shard already in v2 is still written in v2). See docs/operations.md")
 	fs.Var(&c.MaxMessageBytes, "max-message-bytes", "largest gRPC request in `bytes`; sized to the largest Append batch")
 	fs.IntVar(&c.MaxBatchRecords, "max-batch-records", server.DefaultMaxBatchRecords, "maximum records in one Append")
 	fs.Var(&c.MaxRecordBytes, "max-record-bytes", "largest encoded record in `bytes`; the default is the largest a default gRPC client (4 MiB receive limit) can read back. Raise clients' receive limit with it")
@@ -196,6 +199,14 @@ Flags of serve:
 // validate checks every value and derives the parsed forms. Each error
 // names the flag.
 func (c *config) validate() error {
+	switch c.CommitProtocol {
+	case "v2":
+		c.commitProtocol = shard.ProtocolV2
+	case "v1":
+		c.commitProtocol = shard.ProtocolV1
+	default:
+		return fmt.Errorf("--commit-protocol %q: want v2 or v1", c.CommitProtocol)
+	}
 	for _, a := range []struct{ flag, addr string }{{"listen", c.Listen}, {"metrics-listen", c.MetricsListen}} {
 		if _, _, err := net.SplitHostPort(a.addr); err != nil {
 			return fmt.Errorf("--%s %q: want host:port or :port: %w", a.flag, a.addr, err)

@@ -42,8 +42,10 @@ func TestBinaryOnAzurite(t *testing.T) {
 	if n := p.Metric("rolloutd_records_appended_total", ""); n != 2 {
 		t.Errorf("rolloutd_records_appended_total %v, want 2", n)
 	}
-	if n := p.Metric("rolloutd_blob_operations_total", `op="put_cas",outcome="ok"`); n < 1 {
-		t.Errorf("no successful manifest CAS counted (%v)", n)
+	// Commit protocol v2: the shard's creation and the commit are
+	// create-only puts (the manifest CAS, a checkpoint, follows later).
+	if n := p.Metric("rolloutd_blob_operations_total", `op="put_create",outcome="ok"`); n < 2 {
+		t.Errorf("successful create-only puts counted: %v, want the claim's and the commit's", n)
 	}
 	if n := p.Metric("rolloutd_rpc_duration_seconds_count", `method="Get"`); n != 1 {
 		t.Errorf("Get latency samples %v, want 1", n)

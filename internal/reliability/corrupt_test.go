@@ -40,7 +40,7 @@ func TestCorruptStoredBytes(t *testing.T) {
 	}
 	w.stop(t, 5*time.Second)
 	r := resp.GetResults()[0]
-	gen := format.GenerationName(sh, r.GetEpoch(), r.GetGeneration())
+	gen := format.LogName(sh, r.GetGeneration()) // protocol v2: the ack names the log position
 	manifest := format.ManifestName(sh)
 	good := map[string][]byte{}
 	for _, name := range []string{gen, manifest} {

@@ -16,6 +16,7 @@ import (
 
 	rolloutv1 "github.com/rolloutd/rolloutd/gen/rollout/v1"
 	"github.com/rolloutd/rolloutd/internal/blob"
+	"github.com/rolloutd/rolloutd/internal/shard"
 	"github.com/rolloutd/rolloutd/internal/shard/format"
 )
 
@@ -258,8 +259,10 @@ func checkShard(ctx context.Context, store blob.Store, name string, s *shardLedg
 	fail := func(format string, args ...any) {
 		errs = append(errs, fmt.Errorf("shard %s: "+format, append([]any{name}, args...)...))
 	}
-	data, _, err := store.Get(ctx, format.ManifestName(name), blob.GetOptions{})
-	if errors.Is(err, blob.ErrNotFound) {
+	// The reader's view: the manifest and, under protocol v2, the log
+	// positions after its checkpoint.
+	m, err := shard.NewReader(store, shard.ReaderOptions{}).Manifest(ctx, name)
+	if errors.Is(err, shard.ErrShardNotFound) {
 		if len(s.acked) > 0 {
 			fail("no manifest, but %d records were acknowledged", len(s.acked))
 		}
@@ -269,15 +272,10 @@ func checkShard(ctx context.Context, store blob.Store, name string, s *shardLedg
 		fail("read manifest: %v", err)
 		return 0, 0, errs
 	}
-	m, err := format.DecodeManifest(data)
-	if err != nil {
-		fail("decode manifest: %v", err)
-		return 0, 0, errs
-	}
 	seen := map[string]uint64{}
 	var last uint64
 	for _, g := range m.GetGenerations() {
-		gname := format.GenerationName(name, g.GetEpoch(), g.GetNumber())
+		gname := format.BlobOf(name, g)
 		data, _, err := store.Get(ctx, gname, blob.GetOptions{})
 		if err != nil {
 			fail("live generation %s: %v", gname, err)
@@ -289,7 +287,7 @@ func checkShard(ctx context.Context, store blob.Store, name string, s *shardLedg
 			continue
 		}
 		gens++
-		if footer.GetShard() != name || footer.GetEpoch() != g.GetEpoch() || footer.GetGeneration() != g.GetNumber() {
+		if footer.GetShard() != name || footer.GetEpoch() != g.GetEpoch() || footer.GetGeneration() != g.GetNumber() || footer.GetPosition() != g.GetPosition() {
 			fail("generation %s: footer names %s epoch %d generation %d", gname, footer.GetShard(), footer.GetEpoch(), footer.GetGeneration())
 		}
 		entries := footer.GetEntries()

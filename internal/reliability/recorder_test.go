@@ -52,6 +52,9 @@ func parseName(name string) (shardName string, manifest, generation bool) {
 	if i := strings.LastIndex(rest, "/_g/"); i > 0 {
 		return rest[:i], false, true
 	}
+	if i := strings.LastIndex(rest, "/_l/"); i > 0 { // a log position (protocol v2)
+		return rest[:i], false, true
+	}
 	return "", false, false
 }
 
@@ -127,7 +130,7 @@ func (r *recorder) Delete(ctx context.Context, name string, opts blob.DeleteOpti
 	if n := len(h.versions); n > 0 {
 		cur := h.versions[n-1]
 		for _, g := range cur.GetGenerations() {
-			if format.GenerationName(shardName, g.GetEpoch(), g.GetNumber()) == name {
+			if format.BlobOf(shardName, g) == name {
 				r.problem("GC deleted %s, which the current manifest (epoch %d) lists as live", name, cur.GetEpoch())
 			}
 		}
@@ -195,8 +198,10 @@ func (r *recorder) check() (historyReport, []error) {
 			}
 			recs := map[string]uint64{}
 			for _, g := range m.GetGenerations() {
-				name := format.GenerationName(shardName, g.GetEpoch(), g.GetNumber())
-				if !live[[2]uint64{g.GetEpoch(), g.GetNumber()}] && g.GetEpoch() != epoch {
+				name := format.BlobOf(shardName, g)
+				// A log batch (protocol v2) joins the manifest in the
+				// checkpoint that covers it, whichever epoch created it.
+				if !live[[2]uint64{g.GetEpoch(), g.GetNumber()}] && g.GetEpoch() != epoch && g.GetPosition() == 0 {
 					fail("added generation %s of another epoch", name)
 				}
 				es, ok := r.gens[name]

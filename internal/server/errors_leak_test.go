@@ -40,11 +40,7 @@ type leakyStore struct {
 }
 
 func (s *leakyStore) fail(name string) error {
-	prefix := format.ShardPrefix("s")
-	if s.generations {
-		prefix = format.GenerationPrefix("s")
-	}
-	if !strings.HasPrefix(name, prefix) {
+	if !strings.HasPrefix(name, format.ShardPrefix("s")) || s.generations && !format.IsDataBlob("s", name) {
 		return nil
 	}
 	if s.panics {

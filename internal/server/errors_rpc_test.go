@@ -52,7 +52,7 @@ type blockingStore struct {
 }
 
 func (s *blockingStore) Put(ctx context.Context, name string, data []byte, opts blob.PutOptions) (blob.Attrs, error) {
-	if strings.HasPrefix(name, format.GenerationPrefix("s")) {
+	if format.IsDataBlob("s", name) {
 		select {
 		case s.held <- struct{}{}:
 		default:

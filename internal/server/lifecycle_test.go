@@ -83,7 +83,7 @@ func TestLifecycleRPCs(t *testing.T) {
 		t.Fatal(err)
 	}
 	if info.GetRecords() != 12 || info.GetFirstSeq() != 1 || info.GetLastSeq() != 12 || info.GetEpoch() == 0 || !info.GetWriterHere() ||
-		info.GetFormatVersion() != format.ManifestVersion || info.GetCreatedAt() == nil || info.GetLastCommitAt() == nil || info.GetBytes() == 0 {
+		info.GetFormatVersion() != format.ManifestVersionV2 || info.GetCreatedAt() == nil || info.GetLastCommitAt() == nil || info.GetBytes() == 0 {
 		t.Fatalf("DescribeShard = %v", info)
 	}
 	_, err = c.DescribeShard(ctx, &rolloutv1.DescribeShardRequest{Shard: "never"})

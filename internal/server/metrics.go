@@ -23,6 +23,8 @@ type Metrics struct {
 	openDuration      prometheus.Histogram
 	evictions         prometheus.Counter
 	fences            prometheus.Counter
+	logFences         prometheus.Counter
+	checkpoints       prometheus.Counter
 	selfHeals         prometheus.Counter
 	panics            prometheus.Counter
 	decodeFailures    *prometheus.CounterVec
@@ -83,6 +85,14 @@ func NewMetrics() *Metrics {
 			Name: "rolloutd_writer_fences_total",
 			Help: "Shard writers found fenced by another writer's epoch and replaced (once per shard and epoch).",
 		}),
+		logFences: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "rolloutd_log_fences_total",
+			Help: "Fences written into shard logs (protocol v2): one per takeover of a shard, by another process or after a writer of this one left a create in doubt; a reopen after a clean end writes none.",
+		}),
+		checkpoints: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "rolloutd_checkpoints_total",
+			Help: "Manifest checkpoints written by this instance's shard writers (protocol v2), the claims' confirming ones excluded.",
+		}),
 		selfHeals: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "rolloutd_append_self_heals_total",
 			Help: "Appends that failed on a fenced (or closed) writer and then succeeded on its replacement.",
@@ -123,7 +133,7 @@ func NewMetrics() *Metrics {
 	}
 	m.collectors = []prometheus.Collector{
 		m.rpcDuration, m.recordsAppended, m.bytesAppended, m.alreadyPresent, m.generationsPerRPC,
-		m.residentWriters, m.writerOpens, m.openDuration, m.evictions, m.fences, m.selfHeals, m.panics, m.decodeFailures,
+		m.residentWriters, m.writerOpens, m.openDuration, m.evictions, m.fences, m.logFences, m.checkpoints, m.selfHeals, m.panics, m.decodeFailures,
 		m.scannedRecords, m.merges, m.mergeDuration, m.mergeSources, m.errorReasons, m.shutdownTimeouts,
 	}
 	for _, method := range requestMethods {

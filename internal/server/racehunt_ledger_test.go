@@ -241,22 +241,19 @@ func (l *huntLedger) check(ctx context.Context, store blob.Store, shards []strin
 
 // readShard adds what one shard's live generations hold to found.
 func (l *huntLedger) readShard(ctx context.Context, store blob.Store, shardName string, found map[huntKey]*huntStored) (n int) {
-	data, _, err := store.Get(ctx, format.ManifestName(shardName), blob.GetOptions{})
-	if errors.Is(err, blob.ErrNotFound) {
+	// The reader's view: the manifest and, under protocol v2, the log
+	// positions after its checkpoint.
+	m, err := shard.NewReader(store, shard.ReaderOptions{}).Manifest(ctx, shardName)
+	if errors.Is(err, shard.ErrShardNotFound) {
 		return 0
 	}
 	if err != nil {
 		l.v.add("%s: read manifest: %v", shardName, err)
 		return 0
 	}
-	m, err := format.DecodeManifest(data)
-	if err != nil {
-		l.v.add("%s: decode manifest: %v", shardName, err)
-		return 0
-	}
 	var last uint64
 	for _, g := range m.GetGenerations() {
-		name := format.GenerationName(shardName, g.GetEpoch(), g.GetNumber())
+		name := format.BlobOf(shardName, g)
 		data, _, err := store.Get(ctx, name, blob.GetOptions{})
 		if err != nil {
 			l.v.add("%s: live generation %s: %v", shardName, name, err)

@@ -321,8 +321,14 @@ func (h *hunter) addFaults() {
 		add(op, "", faultstore.Delay, 0.2, 300*time.Microsecond)
 	}
 	for _, s := range h.shardNames() {
-		gens, manifest := format.GenerationPrefix(s), format.ManifestName(s)
+		gens, manifest, log := format.GenerationPrefix(s), format.ManifestName(s), format.LogPrefix(s)
 		add(faultstore.OpPut, gens, faultstore.Delay, 0.3, h.rng.between(2*time.Millisecond, 15*time.Millisecond))
+		// Protocol v2 commits by creating log positions: the same faults
+		// as the manifest's, which v1 commits by.
+		add(faultstore.OpPut, log, faultstore.Delay, 0.3, h.rng.between(2*time.Millisecond, 15*time.Millisecond))
+		h.fs.Add(faultstore.Rule{Ops: []faultstore.Op{faultstore.OpPut}, Prefix: log, Fault: faultstore.LoseResponse, Prob: 0.05})
+		h.fs.Add(faultstore.Rule{Ops: []faultstore.Op{faultstore.OpPut}, Prefix: log, Fault: faultstore.Fail, Prob: 0.02})
+		add(faultstore.OpGet, log, faultstore.Fail, 0.02, 0)
 		add(faultstore.OpPut, manifest, faultstore.Delay, 0.1, 2*time.Millisecond)
 		add(faultstore.OpGet, manifest, faultstore.Delay, 0.1, time.Millisecond)
 		h.fs.Add(faultstore.Rule{Ops: []faultstore.Op{faultstore.OpPut}, Prefix: manifest, Fault: faultstore.LoseResponse, Prob: 0.05})
@@ -453,10 +459,11 @@ func (h *hunter) chaos() {
 	}
 }
 
-// hold delays the next generation PUT of shardName by about d: that commit
-// is held, and appends queue behind it.
+// hold delays the next commit PUT of shardName (the create of a log
+// position, under protocol v2) by about d: that commit is held, and appends
+// queue behind it.
 func (h *hunter) hold(shardName string, d time.Duration) {
-	h.fs.Add(faultstore.Rule{Ops: []faultstore.Op{faultstore.OpPut}, Prefix: format.GenerationPrefix(shardName), Fault: faultstore.Delay, Count: 1, Delay: d})
+	h.fs.Add(faultstore.Rule{Ops: []faultstore.Op{faultstore.OpPut}, Prefix: format.LogPrefix(shardName), Fault: faultstore.Delay, Count: 1, Delay: d})
 }
 
 // burst queues hundreds of appends on one instance's writer behind a held

@@ -312,6 +312,15 @@ func New(cfg Config) (*Server, error) {
 	wopts.Notifier = notifier
 	metrics := s.metrics
 	wopts.OnMerge = metrics.observeMerge
+	wopts.OnFence = metrics.logFences.Inc
+	wopts.OnCheckpoint = metrics.checkpoints.Inc
+	// The writer set's writers of one shard follow each other in this
+	// process: a writer that ended with a create in doubt (evicted, or
+	// aborted by a Close that timed out) hands it over through the
+	// lineage, with no I/O, and the shard's next writer fences the log.
+	if wopts.Lineage == nil {
+		wopts.Lineage = shard.NewLineage()
+	}
 	if wopts.Clock == nil {
 		wopts.Clock = cfg.Clock
 	}

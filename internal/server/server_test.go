@@ -26,6 +26,7 @@ import (
 	"github.com/rolloutd/rolloutd/internal/blob"
 	"github.com/rolloutd/rolloutd/internal/blob/memstore"
 	"github.com/rolloutd/rolloutd/internal/shard/format"
+	"github.com/rolloutd/rolloutd/internal/shard/storagepb"
 )
 
 // testServer is a Server on a bufconn listener with a connected client.
@@ -264,16 +265,28 @@ func TestStoredDataProblems(t *testing.T) {
 	if _, err := ts.client.Append(ctx, &rolloutv1.AppendRequest{Shard: "gone", Records: []*rolloutv1.Record{record("a")}}); err != nil {
 		t.Fatal(err)
 	}
-	page, err := mem.List(ctx, format.GenerationPrefix("gone"), "", 0)
-	if err != nil {
-		t.Fatal(err)
+	// Under protocol v2 the manifest lists the record's log position once
+	// a checkpoint covers it (within the checkpoint interval).
+	var gens []*storagepb.Generation
+	for deadline := time.Now().Add(10 * time.Second); len(gens) == 0; time.Sleep(5 * time.Millisecond) {
+		data, _, err := mem.Get(ctx, format.ManifestName("gone"), blob.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, err := format.DecodeManifest(data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if gens = m.GetGenerations(); len(gens) == 0 && time.Now().After(deadline) {
+			t.Fatal("no checkpoint lists the record")
+		}
 	}
-	for _, it := range page.Items {
-		if err := mem.Delete(ctx, it.Name, blob.DeleteOptions{}); err != nil {
+	for _, g := range gens {
+		if err := mem.Delete(ctx, format.BlobOf("gone", g), blob.DeleteOptions{}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	_, err = ts.client.Get(ctx, &rolloutv1.GetRequest{Shard: "gone", Id: "a"})
+	_, err := ts.client.Get(ctx, &rolloutv1.GetRequest{Shard: "gone", Id: "a"})
 	if st := status.Convert(err); st.Code() != codes.Internal || !strings.Contains(st.Message(), "request id") {
 		t.Errorf("Get with its generation deleted: %v %q, want Internal", st.Code(), st.Message())
 	}

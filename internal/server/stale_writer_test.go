@@ -45,8 +45,8 @@ func TestRetryOnStaleWriterWithVanishedGeneration(t *testing.T) {
 	if _, err := appendOne(ctx, a.client, "s", "y"); err != nil { // A claims epoch 2
 		t.Fatal(err)
 	}
-	gen := format.GenerationName("s", x.GetEpoch(), x.GetGeneration())
-	for i := 0; ; i++ { // B takes the shard back, merges and collects gen
+	gen := format.LogName("s", x.GetGeneration()) // protocol v2: the ack names the log position
+	for i := 0; ; i++ {                           // B takes the shard back, merges and collects gen
 		if _, err := store.Head(ctx, gen); errors.Is(err, blob.ErrNotFound) {
 			break
 		}

@@ -12,9 +12,11 @@ import (
 
 // Result is the outcome of one appended record.
 type Result struct {
-	ID         string
-	Seq        uint64
-	Epoch      uint64
+	ID    string
+	Seq   uint64
+	Epoch uint64
+	// Generation is the number of the generation that holds the record,
+	// or, under protocol v2, the log position its commit created.
 	Generation uint64
 	// AlreadyPresent: the id was already committed; Seq is the stored one.
 	AlreadyPresent bool
@@ -155,7 +157,7 @@ func (w *writer) findPresent(ctx context.Context, entries []Entry, present map[s
 	for i, e := range entries {
 		ids[i] = e.ID
 	}
-	var checked map[uint64]bool
+	var checked map[genKey]bool
 	vanished := 0
 	for {
 		w.mu.Lock()
@@ -166,7 +168,7 @@ func (w *writer) findPresent(ctx context.Context, entries []Entry, present map[s
 		m := w.m
 		var todo []*storagepb.Generation
 		for _, g := range m.GetGenerations() {
-			if !checked[g.GetNumber()] {
+			if !checked[keyOf(g)] {
 				todo = append(todo, g)
 			}
 		}
@@ -189,10 +191,10 @@ func (w *writer) findPresent(ctx context.Context, entries []Entry, present map[s
 			return err
 		}
 		if checked == nil {
-			checked = map[uint64]bool{}
+			checked = map[genKey]bool{}
 		}
 		for _, g := range todo {
-			checked[g.GetNumber()] = true
+			checked[keyOf(g)] = true
 		}
 	}
 }
@@ -242,7 +244,7 @@ func (w *writer) partitionLocked(entries []Entry, present map[string]found, resu
 			if f.entry.GetClientHash() != e.ClientHash && conflict == nil {
 				conflict = &IDConflictError{Shard: w.shard, ID: e.ID, Seq: f.entry.GetSeq()}
 			}
-			results[i] = Result{ID: e.ID, Seq: f.entry.GetSeq(), Epoch: f.gen.GetEpoch(), Generation: f.gen.GetNumber(), AlreadyPresent: true}
+			results[i] = Result{ID: e.ID, Seq: f.entry.GetSeq(), Epoch: f.gen.GetEpoch(), Generation: genNumber(f.gen), AlreadyPresent: true}
 			continue
 		}
 		if ref, ok := w.inflight[e.ID]; ok {

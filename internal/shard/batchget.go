@@ -190,7 +190,7 @@ func (r *Reader) readLocated(ctx context.Context, shard string, want map[string]
 	byGen := map[genKey][]*located{}
 	for id := range take {
 		loc := want[id]
-		k := genKey{loc.g.GetEpoch(), loc.g.GetNumber()}
+		k := keyOf(loc.g)
 		byGen[k] = append(byGen[k], loc)
 	}
 	var chunks []chunk
@@ -224,7 +224,7 @@ func (r *Reader) readLocated(ctx context.Context, shard string, want map[string]
 	for _, c := range chunks {
 		gen := gens[c.entries[0]]
 		g.Go(func() error {
-			name := format.GenerationName(shard, gen.GetEpoch(), gen.GetNumber())
+			name := keyOf(gen).name(shard)
 			data, _, err := r.store.Get(gctx, name, blob.GetOptions{Offset: int64(c.first), Length: int64(c.end - c.first)})
 			if err != nil {
 				return fmt.Errorf("shard %q: batch get from %s: %w", shard, name, err)

@@ -6,7 +6,6 @@ import (
 	"github.com/bits-and-blooms/bloom/v3"
 	"github.com/hashicorp/golang-lru/v2/simplelru"
 
-	"github.com/rolloutd/rolloutd/internal/shard/format"
 	"github.com/rolloutd/rolloutd/internal/shard/storagepb"
 )
 
@@ -38,12 +37,18 @@ func (idx *index) size() int64 {
 
 // genRef names a generation without formatting its blob name, which the
 // id lookups of every append would otherwise do once per live generation.
+// Epoch 0 names a log batch, number being its position (see genKey).
 type genRef struct {
 	shard         string
 	epoch, number uint64
 }
 
-func (g genRef) name() string { return format.GenerationName(g.shard, g.epoch, g.number) }
+func refOf(shard string, g *storagepb.Generation) genRef {
+	k := keyOf(g)
+	return genRef{shard, k.epoch, k.number}
+}
+
+func (g genRef) name() string { return genKey{g.epoch, g.number}.name(g.shard) }
 
 // cacheKey separates a generation's cached parts.
 type cacheKey struct {

@@ -12,10 +12,10 @@ import (
 // settles; the committer claims the run it folds until its commit settles.
 type claims struct {
 	mu   sync.Mutex
-	held map[uint64]bool // by generation number; guarded by mu
+	held map[genKey]bool // guarded by mu
 }
 
-func newClaims() *claims { return &claims{held: map[uint64]bool{}} }
+func newClaims() *claims { return &claims{held: map[genKey]bool{}} }
 
 // claimLive claims every generation of plan, or none: it fails if one is
 // claimed already or not live in the manifest current returns. current is
@@ -25,17 +25,17 @@ func newClaims() *claims { return &claims{held: map[uint64]bool{}} }
 func (c *claims) claimLive(plan []*storagepb.Generation, current func() *storagepb.Manifest) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	live := map[uint64]bool{}
+	live := map[genKey]bool{}
 	for _, g := range current().GetGenerations() {
-		live[g.GetNumber()] = true
+		live[keyOf(g)] = true
 	}
 	for _, g := range plan {
-		if c.held[g.GetNumber()] || !live[g.GetNumber()] {
+		if c.held[keyOf(g)] || !live[keyOf(g)] {
 			return false
 		}
 	}
 	for _, g := range plan {
-		c.held[g.GetNumber()] = true
+		c.held[keyOf(g)] = true
 	}
 	return true
 }
@@ -48,7 +48,7 @@ func (c *claims) claimNewest(gens []*storagepb.Generation, minCount, maxCount in
 	defer c.mu.Unlock()
 	var bytes int64
 	i := len(gens)
-	for i > 0 && len(gens)-i < maxCount && !c.held[gens[i-1].GetNumber()] {
+	for i > 0 && len(gens)-i < maxCount && !c.held[keyOf(gens[i-1])] {
 		b := int64(gens[i-1].GetBytes())
 		if bytes+b > maxBytes {
 			break
@@ -61,23 +61,23 @@ func (c *claims) claimNewest(gens []*storagepb.Generation, minCount, maxCount in
 		return nil
 	}
 	for _, g := range run {
-		c.held[g.GetNumber()] = true
+		c.held[keyOf(g)] = true
 	}
 	return run
 }
 
 // add claims one generation.
-func (c *claims) add(gen uint64) {
+func (c *claims) add(k genKey) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.held[gen] = true
+	c.held[k] = true
 }
 
 // release drops the claims on nums.
-func (c *claims) release(nums ...uint64) {
+func (c *claims) release(keys ...genKey) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	for _, n := range nums {
-		delete(c.held, n)
+	for _, k := range keys {
+		delete(c.held, k)
 	}
 }

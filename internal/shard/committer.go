@@ -30,7 +30,10 @@ type committer struct {
 	// that commit's records, retried; until its ids are checked against a
 	// manifest read back, its failure is ErrOutcomeUnknown too (fail).
 	unresolved bool
-	folding    []uint64 // the generations the commit being prepared claimed to fold (fold.go)
+	// inDoubt (protocol v2): a create of a log position went out and was
+	// not answered, by its reply or a read of the position.
+	inDoubt bool
+	folding []genKey // the generations the commit being prepared claimed to fold (fold.go)
 }
 
 // wake tells the committer there is work, without blocking.
@@ -392,13 +395,13 @@ func (c *committer) recheck(ctx context.Context, batch []*pending, present map[s
 		if p.adopted == adopted {
 			continue
 		}
-		seen := map[uint64]bool{}
+		seen := map[genKey]bool{}
 		for _, g := range p.checked.GetGenerations() {
-			seen[g.GetNumber()] = true
+			seen[keyOf(g)] = true
 		}
 		var added []*storagepb.Generation
 		for _, g := range m.GetGenerations() {
-			if !seen[g.GetNumber()] {
+			if !seen[keyOf(g)] {
 				added = append(added, g)
 			}
 		}

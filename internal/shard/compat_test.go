@@ -316,8 +316,29 @@ func TestCompatFixture(t *testing.T) {
 			return s
 		},
 	}
-	for name, newStore := range stores {
-		t.Run(name, func(t *testing.T) {
+	// Under either commit protocol: a v2 writer converts the shard (its
+	// claim writes format version 2), a v1 writer keeps it in v1.
+	for _, protocol := range []Protocol{ProtocolV2, ProtocolV1} {
+		for name, newStore := range stores {
+			t.Run(protocol.String()+"/"+name, func(t *testing.T) { testCompatFixture(t, newStore, protocol) })
+		}
+	}
+}
+
+func testCompatFixture(t *testing.T, newStore func(*testing.T) blob.Store, protocol Protocol) {
+	open := func(t *testing.T, store blob.Store, shard string) *Writer {
+		t.Helper()
+		opts := testOptions(t)
+		opts.Protocol = protocol
+		w, err := Open(context.Background(), store, shard, opts)
+		if err != nil {
+			t.Fatalf("Open(%q): %v", shard, err)
+		}
+		t.Cleanup(w.Abort)
+		return w
+	}
+	{
+		{
 			ctx := context.Background()
 			store := newStore(t)
 			want := loadCompatFixture(t, store)
@@ -386,7 +407,14 @@ func TestCompatFixture(t *testing.T) {
 			if err := w2.Close(ctx); err != nil {
 				t.Fatal(err)
 			}
-		})
+			raw, _, err := store.Get(ctx, format.ManifestName(compatShard), blob.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if v, want := format.Version(raw), map[Protocol]uint32{ProtocolV1: format.ManifestVersion, ProtocolV2: format.ManifestVersionV2}[protocol]; v != want {
+				t.Errorf("manifest format version %d after %v writers, want %d", v, protocol, want)
+			}
+		}
 	}
 }
 

@@ -32,7 +32,7 @@ import (
 // never stored, and y is stored although W was told it failed.
 func TestConflictOnOneIDDoesNotFailAnother(t *testing.T) {
 	fs := faultstore.New(memstore.New(), 1)
-	opts := testOptions(t)
+	opts := testOptionsV1(t)
 	opts.Logger = zap.NewNop()
 	opts.DisableMerge = true
 	w, err := Open(context.Background(), fs, "s", opts)

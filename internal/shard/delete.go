@@ -97,6 +97,13 @@ func Delete(ctx context.Context, store blob.Store, shard string, opts DeleteOpti
 		if ts := cur.GetTombstone(); ts != nil {
 			return deletion(cur, true), nil
 		}
+		if isV2(cur) {
+			d, done, err := deleteV2(ctx, store, shard, opts, cur, etag, putID)
+			if done || err != nil {
+				return d, err
+			}
+			continue // another claim got in first: look again
+		}
 		last := cur.GetNextSeq() - 1
 		if opts.ExpectedLastSeq != nil && *opts.ExpectedLastSeq != last {
 			return Deletion{}, &SeqMismatchError{Shard: shard, Expected: *opts.ExpectedLastSeq, LastSeq: last}
@@ -220,7 +227,8 @@ func Purge(ctx context.Context, store blob.Store, shard string, through uint64, 
 			return deleted, err
 		}
 		if past || page.Next == "" {
-			return deleted, nil
+			n, err := purgeLog(ctx, store, shard, through, progress)
+			return deleted + n, err
 		}
 		token = page.Next
 	}
@@ -335,4 +343,159 @@ func (p *Purger) Close() {
 	p.mu.Unlock()
 	p.stop()
 	p.wg.Wait()
+}
+
+// deleteV2 deletes a protocol v2 shard whose manifest cur (ETag etag) it
+// read. The tombstone must also fence the log, and the expected last seq
+// is checked against the log's tail up to that fence: so it claims the
+// shard as a v2 writer does (a CAS to the next epoch), probes the log,
+// fences it at the first free position, and only then writes the
+// tombstone, a CAS on its claim that checkpoints through the fence. A
+// writer of the old incarnation is fenced by the claim's ETag and by the
+// fence in the log. done is false when another claim got in first.
+func deleteV2(ctx context.Context, store blob.Store, shard string, opts DeleteOptions, cur *storagepb.Manifest, etag blob.ETag, putID string) (_ Deletion, done bool, _ error) {
+	name := format.ManifestName(shard)
+	if opts.ExpectedLastSeq != nil {
+		// Seqs only grow: a tail already past the expected seq refuses the
+		// delete without claiming (and fencing) the live writer.
+		found, err := probeLog(ctx, store, NewBlobCache(1<<20), shard, cur.GetLogCheckpoint()+1, 0)
+		if err != nil {
+			return Deletion{}, false, fmt.Errorf("delete shard %q: probe the log: %w", shard, err)
+		}
+		last := cur.GetNextSeq() - 1
+		for _, e := range found {
+			last = max(last, e.nextSeq-1)
+		}
+		if last > *opts.ExpectedLastSeq {
+			return Deletion{}, true, &SeqMismatchError{Shard: shard, Expected: *opts.ExpectedLastSeq, LastSeq: last}
+		}
+	}
+	claim := proto.CloneOf(cur)
+	claim.Epoch = cur.GetEpoch() + 1
+	claim.Owner = putID
+	claim.CommitId = putID + "-claim"
+	claim.Epochs = append(claim.Epochs, &storagepb.EpochRecord{Epoch: claim.GetEpoch()})
+	pruneEpochs(claim, DefaultMaxEpochRecords)
+	data, err := format.EncodeManifest(claim)
+	if err != nil {
+		return Deletion{}, false, err
+	}
+	attrs, err := store.Put(ctx, name, data, blob.PutOptions{IfMatch: etag, PutID: claim.GetCommitId()})
+	if err != nil {
+		m, metag, rerr := readManifest(ctx, store, shard)
+		if rerr != nil || m.GetCommitId() != claim.GetCommitId() {
+			if errors.Is(err, blob.ErrConditionFailed) || retryable(err) {
+				return Deletion{}, false, nil
+			}
+			return Deletion{}, false, fmt.Errorf("delete shard %q: claim: %w", shard, err)
+		}
+		attrs.ETag = metag
+	}
+	// A writer of the claimed epoch, for the log's fence.
+	w := &writer{store: store, shard: shard, epoch: claim.GetEpoch(), id: putID,
+		opts: Options{Clock: opts.Clock, RetryBackoff: opts.RetryBackoff}.withDefaults()}
+	found, err := probeLog(ctx, store, w.opts.Cache, shard, cur.GetLogCheckpoint()+1, 0)
+	if err != nil {
+		return Deletion{}, false, fmt.Errorf("delete shard %q: probe the log: %w", shard, err)
+	}
+	lastSeq, records := cur.GetNextSeq()-1, cur.GetRecordCount()
+	pos := cur.GetLogCheckpoint() + 1
+	tally := func(e *logEntry) {
+		lastSeq = max(lastSeq, e.nextSeq-1)
+		if e.gen != nil {
+			records += uint64(e.gen.GetRecords())
+		}
+		pos = e.position + 1
+	}
+	for _, e := range found {
+		if e.epoch > claim.GetEpoch() {
+			return Deletion{}, false, nil
+		}
+		tally(e)
+	}
+	for {
+		fence, err := format.EncodeFence(format.LogEntry{Shard: shard, Epoch: claim.GetEpoch(), Position: pos, Writer: putID, PutID: putID + "-fence", NextSeq: lastSeq + 1})
+		if err != nil {
+			return Deletion{}, false, err
+		}
+		res, err := w.createAt(ctx, pos, fence.Data, putID+"-fence")
+		if err != nil {
+			return Deletion{}, false, fmt.Errorf("delete shard %q: fence the log: %w", shard, err)
+		}
+		if res.outcome == created {
+			break
+		}
+		if res.found.epoch > claim.GetEpoch() {
+			return Deletion{}, false, nil
+		}
+		tally(res.found)
+	}
+	if opts.ExpectedLastSeq != nil && *opts.ExpectedLastSeq != lastSeq {
+		// The claim and the fence stay: the next writer claims after them
+		// and moves past the fence; nothing was deleted.
+		return Deletion{}, true, &SeqMismatchError{Shard: shard, Expected: *opts.ExpectedLastSeq, LastSeq: lastSeq}
+	}
+	base := proto.CloneOf(claim)
+	base.NextSeq = lastSeq + 1
+	base.RecordCount = records
+	next := tombstoneOf(base, putID, opts.Clock.Now())
+	next.LogCheckpoint = pos // through the fence
+	data, err = format.EncodeManifest(next)
+	if err != nil {
+		return Deletion{}, false, err
+	}
+	_, err = store.Put(ctx, name, data, blob.PutOptions{IfMatch: attrs.ETag, PutID: putID})
+	if err == nil {
+		return deletion(next, false), true, nil
+	}
+	m, _, rerr := readManifest(ctx, store, shard)
+	if rerr == nil && m.GetCommitId() == putID {
+		return deletion(m, false), true, nil
+	}
+	if errors.Is(err, blob.ErrConditionFailed) || retryable(err) {
+		return Deletion{}, false, nil
+	}
+	return Deletion{}, false, fmt.Errorf("delete shard %q: write tombstone: %w", shard, err)
+}
+
+// purgeLog deletes the shard's log batches written under an epoch at or
+// below through (deleted incarnations'). Fences are kept: they are what
+// stops a stale writer's create from landing in a collected position.
+func purgeLog(ctx context.Context, store blob.Store, shard string, through uint64, progress func()) (int, error) {
+	cache := NewBlobCache(1 << 20)
+	deleted := 0
+	token := ""
+	for {
+		page, err := store.List(ctx, format.LogPrefix(shard), token, 1000)
+		if err != nil {
+			return deleted, fmt.Errorf("purge shard %q: list the log: %w", shard, err)
+		}
+		for _, it := range page.Items {
+			p, ok := format.ParseLogName(shard, it.Name)
+			if !ok {
+				continue
+			}
+			e, err := readLogEntry(ctx, store, cache, shard, p, 0)
+			if errors.Is(err, blob.ErrNotFound) {
+				continue
+			}
+			if err != nil {
+				return deleted, fmt.Errorf("purge shard %q: %w", shard, err)
+			}
+			if e.fence() || e.epoch > through {
+				continue
+			}
+			if err := store.Delete(ctx, it.Name, blob.DeleteOptions{}); err != nil && !errors.Is(err, blob.ErrNotFound) {
+				return deleted, fmt.Errorf("purge shard %q: delete %s: %w", shard, it.Name, err)
+			}
+			deleted++
+			if progress != nil {
+				progress()
+			}
+		}
+		if page.Next == "" {
+			return deleted, nil
+		}
+		token = page.Next
+	}
 }

@@ -94,7 +94,7 @@ func TestDeleteFencesAndStartsNextIncarnation(t *testing.T) {
 	}
 	info, err := r.Describe(ctx, "exp/a")
 	if err != nil || info.Incarnation != 1 || info.Records != 2 || info.FirstSeq != 4 || info.LastSeq != 5 ||
-		info.FormatVersion != format.ManifestVersion || info.Created.IsZero() || info.LastCommit.IsZero() {
+		info.FormatVersion != format.ManifestVersionV2 || info.Created.IsZero() || info.LastCommit.IsZero() {
 		t.Fatalf("Describe of the next incarnation = %+v, %v", info, err)
 	}
 	if got, err := r.Get(ctx, "exp/a", "a"); err != nil || got.GetSeq() != 4 {
@@ -228,6 +228,10 @@ func TestPurgerStartAndClose(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The old writer's merger may still write a generation until it finds
+	// itself fenced (under protocol v2 the merger, not a commit, merges);
+	// a blob written after the purge is left to the next one.
+	w.Abort()
 	p := NewPurger(store, 2, nil)
 	p.Start("s", d.ThroughEpoch)
 	p.Start("s", d.ThroughEpoch) // coalesced with the one running

@@ -2,11 +2,74 @@
 // epoch-fenced writer that group-commits appends, and the stateless reader
 // that any instance uses to get a record.
 //
-// A shard is a manifest blob plus immutable generation blobs (see package
-// format). The manifest is the single source of truth: a record is committed
-// exactly when a manifest version that lists its generation has been written.
+// A shard is a manifest blob, immutable generation blobs and, under
+// protocol v2, a commit log (see package format for the names and bytes).
+// Options.Protocol selects how a writer commits; a shard a v2 writer has
+// claimed is always written in v2.
 //
-// # Protocol
+// # Protocol v2: commit by create (the default)
+//
+// A shard's commits form a log of positions 1, 2, 3, ..., one immutable blob
+// each (_l/<position>), created with If-None-Match: *. An entry is a batch
+// (epoch, writer, put id, records, footer, id filter) or a fence (epoch and
+// next seq, no records). The manifest becomes a checkpoint: it lists
+// everything the log holds up to its log_checkpoint, and a reader probes
+// the positions after it.
+//
+//  1. Open claims epoch+1 by a CAS on the manifest (epoch.go), as in v1, and
+//     writes manifest format version 2. It then probes the log forward from
+//     the checkpoint, reading what it inherits, creates a fence at the first
+//     free position (moving forward on "exists"), and confirms with a CAS
+//     on the manifest it claimed that checkpoints through the fence: it
+//     lands only if no one claimed since, so the epoch is still current and
+//     the fence lies beyond the checkpoint and so beyond anything collected
+//     (claimlog.go). The fence is skipped only when no other writer can
+//     have a create in doubt: the claim replaced the manifest of this
+//     process's previous writer of the shard, which ended with every create
+//     answered (Lineage), or the shard had never been claimed under v2.
+//  2. Append looks its ids up in the checkpoint's generations and in the
+//     log batches after it, inherited ones included (append.go), and queues
+//     the new ones.
+//  3. One committer takes everything queued and creates it as the batch at
+//     position last+1; the appends are acknowledged when that create lands
+//     (logcommit.go). No manifest is read or written on this path. A batch
+//     is frozen at its position: every retry sends the same bytes with the
+//     same put id.
+//  4. A create that answers "exists", or whose outcome is unknown, is
+//     decided by reading the position (logio.go): this writer's put id means
+//     it landed; a higher epoch means the writer is fenced; a lower epoch's
+//     entry is a late landing of an earlier writer's create, which the
+//     writer's replacement inherits; a position missing after an unknown
+//     outcome is created again. A create that stays undecided stops the
+//     writer (ErrOutcomeUnknown for its appends): it can never give the
+//     position other bytes, and its replacement fences.
+//  5. Off the ack path a checkpointer CASes the manifest to cover the log up
+//     to the last position that landed, with the edits of merges and GC
+//     (checkpoint.go): when CheckpointEvery (K) positions wait, every
+//     CheckpointInterval, and at Close. No position beyond checkpoint+2K is
+//     created until a checkpoint lands, so readers and claims probe a
+//     bounded tail. A checkpoint covers every position of every generation
+//     it lists.
+//  6. Get and Scan read the manifest, then the log positions after its
+//     checkpoint until the first missing one, which a manifest GET sent
+//     after that probe confirms: if the new checkpoint covers the missing
+//     position (it was collected, or created and checkpointed meanwhile),
+//     the read starts again from it (reader.go). A reader that cached a
+//     shard probes its cached tail's next position first. Following scans
+//     probe the log too.
+//  7. Merge outputs live in _g/ and only the manifest lists them. GC deletes
+//     a log position only once a durable checkpoint covers it and a merge
+//     retired it; a fence is never listed, never retired, so it is kept
+//     until the shard is deleted: a stale writer's create into a collected
+//     position would otherwise land, and be acknowledged, and no reader
+//     would ever see it (SlateDB #352, #1622).
+//
+// # Protocol v1: commit by manifest CAS
+//
+// The manifest is the single source of truth: a record is committed exactly
+// when a manifest version that lists its generation has been written. v1
+// exists for the first step of a rolling upgrade from a build that predates
+// v2 (docs/operations.md).
 //
 //  1. Open claims epoch+1 with a conditional write of the manifest
 //     (epoch.go): create-only when there is none, else If-Match on the
@@ -56,7 +119,8 @@
 //
 // # Background work
 //
-// A commit whose newest live generations form a small run folds them into
+// Under protocol v1, a commit whose newest live generations form a small
+// run folds them into
 // its own generation and retires them in its CAS (fold.go), from bytes
 // still cached, so a lone client's appends need no separate merge. Beside
 // the committer, a merger goroutine collapses the rest (merger.go, with
@@ -67,7 +131,9 @@
 // collector deletes what fell due in one burst per MergeInterval. A lone
 // client's appends thus share the store with as little background work as
 // possible: on Azurite, which serves one request at a time, that work
-// shows up directly in a lone client's latency.
+// shows up directly in a lone client's latency. Under protocol v2 a batch
+// is frozen at its log position, so commits never fold: the merger merges,
+// and its edits and GC's join the next checkpoint instead of a commit.
 //
 // # Who owns what
 //
@@ -76,8 +142,10 @@
 // the collector (gc.go). Callers of Append run append.go. What more than
 // one of them touches is in the writer under its mu (writer.go lists the
 // fields), or in the claims on generations that the merger and the
-// committer rewrite (claims.go), which have their own lock. Only the
-// committer writes the manifest.
+// committer rewrite (claims.go), which have their own lock. Under protocol v1 only the
+// committer writes the manifest; under v2 the committer creates log
+// positions, and only the claim and the checkpointer (checkpoint.go) write
+// the manifest.
 //
 // # Stopping: which path flushes, which discards
 //

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 
+	"github.com/rolloutd/rolloutd/internal/shard/format"
 	"github.com/rolloutd/rolloutd/internal/shard/storagepb"
 )
 
@@ -20,7 +21,7 @@ type edit struct {
 }
 
 type mergeEdit struct {
-	sources []uint64
+	sources []genKey
 	output  *storagepb.Generation
 }
 
@@ -40,7 +41,11 @@ func (w *writer) submit(ctx context.Context, e *edit) error {
 	}
 	w.edits = append(w.edits, e)
 	w.mu.Unlock()
-	w.committer.wake()
+	if w.v2 {
+		w.checkpointer.editArrived()
+	} else {
+		w.committer.wake()
+	}
 	select {
 	case err := <-e.done:
 		return err
@@ -59,7 +64,7 @@ func (e *edit) apply(next *storagepb.Manifest, now int64) error {
 		gens := next.GetGenerations()
 		at := -1
 		for i, g := range gens {
-			if g.GetNumber() == m.sources[0] {
+			if keyOf(g) == m.sources[0] {
 				at = i
 				break
 			}
@@ -68,7 +73,7 @@ func (e *edit) apply(next *storagepb.Manifest, now int64) error {
 			return errStaleEdit
 		}
 		for k, num := range m.sources {
-			if gens[at+k].GetNumber() != num {
+			if keyOf(gens[at+k]) != num {
 				return errStaleEdit
 			}
 		}
@@ -85,5 +90,32 @@ func (e *edit) apply(next *storagepb.Manifest, now int64) error {
 	return nil
 }
 
-// genKey names a generation.
+// genKey names a generation: its epoch and number, or, for a batch in the
+// shard's log (protocol v2), epoch 0 and its log position. No generation
+// has epoch 0, and the retired list stores log positions the same way.
 type genKey struct{ epoch, number uint64 }
+
+// keyOf returns the key of g.
+func keyOf(g *storagepb.Generation) genKey {
+	if p := g.GetPosition(); p != 0 {
+		return genKey{0, p}
+	}
+	return genKey{g.GetEpoch(), g.GetNumber()}
+}
+
+// genNumber is what a Result reports as the generation of a record in g:
+// its number, or, for a log batch, its log position.
+func genNumber(g *storagepb.Generation) uint64 {
+	if p := g.GetPosition(); p != 0 {
+		return p
+	}
+	return g.GetNumber()
+}
+
+// name is the blob name of the generation or log batch k.
+func (k genKey) name(shard string) string {
+	if k.epoch == 0 {
+		return format.LogName(shard, k.number)
+	}
+	return format.GenerationName(shard, k.epoch, k.number)
+}

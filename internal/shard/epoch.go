@@ -34,7 +34,11 @@ func (w *writer) claim(ctx context.Context) error {
 		switch {
 		case errors.Is(err, blob.ErrNotFound):
 			next = &storagepb.Manifest{Epoch: 1, NextGeneration: 1, NextSeq: 1}
+			if w.opts.Protocol == ProtocolV2 {
+				next.Protocol = format.ProtocolV2
+			}
 			put.IfNoneMatch = true
+			cur = nil
 			startIncarnation(next, w.opts.Clock.Now()) // lifecycle.go
 		case err != nil && retryable(err):
 			last = err
@@ -48,6 +52,12 @@ func (w *writer) claim(ctx context.Context) error {
 			next = proto.CloneOf(cur)
 			next.Epoch = cur.GetEpoch() + 1
 			put.IfMatch = etag
+			// A v2 shard stays v2, whatever this writer's Protocol: its
+			// log may hold positions past the checkpoint that a v1 writer
+			// would not see. (A tombstone keeps the protocol too.)
+			if w.opts.Protocol == ProtocolV2 || isV2(cur) {
+				next.Protocol = format.ProtocolV2
+			}
 			if next.GetTombstone() != nil {
 				startIncarnation(next, w.opts.Clock.Now()) // lifecycle.go
 			}
@@ -64,7 +74,7 @@ func (w *writer) claim(ctx context.Context) error {
 		attrs, err := w.store.Put(ctx, name, data, put)
 		switch {
 		case err == nil:
-			w.m, w.etag, w.epoch = next, attrs.ETag, next.GetEpoch()
+			w.m, w.etag, w.epoch, w.replaced = next, attrs.ETag, next.GetEpoch(), cur
 			return nil
 		case errors.Is(err, blob.ErrConditionFailed):
 			// Another writer claimed first; claim the epoch after it.
@@ -74,7 +84,7 @@ func (w *writer) claim(ctx context.Context) error {
 			// the manifest names this writer as owner.
 			m, etag, rerr := readManifest(ctx, w.store, w.shard)
 			if rerr == nil && m.GetOwner() == w.id && m.GetEpoch() == next.GetEpoch() {
-				w.m, w.etag, w.epoch = m, etag, m.GetEpoch()
+				w.m, w.etag, w.epoch, w.replaced = m, etag, m.GetEpoch(), cur
 				return nil
 			}
 			if err := backoff.wait(ctx); err != nil {

@@ -40,12 +40,12 @@ func (c *committer) pickFold(next *storagepb.Manifest, maxBytes int64) *foldRun 
 		return nil
 	}
 	for _, g := range run {
-		c.folding = append(c.folding, g.GetNumber())
+		c.folding = append(c.folding, keyOf(g))
 	}
 
 	f := &foldRun{gens: run}
 	for _, g := range run {
-		data, ok := w.opts.Cache.getData(genRef{w.shard, g.GetEpoch(), g.GetNumber()})
+		data, ok := w.opts.Cache.getData(refOf(w.shard, g))
 		if !ok {
 			c.releaseFold()
 			return nil

@@ -12,7 +12,7 @@ import (
 // foldOptions leave the merger nothing to do on its own but what the tests
 // arrange: no time trigger, no count trigger within the tests' sizes.
 func foldOptions(t testing.TB) Options {
-	o := testOptions(t)
+	o := testOptionsV1(t)
 	o.MergeRun = 4
 	o.MergeInterval = time.Hour
 	o.MergeAge = time.Hour

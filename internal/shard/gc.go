@@ -50,6 +50,14 @@ func parallelism(due int, latency, interval time.Duration) int {
 //     never treated as orphans: they may be in flight.
 //
 // Fencing depends on the manifest alone, and GC never deletes the manifest.
+//
+// Under protocol v2 the retired list also names log positions (epoch 0),
+// which a checkpoint covered before a merge retired them; fences are never
+// listed, never retired, never deleted. Retired positions are deleted in
+// parallel chunks, not strictly in position order: a reader that finds a
+// position missing confirms with a manifest read sent after its probe, and
+// any collected position is at or below a durable checkpoint, so the
+// reader starts again from that checkpoint whatever the order of deletion.
 type collector struct {
 	w        *writer
 	done     chan struct{} // closed when it has exited
@@ -120,7 +128,7 @@ func (c *collector) run(ctx context.Context) (more bool) {
 		due, backlog = due[len(chunk):], backlog-len(chunk)
 		for _, k := range chunk {
 			g.Go(func() error {
-				name := format.GenerationName(w.shard, k.epoch, k.number)
+				name := k.name(w.shard)
 				start := w.opts.Clock.Now()
 				err := w.store.Delete(ctx, name, blob.DeleteOptions{})
 				if err == nil || errors.Is(err, blob.ErrNotFound) {
@@ -170,7 +178,7 @@ func (c *collector) orphans(ctx context.Context) int {
 	m := w.manifest()
 	referenced := map[genKey]bool{}
 	for _, g := range m.GetGenerations() {
-		referenced[genKey{g.GetEpoch(), g.GetNumber()}] = true
+		referenced[keyOf(g)] = true
 	}
 	eachRetired(m, func(k genKey, _ int64) bool {
 		referenced[k] = true

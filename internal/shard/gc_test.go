@@ -38,7 +38,7 @@ func TestGCDeletesOnlyUnreferencedBlobsPastGrace(t *testing.T) {
 	store := memstore.New()
 	ctx := context.Background()
 	fake := clock.NewFake(time.Unix(1_700_000_000, 0))
-	opts := testOptions(t)
+	opts := testOptionsV1(t)
 	opts.Clock = fake
 	opts.MergeRun = 4
 	opts.MergeInterval = time.Second

@@ -68,7 +68,7 @@ func decodeSource(shard string, g *storagepb.Generation, data []byte) (*storagep
 	if err != nil {
 		return nil, err
 	}
-	if f.GetShard() != shard || f.GetEpoch() != g.GetEpoch() || f.GetGeneration() != g.GetNumber() || len(f.GetEntries()) != int(g.GetRecords()) {
+	if f.GetShard() != shard || f.GetEpoch() != g.GetEpoch() || f.GetGeneration() != g.GetNumber() || f.GetPosition() != g.GetPosition() || len(f.GetEntries()) != int(g.GetRecords()) {
 		return nil, errors.New("footer does not match the manifest")
 	}
 	return f, nil

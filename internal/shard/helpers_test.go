@@ -18,6 +18,25 @@ func testOptions(t testing.TB) Options {
 	return Options{Logger: zaptest.NewLogger(t), RetryBackoff: time.Millisecond}
 }
 
+// testOptionsV1 is testOptions for a protocol v1 writer: the tests of v1's
+// internals (its manifest CAS, rebase and fold) run on it.
+func testOptionsV1(t testing.TB) Options {
+	o := testOptions(t)
+	o.Protocol = ProtocolV1
+	return o
+}
+
+// openV1 is open, for a protocol v1 writer.
+func openV1(t testing.TB, store blob.Store, shard string) *Writer {
+	t.Helper()
+	w, err := Open(context.Background(), store, shard, testOptionsV1(t))
+	if err != nil {
+		t.Fatalf("Open(%q): %v", shard, err)
+	}
+	t.Cleanup(w.Abort)
+	return w
+}
+
 func open(t testing.TB, store blob.Store, shard string) *Writer {
 	t.Helper()
 	w, err := Open(context.Background(), store, shard, testOptions(t))
@@ -105,13 +124,15 @@ func (l *ledger) verify(t testing.TB, store blob.Store, shard string) {
 func countRecords(t testing.TB, store blob.Store, shard string) map[string]int {
 	t.Helper()
 	ctx := context.Background()
-	m, _, err := readManifest(ctx, store, shard)
+	// The reader's view: under protocol v2, the checkpoint and the log
+	// positions after it.
+	cache := NewIndexCache(1 << 20)
+	m, err := NewReader(store, ReaderOptions{Cache: cache}).Manifest(ctx, shard)
 	if err != nil {
 		t.Fatalf("read manifest: %v", err)
 	}
 	seen := map[string]int{}
 	var lastSeq uint64
-	cache := NewIndexCache(1 << 20)
 	for _, g := range m.GetGenerations() {
 		idx, err := loadIndex(ctx, store, cache, shard, g)
 		if err != nil {

@@ -17,7 +17,7 @@ import (
 func TestReappendIsAlreadyPresent(t *testing.T) {
 	backends(t, func(t *testing.T, newStore func(testing.TB) blob.Store) {
 		store := newStore(t)
-		w := open(t, store, "s")
+		w := openV1(t, store, "s")
 		ctx := context.Background()
 		first, err := w.Append(ctx, entries(t, "a", "b"))
 		if err != nil {
@@ -54,7 +54,7 @@ func TestReappendIsAlreadyPresent(t *testing.T) {
 
 func TestSameIDDifferentContentConflicts(t *testing.T) {
 	store := memstore.New()
-	w := open(t, store, "s")
+	w := openV1(t, store, "s")
 	ctx := context.Background()
 	if _, err := w.Append(ctx, entries(t, "a")); err != nil {
 		t.Fatal(err)
@@ -69,7 +69,7 @@ func TestSameIDDifferentContentConflicts(t *testing.T) {
 		t.Fatalf("same id, different content: %v, want ErrIDConflict", err)
 	}
 	// The conflict holds for a fresh writer too, which knows only storage.
-	w2 := open(t, store, "s")
+	w2 := openV1(t, store, "s")
 	if _, err := w2.Append(ctx, []Entry{e}); !errors.Is(err, ErrIDConflict) {
 		t.Fatalf("same id, different content, new writer: %v, want ErrIDConflict", err)
 	}
@@ -78,7 +78,7 @@ func TestSameIDDifferentContentConflicts(t *testing.T) {
 func TestInFlightIDSharesOutcome(t *testing.T) {
 	store := newHookStore(memstore.New())
 	store.delay = 5 * time.Millisecond
-	w := open(t, store, "s")
+	w := openV1(t, store, "s")
 	var wg sync.WaitGroup
 	res := make([]Result, 16)
 	for i := range res {
@@ -112,7 +112,7 @@ func TestInFlightIDSharesOutcome(t *testing.T) {
 // Re-appending 1,000 acked ids after a lost response leaves each stored once.
 func TestReappendAfterLostResponses(t *testing.T) {
 	fs := faultstore.New(memstore.New(), 1)
-	opts := testOptions(t)
+	opts := testOptionsV1(t)
 	opts.DisableMerge = true // merges would take some of the injected faults
 	w, err := Open(context.Background(), fs, "s", opts)
 	if err != nil {
@@ -174,7 +174,7 @@ func store(fs *faultstore.Store) blob.Store { return fs.Inner() }
 
 func TestCommitAfterUnknownOutcomeRechecksIDs(t *testing.T) {
 	fs := faultstore.New(memstore.New(), 1)
-	opts := testOptions(t)
+	opts := testOptionsV1(t)
 	opts.DisableMerge = true
 	w, err := Open(context.Background(), fs, "s", opts)
 	if err != nil {
@@ -209,7 +209,7 @@ func TestCommitAfterUnknownOutcomeRechecksIDs(t *testing.T) {
 // filters of the generations it wrote, and they rule new ids out.
 func TestAppendOfNewIDsReadsNothing(t *testing.T) {
 	fs := faultstore.New(memstore.New(), 1)
-	opts := testOptions(t)
+	opts := testOptionsV1(t)
 	opts.DisableMerge = true // merges read their sources
 	w, err := Open(context.Background(), fs, "s", opts)
 	if err != nil {

@@ -171,7 +171,7 @@ func TestSecondCloseWaitsForTheFirst(t *testing.T) {
 // and that Close reports it: it did not flush.
 func TestCloseOvertakenByAbortReportsAborted(t *testing.T) {
 	g := newGate(memstore.New())
-	w := open(t, g, "s")
+	w := openV1(t, g, "s") // v1: a generation put before the CAS
 	var wg sync.WaitGroup
 	var appendErr, closeErr error
 	wg.Go(func() { _, appendErr = w.Append(context.Background(), entries(t, "queued")) })
@@ -197,7 +197,7 @@ func TestCloseOvertakenByAbortReportsAborted(t *testing.T) {
 func TestDroppedCleanupDoesNotWait(t *testing.T) {
 	g := newGate(memstore.New())
 	g.ignoreCtx = true
-	w := open(t, g, "s")
+	w := openV1(t, g, "s") // v1: a generation put before the CAS
 	appended := make(chan error, 1)
 	go func() {
 		_, err := w.Append(context.Background(), entries(t, "x"))

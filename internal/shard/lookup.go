@@ -2,6 +2,7 @@ package shard
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/bits-and-blooms/bloom/v3"
@@ -14,8 +15,11 @@ import (
 // loadIndex returns the footer index of generation g, from the cache or with
 // one ranged GET of its footer.
 func loadIndex(ctx context.Context, store blob.Store, cache *BlobCache, shard string, g *storagepb.Generation) (*index, error) {
-	ref := genRef{shard, g.GetEpoch(), g.GetNumber()}
+	ref := refOf(shard, g)
 	if idx, ok := cache.getIndex(ref); ok {
+		if err := checkPutID(shard, g, idx.footer); err != nil {
+			return nil, err
+		}
 		return idx, nil
 	}
 	name := ref.name()
@@ -25,9 +29,12 @@ func loadIndex(ctx context.Context, store blob.Store, cache *BlobCache, shard st
 	}
 	f, err := format.DecodeFooter(tail, g.GetFooterOffset())
 	if err != nil {
-		return nil, fmt.Errorf("%w: blob %s: %w", ErrCorrupt, name, err)
+		return nil, corruptOrReplaced(ctx, store, shard, g, name, err)
 	}
-	if f.GetShard() != shard || f.GetEpoch() != g.GetEpoch() || f.GetGeneration() != g.GetNumber() {
+	if err := checkPutID(shard, g, f); err != nil {
+		return nil, err
+	}
+	if f.GetShard() != shard || f.GetEpoch() != g.GetEpoch() || f.GetGeneration() != g.GetNumber() || f.GetPosition() != g.GetPosition() {
 		return nil, fmt.Errorf("%w: blob %s: footer names shard %q epoch %d generation %d", ErrCorrupt, name, f.GetShard(), f.GetEpoch(), f.GetGeneration())
 	}
 	idx := newIndex(f)
@@ -35,10 +42,23 @@ func loadIndex(ctx context.Context, store blob.Store, cache *BlobCache, shard st
 	return idx, nil
 }
 
+// checkPutID verifies that f is the footer of the log batch the manifest
+// lists as g. A log position that a merge retired and GC collected may be
+// created again by a create that was still in flight (a fence, which holds
+// no records); a reader with a manifest that still lists the batch then
+// finds other bytes there, which it reads as the batch being gone
+// (blob.ErrNotFound), so that it reads the manifest again.
+func checkPutID(shard string, g *storagepb.Generation, f *storagepb.Footer) error {
+	if g.GetPosition() == 0 || g.GetPutId() == "" || f.GetPutId() == g.GetPutId() {
+		return nil
+	}
+	return fmt.Errorf("shard %q: log position %d holds put %q, not the listed batch %q: %w", shard, g.GetPosition(), f.GetPutId(), g.GetPutId(), blob.ErrNotFound)
+}
+
 // loadFilter returns the id filter of generation g, from the cache or with
 // one ranged GET.
 func loadFilter(ctx context.Context, store blob.Store, cache *BlobCache, shard string, g *storagepb.Generation) (*bloom.BloomFilter, error) {
-	ref := genRef{shard, g.GetEpoch(), g.GetNumber()}
+	ref := refOf(shard, g)
 	if f, ok := cache.getFilter(ref); ok {
 		return f, nil
 	}
@@ -50,7 +70,7 @@ func loadFilter(ctx context.Context, store blob.Store, cache *BlobCache, shard s
 	}
 	f, err := format.DecodeFilter(b, g.GetFilterCrc32C())
 	if err != nil {
-		return nil, fmt.Errorf("%w: blob %s: %w", ErrCorrupt, name, err)
+		return nil, corruptOrReplaced(ctx, store, shard, g, name, err)
 	}
 	cache.addFilter(ref, f)
 	return f, nil
@@ -87,4 +107,28 @@ func lookupCommitted(ctx context.Context, store blob.Store, cache *BlobCache, sh
 		}
 	}
 	return nil
+}
+
+// corruptOrReplaced classifies err, the failure to verify bytes of blob
+// name, which holds generation g: ErrCorrupt, except for a log batch
+// listed with its put id whose position now holds another valid log
+// entry: it was collected and created again by a late fence (see
+// checkPutID), which reads as the batch being gone, so that the caller
+// reads the manifest again. Only this error path reads the blob whole.
+func corruptOrReplaced(ctx context.Context, store blob.Store, shard string, g *storagepb.Generation, name string, err error) error {
+	corrupt := fmt.Errorf("%w: blob %s: %w", ErrCorrupt, name, err)
+	if g.GetPosition() == 0 || g.GetPutId() == "" {
+		return corrupt
+	}
+	data, _, gerr := store.Get(ctx, name, blob.GetOptions{})
+	if errors.Is(gerr, blob.ErrNotFound) {
+		return fmt.Errorf("shard %q: %s is gone: %w", shard, name, gerr)
+	}
+	if gerr != nil {
+		return fmt.Errorf("%w (and re-reading it: %w)", corrupt, gerr)
+	}
+	if f, derr := format.DecodeLogEntry(shard, g.GetPosition(), data); derr == nil && f.GetPutId() != g.GetPutId() {
+		return fmt.Errorf("shard %q: %s holds put %q, not the listed batch %q: %w", shard, name, f.GetPutId(), g.GetPutId(), blob.ErrNotFound)
+	}
+	return corrupt
 }

@@ -183,7 +183,9 @@ func TestMergeOfRecentGenerationsReadsNothing(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	waitFor(t, "merges", func() bool { return w.Stats().Merges >= 5 })
+	// Under protocol v1 commits fold too (each counts as a merge); under v2
+	// the merger alone merges, in fewer, larger passes.
+	waitFor(t, "merges", func() bool { st := w.Stats(); return st.Merges >= 2 && st.Generations <= 8 })
 	if g := fs.Calls(faultstore.OpGet); g != 0 {
 		t.Fatalf("%d merges of recent generations made %d GETs, want 0", w.Stats().Merges, g)
 	}
@@ -196,6 +198,7 @@ func TestMergeEditRidesTheNextCommit(t *testing.T) {
 	hs := newHookStore(memstore.New())
 	fake := clock.NewFake(time.Unix(1_700_000_000, 0))
 	opts := mergerOnlyOptions(t)
+	opts.Protocol = ProtocolV1 // v1: edits ride the commit's manifest CAS
 	opts.Clock = fake
 	opts.MergeMaxGenerations = 4
 	opts.EditDelay = time.Second

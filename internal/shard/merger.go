@@ -53,7 +53,11 @@ func (m *merger) loop() {
 		case <-w.opts.Clock.After(w.opts.MergeInterval):
 		}
 		for w.background.Err() == nil {
-			plan := pickMerge(w.manifest().GetGenerations(), w.opts.Clock.Now(), w.opts.mergePolicy())
+			policy := w.opts.mergePolicy()
+			if w.v2 {
+				policy.minCountWindow = w.opts.CheckpointEvery + 1
+			}
+			plan := pickMerge(w.manifest().GetGenerations(), w.opts.Clock.Now(), policy)
 			if plan == nil || !m.claim(plan) {
 				break // a commit is folding part of it; the next kick looks again
 			}
@@ -87,8 +91,8 @@ func (m *merger) merge(ctx context.Context, plan []*storagepb.Generation) error 
 	g.SetLimit(mergeReadParallelism)
 	for i, src := range plan {
 		g.Go(func() error {
-			name := format.GenerationName(w.shard, src.GetEpoch(), src.GetNumber())
-			data, ok := w.opts.Cache.getData(genRef{w.shard, src.GetEpoch(), src.GetNumber()})
+			name := keyOf(src).name(w.shard)
+			data, ok := w.opts.Cache.getData(refOf(w.shard, src))
 			if !ok {
 				var err error
 				if data, _, err = w.store.Get(gctx, name, blob.GetOptions{}); err != nil {
@@ -109,8 +113,8 @@ func (m *merger) merge(ctx context.Context, plan []*storagepb.Generation) error 
 	gen := w.allocGen()
 	// Claimed until its edit settles, so that no commit folds the output
 	// the moment it is swapped in.
-	w.claims.add(gen)
-	defer w.claims.release(gen)
+	w.claims.add(genKey{w.epoch, gen})
+	defer w.claims.release(genKey{w.epoch, gen})
 	b := format.NewGenerationBuilder(w.shard, w.epoch, gen, size)
 	addSources(b, footers, datas)
 	out, err := w.writeGeneration(ctx, gen, b, plan[0].GetFirstSeq(), plan[len(plan)-1].GetLastSeq(), level+1, w.opts.Clock.Now().UnixNano())
@@ -120,7 +124,7 @@ func (m *merger) merge(ctx context.Context, plan []*storagepb.Generation) error 
 	e := newEdit()
 	e.merge = &mergeEdit{output: out}
 	for _, g := range plan {
-		e.merge.sources = append(e.merge.sources, g.GetNumber())
+		e.merge.sources = append(e.merge.sources, keyOf(g))
 	}
 	if err := w.submit(ctx, e); err != nil {
 		return fmt.Errorf("merge into generation %d: %w", gen, err)
@@ -145,9 +149,9 @@ func (m *merger) claim(plan []*storagepb.Generation) bool {
 // release drops the merger's claim on plan.
 func (m *merger) release(plan []*storagepb.Generation) {
 	w := m.w
-	nums := make([]uint64, len(plan))
+	keys := make([]genKey, len(plan))
 	for i, g := range plan {
-		nums[i] = g.GetNumber()
+		keys[i] = keyOf(g)
 	}
-	w.claims.release(nums...)
+	w.claims.release(keys...)
 }

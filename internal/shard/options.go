@@ -1,6 +1,7 @@
 package shard
 
 import (
+	"fmt"
 	"time"
 
 	"go.uber.org/zap"
@@ -27,7 +28,36 @@ const (
 	DefaultMergeInterval       = 5 * time.Second
 	DefaultRetireGrace         = 10 * time.Second
 	DefaultOrphanScanInterval  = 10 * time.Minute
+
+	DefaultCheckpointEvery    = 16
+	DefaultCheckpointInterval = time.Second
 )
+
+// Protocol selects how a writer commits (see the package documentation).
+type Protocol int
+
+const (
+	// ProtocolV2 (the default) commits by create: one create-only write of
+	// the shard's next log position per commit, the manifest a checkpoint
+	// written off the ack path. A shard a v2 writer claimed is converted:
+	// its manifest is format version 2, which builds before v2 reject.
+	ProtocolV2 Protocol = iota
+	// ProtocolV1 commits by manifest CAS, as builds before v2 did, on a
+	// shard that is still in the v1 format; a v2 shard is always written
+	// in v2. It is for the first step of a rolling upgrade, while older
+	// builds may still open the shard (docs/operations.md).
+	ProtocolV1
+)
+
+func (p Protocol) String() string {
+	switch p {
+	case ProtocolV1:
+		return "v1"
+	case ProtocolV2:
+		return "v2"
+	}
+	return fmt.Sprintf("Protocol(%d)", int(p))
+}
 
 // Options configures a Writer. The zero value gives sane defaults.
 type Options struct {
@@ -40,6 +70,25 @@ type Options struct {
 	Cache *BlobCache
 	// Notifier, when set, is told of every commit, to wake following scans.
 	Notifier *Notifier
+	// Protocol is how the writer commits; the zero value is ProtocolV2.
+	Protocol Protocol
+	// Lineage, when set, remembers how this process's writers of each shard
+	// ended, so that a reopen after a writer that left no create in doubt
+	// writes no fence (protocol v2). Share one per process. Nil fences on
+	// every open.
+	Lineage *Lineage
+	// CheckpointEvery is K of protocol v2: a writer checkpoints when K log
+	// positions are not yet in the manifest, and creates none beyond 2K
+	// until a checkpoint lands. A lone client pays about 1 + 1/K blob
+	// writes per append. Default 16.
+	CheckpointEvery int
+	// CheckpointInterval is how long a position may wait for a checkpoint
+	// when fewer than CheckpointEvery are waiting (protocol v2). Default 1 s.
+	CheckpointInterval time.Duration
+	// OnFence and OnCheckpoint, when set, are called after each fence and
+	// each checkpoint the writer wrote (protocol v2), for metrics.
+	OnFence      func()
+	OnCheckpoint func()
 	// OnMerge, when set, is called after each committed merge, for metrics;
 	// also after a commit that folded generations (fold.go), with took 0:
 	// a fold has no time of its own.
@@ -168,6 +217,12 @@ func (o Options) withDefaults() Options {
 	}
 	if o.RetireGrace <= 0 {
 		o.RetireGrace = DefaultRetireGrace
+	}
+	if o.CheckpointEvery <= 0 {
+		o.CheckpointEvery = DefaultCheckpointEvery
+	}
+	if o.CheckpointInterval <= 0 {
+		o.CheckpointInterval = DefaultCheckpointInterval
 	}
 	if o.OrphanScanInterval <= 0 {
 		o.OrphanScanInterval = DefaultOrphanScanInterval

@@ -97,14 +97,14 @@ func (s *heldCAS) land(t *testing.T) {
 func TestRebaseThatFindsAClaimStillSeesItsLandedAttempt(t *testing.T) {
 	ctx := context.Background()
 	s := &heldCAS{Store: memstore.New()}
-	w := open(t, s, "s")
+	w := openV1(t, s, "s")
 	var other *Writer
 	s.beforeRead = func(n int) {
 		if n != 2 { // 1 is resolve's read; 2 is the rebase's
 			return
 		}
 		s.land(t)
-		o, err := Open(ctx, s.Store, "s", testOptions(t))
+		o, err := Open(ctx, s.Store, "s", testOptionsV1(t))
 		if err != nil {
 			t.Errorf("competing Open: %v", err)
 			return
@@ -147,7 +147,7 @@ func TestFailureAfterARebaseIsOutcomeUnknown(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx := context.Background()
 			s := &heldCAS{Store: memstore.New()}
-			w := open(t, s, "s")
+			w := openV1(t, s, "s")
 			s.beforeRead = func(n int) {
 				if n == 2 { // the rebase's read: its generation put fails next
 					s.mu.Lock()
@@ -198,7 +198,7 @@ func (s *casHook) Put(ctx context.Context, name string, data []byte, opts blob.P
 // its context ended meanwhile, and it heard "not sent".
 func TestAppendPartlyCommittedIsOutcomeUnknown(t *testing.T) {
 	s := &casHook{Store: memstore.New()}
-	w := open(t, s, "s")
+	w := openV1(t, s, "s")
 	hold := make(chan struct{})
 	s.mu.Lock()
 	s.hold = hold
@@ -298,7 +298,7 @@ func (s *genScript) Put(ctx context.Context, name string, data []byte, opts blob
 // that nothing of its append is stored.
 func TestOwnFailureWhileASharedIDMayLandIsOutcomeUnknown(t *testing.T) {
 	s := newGenScript(memstore.New(), "hold")
-	opts := testOptions(t)
+	opts := testOptionsV1(t)
 	opts.MaxQueuedBytes = 1 // anything more than what is in flight is refused
 	w, err := Open(context.Background(), s, "s", opts)
 	if err != nil {
@@ -322,7 +322,7 @@ func TestOwnFailureWhileASharedIDMayLandIsOutcomeUnknown(t *testing.T) {
 // y is stored, so W's answer must not say nothing was.
 func TestSharedSuccessThenSharedFailureIsOutcomeUnknown(t *testing.T) {
 	s := newGenScript(memstore.New(), "hold", "fail")
-	opts := testOptions(t)
+	opts := testOptionsV1(t)
 	opts.RetryBackoff = time.Millisecond
 	w, err := Open(context.Background(), s, "s", opts)
 	if err != nil {
@@ -364,7 +364,7 @@ func TestSharedSuccessThenSharedFailureIsOutcomeUnknown(t *testing.T) {
 // so the retry must not hear "not committed".
 func TestRetryOfAnUnresolvedCommitIsNotToldNotCommitted(t *testing.T) {
 	fs := faultstore.New(memstore.New(), 1)
-	w := open(t, fs, "s")
+	w := openV1(t, fs, "s")
 	manifest := format.ManifestName("s")
 	ctx := context.Background()
 	fs.Add(faultstore.Rule{Ops: []faultstore.Op{faultstore.OpPut}, Prefix: manifest, Fault: faultstore.LoseResponse, Count: 1})

@@ -45,6 +45,10 @@ type mergePolicy struct {
 	tierBytes      int64         // MergeTierBytes
 	maxBytes       int64         // MergeMaxBytes
 	maxSources     int           // MergeMaxSources
+	// minCountWindow widens the count trigger's merges: under protocol v2
+	// a merge lands with a checkpoint, one per CheckpointEvery commits, so
+	// each must remove more generations than those commits add.
+	minCountWindow int
 }
 
 func (o Options) mergePolicy() mergePolicy {
@@ -77,7 +81,7 @@ func pickMerge(gens []*storagepb.Generation, now time.Time, o mergePolicy) []*st
 		// narrow window would win by a hair while removing too few to keep
 		// up with commits.
 		k := max(o.run, n-o.maxGenerations/2)
-		return cheapestWindow(gens, min(k, 2*o.run), k, -1, o)
+		return cheapestWindow(gens, min(k, max(2*o.run, o.minCountWindow)), k, -1, o)
 	}
 	var best []*storagepb.Generation
 	bestTier := int(^uint(0) >> 1)

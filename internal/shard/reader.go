@@ -42,6 +42,10 @@ type Reader struct {
 type cachedManifest struct {
 	m    *storagepb.Manifest // never mutated once cached
 	etag blob.ETag
+	// Protocol v2: the log entries after m's checkpoint that a read found,
+	// in position order from LogCheckpoint+1, and the view they make with m.
+	tail []*logEntry
+	view *storagepb.Manifest
 }
 
 // NewReader returns a Reader over store.
@@ -110,7 +114,7 @@ func (r *Reader) speculate(ctx context.Context, shard, id string) (*rolloutv1.Re
 	if !ok {
 		return nil, nil, nil
 	}
-	g, e, ok := r.locate(shard, cached.m, id)
+	g, e, ok := r.locate(shard, cached.view, id)
 	if !ok {
 		return nil, nil, nil
 	}
@@ -126,7 +130,7 @@ func (r *Reader) speculate(ctx context.Context, shard, id string) (*rolloutv1.Re
 		done <- read{rec, err}
 	}()
 	m, err := r.Manifest(ctx, shard)
-	stands := err == nil && (m == cached.m || lists(m, g))
+	stands := err == nil && (m == cached.view || lists(m, g))
 	if !stands {
 		cancel() // its answer would be thrown away
 	}
@@ -145,7 +149,7 @@ func (r *Reader) locate(shard string, m *storagepb.Manifest, id string) (*storag
 	gens := m.GetGenerations()
 	for i := len(gens) - 1; i >= 0; i-- {
 		g := gens[i]
-		ref := genRef{shard, g.GetEpoch(), g.GetNumber()}
+		ref := refOf(shard, g)
 		f, ok := r.cache.getFilter(ref)
 		if !ok {
 			return nil, nil, false
@@ -167,41 +171,118 @@ func (r *Reader) locate(shard string, m *storagepb.Manifest, id string) (*storag
 // lists reports whether m lists generation g as live.
 func lists(m *storagepb.Manifest, g *storagepb.Generation) bool {
 	for _, h := range m.GetGenerations() {
-		if h.GetEpoch() == g.GetEpoch() && h.GetNumber() == g.GetNumber() {
+		if keyOf(h) == keyOf(g) {
 			return true
 		}
 	}
 	return false
 }
 
-// Manifest reads the shard's current manifest. The result must not be
-// modified.
+// maxViewRestarts bounds how often one read starts its probe of the log
+// again because a checkpoint covered the position it found missing.
+const maxViewRestarts = 32
+
+// Manifest reads the shard's current manifest. For a protocol v2 shard it
+// returns the reader's view: the manifest, which is a checkpoint, with the
+// log's batches after the checkpoint appended as live generations (issue
+// 21, section 7), so that it lists every append acknowledged before the
+// call began. The result must not be modified.
+//
+// A v2 read probes the log positions after the checkpoint until the first
+// missing one, then confirms that the log ended there with a manifest GET
+// sent after that probe returned: a missing position is either the end of
+// the log or one already collected, and a position is collected only after
+// a checkpoint covering it is durable. If the manifest now covers the
+// missing position, the read starts again from its checkpoint. A reader
+// that cached a shard probes its cached tail's next position first, so
+// that the manifest GET is a conditional one that confirms it.
 func (r *Reader) Manifest(ctx context.Context, shard string) (*storagepb.Manifest, error) {
-	name := format.ManifestName(shard)
 	r.mu.Lock()
 	cached, ok := r.manifests.Get(shard)
 	r.mu.Unlock()
-	var opts blob.GetOptions
+	var base cachedManifest
 	if ok {
-		opts.IfNoneMatch = cached.etag
+		base = cached
+	} else {
+		m, etag, err := r.fetch(ctx, shard, cachedManifest{})
+		if err != nil {
+			return nil, err
+		}
+		if !isV2(m) {
+			r.remember(shard, cachedManifest{m: m, etag: etag, view: m})
+			return m, nil
+		}
+		base = cachedManifest{m: m, etag: etag}
+	}
+	for range maxViewRestarts {
+		missing := uint64(0)
+		if isV2(base.m) {
+			next := base.m.GetLogCheckpoint() + uint64(len(base.tail)) + 1
+			found, err := probeLog(ctx, r.store, r.cache, shard, next, 0)
+			if err != nil {
+				return nil, err
+			}
+			base.tail = append(base.tail[:len(base.tail):len(base.tail)], found...)
+			missing = next + uint64(len(found))
+		}
+		// The confirming read: sent after the probe returned.
+		m, etag, err := r.fetch(ctx, shard, base)
+		if err != nil {
+			return nil, err
+		}
+		switch {
+		case !isV2(m):
+			r.remember(shard, cachedManifest{m: m, etag: etag, view: m})
+			return m, nil
+		case !isV2(base.m) || m.GetLogCheckpoint() < base.m.GetLogCheckpoint():
+			// Converted to v2 since, or a new incarnation: probe afresh.
+			base = cachedManifest{m: m, etag: etag}
+			continue
+		}
+		tail := base.tail
+		for len(tail) > 0 && tail[0].position <= m.GetLogCheckpoint() {
+			tail = tail[1:]
+		}
+		if m.GetLogCheckpoint() >= missing {
+			// The missing position was collected, or created and covered
+			// since: start again from the new checkpoint.
+			base = cachedManifest{m: m, etag: etag, tail: tail}
+			continue
+		}
+		c := cachedManifest{m: m, etag: etag, tail: tail, view: viewOf(m, tail)}
+		r.remember(shard, c)
+		return c.view, nil
+	}
+	return nil, fmt.Errorf("shard %q: the log kept being checkpointed past every read of its tail: %w", shard, blob.ErrUnavailable)
+}
+
+// fetch reads the shard's manifest, conditionally when base holds one.
+func (r *Reader) fetch(ctx context.Context, shard string, base cachedManifest) (*storagepb.Manifest, blob.ETag, error) {
+	name := format.ManifestName(shard)
+	var opts blob.GetOptions
+	if base.m != nil {
+		opts.IfNoneMatch = base.etag
 	}
 	data, attrs, err := r.store.Get(ctx, name, opts)
 	switch {
-	case ok && errors.Is(err, blob.ErrNotModified):
-		return cached.m, nil
+	case base.m != nil && errors.Is(err, blob.ErrNotModified):
+		return base.m, base.etag, nil
 	case errors.Is(err, blob.ErrNotFound):
-		return nil, fmt.Errorf("shard %q: %w", shard, ErrShardNotFound)
+		return nil, "", fmt.Errorf("shard %q: %w", shard, ErrShardNotFound)
 	case err != nil:
-		return nil, fmt.Errorf("shard %q: read manifest: %w", shard, err)
+		return nil, "", fmt.Errorf("shard %q: read manifest: %w", shard, err)
 	}
 	m, err := format.DecodeManifest(data)
 	if err != nil {
-		return nil, fmt.Errorf("%w: blob %s: %w", ErrCorrupt, name, err)
+		return nil, "", fmt.Errorf("%w: blob %s: %w", ErrCorrupt, name, err)
 	}
+	return m, attrs.ETag, nil
+}
+
+func (r *Reader) remember(shard string, c cachedManifest) {
 	r.mu.Lock()
-	r.manifests.Add(shard, cachedManifest{m: m, etag: attrs.ETag})
+	r.manifests.Add(shard, c)
 	r.mu.Unlock()
-	return m, nil
 }
 
 // find looks id up in the manifest's live generations, newest first.
@@ -236,13 +317,13 @@ func (r *Reader) find(ctx context.Context, shard string, m *storagepb.Manifest, 
 // readRecord reads the record that footer entry e of generation g points
 // at, with one ranged GET.
 func (r *Reader) readRecord(ctx context.Context, shard string, g *storagepb.Generation, e *storagepb.FooterEntry) (*rolloutv1.Record, error) {
-	name := format.GenerationName(shard, g.GetEpoch(), g.GetNumber())
+	name := keyOf(g).name(shard)
 	data, _, err := r.store.Get(ctx, name, blob.GetOptions{Offset: int64(e.GetOffset()), Length: int64(e.GetLength())})
 	if err != nil {
 		return nil, fmt.Errorf("shard %q: read record %q from %s: %w", shard, e.GetId(), name, err)
 	}
 	if _, err := format.Record(data, e); err != nil {
-		return nil, fmt.Errorf("%w: blob %s: %w", ErrCorrupt, name, err)
+		return nil, corruptOrReplaced(ctx, r.store, shard, g, name, err)
 	}
 	rec := &rolloutv1.Record{}
 	if err := proto.Unmarshal(data, rec); err != nil {

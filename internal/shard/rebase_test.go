@@ -59,7 +59,7 @@ func (s *lateCAS) Get(ctx context.Context, name string, opts blob.GetOptions) ([
 // the first attempt instead of storing it a second time.
 func TestRebasedRetryFindsTheIdsALateCASCommitted(t *testing.T) {
 	s := &lateCAS{Store: memstore.New()}
-	w, err := Open(context.Background(), s, "s", testOptions(t))
+	w, err := Open(context.Background(), s, "s", testOptionsV1(t))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -28,7 +28,8 @@ func retire(m *storagepb.Manifest, gens []*storagepb.Generation, now int64) {
 		m.RetiredRuns = append(m.RetiredRuns, b)
 	}
 	for _, g := range gens {
-		addRun(b, g.GetEpoch(), g.GetNumber(), 1)
+		k := keyOf(g)
+		addRun(b, k.epoch, k.number, 1)
 	}
 }
 

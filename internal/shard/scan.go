@@ -223,7 +223,7 @@ func (s *scanner) generation(ctx context.Context, g *storagepb.Generation) error
 		chunks = append(chunks, chunk{entries: entries[i:j], first: first, end: entries[j-1].GetOffset() + uint64(entries[j-1].GetLength())})
 		i = j
 	}
-	name := format.GenerationName(s.shard, g.GetEpoch(), g.GetNumber())
+	name := keyOf(g).name(s.shard)
 	// One goroutine reads the next run while this one decodes and delivers
 	// the last: at most two runs are in memory, and the scan waits for the
 	// reader before it returns.
@@ -250,12 +250,12 @@ func (s *scanner) generation(ctx context.Context, g *storagepb.Generation) error
 			return fmt.Errorf("shard %q: scan %s: %w", s.shard, name, c.err)
 		}
 		if uint64(len(c.data)) != c.end-c.first {
-			return fmt.Errorf("%w: blob %s: ranged read returned %d bytes, want %d", ErrCorrupt, name, len(c.data), c.end-c.first)
+			return corruptOrReplaced(ctx, s.r.store, s.shard, g, name, fmt.Errorf("ranged read returned %d bytes, want %d", len(c.data), c.end-c.first))
 		}
 		for _, e := range c.entries {
 			b, err := format.Record(c.data[e.GetOffset()-c.first:e.GetOffset()-c.first+uint64(e.GetLength())], e)
 			if err != nil {
-				return fmt.Errorf("%w: blob %s: %w", ErrCorrupt, name, err)
+				return corruptOrReplaced(ctx, s.r.store, s.shard, g, name, err)
 			}
 			if s.opts.Raw {
 				if err := s.addRaw(b, e.GetSeq()); err != nil {

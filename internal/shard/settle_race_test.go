@@ -106,7 +106,7 @@ func settleRace(t *testing.T, kill func(t *testing.T, w *Writer, gate *genGate, 
 	// id) that the woken appenders catch up with the failing party.
 	const queued, idsPerAppend = 2000, 32
 	gate := newGenGate(memstore.New())
-	opts := testOptions(t)
+	opts := testOptionsV1(t)
 	opts.Logger = zap.NewNop()
 	opts.DisableMerge = true
 	w, err := Open(context.Background(), gate, "s", opts)
@@ -172,7 +172,7 @@ func settleRace(t *testing.T, kill func(t *testing.T, w *Writer, gate *genGate, 
 // that re-read, just before the fence.
 func TestDoubleSettleFenceVsCancel(t *testing.T) {
 	settleRace(t, func(t *testing.T, w *Writer, gate *genGate, cancelAll func()) error {
-		other, err := Open(context.Background(), gate.Store, "s", testOptions(t))
+		other, err := Open(context.Background(), gate.Store, "s", testOptionsV1(t))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -81,13 +81,16 @@ func TestSimulatedFaults(t *testing.T) {
 	}
 	for _, sc := range []simShape{
 		{instances: 3, clients: 6, appends: 25},
+		{instances: 3, clients: 6, appends: 25, protocol: ProtocolV1},
 		// A lone client on one instance: the shape in which commits fold
-		// the generations before them, so folding meets every fault too.
-		{instances: 1, clients: 1, appends: 120, wantFolds: true},
+		// the generations before them (protocol v1), so folding meets every
+		// fault too.
+		{instances: 1, clients: 1, appends: 120, protocol: ProtocolV1, wantFolds: true},
+		{instances: 1, clients: 1, appends: 120},
 	} {
 		for r := range rounds {
 			seed := seed + int64(r)
-			t.Run(fmt.Sprintf("instances=%d,clients=%d,seed=%d", sc.instances, sc.clients, seed), func(t *testing.T) {
+			t.Run(fmt.Sprintf("%v,instances=%d,clients=%d,seed=%d", sc.protocol, sc.instances, sc.clients, seed), func(t *testing.T) {
 				t.Logf("reproduce with ROLLOUTD_SIM_SEED=%d", seed)
 				simulate(t, seed, sc)
 			})
@@ -97,6 +100,7 @@ func TestSimulatedFaults(t *testing.T) {
 
 type simShape struct {
 	instances, clients, appends int
+	protocol                    Protocol
 	wantFolds                   bool
 }
 
@@ -110,6 +114,7 @@ func simulate(t *testing.T, seed int64, sc simShape) {
 	opts := mergeOptions(t)
 	opts.Logger = zap.NewNop()
 	opts.CommitTimeout = time.Second
+	opts.Protocol = sc.protocol
 	insts := make([]*simInstance, sc.instances)
 	for i := range insts {
 		o := opts

@@ -27,7 +27,7 @@ import (
 // b's, which does not resync, and a is stored a second time.
 func TestRetryAfterUnknownOutcomeIsNotStoredTwice(t *testing.T) {
 	fs := faultstore.New(memstore.New(), 1)
-	opts := testOptions(t)
+	opts := testOptionsV1(t)
 	opts.Logger = zap.NewNop()
 	opts.DisableMerge = true
 	w, err := Open(context.Background(), fs, "s", opts)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"runtime"
 	"sync"
@@ -55,10 +56,28 @@ type writer struct {
 	background     context.Context
 	stopBackground context.CancelFunc
 
-	committer committer
-	merger    merger
-	collector collector
-	claims    *claims // the generations the merger or the committer rewrites
+	committer    committer
+	merger       merger
+	collector    collector
+	checkpointer checkpointer // protocol v2 only
+	claims       *claims      // the generations the merger or the committer rewrites
+
+	// v2: the shard is in protocol v2 (commit by create): commits create
+	// log positions (logcommit.go), and the manifest is a checkpoint
+	// (checkpoint.go). Set by Open, then only read.
+	v2 bool
+	// replaced is the manifest this writer's claim replaced (nil when it
+	// created the shard): whose writer it was decides whether the claim
+	// must fence the log (Lineage).
+	replaced *storagepb.Manifest
+	// claimed: the claim was confirmed (its fence, or the proof that none
+	// was needed, and the confirming CAS). Only a confirmed writer that
+	// ended with every create answered lets the process's next writer of
+	// the shard skip the fence: a claim that landed and then was abandoned
+	// before it fenced leaves stale writers free to land creates.
+	claimed bool
+	fences  atomic.Int64 // fences written (protocol v2)
+	ckpts   atomic.Int64 // checkpoints written (protocol v2)
 
 	// mu guards the fields below it.
 	mu       sync.Mutex
@@ -78,6 +97,16 @@ type writer struct {
 	// adopted counts the manifests the committer read back and made m
 	// (adopt), as opposed to the ones it wrote itself.
 	adopted uint64
+
+	// Protocol v2. m is then the writer's view: ckpt, the last checkpoint
+	// known durable (etag is its ETag), with the log batches of tail, the
+	// positions after it that landed, appended (viewOf). last is the last
+	// position that landed. ckptLanded is closed, and replaced, whenever a
+	// checkpoint lands.
+	ckpt       *storagepb.Manifest
+	tail       []*logEntry
+	last       uint64
+	ckptLanded chan struct{}
 }
 
 // Open claims the next epoch of shard and returns its resident writer. The
@@ -96,8 +125,22 @@ func Open(ctx context.Context, store blob.Store, shard string, opts Options) (*W
 	w.committer = committer{w: w, kick: make(chan struct{}, 1), done: make(chan struct{})}
 	w.merger = merger{w: w, kick: make(chan struct{}, 1), done: make(chan struct{})}
 	w.collector = collector{w: w, done: make(chan struct{})}
-	if err := w.claim(ctx); err != nil {
-		return nil, err
+	w.checkpointer = checkpointer{w: w, kick: make(chan struct{}, 1), retime: make(chan struct{}, 1), closing: make(chan struct{}), done: make(chan struct{})}
+	for {
+		if err := w.claim(ctx); err != nil {
+			return nil, err
+		}
+		if !isV2(w.m) {
+			break
+		}
+		err := w.openLog(ctx)
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, errReclaim) {
+			return nil, err
+		}
+		// A higher epoch claimed the shard meanwhile: claim after it.
 	}
 	w.log = opts.Logger.With(zap.String("shard", shard), zap.Uint64("epoch", w.epoch))
 	w.log.Info("shard writer opened", zap.String("writer", w.id), zap.Uint64("generation", w.m.GetNextGeneration()))
@@ -105,7 +148,13 @@ func Open(ctx context.Context, store blob.Store, shard string, opts Options) (*W
 	// the writer lives until Close or Abort.
 	w.ctx, w.cancel = context.WithCancel(context.Background())
 	w.background, w.stopBackground = context.WithCancel(w.ctx)
-	go w.committer.run()
+	if w.v2 {
+		go w.committer.runLog()
+		go w.checkpointer.loop()
+	} else {
+		go w.committer.run()
+		close(w.checkpointer.done)
+	}
 	if opts.DisableBackground {
 		close(w.merger.done)
 		close(w.collector.done)
@@ -159,6 +208,12 @@ type Stats struct {
 	Folds          int64 // merges done by a commit (see fold.go)
 	MergeDuration  time.Duration
 	GCDeletedBlobs int64
+	// Protocol v2: fences and checkpoints this writer wrote, the last
+	// checkpointed log position and the last that landed.
+	Fences        int64
+	Checkpoints   int64
+	LogCheckpoint uint64
+	LogTail       uint64
 }
 
 // Stats returns the writer's current figures.
@@ -178,12 +233,18 @@ func (h *Writer) Stats() Stats {
 		Folds:          w.folds.Load(),
 		MergeDuration:  time.Duration(w.mergeNanos.Load()),
 		GCDeletedBlobs: w.gcDeleted.Load(),
+		Fences:         w.fences.Load(),
+		Checkpoints:    w.ckpts.Load(),
+		LogCheckpoint:  w.m.GetLogCheckpoint(),
+		LogTail:        w.last,
 	}
 }
 
-// Append commits entries as one unit of the shard's next generation and
-// returns one Result per entry, in order. It returns only after the
-// generation is written and the manifest CAS that adds it has succeeded.
+// Append commits entries as one unit of the shard's next commit and
+// returns one Result per entry, in order. It returns only once the commit
+// is durable: under protocol v2, after the create of the log position that
+// holds it landed; under v1, after the generation is written and the
+// manifest CAS that adds it has succeeded.
 //
 // Appends are idempotent by record id: an id already committed is not stored
 // again; its Result has AlreadyPresent and the stored Seq. An id committed
@@ -280,16 +341,25 @@ func (w *writer) close(ctx context.Context) error {
 	<-w.merger.done
 	<-w.collector.done
 	w.committer.wake()
+	// Under protocol v2 the committer drains the queue, then the
+	// checkpointer writes the last checkpoint, with the edits of merges and
+	// GC already done: it exits last.
+	last := w.committer.done
+	if w.v2 {
+		w.checkpointer.close()
+		last = w.checkpointer.done
+	}
 	select {
-	case <-w.committer.done:
+	case <-last:
 	case <-ctx.Done():
 		select {
-		case <-w.committer.done: // drained just as ctx ended: nothing to discard
+		case <-last: // drained just as ctx ended: nothing to discard
 		default:
 			w.abort()
 			return fmt.Errorf("close shard %q epoch %d: %w; aborted, un-acknowledged appends were discarded", w.shard, w.epoch, ctx.Err())
 		}
 	}
+	<-w.committer.done
 	w.cancel()
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -309,6 +379,7 @@ func (w *writer) abort() {
 	<-w.committer.done
 	<-w.merger.done
 	<-w.collector.done
+	<-w.checkpointer.done
 }
 
 // stop aborts the writer without waiting: it fails queued appends with
@@ -346,19 +417,30 @@ func (w *writer) dropped() {
 // fence marks the writer dead: every queued and future append fails with
 // the fence error.
 func (w *writer) fence(err *FencedError) {
+	if w.halt(err, err) {
+		w.log.Warn("shard writer fenced", zap.Uint64("stored_epoch", err.Stored))
+	}
+}
+
+// halt stops the writer for good, in the fenced state: every future
+// append fails with err, and every queued one with queuedErr. It reports
+// whether this call stopped it.
+func (w *writer) halt(err, queuedErr error) bool {
 	w.mu.Lock()
 	if !w.toLocked(stateFenced) {
 		w.mu.Unlock()
-		return
+		return false
 	}
 	w.fenceErr = err
 	queued := w.takeQueueLocked()
 	w.mu.Unlock()
 	for _, p := range queued {
-		w.settle(p, nil, err)
+		w.settle(p, nil, queuedErr)
 	}
 	w.stopBackground()
-	w.log.Warn("shard writer fenced", zap.Uint64("stored_epoch", err.Stored))
+	w.committer.wake()
+	w.checkpointer.wake()
+	return true
 }
 
 // allocGen returns a generation number no commit or merge of this writer

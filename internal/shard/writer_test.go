@@ -15,7 +15,6 @@ import (
 
 	"github.com/rolloutd/rolloutd/internal/blob"
 	"github.com/rolloutd/rolloutd/internal/blob/memstore"
-	"github.com/rolloutd/rolloutd/internal/shard/format"
 )
 
 func TestEpochStableAcrossAppends(t *testing.T) {
@@ -183,15 +182,34 @@ func TestLostManifestResponseIsNotAFence(t *testing.T) {
 
 // The lost CAS response is followed at once by another writer's claim: the
 // first writer must still report success, and then be fenced.
+//
+// Under protocol v2 the commit is the create of a log position: its lost
+// response is followed by the claim, whose fence lands at the next one.
 func TestLostResponseThenClaimIsSuccess(t *testing.T) {
+	for _, p := range []Protocol{ProtocolV1, ProtocolV2} {
+		t.Run(p.String(), func(t *testing.T) { testLostResponseThenClaim(t, p) })
+	}
+}
+
+func testLostResponseThenClaim(t *testing.T, protocol Protocol) {
+	commit := "/_manifest"
+	if protocol == ProtocolV2 {
+		commit = "/_l/"
+	}
 	backends(t, func(t *testing.T, newStore func(testing.TB) blob.Store) {
 		store := newHookStore(newStore(t))
-		w := open(t, store, "s")
+		opts := testOptions(t)
+		opts.Protocol = protocol
+		w, err := Open(context.Background(), store, "s", opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer w.Abort()
 		var other *Writer
 		var lose atomic.Bool
 		lose.Store(true)
 		store.setAfterPut(func(name string, attrs blob.Attrs, err error) (blob.Attrs, error) {
-			if err == nil && strings.HasSuffix(name, "/_manifest") && lose.CompareAndSwap(true, false) {
+			if err == nil && strings.Contains(name, commit) && lose.CompareAndSwap(true, false) {
 				o, oerr := Open(context.Background(), store.Store, "s", testOptions(t))
 				if oerr != nil {
 					t.Errorf("competing Open: %v", oerr)
@@ -471,7 +489,7 @@ func TestStaleWriterFindsItselfFencedWhenItsGenerationsVanish(t *testing.T) {
 	}
 	// Delete every generation a knows of, as b's merge and GC would.
 	for _, g := range a.w.manifest().GetGenerations() {
-		if err := store.Delete(ctx, format.GenerationName("s", g.GetEpoch(), g.GetNumber()), blob.DeleteOptions{}); err != nil {
+		if err := store.Delete(ctx, keyOf(g).name("s"), blob.DeleteOptions{}); err != nil {
 			t.Fatal(err)
 		}
 	}

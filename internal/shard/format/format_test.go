@@ -1,6 +1,7 @@
 package format
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"testing"
@@ -253,6 +254,145 @@ func FuzzDecodeGeneration(f *testing.F) {
 			}
 			if _, err := Record(b[e.GetOffset():end], e); err != nil {
 				t.Fatalf("accepted generation has an unreadable record: %v", err)
+			}
+		}
+	})
+}
+
+func sampleLogBatch(t testing.TB) []byte {
+	b := NewLogBatchBuilder(LogEntry{Shard: "a/b", Epoch: 4, Position: 9, Writer: "w", PutID: "w-1"}, 64)
+	for i := range 3 {
+		b.Add(fmt.Sprintf("id-%d", i), uint64(20+i), []byte(fmt.Sprintf("record %d", i)), uint64(i))
+	}
+	l, err := b.Finish()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l.Data
+}
+
+func TestLogEntries(t *testing.T) {
+	data := sampleLogBatch(t)
+	f, err := DecodeLogEntry("a/b", 9, data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f.GetFence() || f.GetEpoch() != 4 || f.GetPutId() != "w-1" || f.GetNextSeq() != 23 || len(f.GetEntries()) != 3 {
+		t.Fatalf("batch footer = %v", f)
+	}
+	if _, err := DecodeLogEntry("a/b", 10, data); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("batch read at the wrong position: %v, want ErrCorrupt", err)
+	}
+	if _, err := DecodeLogEntry("a/c", 9, data); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("batch read in the wrong shard: %v, want ErrCorrupt", err)
+	}
+	l, err := EncodeFence(LogEntry{Shard: "a/b", Epoch: 5, Position: 10, Writer: "v", PutID: "v-1", NextSeq: 23})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err = DecodeLogEntry("a/b", 10, l.Data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !f.GetFence() || f.GetEpoch() != 5 || f.GetNextSeq() != 23 || len(f.GetEntries()) != 0 {
+		t.Fatalf("fence footer = %v", f)
+	}
+	gen, _ := sampleGeneration(t)
+	if _, err := DecodeLogEntry("a/b", 7, gen); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("a generation read as a log entry: %v, want ErrCorrupt", err)
+	}
+}
+
+func TestLogNames(t *testing.T) {
+	name := LogName("x/y", 0x1f)
+	if want := "shards/x/y/_l/000000000000001f"; name != want {
+		t.Fatalf("LogName = %q, want %q", name, want)
+	}
+	if p, ok := ParseLogName("x/y", name); !ok || p != 0x1f {
+		t.Fatalf("ParseLogName = %d, %v", p, ok)
+	}
+	for _, bad := range []string{"shards/x/y/_l/1f", "shards/x/y/_l/0000000000000000", GenerationName("x/y", 1, 0x1f), ManifestName("x/y")} {
+		if _, ok := ParseLogName("x/y", bad); ok {
+			t.Errorf("ParseLogName accepted %q", bad)
+		}
+	}
+}
+
+func TestManifestVersions(t *testing.T) {
+	m := sampleManifest()
+	v1, err := EncodeManifest(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v1[4] != ManifestVersion {
+		t.Fatalf("a protocol v1 manifest encodes as version %d", v1[4])
+	}
+	m.Protocol, m.LogCheckpoint = ProtocolV2, 12
+	m.Generations = append(m.Generations, &storagepb.Generation{Position: 12, Epoch: 3, FirstSeq: 11, LastSeq: 11, Records: 1, Bytes: 100, FooterOffset: 50, FooterLength: 30})
+	m.NextSeq = 12
+	m.RetiredRuns = append(m.RetiredRuns, &storagepb.RetiredRuns{RetiredUnixNanos: 3, Epochs: []uint64{0}, Firsts: []uint64{1}, Counts: []uint64{11}})
+	v2, err := EncodeManifest(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v2[4] != ManifestVersionV2 {
+		t.Fatalf("a protocol v2 manifest encodes as version %d", v2[4])
+	}
+	got, err := DecodeManifest(v2)
+	if err != nil || !proto.Equal(got, m) {
+		t.Fatalf("v2 round trip: %v", err)
+	}
+	lie := func(f func(m *storagepb.Manifest)) *storagepb.Manifest {
+		c := proto.CloneOf(m)
+		f(c)
+		return c
+	}
+	for name, bad := range map[string]*storagepb.Manifest{
+		"position past checkpoint":  lie(func(m *storagepb.Manifest) { m.LogCheckpoint = 11 }),
+		"numbered log batch":        lie(func(m *storagepb.Manifest) { m.Generations[2].Number = 1 }),
+		"retired past checkpoint":   lie(func(m *storagepb.Manifest) { m.RetiredRuns[1].Counts[0] = 13 }),
+		"checkpoint in v1 manifest": lie(func(m *storagepb.Manifest) { m.Protocol, m.Generations = 0, m.Generations[:2] }),
+		"retired position 0":        lie(func(m *storagepb.Manifest) { m.RetiredRuns[1].Firsts[0] = 0 }),
+	} {
+		b, err := EncodeManifest(bad)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := DecodeManifest(b); !errors.Is(err, ErrCorrupt) {
+			t.Errorf("%s: DecodeManifest = %v, want ErrCorrupt", name, err)
+		}
+	}
+	// The header and the body must agree on the protocol.
+	swapped := append([]byte(nil), v1...)
+	swapped[4] = ManifestVersionV2
+	n := len(swapped) - 4
+	swapped = binary.LittleEndian.AppendUint32(swapped[:n], Checksum(swapped[:n]))
+	if _, err := DecodeManifest(swapped); !errors.Is(err, ErrCorrupt) {
+		t.Errorf("a v1 body under a version 2 header: %v, want ErrCorrupt", err)
+	}
+}
+
+func FuzzDecodeLogEntry(f *testing.F) {
+	f.Add(sampleLogBatch(f), uint64(9))
+	l, err := EncodeFence(LogEntry{Shard: "a/b", Epoch: 5, Position: 10, Writer: "v", PutID: "v-1", NextSeq: 23})
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(l.Data, uint64(10))
+	f.Fuzz(func(t *testing.T, b []byte, position uint64) {
+		ft, err := DecodeLogEntry("a/b", position, b)
+		if err != nil {
+			if !errors.Is(err, ErrCorrupt) {
+				t.Fatalf("error not classified as corrupt: %v", err)
+			}
+			return
+		}
+		if ft.GetPosition() != position || ft.GetFence() != (len(ft.GetEntries()) == 0) {
+			t.Fatalf("accepted a log entry that does not describe itself: %v", ft)
+		}
+		for _, e := range ft.GetEntries() {
+			if _, err := Record(b[e.GetOffset():e.GetOffset()+uint64(e.GetLength())], e); err != nil {
+				t.Fatalf("accepted log entry has an unreadable record: %v", err)
 			}
 		}
 	})

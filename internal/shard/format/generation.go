@@ -40,6 +40,7 @@ const (
 type GenerationBuilder struct {
 	buf    []byte
 	footer storagepb.Footer
+	log    bool // a log batch: Finish sets next_seq
 }
 
 // NewGenerationBuilder starts a generation of the shard, written under epoch
@@ -89,6 +90,9 @@ func (b *GenerationBuilder) Finish() (Layout, error) {
 	ids := make([]string, len(b.footer.Entries))
 	for i, e := range b.footer.Entries {
 		ids[i] = e.Id
+	}
+	if n := len(b.footer.Entries); b.log && n > 0 {
+		b.footer.NextSeq = b.footer.Entries[n-1].Seq + 1
 	}
 	bf, filter, err := encodeFilter(ids)
 	if err != nil {
@@ -157,34 +161,45 @@ func DecodeFooter(tail []byte, footerOffset uint64) (*storagepb.Footer, error) {
 // DecodeGeneration verifies and parses a whole generation blob, returning its
 // footer. Use Record to get each record's bytes.
 func DecodeGeneration(data []byte) (*storagepb.Footer, error) {
+	l, err := decodeLayout(data)
+	return l.Footer, err
+}
+
+// decodeLayout verifies and parses a whole generation blob.
+func decodeLayout(data []byte) (Layout, error) {
 	if len(data) < genHeaderLen+TrailerLen {
-		return nil, fmt.Errorf("%w: generation of %d bytes is shorter than its frame", ErrCorrupt, len(data))
+		return Layout{}, fmt.Errorf("%w: generation of %d bytes is shorter than its frame", ErrCorrupt, len(data))
 	}
 	if [4]byte(data[:4]) != genMagic {
-		return nil, fmt.Errorf("%w: generation has bad magic %q", ErrCorrupt, data[:4])
+		return Layout{}, fmt.Errorf("%w: generation has bad magic %q", ErrCorrupt, data[:4])
 	}
 	if v := binary.LittleEndian.Uint32(data[4:8]); v != GenerationVersion {
-		return nil, fmt.Errorf("%w: generation format version %d, this build reads %d", ErrCorrupt, v, GenerationVersion)
+		return Layout{}, fmt.Errorf("%w: generation format version %d, this build reads %d", ErrCorrupt, v, GenerationVersion)
 	}
 	off := binary.LittleEndian.Uint64(data[len(data)-TrailerLen:])
 	if off < genHeaderLen || off > uint64(len(data)-TrailerLen) {
-		return nil, fmt.Errorf("%w: generation footer offset %d outside %d..%d", ErrCorrupt, off, genHeaderLen, len(data)-TrailerLen)
+		return Layout{}, fmt.Errorf("%w: generation footer offset %d outside %d..%d", ErrCorrupt, off, genHeaderLen, len(data)-TrailerLen)
 	}
 	f, err := DecodeFooter(data[off:], off)
 	if err != nil {
-		return nil, err
+		return Layout{}, err
 	}
 	tr := data[len(data)-TrailerLen:]
 	filterLen := uint64(binary.LittleEndian.Uint32(tr[16:20]))
-	if _, err := DecodeFilter(data[off-filterLen:off], binary.LittleEndian.Uint32(tr[20:24])); err != nil {
-		return nil, err
+	filterCRC := binary.LittleEndian.Uint32(tr[20:24])
+	bf, err := DecodeFilter(data[off-filterLen:off], filterCRC)
+	if err != nil {
+		return Layout{}, err
 	}
 	for _, e := range f.GetEntries() {
 		if _, err := Record(data[e.GetOffset():e.GetOffset()+uint64(e.GetLength())], e); err != nil {
-			return nil, err
+			return Layout{}, err
 		}
 	}
-	return f, nil
+	return Layout{
+		Data: data, Footer: f, FooterOffset: off, FooterLength: uint32(uint64(len(data)-TrailerLen) - off),
+		FilterLength: uint32(filterLen), FilterCRC: filterCRC, Filter: bf,
+	}, nil
 }
 
 // Record verifies one record's bytes (as read by a ranged GET at the entry's

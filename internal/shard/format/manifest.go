@@ -10,22 +10,40 @@ import (
 	"github.com/rolloutd/rolloutd/internal/shard/storagepb"
 )
 
-// ManifestVersion is the manifest format this build writes for a live
-// shard.
+// ManifestVersion is the manifest format of a live protocol v1 shard,
+// which this build writes for a shard no protocol v2 writer has claimed.
 const ManifestVersion = 1
+
+// ManifestVersionV2 is the manifest format of a live shard claimed under
+// protocol v2 (commit by create): the manifest is a checkpoint of the
+// shard's log. Builds before protocol v2 reject it as corrupt, which is why
+// a shard never goes back to version 1 (see docs/operations.md).
+const ManifestVersionV2 = 2
 
 // TombstoneVersion is the format of a deleted shard's manifest, one that
 // holds a Tombstone. Builds that predate deletion read only version 1 and
 // refuse it as corrupt, rather than append to a deleted shard as if it
-// were live. The next incarnation is written at the live version again.
+// were live. The next incarnation is written at the live version again
+// (the tombstone keeps the protocol, so a v2 shard stays v2).
 const TombstoneVersion = 3
 
-// versionOf is the format version m is written with.
-func versionOf(m *storagepb.Manifest) uint32 {
-	if m.GetTombstone() != nil {
-		return TombstoneVersion
+// ProtocolV2 is Manifest.protocol of a protocol v2 manifest.
+const ProtocolV2 = 2
+
+// manifestVersion is the format version m is written with.
+func manifestVersion(m *storagepb.Manifest) (uint32, error) {
+	switch m.GetProtocol() {
+	case 0, ProtocolV2:
+	default:
+		return 0, fmt.Errorf("encode manifest: unknown protocol %d", m.GetProtocol())
 	}
-	return ManifestVersion
+	switch {
+	case m.GetTombstone() != nil:
+		return TombstoneVersion, nil
+	case m.GetProtocol() == ProtocolV2:
+		return ManifestVersionV2, nil
+	}
+	return ManifestVersion, nil
 }
 
 // Version returns the format version of an encoded manifest, or 0 when b
@@ -54,9 +72,13 @@ func EncodeManifest(m *storagepb.Manifest) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("encode manifest: %w", err)
 	}
+	v, err := manifestVersion(m)
+	if err != nil {
+		return nil, err
+	}
 	out := make([]byte, 0, manifestOverhead+len(body))
 	out = append(out, manifestMagic[:]...)
-	out = binary.LittleEndian.AppendUint32(out, versionOf(m))
+	out = binary.LittleEndian.AppendUint32(out, v)
 	out = append(out, body...)
 	return binary.LittleEndian.AppendUint32(out, Checksum(out)), nil
 }
@@ -70,8 +92,8 @@ func DecodeManifest(b []byte) (*storagepb.Manifest, error) {
 		return nil, fmt.Errorf("%w: manifest has bad magic %q", ErrCorrupt, b[:4])
 	}
 	v := binary.LittleEndian.Uint32(b[4:8])
-	if v != ManifestVersion && v != TombstoneVersion {
-		return nil, fmt.Errorf("%w: manifest format version %d, this build reads %d and %d", ErrCorrupt, v, ManifestVersion, TombstoneVersion)
+	if v != ManifestVersion && v != ManifestVersionV2 && v != TombstoneVersion {
+		return nil, fmt.Errorf("%w: manifest format version %d, this build reads %d, %d and %d", ErrCorrupt, v, ManifestVersion, ManifestVersionV2, TombstoneVersion)
 	}
 	n := len(b) - 4
 	if want, got := binary.LittleEndian.Uint32(b[n:]), Checksum(b[:n]); want != got {
@@ -81,11 +103,11 @@ func DecodeManifest(b []byte) (*storagepb.Manifest, error) {
 	if err := proto.Unmarshal(b[8:n], m); err != nil {
 		return nil, fmt.Errorf("%w: manifest body: %v", ErrCorrupt, err)
 	}
+	if want, err := manifestVersion(m); err != nil || want != v {
+		return nil, fmt.Errorf("%w: manifest of format version %d says protocol %d, tombstone %t", ErrCorrupt, v, m.GetProtocol(), m.GetTombstone() != nil)
+	}
 	if err := checkManifest(m); err != nil {
 		return nil, fmt.Errorf("%w: manifest: %v", ErrCorrupt, err)
-	}
-	if versionOf(m) != v {
-		return nil, fmt.Errorf("%w: manifest format version %d does not match its tombstone state", ErrCorrupt, v)
 	}
 	return m, nil
 }
@@ -99,11 +121,24 @@ func checkManifest(m *storagepb.Manifest) error {
 	if m.GetNextSeq() == 0 {
 		return fmt.Errorf("next_seq 0")
 	}
+	ckpt := m.GetLogCheckpoint()
+	if m.GetProtocol() == 0 && ckpt != 0 {
+		return fmt.Errorf("log checkpoint %d in a protocol v1 manifest", ckpt)
+	}
 	if m.GetTombstone() != nil && len(m.GetGenerations()) > 0 {
 		return fmt.Errorf("a tombstone lists %d generations", len(m.GetGenerations()))
 	}
 	var prevLast uint64
 	for i, g := range m.GetGenerations() {
+		if p := g.GetPosition(); p != 0 {
+			// A log batch: named by its position, which the checkpoint
+			// must cover, and numbered 0.
+			if g.GetNumber() != 0 || p > ckpt {
+				return fmt.Errorf("generation at log position %d (number %d): not covered by checkpoint %d", p, g.GetNumber(), ckpt)
+			}
+		} else if g.GetNumber() >= m.GetNextGeneration() {
+			return fmt.Errorf("generation %d: not below next_generation %d", g.GetNumber(), m.GetNextGeneration())
+		}
 		switch {
 		case g.GetFirstSeq() == 0 || g.GetLastSeq() < g.GetFirstSeq():
 			return fmt.Errorf("generation %d: bad sequence range %d..%d", g.GetNumber(), g.GetFirstSeq(), g.GetLastSeq())
@@ -111,8 +146,6 @@ func checkManifest(m *storagepb.Manifest) error {
 			return fmt.Errorf("generation %d: sequence range %d..%d overlaps or precedes %d", g.GetNumber(), g.GetFirstSeq(), g.GetLastSeq(), prevLast)
 		case g.GetLastSeq() >= m.GetNextSeq():
 			return fmt.Errorf("generation %d: last seq %d not below next_seq %d", g.GetNumber(), g.GetLastSeq(), m.GetNextSeq())
-		case g.GetNumber() >= m.GetNextGeneration():
-			return fmt.Errorf("generation %d: not below next_generation %d", g.GetNumber(), m.GetNextGeneration())
 		case g.GetEpoch() == 0 || g.GetEpoch() > m.GetEpoch():
 			return fmt.Errorf("generation %d: epoch %d outside 1..%d", g.GetNumber(), g.GetEpoch(), m.GetEpoch())
 		case uint64(g.GetFooterOffset())+uint64(g.GetFooterLength()) > g.GetBytes():
@@ -138,6 +171,14 @@ func checkManifest(m *storagepb.Manifest) error {
 			// Generations are numbered below next_generation, so a run past
 			// it is a lie that would have GC count towards 2^64.
 			count, epoch := b.GetCounts()[k], b.GetEpochs()[k]
+			if epoch == 0 {
+				// Log positions (protocol v2), retired by a merge: the
+				// checkpoint covers them.
+				if count == 0 || first == 0 || first > ckpt || count > ckpt-first+1 {
+					return fmt.Errorf("retired runs %d: %d log positions from %d, not within checkpoint %d", i, count, first, ckpt)
+				}
+				continue
+			}
 			if count == 0 || first >= m.GetNextGeneration() || count > m.GetNextGeneration()-first {
 				return fmt.Errorf("retired runs %d: %d generations from %d, not within next_generation %d", i, count, first, m.GetNextGeneration())
 			}
@@ -151,4 +192,4 @@ func checkManifest(m *storagepb.Manifest) error {
 
 // VersionOf is the format version m is written with: TombstoneVersion for
 // a tombstone, ManifestVersion otherwise.
-func VersionOf(m *storagepb.Manifest) uint32 { return versionOf(m) }
+func VersionOf(m *storagepb.Manifest) uint32 { v, _ := manifestVersion(m); return v }

@@ -4,12 +4,15 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+
+	"github.com/rolloutd/rolloutd/internal/shard/storagepb"
 )
 
 // The blob layout of one shard:
 //
 //	shards/<shard>/_manifest
 //	shards/<shard>/_g/<epoch as 16 hex digits>-<generation as 16 hex digits>
+//	shards/<shard>/_l/<log position as 16 hex digits>   (protocol v2)
 //
 // A shard segment starts with a letter or digit (package validate), so the
 // "_" names can never collide with a nested shard's prefix: shard "a" and
@@ -19,7 +22,29 @@ const (
 	shardsRoot     = "shards/"
 	manifestSuffix = "/_manifest"
 	genDir         = "/_g/"
+	logDir         = "/_l/"
 )
+
+// LogPrefix is the prefix of the shard's commit log (protocol v2).
+func LogPrefix(shard string) string { return shardsRoot + shard + logDir }
+
+// LogName names the log entry at position (1, 2, 3, ...).
+func LogName(shard string, position uint64) string {
+	return fmt.Sprintf("%s%016x", LogPrefix(shard), position)
+}
+
+// ParseLogName is the inverse of LogName.
+func ParseLogName(shard, name string) (position uint64, ok bool) {
+	rest, found := strings.CutPrefix(name, LogPrefix(shard))
+	if !found || len(rest) != 16 {
+		return 0, false
+	}
+	p, err := strconv.ParseUint(rest, 16, 64)
+	if err != nil || p == 0 {
+		return 0, false
+	}
+	return p, true
+}
 
 // ShardsRoot is the prefix of every shard's blobs.
 const ShardsRoot = shardsRoot
@@ -51,4 +76,19 @@ func ParseGenerationName(shard, name string) (epoch, gen uint64, ok bool) {
 		return 0, 0, false
 	}
 	return e, g, true
+}
+
+// BlobOf names the blob that holds generation g of the shard: a log
+// position's under protocol v2 (g.position set), else a generation's.
+func BlobOf(shard string, g *storagepb.Generation) string {
+	if p := g.GetPosition(); p != 0 {
+		return LogName(shard, p)
+	}
+	return GenerationName(shard, g.GetEpoch(), g.GetNumber())
+}
+
+// IsDataBlob reports whether name is one of the shard's record blobs: a
+// generation, or a log position.
+func IsDataBlob(shard, name string) bool {
+	return strings.HasPrefix(name, GenerationPrefix(shard)) || strings.HasPrefix(name, LogPrefix(shard))
 }

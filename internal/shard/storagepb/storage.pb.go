@@ -68,6 +68,15 @@ type Manifest struct {
 	UpdatedUnixNanos int64 `protobuf:"varint,9,opt,name=updated_unix_nanos,json=updatedUnixNanos,proto3" json:"updated_unix_nanos,omitempty"`
 	// Records the manifest counts as committed in total (live records).
 	RecordCount uint64 `protobuf:"varint,10,opt,name=record_count,json=recordCount,proto3" json:"record_count,omitempty"`
+	// Protocol v2 (commit by create; format version 2 in the blob header).
+	// The manifest is then a checkpoint of the shard's commit log: it
+	// records everything the log holds up to log_checkpoint, and a reader
+	// probes the positions after it. Every log position inside a generation
+	// it lists is at or below log_checkpoint. 0 in a protocol v1 manifest.
+	LogCheckpoint uint64 `protobuf:"varint,20,opt,name=log_checkpoint,json=logCheckpoint,proto3" json:"log_checkpoint,omitempty"`
+	// 2 for a manifest written under protocol v2, 0 for v1. It repeats the
+	// blob header's format version inside the checksummed body.
+	Protocol uint32 `protobuf:"varint,21,opt,name=protocol,proto3" json:"protocol,omitempty"`
 	// How many times the shard was deleted. A DeleteShard writes its
 	// tombstone with the next incarnation; the writer that claims the shard
 	// after it keeps that number, so a reader that saw another incarnation
@@ -204,6 +213,20 @@ func (x *Manifest) GetRecordCount() uint64 {
 	return 0
 }
 
+func (x *Manifest) GetLogCheckpoint() uint64 {
+	if x != nil {
+		return x.LogCheckpoint
+	}
+	return 0
+}
+
+func (x *Manifest) GetProtocol() uint32 {
+	if x != nil {
+		return x.Protocol
+	}
+	return 0
+}
+
 func (x *Manifest) GetIncarnation() uint64 {
 	if x != nil {
 		return x.Incarnation
@@ -331,7 +354,16 @@ type Generation struct {
 	// before the footer, so a writer checks an id without loading the index.
 	FilterLength uint32 `protobuf:"varint,11,opt,name=filter_length,json=filterLength,proto3" json:"filter_length,omitempty"`
 	// CRC32C of the Bloom filter bytes.
-	FilterCrc32C  uint32 `protobuf:"fixed32,12,opt,name=filter_crc32c,json=filterCrc32c,proto3" json:"filter_crc32c,omitempty"`
+	FilterCrc32C uint32 `protobuf:"fixed32,12,opt,name=filter_crc32c,json=filterCrc32c,proto3" json:"filter_crc32c,omitempty"`
+	// Protocol v2: the log position whose blob holds this generation (a batch
+	// a commit created), or 0 for a blob in the generation namespace (a
+	// protocol v1 commit, or a merge). Number is then 0.
+	Position uint64 `protobuf:"varint,20,opt,name=position,proto3" json:"position,omitempty"`
+	// Protocol v2: the put id of the create that wrote the log batch at
+	// position. A position collected after a merge may be created again by a
+	// create that was in flight (a fence); a reader holding a manifest that
+	// still lists the batch tells the two apart by it.
+	PutId         string `protobuf:"bytes,21,opt,name=put_id,json=putId,proto3" json:"put_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -448,6 +480,20 @@ func (x *Generation) GetFilterCrc32C() uint32 {
 		return x.FilterCrc32C
 	}
 	return 0
+}
+
+func (x *Generation) GetPosition() uint64 {
+	if x != nil {
+		return x.Position
+	}
+	return 0
+}
+
+func (x *Generation) GetPutId() string {
+	if x != nil {
+		return x.PutId
+	}
+	return ""
 }
 
 // RetiredBatch is a set of generations replaced by merges at about the same
@@ -657,9 +703,25 @@ type Footer struct {
 	// Generation number of the blob.
 	Generation uint64 `protobuf:"varint,3,opt,name=generation,proto3" json:"generation,omitempty"`
 	// One entry per record, in sequence order.
-	Entries       []*FooterEntry `protobuf:"bytes,4,rep,name=entries,proto3" json:"entries,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Entries []*FooterEntry `protobuf:"bytes,4,rep,name=entries,proto3" json:"entries,omitempty"`
+	// Protocol v2 log entries (shards/<shard>/_l/<position>); generation is
+	// then 0. The log position this entry was created at.
+	Position uint64 `protobuf:"varint,20,opt,name=position,proto3" json:"position,omitempty"`
+	// Random id of the writer instance that created the entry.
+	Writer string `protobuf:"bytes,21,opt,name=writer,proto3" json:"writer,omitempty"`
+	// Id of the create that wrote it: every try of the create carries the
+	// same one, so a writer recognises its own entry after an unclear answer.
+	PutId string `protobuf:"bytes,22,opt,name=put_id,json=putId,proto3" json:"put_id,omitempty"`
+	// A fence: a new writer's claim on the log. It holds no records; every
+	// create of a lower epoch at this position failed.
+	Fence bool `protobuf:"varint,23,opt,name=fence,proto3" json:"fence,omitempty"`
+	// The sequence number the log continues at after this entry.
+	NextSeq uint64 `protobuf:"varint,24,opt,name=next_seq,json=nextSeq,proto3" json:"next_seq,omitempty"`
+	// Unix nanoseconds when the entry was created, by its writer's clock (for
+	// DescribeShard's last commit and merge timing, never for correctness).
+	CreatedUnixNanos int64 `protobuf:"varint,25,opt,name=created_unix_nanos,json=createdUnixNanos,proto3" json:"created_unix_nanos,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *Footer) Reset() {
@@ -718,6 +780,48 @@ func (x *Footer) GetEntries() []*FooterEntry {
 		return x.Entries
 	}
 	return nil
+}
+
+func (x *Footer) GetPosition() uint64 {
+	if x != nil {
+		return x.Position
+	}
+	return 0
+}
+
+func (x *Footer) GetWriter() string {
+	if x != nil {
+		return x.Writer
+	}
+	return ""
+}
+
+func (x *Footer) GetPutId() string {
+	if x != nil {
+		return x.PutId
+	}
+	return ""
+}
+
+func (x *Footer) GetFence() bool {
+	if x != nil {
+		return x.Fence
+	}
+	return false
+}
+
+func (x *Footer) GetNextSeq() uint64 {
+	if x != nil {
+		return x.NextSeq
+	}
+	return 0
+}
+
+func (x *Footer) GetCreatedUnixNanos() int64 {
+	if x != nil {
+		return x.CreatedUnixNanos
+	}
+	return 0
 }
 
 // FooterEntry locates one record inside the generation blob.
@@ -816,7 +920,7 @@ var File_rolloutd_storage_v1_storage_proto protoreflect.FileDescriptor
 
 const file_rolloutd_storage_v1_storage_proto_rawDesc = "" +
 	"\n" +
-	"!rolloutd/storage/v1/storage.proto\x12\x13rolloutd.storage.v1\"\xfc\x05\n" +
+	"!rolloutd/storage/v1/storage.proto\x12\x13rolloutd.storage.v1\"\xbf\x06\n" +
 	"\bManifest\x12\x14\n" +
 	"\x05epoch\x18\x01 \x01(\x04R\x05epoch\x12\x14\n" +
 	"\x05owner\x18\x02 \x01(\tR\x05owner\x12'\n" +
@@ -829,7 +933,9 @@ const file_rolloutd_storage_v1_storage_proto_rawDesc = "" +
 	"\tcommit_id\x18\b \x01(\tR\bcommitId\x12,\n" +
 	"\x12updated_unix_nanos\x18\t \x01(\x03R\x10updatedUnixNanos\x12!\n" +
 	"\frecord_count\x18\n" +
-	" \x01(\x04R\vrecordCount\x12 \n" +
+	" \x01(\x04R\vrecordCount\x12%\n" +
+	"\x0elog_checkpoint\x18\x14 \x01(\x04R\rlogCheckpoint\x12\x1a\n" +
+	"\bprotocol\x18\x15 \x01(\rR\bprotocol\x12 \n" +
 	"\vincarnation\x18\x1e \x01(\x04R\vincarnation\x12<\n" +
 	"\ttombstone\x18\x1f \x01(\v2\x1e.rolloutd.storage.v1.TombstoneR\ttombstone\x12,\n" +
 	"\x12created_unix_nanos\x18  \x01(\x03R\x10createdUnixNanos\x123\n" +
@@ -838,7 +944,7 @@ const file_rolloutd_storage_v1_storage_proto_rawDesc = "" +
 	"\tTombstone\x12,\n" +
 	"\x12deleted_unix_nanos\x18\x01 \x01(\x03R\x10deletedUnixNanos\x12\x19\n" +
 	"\blast_seq\x18\x02 \x01(\x04R\alastSeq\x12\x18\n" +
-	"\arecords\x18\x03 \x01(\x04R\arecords\"\xfa\x02\n" +
+	"\arecords\x18\x03 \x01(\x04R\arecords\"\xad\x03\n" +
 	"\n" +
 	"Generation\x12\x16\n" +
 	"\x06number\x18\x01 \x01(\x04R\x06number\x12\x14\n" +
@@ -853,7 +959,9 @@ const file_rolloutd_storage_v1_storage_proto_rawDesc = "" +
 	"\x05level\x18\n" +
 	" \x01(\rR\x05level\x12#\n" +
 	"\rfilter_length\x18\v \x01(\rR\ffilterLength\x12#\n" +
-	"\rfilter_crc32c\x18\f \x01(\aR\ffilterCrc32c\"n\n" +
+	"\rfilter_crc32c\x18\f \x01(\aR\ffilterCrc32c\x12\x1a\n" +
+	"\bposition\x18\x14 \x01(\x04R\bposition\x12\x15\n" +
+	"\x06put_id\x18\x15 \x01(\tR\x05putId\"n\n" +
 	"\fRetiredBatch\x12,\n" +
 	"\x12retired_unix_nanos\x18\x01 \x01(\x03R\x10retiredUnixNanos\x12\x16\n" +
 	"\x06epochs\x18\x02 \x03(\x04R\x06epochs\x12\x18\n" +
@@ -865,14 +973,20 @@ const file_rolloutd_storage_v1_storage_proto_rawDesc = "" +
 	"\x06counts\x18\x04 \x03(\x04R\x06counts\"L\n" +
 	"\vEpochRecord\x12\x14\n" +
 	"\x05epoch\x18\x01 \x01(\x04R\x05epoch\x12'\n" +
-	"\x0flast_generation\x18\x02 \x01(\x04R\x0elastGeneration\"\x90\x01\n" +
+	"\x0flast_generation\x18\x02 \x01(\x04R\x0elastGeneration\"\xba\x02\n" +
 	"\x06Footer\x12\x14\n" +
 	"\x05shard\x18\x01 \x01(\tR\x05shard\x12\x14\n" +
 	"\x05epoch\x18\x02 \x01(\x04R\x05epoch\x12\x1e\n" +
 	"\n" +
 	"generation\x18\x03 \x01(\x04R\n" +
 	"generation\x12:\n" +
-	"\aentries\x18\x04 \x03(\v2 .rolloutd.storage.v1.FooterEntryR\aentries\"\x98\x01\n" +
+	"\aentries\x18\x04 \x03(\v2 .rolloutd.storage.v1.FooterEntryR\aentries\x12\x1a\n" +
+	"\bposition\x18\x14 \x01(\x04R\bposition\x12\x16\n" +
+	"\x06writer\x18\x15 \x01(\tR\x06writer\x12\x15\n" +
+	"\x06put_id\x18\x16 \x01(\tR\x05putId\x12\x14\n" +
+	"\x05fence\x18\x17 \x01(\bR\x05fence\x12\x19\n" +
+	"\bnext_seq\x18\x18 \x01(\x04R\anextSeq\x12,\n" +
+	"\x12created_unix_nanos\x18\x19 \x01(\x03R\x10createdUnixNanos\"\x98\x01\n" +
 	"\vFooterEntry\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x10\n" +
 	"\x03seq\x18\x02 \x01(\x04R\x03seq\x12\x16\n" +

@@ -1,0 +1,224 @@
+package shard
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"go.uber.org/zap"
+
+	"github.com/rolloutd/rolloutd/internal/blob"
+	"github.com/rolloutd/rolloutd/internal/shard/format"
+)
+
+// Protocol v2's committer: a commit is the create of log position last+1,
+// and its appends are acknowledged when that create lands (issue 21,
+// sections 1-3). There is no manifest read or write on this path: the
+// checkpointer (checkpoint.go) writes the manifest beside it.
+//
+// A batch is frozen at its position: every try of its create sends the
+// same bytes with the same put id, and a position is never given other
+// bytes while a create of this writer may still land there. A create whose
+// outcome stays undecided therefore stops the writer (its appends learn
+// ErrOutcomeUnknown, the queued ones ErrStale), and the writer set opens a
+// replacement, which fences the log and inherits whatever landed.
+
+// runLog is the committer of a protocol v2 writer.
+func (c *committer) runLog() {
+	w := c.w
+	defer close(c.done)
+	// The writer ends here, with its last create answered or abandoned:
+	// tell the process's next writer of the shard whether it must fence.
+	defer func() { w.opts.Lineage.end(w.shard, w.id, w.claimed && !c.inDoubt) }()
+	for {
+		batch, ok := c.takeLog()
+		if !ok {
+			return
+		}
+		c.commitLog(batch)
+	}
+}
+
+// takeLog waits for queued appends and takes as many as fit one batch.
+// It reports false once the writer is aborted or fenced, or closing with
+// nothing queued.
+func (c *committer) takeLog() ([]*pending, bool) {
+	w := c.w
+	for {
+		w.mu.Lock()
+		switch {
+		case w.state == stateAborted || w.state == stateFenced:
+			w.mu.Unlock()
+			return nil, false
+		case len(w.queue) > 0:
+			var n int
+			var size int64
+			for n < len(w.queue) && (n == 0 || size+w.queue[n].bytes <= w.opts.MaxGenerationBytes) {
+				size += w.queue[n].bytes
+				w.queue[n].taken = true
+				n++
+			}
+			batch := make([]*pending, n)
+			copy(batch, w.queue)
+			w.queue = append(w.queue[:0], w.queue[n:]...)
+			w.mu.Unlock()
+			return batch, true
+		case w.state == stateClosing:
+			w.mu.Unlock()
+			return nil, false
+		}
+		w.mu.Unlock()
+		select {
+		case <-c.kick:
+		case <-w.ctx.Done():
+		}
+	}
+}
+
+// commitLog commits one batch at the next log position and settles its
+// appends.
+func (c *committer) commitLog(batch []*pending) {
+	w := c.w
+	var live []*pending
+	var size int64
+	for _, p := range batch {
+		size += p.bytes
+		if p.ctx.Err() != nil {
+			w.settle(p, nil, errWithdrawn)
+			continue
+		}
+		live = append(live, p)
+	}
+	defer w.merger.wake()
+	// The batch's bytes leave the queue before its appends learn their
+	// outcome, so a caller that was acked never sees them counted.
+	release := func() {
+		w.mu.Lock()
+		w.queued -= size
+		w.mu.Unlock()
+	}
+	if len(live) == 0 {
+		release()
+		return
+	}
+	ctx, cancel := context.WithTimeout(w.ctx, w.opts.CommitTimeout)
+	defer cancel()
+	results, err := c.createBatch(ctx, live)
+	release()
+	for _, p := range live {
+		if err != nil {
+			w.settle(p, nil, err)
+			continue
+		}
+		w.settle(p, results[p], nil)
+	}
+}
+
+// createBatch writes live as the batch at the next log position.
+func (c *committer) createBatch(ctx context.Context, live []*pending) (map[*pending][]Result, error) {
+	w := c.w
+	if err := c.awaitCheckpointRoom(ctx); err != nil {
+		return nil, err
+	}
+	w.mu.Lock()
+	pos, seq := w.last+1, w.m.GetNextSeq()
+	w.mu.Unlock()
+	putID := w.nextPutID()
+	var hint int64
+	for _, p := range live {
+		hint += p.bytes
+	}
+	b := format.NewLogBatchBuilder(format.LogEntry{Shard: w.shard, Epoch: w.epoch, Position: pos, Writer: w.id, PutID: putID, Created: w.opts.Clock.Now().UnixNano()}, int(hint))
+	results := make(map[*pending][]Result, len(live))
+	var scratch []byte
+	for _, p := range live {
+		rs := make([]Result, len(p.entries))
+		for i, e := range p.entries {
+			scratch = e.withSeq(scratch[:0], seq)
+			b.Add(e.ID, seq, scratch, e.ClientHash)
+			rs[i] = Result{ID: e.ID, Seq: seq, Epoch: w.epoch, Generation: pos}
+			seq++
+		}
+		results[p] = rs
+	}
+	l, err := b.Finish()
+	if err != nil {
+		return nil, err
+	}
+	c.inDoubt = true
+	res, err := w.createAt(ctx, pos, l.Data, putID)
+	switch {
+	case err != nil && errors.Is(err, errUndecided):
+		// The create may land yet, at a position this writer can never
+		// give other bytes: stop, and let a replacement fence the log.
+		werr := fmt.Errorf("%w: %w", ErrOutcomeUnknown, err)
+		if w.ctx.Err() != nil {
+			werr = fmt.Errorf("shard %q epoch %d: aborted while its commit was in flight: %w", w.shard, w.epoch, werr)
+		}
+		w.halt(werr, w.staleErr(fmt.Errorf("a commit before this append's is undecided: %w", err)))
+		return nil, werr
+	case err != nil:
+		c.inDoubt = false
+		if errors.Is(err, ErrStale) {
+			w.halt(err, err)
+		}
+		if w.ctx.Err() != nil {
+			return nil, fmt.Errorf("shard %q epoch %d: %w before the commit was sent", w.shard, w.epoch, ErrAborted)
+		}
+		return nil, err
+	}
+	c.inDoubt = false
+	if res.outcome == taken {
+		f := res.found
+		if f.epoch > w.epoch {
+			fe := &FencedError{Shard: w.shard, Local: w.epoch, Stored: f.epoch}
+			w.fence(fe)
+			return nil, fe
+		}
+		// A lower epoch's entry: an earlier writer's create that landed
+		// late. It is part of the log, and this batch's seqs follow what
+		// was there before it: the writer moves past it by being replaced,
+		// whose open reads it, and the appends are retried there.
+		err := w.staleErr(fmt.Errorf("log position %d holds a late entry of epoch %d", pos, f.epoch))
+		w.log.Warn("late landing of an earlier epoch's create in the log", zap.Uint64("position", pos), zap.Uint64("stored_epoch", f.epoch))
+		w.halt(err, err)
+		return nil, err
+	}
+	now := w.opts.Clock.Now().UnixNano()
+	e := entryOf(w.opts.Cache, w.shard, pos, l, now)
+	w.mu.Lock()
+	w.addTailLocked(e, now)
+	lag := len(w.tail)
+	w.mu.Unlock()
+	w.opts.Notifier.Publish(w.shard)
+	if lag >= w.opts.CheckpointEvery {
+		w.checkpointer.wake()
+	}
+	return results, nil
+}
+
+// awaitCheckpointRoom holds the commit while the next position would be
+// more than 2K past the checkpoint, so that a failing or slow checkpoint
+// cannot let the uncheckpointed tail grow: readers and the next claim
+// probe at most that many positions. Nothing is sent yet.
+func (c *committer) awaitCheckpointRoom(ctx context.Context) error {
+	w := c.w
+	for {
+		w.mu.Lock()
+		room := w.last+1 <= w.ckpt.GetLogCheckpoint()+2*uint64(w.opts.CheckpointEvery)
+		landed := w.ckptLanded
+		w.mu.Unlock()
+		if room {
+			return nil
+		}
+		w.checkpointer.wake()
+		select {
+		case <-landed:
+		case <-ctx.Done():
+			if w.ctx.Err() != nil {
+				return fmt.Errorf("shard %q epoch %d: %w before the commit was sent", w.shard, w.epoch, ErrAborted)
+			}
+			return fmt.Errorf("shard %q: no checkpoint landed while %d log positions waited for one (%w): %w", w.shard, 2*w.opts.CheckpointEvery, blob.ErrUnavailable, ctx.Err())
+		}
+	}
+}
