@@ -15,6 +15,7 @@ import (
 	"github.com/rolloutd/rolloutd/internal/blob"
 	"github.com/rolloutd/rolloutd/internal/shard"
 	"github.com/rolloutd/rolloutd/internal/shard/format"
+	"github.com/rolloutd/rolloutd/internal/shard/storagepb"
 )
 
 // targetCheck is one target of docs/performance.md's targets table, measured.
@@ -803,8 +804,8 @@ func (b *bench) target5(ctx context.Context) ([]phaseResult, error) {
 		return nil, err
 	}
 	fs := &floorSpec{prefix: b.base() + "/floor/t5", readShard: sh, readBytes: int64(len(b.content))}
-	for _, g := range m.GetGenerations() {
-		fs.readGens = append(fs.readGens, format.GenerationName(sh, g.GetEpoch(), g.GetNumber()))
+	if fs.readGens, err = readableBlobs(ctx, readStore, sh, m); err != nil {
+		return nil, err
 	}
 	if fs.generation, err = generationBlob(sh, []*rolloutv1.Record{b.newRecord(0)}); err != nil {
 		return nil, err
@@ -1084,5 +1085,34 @@ func smallRecords(next func(int) (clientOps, error), n int) func(int) (clientOps
 			return inner(ctx, sh, recs)
 		}
 		return ops, nil
+	}
+}
+
+// readableBlobs names the blobs that hold the shard's records: the
+// generations its manifest lists (a log batch, under protocol v2, by its
+// position) and, under v2, the log positions past the checkpoint, which hold
+// the records no checkpoint lists yet.
+func readableBlobs(ctx context.Context, st blob.Store, sh string, m *storagepb.Manifest) ([]string, error) {
+	var names []string
+	for _, g := range m.GetGenerations() {
+		if p := g.GetPosition(); p != 0 {
+			names = append(names, format.LogName(sh, p))
+			continue
+		}
+		names = append(names, format.GenerationName(sh, g.GetEpoch(), g.GetNumber()))
+	}
+	for token := ""; ; {
+		page, err := st.List(ctx, format.LogPrefix(sh), token, 0)
+		if err != nil {
+			return nil, fmt.Errorf("target 5: list the log: %w", err)
+		}
+		for _, it := range page.Items {
+			if p, ok := format.ParseLogName(sh, it.Name); ok && p > m.GetLogCheckpoint() {
+				names = append(names, it.Name)
+			}
+		}
+		if token = page.Next; token == "" {
+			return names, nil
+		}
 	}
 }
