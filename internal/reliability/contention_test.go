@@ -53,83 +53,134 @@ func TestMixedFleetContention(t *testing.T) {
 
 // contention runs the test; argsA are process a's extra flags.
 func contention(t *testing.T, seed int64, batches int, argsA []string) {
-	rng := newRand(seed, 5)
+	c := newContender(t, seed, argsA)
+	c.clients(batches, c.anyProc, nil)
+	c.verify()
+}
+
+// contender is two rolloutd processes on one container (a with extra
+// flags), contending on a few shards, with the clients' ledger and what
+// went wrong.
+type contender struct {
+	t         *testing.T
+	rng       *lockedRand
+	container string
+	hint      string
+	procs     []*proc
+	l         *ledger
+	v         violations
+	failures  codeCounts
+	attempts  atomic.Int64
+	appends   atomic.Int64
+	maxTries  atomic.Int64
+}
+
+// contendedShards is how many shards the processes contend on.
+const contendedShards = 3
+
+func newContender(t *testing.T, seed int64, argsA []string) *contender {
 	container := containerName("contention", seed)
-	hint := fmt.Sprintf("reproduce the routing with ROLLOUTD_SIM_SEED=%d", seed)
-	procs := []*proc{startProc(t, "rolloutd-a", container, argsA...), startProc(t, "rolloutd-b", container)}
-	const shards = 3
-	l := newLedger()
-	var v violations
-	var failures codeCounts
-	var attempts, appends atomic.Int64
-	maxTries := atomic.Int64{}
+	return &contender{
+		t:         t,
+		rng:       newRand(seed, 5),
+		container: container,
+		hint:      fmt.Sprintf("reproduce the routing with ROLLOUTD_SIM_SEED=%d", seed),
+		procs:     []*proc{startProc(t, "rolloutd-a", container, argsA...), startProc(t, "rolloutd-b", container)},
+		l:         newLedger(),
+	}
+}
+
+// anyProc routes a try to either process, at random.
+func (c *contender) anyProc() *proc { return c.procs[c.rng.intN(2)] }
+
+// shardName is contended shard i.
+func shardName(i int) string { return fmt.Sprintf("contend/s%d", i) }
+
+// clients runs 8 clients that send batches appends each, to shards picked
+// at random; route picks the process of each try. onAck, if not nil, sees
+// every acknowledged append.
+func (c *contender) clients(batches int, route func() *proc, onAck func(sh string, results []*rolloutv1.AppendResult)) {
 	var clients sync.WaitGroup
-	for c := range 8 {
+	for cl := range 8 {
 		clients.Go(func() {
 			for b := range batches {
-				sh := fmt.Sprintf("contend/s%d", rng.intN(shards))
-				recs := make([]*rolloutv1.Record, 1+rng.intN(3))
+				sh := shardName(c.rng.intN(contendedShards))
+				recs := make([]*rolloutv1.Record, 1+c.rng.intN(3))
 				for j := range recs {
-					recs[j] = makeRecord(sh, fmt.Sprintf("c%d-b%d-r%d", c, b, j), rng.intN(1000))
+					recs[j] = makeRecord(sh, fmt.Sprintf("c%d-b%d-r%d", cl, b, j), c.rng.intN(1000))
 				}
-				l.sent(sh, recs)
-				req := &rolloutv1.AppendRequest{Shard: sh, Records: recs}
-				for try := 1; ; try++ {
-					p := procs[rng.intN(2)]
-					attempts.Add(1)
-					ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-					resp, err := p.Client.Append(ctx, req)
-					cancel()
-					if err == nil {
-						v.addErr(l.acked(sh, resp.GetResults()))
-						appends.Add(1)
-						for m := maxTries.Load(); int64(try) > m && !maxTries.CompareAndSwap(m, int64(try)); m = maxTries.Load() {
-						}
-						break
-					}
-					failures.add(err)
-					if !retryable(err) {
-						v.add("Append %s (%s) on %s: non-retryable %v", sh, recs[0].GetId(), p.Name, err)
-						break
-					}
-					if try == contentionBudget {
-						v.add("Append %s (%s): not acked within the retry budget of %d tries; last: %v", sh, recs[0].GetId(), contentionBudget, err)
-						break
-					}
-					time.Sleep(rng.between(10*time.Millisecond, 50*time.Millisecond) << min(try, 4))
+				if rs := c.send(sh, recs, route); rs != nil && onAck != nil {
+					onAck(sh, rs)
 				}
 			}
 		})
 	}
 	clients.Wait()
+}
 
-	for _, k := range l.ackedIDs() {
-		want, _, _ := l.expected(k[0], k[1])
-		for _, p := range procs {
+// send appends recs to sh, retrying within the client's budget, each try
+// on the process route picks. It returns the results of the try that was
+// acknowledged, or nil.
+func (c *contender) send(sh string, recs []*rolloutv1.Record, route func() *proc) []*rolloutv1.AppendResult {
+	c.l.sent(sh, recs)
+	req := &rolloutv1.AppendRequest{Shard: sh, Records: recs}
+	for try := 1; ; try++ {
+		p := route()
+		c.attempts.Add(1)
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		resp, err := p.Client.Append(ctx, req)
+		cancel()
+		if err == nil {
+			c.v.addErr(c.l.acked(sh, resp.GetResults()))
+			c.appends.Add(1)
+			for m := c.maxTries.Load(); int64(try) > m && !c.maxTries.CompareAndSwap(m, int64(try)); m = c.maxTries.Load() {
+			}
+			return resp.GetResults()
+		}
+		c.failures.add(err)
+		if !retryable(err) {
+			c.v.add("Append %s (%s) on %s: non-retryable %v", sh, recs[0].GetId(), p.Name, err)
+			return nil
+		}
+		if try == contentionBudget {
+			c.v.add("Append %s (%s): not acked within the retry budget of %d tries; last: %v", sh, recs[0].GetId(), contentionBudget, err)
+			return nil
+		}
+		time.Sleep(c.rng.between(10*time.Millisecond, 50*time.Millisecond) << min(try, 4))
+	}
+}
+
+// verify reads every acknowledged record back from both processes and
+// straight from storage, and fails the test on any violation.
+func (c *contender) verify() {
+	t := c.t
+	for _, k := range c.l.ackedIDs() {
+		want, _, _ := c.l.expected(k[0], k[1])
+		for _, p := range c.procs {
 			resp, err := p.Client.Get(context.Background(), &rolloutv1.GetRequest{Shard: k[0], Id: k[1]})
 			if err != nil || !proto.Equal(resp.GetRecord(), want) {
-				v.add("Get %s/%s on %s = %s, %v; want %s", k[0], k[1], p.Name, brief(resp.GetRecord()), err, brief(want))
+				c.v.add("Get %s/%s on %s = %s, %v; want %s", k[0], k[1], p.Name, brief(resp.GetRecord()), err, brief(want))
 			}
 		}
 	}
-	direct := directStore(t, container)
+	direct := directStore(t, c.container)
 	defer direct.Close()
-	rep, errs := l.checkStore(context.Background(), direct)
+	rep, errs := c.l.checkStore(context.Background(), direct)
 	for _, err := range errs {
-		v.addErr(err)
+		c.v.addErr(err)
 	}
 	var fences, heals, opens float64
-	for _, p := range procs {
+	for _, p := range c.procs {
 		fences += p.Metric("rolloutd_writer_fences_total", "")
 		heals += p.Metric("rolloutd_append_self_heals_total", "")
 		opens += p.Metric("rolloutd_writer_opens_total", "")
 	}
-	sent, acked := l.counts()
+	sent, acked := c.l.counts()
 	t.Logf("two processes, %d shards, random routing: %d appends acked in %d attempts (most tries for one append: %d of %d); %d records sent, %d acked, %d stored",
-		shards, appends.Load(), attempts.Load(), maxTries.Load(), contentionBudget, sent, acked, rep.stored)
-	t.Logf("from /metrics: %v fences, %v self-heals, %v writer opens; client failures by code: %v", fences, heals, opens, &failures)
+		contendedShards, c.appends.Load(), c.attempts.Load(), c.maxTries.Load(), contentionBudget, sent, acked, rep.stored)
+	t.Logf("from /metrics: %v fences, %v self-heals, %v writer opens; client failures by code: %v", fences, heals, opens, &c.failures)
 	if fences == 0 {
-		v.add("no fence happened: the two processes never contended")
+		c.v.add("no fence happened: the two processes never contended")
 	}
-	v.report(t, hint)
+	c.v.report(t, c.hint)
 }
