@@ -3,6 +3,7 @@ package reliability
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -11,6 +12,9 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	rolloutv1 "github.com/rolloutd/rolloutd/gen/rollout/v1"
+	"github.com/rolloutd/rolloutd/internal/blob"
+	"github.com/rolloutd/rolloutd/internal/shard/format"
+	"github.com/rolloutd/rolloutd/internal/shard/storagepb"
 )
 
 // contentionBudget is the client's retry budget per append in
@@ -37,99 +41,283 @@ func TestContention(t *testing.T) {
 
 // TestMixedFleetContention is TestContention with one process pinned to
 // commit protocol v1 (--commit-protocol=v1, the first step of a rolling
-// upgrade) and one in v2, contending on the same shards: no split brain,
-// nothing acked lost or duplicated. A shard starts in v1 when the v1
-// process creates it; the v2 process's first claim converts it, and the v1
-// process then writes it in v2 too. A v1 commit's manifest CAS names the
-// ETag of the manifest it read, which a v2 claim changed.
+// upgrade) and one in v2, contending on the same shards (issue 21 section
+// 8): no split brain, nothing acked lost or duplicated. It goes in steps,
+// so that each part of that is seen to happen:
+//
+//  1. Only the pinned process a is sent appends: it creates every shard
+//     and commits in v1 (manifest format version 1, no log).
+//  2. Process b appends to each shard once: its claim converts the shard
+//     (format version 2) at an epoch above every v1 ack.
+//  3. a appends to each shard once: its v1 writer, still resident, finds
+//     itself fenced (its manifest CAS names an ETag the claim replaced),
+//     and its replacement commits in v2, to the log, at a higher epoch.
+//  4. Random routing, as in TestContention. No ack comes from an epoch
+//     below step 3's: every writer there was claimed over.
+//
+// In the end every ack reads back exactly once (the ledger), and each
+// manifest is still format version 2.
 func TestMixedFleetContention(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs the real binary")
 	}
 	seeds(t, 1, func(t *testing.T, seed int64) {
-		contention(t, seed, 25, []string{"--commit-protocol=v1"})
+		c := newContender(t, seed, []string{"--commit-protocol=v1"})
+		a, b := c.procs[0], c.procs[1]
+		direct := directStore(t, c.container)
+		defer direct.Close()
+		only := func(p *proc) func() *proc { return func() *proc { return p } }
+
+		// 1. The pinned process alone: v1 commits.
+		var mu sync.Mutex
+		v1Epoch := map[string]uint64{}
+		c.clients("v1-", 5, only(a), func(sh string, rs []*rolloutv1.AppendResult) {
+			mu.Lock()
+			defer mu.Unlock()
+			for _, r := range rs {
+				v1Epoch[sh] = max(v1Epoch[sh], r.GetEpoch())
+			}
+		})
+		for i := range contendedShards {
+			sh := shardName(i)
+			if v1Epoch[sh] == 0 {
+				c.v.add("shard %s: process a acknowledged nothing before the conversion", sh)
+			}
+			c.wantVersion(direct, sh, format.ManifestVersion, "after the v1 process alone wrote it")
+			if names := c.logNames(direct, sh); len(names) > 0 {
+				c.v.add("shard %s: log positions %v before any v2 claim: the v1 process committed in v2", sh, names)
+			}
+		}
+
+		// 2. The v2 process converts each shard.
+		converted := map[string]uint64{}
+		for i := range contendedShards {
+			sh := shardName(i)
+			rs := c.send(sh, []*rolloutv1.Record{makeRecord(sh, "converts", 10)}, only(b))
+			if rs == nil {
+				continue // a violation already
+			}
+			converted[sh] = rs[0].GetEpoch()
+			if converted[sh] <= v1Epoch[sh] {
+				c.v.add("shard %s: process b acked at epoch %d, not above the v1 writer's %d", sh, converted[sh], v1Epoch[sh])
+			}
+			c.wantVersion(direct, sh, format.ManifestVersionV2, "after process b's claim")
+		}
+
+		// 3. The v1 writer is fenced and never acks again; its replacement
+		// writes v2.
+		fences := a.Metric("rolloutd_writer_fences_total", "")
+		floor := map[string]uint64{}
+		for i := range contendedShards {
+			sh := shardName(i)
+			rs := c.send(sh, []*rolloutv1.Record{makeRecord(sh, "after-the-conversion", 10)}, only(a))
+			if rs == nil {
+				continue
+			}
+			r := rs[0]
+			floor[sh] = r.GetEpoch()
+			if r.GetEpoch() <= converted[sh] {
+				c.v.add("shard %s: process a acked at epoch %d after b converted the shard at epoch %d (its v1 writer's was %d): split brain", sh, r.GetEpoch(), converted[sh], v1Epoch[sh])
+			}
+			c.wantLogBatch(direct, sh, r)
+			c.wantVersion(direct, sh, format.ManifestVersionV2, "after process a appended again")
+		}
+		if n := a.Metric("rolloutd_writer_fences_total", "") - fences; n != contendedShards {
+			c.v.add("process a replaced %v fenced writers after the conversion, want %d: its v1 writer of each shard", n, contendedShards)
+		}
+
+		// 4. Contention.
+		c.clients("mixed-", 25, c.anyProc, func(sh string, rs []*rolloutv1.AppendResult) {
+			for _, r := range rs {
+				if r.GetEpoch() < floor[sh] {
+					c.v.add("shard %s: %q acked at epoch %d, below %d, which claimed the shard over every writer before step 4", sh, r.GetId(), r.GetEpoch(), floor[sh])
+				}
+			}
+		})
+		for i := range contendedShards {
+			c.wantVersion(direct, shardName(i), format.ManifestVersionV2, "at the end")
+		}
+		c.verify()
 	})
+}
+
+// wantVersion checks the format version of sh's manifest.
+func (c *contender) wantVersion(store blob.Store, sh string, want uint32, when string) {
+	raw, _, err := store.Get(context.Background(), format.ManifestName(sh), blob.GetOptions{})
+	if err != nil {
+		c.v.add("shard %s %s: read the manifest: %v", sh, when, err)
+		return
+	}
+	if v := format.Version(raw); v != want {
+		c.v.add("shard %s %s: manifest format version %d, want %d", sh, when, v, want)
+	}
+}
+
+// logNames lists sh's log positions.
+func (c *contender) logNames(store blob.Store, sh string) []string {
+	page, err := store.List(context.Background(), format.LogPrefix(sh), "", 0)
+	if err != nil {
+		c.v.add("shard %s: list the log: %v", sh, err)
+		return nil
+	}
+	var names []string
+	for _, it := range page.Items {
+		names = append(names, it.Name)
+	}
+	return names
+}
+
+// wantLogBatch checks that r was committed in v2: the log position its ack
+// names holds a batch of its epoch with its record. (GC cannot have
+// collected it yet: it waits RetireGrace after a merge.)
+func (c *contender) wantLogBatch(store blob.Store, sh string, r *rolloutv1.AppendResult) {
+	pos := r.GetGeneration()
+	data, _, err := store.Get(context.Background(), format.LogName(sh, pos), blob.GetOptions{})
+	if err != nil {
+		c.v.add("shard %s: %q acked at log position %d: %v", sh, r.GetId(), pos, err)
+		return
+	}
+	f, err := format.DecodeLogEntry(sh, pos, data)
+	if err != nil {
+		c.v.add("shard %s: log position %d: %v", sh, pos, err)
+		return
+	}
+	if f.GetEpoch() != r.GetEpoch() || !slices.ContainsFunc(f.GetEntries(), func(e *storagepb.FooterEntry) bool { return e.GetId() == r.GetId() }) {
+		c.v.add("shard %s: %q acked at epoch %d, log position %d, which holds epoch %d's %d records", sh, r.GetId(), r.GetEpoch(), pos, f.GetEpoch(), len(f.GetEntries()))
+	}
 }
 
 // contention runs the test; argsA are process a's extra flags.
 func contention(t *testing.T, seed int64, batches int, argsA []string) {
-	rng := newRand(seed, 5)
+	c := newContender(t, seed, argsA)
+	c.clients("", batches, c.anyProc, nil)
+	c.verify()
+}
+
+// contender is two rolloutd processes on one container (a with extra
+// flags), contending on a few shards, with the clients' ledger and what
+// went wrong.
+type contender struct {
+	t         *testing.T
+	rng       *lockedRand
+	container string
+	hint      string
+	procs     []*proc
+	l         *ledger
+	v         violations
+	failures  codeCounts
+	attempts  atomic.Int64
+	appends   atomic.Int64
+	maxTries  atomic.Int64
+}
+
+// contendedShards is how many shards the processes contend on.
+const contendedShards = 3
+
+func newContender(t *testing.T, seed int64, argsA []string) *contender {
 	container := containerName("contention", seed)
-	hint := fmt.Sprintf("reproduce the routing with ROLLOUTD_SIM_SEED=%d", seed)
-	procs := []*proc{startProc(t, "rolloutd-a", container, argsA...), startProc(t, "rolloutd-b", container)}
-	const shards = 3
-	l := newLedger()
-	var v violations
-	var failures codeCounts
-	var attempts, appends atomic.Int64
-	maxTries := atomic.Int64{}
+	return &contender{
+		t:         t,
+		rng:       newRand(seed, 5),
+		container: container,
+		hint:      fmt.Sprintf("reproduce the routing with ROLLOUTD_SIM_SEED=%d", seed),
+		procs:     []*proc{startProc(t, "rolloutd-a", container, argsA...), startProc(t, "rolloutd-b", container)},
+		l:         newLedger(),
+	}
+}
+
+// anyProc routes a try to either process, at random.
+func (c *contender) anyProc() *proc { return c.procs[c.rng.intN(2)] }
+
+// shardName is contended shard i.
+func shardName(i int) string { return fmt.Sprintf("contend/s%d", i) }
+
+// clients runs 8 clients that send batches appends each, to shards picked
+// at random; route picks the process of each try. onAck, if not nil, sees
+// every acknowledged append. Record ids start with tag, which tells the
+// runs of one test apart.
+func (c *contender) clients(tag string, batches int, route func() *proc, onAck func(sh string, results []*rolloutv1.AppendResult)) {
 	var clients sync.WaitGroup
-	for c := range 8 {
+	for cl := range 8 {
 		clients.Go(func() {
 			for b := range batches {
-				sh := fmt.Sprintf("contend/s%d", rng.intN(shards))
-				recs := make([]*rolloutv1.Record, 1+rng.intN(3))
+				sh := shardName(c.rng.intN(contendedShards))
+				recs := make([]*rolloutv1.Record, 1+c.rng.intN(3))
 				for j := range recs {
-					recs[j] = makeRecord(sh, fmt.Sprintf("c%d-b%d-r%d", c, b, j), rng.intN(1000))
+					recs[j] = makeRecord(sh, fmt.Sprintf("%sc%d-b%d-r%d", tag, cl, b, j), c.rng.intN(1000))
 				}
-				l.sent(sh, recs)
-				req := &rolloutv1.AppendRequest{Shard: sh, Records: recs}
-				for try := 1; ; try++ {
-					p := procs[rng.intN(2)]
-					attempts.Add(1)
-					ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-					resp, err := p.Client.Append(ctx, req)
-					cancel()
-					if err == nil {
-						v.addErr(l.acked(sh, resp.GetResults()))
-						appends.Add(1)
-						for m := maxTries.Load(); int64(try) > m && !maxTries.CompareAndSwap(m, int64(try)); m = maxTries.Load() {
-						}
-						break
-					}
-					failures.add(err)
-					if !retryable(err) {
-						v.add("Append %s (%s) on %s: non-retryable %v", sh, recs[0].GetId(), p.Name, err)
-						break
-					}
-					if try == contentionBudget {
-						v.add("Append %s (%s): not acked within the retry budget of %d tries; last: %v", sh, recs[0].GetId(), contentionBudget, err)
-						break
-					}
-					time.Sleep(rng.between(10*time.Millisecond, 50*time.Millisecond) << min(try, 4))
+				if rs := c.send(sh, recs, route); rs != nil && onAck != nil {
+					onAck(sh, rs)
 				}
 			}
 		})
 	}
 	clients.Wait()
+}
 
-	for _, k := range l.ackedIDs() {
-		want, _, _ := l.expected(k[0], k[1])
-		for _, p := range procs {
+// send appends recs to sh, retrying within the client's budget, each try
+// on the process route picks. It returns the results of the try that was
+// acknowledged, or nil.
+func (c *contender) send(sh string, recs []*rolloutv1.Record, route func() *proc) []*rolloutv1.AppendResult {
+	c.l.sent(sh, recs)
+	req := &rolloutv1.AppendRequest{Shard: sh, Records: recs}
+	for try := 1; ; try++ {
+		p := route()
+		c.attempts.Add(1)
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		resp, err := p.Client.Append(ctx, req)
+		cancel()
+		if err == nil {
+			c.v.addErr(c.l.acked(sh, resp.GetResults()))
+			c.appends.Add(1)
+			for m := c.maxTries.Load(); int64(try) > m && !c.maxTries.CompareAndSwap(m, int64(try)); m = c.maxTries.Load() {
+			}
+			return resp.GetResults()
+		}
+		c.failures.add(err)
+		if !retryable(err) {
+			c.v.add("Append %s (%s) on %s: non-retryable %v", sh, recs[0].GetId(), p.Name, err)
+			return nil
+		}
+		if try == contentionBudget {
+			c.v.add("Append %s (%s): not acked within the retry budget of %d tries; last: %v", sh, recs[0].GetId(), contentionBudget, err)
+			return nil
+		}
+		time.Sleep(c.rng.between(10*time.Millisecond, 50*time.Millisecond) << min(try, 4))
+	}
+}
+
+// verify reads every acknowledged record back from both processes and
+// straight from storage, and fails the test on any violation.
+func (c *contender) verify() {
+	t := c.t
+	for _, k := range c.l.ackedIDs() {
+		want, _, _ := c.l.expected(k[0], k[1])
+		for _, p := range c.procs {
 			resp, err := p.Client.Get(context.Background(), &rolloutv1.GetRequest{Shard: k[0], Id: k[1]})
 			if err != nil || !proto.Equal(resp.GetRecord(), want) {
-				v.add("Get %s/%s on %s = %s, %v; want %s", k[0], k[1], p.Name, brief(resp.GetRecord()), err, brief(want))
+				c.v.add("Get %s/%s on %s = %s, %v; want %s", k[0], k[1], p.Name, brief(resp.GetRecord()), err, brief(want))
 			}
 		}
 	}
-	direct := directStore(t, container)
+	direct := directStore(t, c.container)
 	defer direct.Close()
-	rep, errs := l.checkStore(context.Background(), direct)
+	rep, errs := c.l.checkStore(context.Background(), direct)
 	for _, err := range errs {
-		v.addErr(err)
+		c.v.addErr(err)
 	}
 	var fences, heals, opens float64
-	for _, p := range procs {
+	for _, p := range c.procs {
 		fences += p.Metric("rolloutd_writer_fences_total", "")
 		heals += p.Metric("rolloutd_append_self_heals_total", "")
 		opens += p.Metric("rolloutd_writer_opens_total", "")
 	}
-	sent, acked := l.counts()
+	sent, acked := c.l.counts()
 	t.Logf("two processes, %d shards, random routing: %d appends acked in %d attempts (most tries for one append: %d of %d); %d records sent, %d acked, %d stored",
-		shards, appends.Load(), attempts.Load(), maxTries.Load(), contentionBudget, sent, acked, rep.stored)
-	t.Logf("from /metrics: %v fences, %v self-heals, %v writer opens; client failures by code: %v", fences, heals, opens, &failures)
+		contendedShards, c.appends.Load(), c.attempts.Load(), c.maxTries.Load(), contentionBudget, sent, acked, rep.stored)
+	t.Logf("from /metrics: %v fences, %v self-heals, %v writer opens; client failures by code: %v", fences, heals, opens, &c.failures)
 	if fences == 0 {
-		v.add("no fence happened: the two processes never contended")
+		c.v.add("no fence happened: the two processes never contended")
 	}
-	v.report(t, hint)
+	c.v.report(t, c.hint)
 }

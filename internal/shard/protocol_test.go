@@ -506,9 +506,12 @@ func TestDeleteFencesTheLogAndPurgeKeepsFences(t *testing.T) {
 	if len(fences(left)) != len(fenced) {
 		t.Errorf("purge deleted fences: %v left of %v", fences(left), fenced)
 	}
+	// The next incarnation starts after the tombstone's fence: it probes
+	// none of the old incarnation's log, and creates nothing at or below
+	// the fence, where the purge left holes.
 	w2 := open(t, store, "s")
-	if rs := appendIDs(t, w2, "a"); rs[0].Seq != 4 || rs[0].AlreadyPresent {
-		t.Fatalf("the next incarnation's first append: %+v, want a new record at seq 4", rs[0])
+	if rs := appendIDs(t, w2, "a"); rs[0].Seq != 4 || rs[0].AlreadyPresent || rs[0].Generation <= fenced[0] {
+		t.Fatalf("the next incarnation's first append: %+v, want a new record at seq 4, past the tombstone's fence at position %d", rs[0], fenced[0])
 	}
 }
 
