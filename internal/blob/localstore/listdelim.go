@@ -13,13 +13,7 @@ import (
 // the prefix is one rolled-up entry and is not descended into: listing
 // shards reads one directory per shard, not every generation's header.
 func (s *Store) ListDelimited(ctx context.Context, prefix, delimiter, token string, max int) (blob.DelimitedPage, error) {
-	if err := blob.ValidatePrefix(prefix); err != nil {
-		return blob.DelimitedPage{}, err
-	}
-	if err := blob.ValidateDelimiter(delimiter); err != nil {
-		return blob.DelimitedPage{}, err
-	}
-	tok, err := blob.ParseDelimitedToken(token)
+	tok, err := blob.ParseDelimitedArgs(prefix, delimiter, token)
 	if err != nil {
 		return blob.DelimitedPage{}, err
 	}
