@@ -338,16 +338,9 @@ func (s *Store) List(ctx context.Context, prefix, token string, max int) (blob.L
 	if err := blob.ValidatePrefix(prefix); err != nil {
 		return blob.ListPage{}, err
 	}
-	full := s.prefix + prefix
-	if len(full) > blob.MaxNameBytes {
-		return blob.ListPage{}, fmt.Errorf("%w: prefix %q: with the store's prefix %q it is longer than %d bytes",
-			blob.ErrInvalidName, prefix, s.prefix, blob.MaxNameBytes)
-	}
-	switch {
-	case max <= 0:
-		max = DefaultListMax
-	case max > MaxListMax:
-		max = MaxListMax
+	full, n, err := s.listRequest(prefix, max)
+	if err != nil {
+		return blob.ListPage{}, err
 	}
 	release, err := s.begin(ctx)
 	if err != nil {
@@ -355,7 +348,6 @@ func (s *Store) List(ctx context.Context, prefix, token string, max int) (blob.L
 	}
 	defer release()
 
-	n := int32(max)
 	lo := &container.ListBlobsFlatOptions{
 		Include:    container.ListBlobsInclude{Metadata: true},
 		MaxResults: &n,
@@ -374,27 +366,52 @@ func (s *Store) List(ctx context.Context, prefix, token string, max int) (blob.L
 	if resp.Segment != nil {
 		page.Items = make([]blob.Attrs, 0, len(resp.Segment.BlobItems))
 		for _, it := range resp.Segment.BlobItems {
-			if it == nil || it.Name == nil || !strings.HasPrefix(*it.Name, s.prefix) {
-				continue
+			if a, ok := s.listedAttrs(it); ok {
+				page.Items = append(page.Items, a)
 			}
-			a := blob.Attrs{
-				Name:  strings.TrimPrefix(*it.Name, s.prefix),
-				PutID: metaValue(it.Metadata, putIDKey),
-			}
-			if p := it.Properties; p != nil {
-				if p.ContentLength != nil {
-					a.Size = *p.ContentLength
-				}
-				a.ETag = etagOf(p.ETag)
-				a.LastModified = timeOf(p.LastModified)
-			}
-			page.Items = append(page.Items, a)
 		}
 	}
 	if resp.NextMarker != nil {
 		page.Next = *resp.NextMarker
 	}
 	return page, nil
+}
+
+// listRequest returns what one List Blobs request for prefix asks for: the
+// name prefix with the store's own, and max as a page size Azure serves.
+func (s *Store) listRequest(prefix string, max int) (full string, n int32, err error) {
+	full = s.prefix + prefix
+	if len(full) > blob.MaxNameBytes {
+		return "", 0, fmt.Errorf("%w: prefix %q: with the store's prefix %q it is longer than %d bytes",
+			blob.ErrInvalidName, prefix, s.prefix, blob.MaxNameBytes)
+	}
+	switch {
+	case max <= 0:
+		max = DefaultListMax
+	case max > MaxListMax:
+		max = MaxListMax
+	}
+	return full, int32(max), nil
+}
+
+// listedAttrs returns the Attrs of a listed blob, and false for an entry
+// that is not a blob of this store (outside its prefix).
+func (s *Store) listedAttrs(it *container.BlobItem) (blob.Attrs, bool) {
+	if it == nil || it.Name == nil || !strings.HasPrefix(*it.Name, s.prefix) {
+		return blob.Attrs{}, false
+	}
+	a := blob.Attrs{
+		Name:  strings.TrimPrefix(*it.Name, s.prefix),
+		PutID: metaValue(it.Metadata, putIDKey),
+	}
+	if p := it.Properties; p != nil {
+		if p.ContentLength != nil {
+			a.Size = *p.ContentLength
+		}
+		a.ETag = etagOf(p.ETag)
+		a.LastModified = timeOf(p.LastModified)
+	}
+	return a, true
 }
 
 func isContainerNotFound(err error) bool {
@@ -457,16 +474,9 @@ func (s *Store) ListDelimited(ctx context.Context, prefix, delimiter, token stri
 	if err := blob.ValidateDelimiter(delimiter); err != nil {
 		return blob.DelimitedPage{}, err
 	}
-	full := s.prefix + prefix
-	if len(full) > blob.MaxNameBytes {
-		return blob.DelimitedPage{}, fmt.Errorf("%w: prefix %q: with the store's prefix %q it is longer than %d bytes",
-			blob.ErrInvalidName, prefix, s.prefix, blob.MaxNameBytes)
-	}
-	switch {
-	case max <= 0:
-		max = DefaultListMax
-	case max > MaxListMax:
-		max = MaxListMax
+	full, n, err := s.listRequest(prefix, max)
+	if err != nil {
+		return blob.DelimitedPage{}, err
 	}
 	release, err := s.begin(ctx)
 	if err != nil {
@@ -474,7 +484,6 @@ func (s *Store) ListDelimited(ctx context.Context, prefix, delimiter, token stri
 	}
 	defer release()
 
-	n := int32(max)
 	lo := &container.ListBlobsHierarchyOptions{
 		Include:    container.ListBlobsInclude{Metadata: true},
 		MaxResults: &n,
@@ -492,21 +501,9 @@ func (s *Store) ListDelimited(ctx context.Context, prefix, delimiter, token stri
 	var page blob.DelimitedPage
 	if seg := resp.Segment; seg != nil {
 		for _, it := range seg.BlobItems {
-			if it == nil || it.Name == nil || !strings.HasPrefix(*it.Name, s.prefix) {
-				continue
+			if a, ok := s.listedAttrs(it); ok {
+				page.Items = append(page.Items, a)
 			}
-			a := blob.Attrs{
-				Name:  strings.TrimPrefix(*it.Name, s.prefix),
-				PutID: metaValue(it.Metadata, putIDKey),
-			}
-			if p := it.Properties; p != nil {
-				if p.ContentLength != nil {
-					a.Size = *p.ContentLength
-				}
-				a.ETag = etagOf(p.ETag)
-				a.LastModified = timeOf(p.LastModified)
-			}
-			page.Items = append(page.Items, a)
 		}
 		for _, p := range seg.BlobPrefixes {
 			if p == nil || p.Name == nil || !strings.HasPrefix(*p.Name, s.prefix) {

@@ -208,6 +208,18 @@ func ParseDelimitedToken(s string) (DelimitedToken, error) {
 	return DelimitedToken{}, fmt.Errorf("%w: not a listing token", ErrInvalidName)
 }
 
+// ParseDelimitedArgs checks a delimited listing's prefix and delimiter and
+// parses its token, for the backends whose tokens are DelimitedTokens.
+func ParseDelimitedArgs(prefix, delimiter, token string) (DelimitedToken, error) {
+	if err := ValidatePrefix(prefix); err != nil {
+		return DelimitedToken{}, err
+	}
+	if err := ValidateDelimiter(delimiter); err != nil {
+		return DelimitedToken{}, err
+	}
+	return ParseDelimitedToken(token)
+}
+
 // After reports whether name comes after the token: not yet listed.
 func (t DelimitedToken) After(name string) bool {
 	if name <= t.Last {

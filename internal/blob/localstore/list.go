@@ -73,15 +73,44 @@ type entry struct {
 
 // walk lists dir, whose blobs all start with namePrefix, into w.items.
 func (w *walker) walk(dir, namePrefix string) error {
-	if err := w.ctx.Err(); err != nil {
+	ents, err := w.readDir(dir, namePrefix, func(key string, isDir bool) bool {
+		if isDir {
+			return key >= w.token || strings.HasPrefix(w.token, key) // else every name below sorts before the token
+		}
+		return key > w.token
+	})
+	if err != nil {
 		return err
+	}
+	for _, e := range ents {
+		if e.isDir {
+			if err := w.walk(e.path, e.key); err != nil {
+				return err
+			}
+		} else if err := w.add(e); err != nil {
+			return err
+		}
+		if len(w.items) >= w.limit {
+			return nil
+		}
+	}
+	return nil
+}
+
+// readDir returns the entries of dir, whose blobs all start with
+// namePrefix, that may hold a name under w.prefix and that after accepts,
+// sorted by key. after sees each entry's key (a directory's ends with "/")
+// and decides from the listing's token whether it is still to come.
+func (w *walker) readDir(dir, namePrefix string, after func(key string, isDir bool) bool) ([]entry, error) {
+	if err := w.ctx.Err(); err != nil {
+		return nil, err
 	}
 	des, err := w.s.fs.ReadDir(dir)
 	if errors.Is(err, fs.ErrNotExist) {
-		return nil // never created, or pruned by a concurrent Delete
+		return nil, nil // never created, or pruned by a concurrent Delete
 	}
 	if err != nil {
-		return err
+		return nil, err
 	}
 	var ents []entry
 	for _, de := range des {
@@ -97,7 +126,7 @@ func (w *walker) walk(dir, namePrefix string) error {
 			seg, err = w.segmentOfDir(path, namePrefix)
 		}
 		if err != nil {
-			return err
+			return nil, err
 		}
 		if seg == "" {
 			continue
@@ -108,28 +137,15 @@ func (w *walker) walk(dir, namePrefix string) error {
 			if !strings.HasPrefix(key, w.prefix) && !strings.HasPrefix(w.prefix, key) {
 				continue
 			}
-			if key < w.token && !strings.HasPrefix(w.token, key) {
-				continue // every name below sorts before the token
+			if after(key, true) {
+				ents = append(ents, entry{key, path, true})
 			}
-			ents = append(ents, entry{key, path, true})
-		} else if strings.HasPrefix(full, w.prefix) && full > w.token {
+		} else if strings.HasPrefix(full, w.prefix) && after(full, false) {
 			ents = append(ents, entry{full, path, false})
 		}
 	}
 	sort.Slice(ents, func(i, j int) bool { return ents[i].key < ents[j].key })
-	for _, e := range ents {
-		if e.isDir {
-			if err := w.walk(e.path, e.key); err != nil {
-				return err
-			}
-		} else if err := w.add(e); err != nil {
-			return err
-		}
-		if len(w.items) >= w.limit {
-			return nil
-		}
-	}
-	return nil
+	return ents, nil
 }
 
 func (w *walker) add(e entry) error {

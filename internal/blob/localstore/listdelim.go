@@ -2,11 +2,7 @@ package localstore
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"io/fs"
-	"path/filepath"
-	"sort"
 	"strings"
 
 	"github.com/rolloutd/rolloutd/internal/blob"
@@ -17,13 +13,7 @@ import (
 // the prefix is one rolled-up entry and is not descended into: listing
 // shards reads one directory per shard, not every generation's header.
 func (s *Store) ListDelimited(ctx context.Context, prefix, delimiter, token string, max int) (blob.DelimitedPage, error) {
-	if err := blob.ValidatePrefix(prefix); err != nil {
-		return blob.DelimitedPage{}, err
-	}
-	if err := blob.ValidateDelimiter(delimiter); err != nil {
-		return blob.DelimitedPage{}, err
-	}
-	tok, err := blob.ParseDelimitedToken(token)
+	tok, err := blob.ParseDelimitedArgs(prefix, delimiter, token)
 	if err != nil {
 		return blob.DelimitedPage{}, err
 	}
@@ -99,53 +89,18 @@ func (w *delimWalker) rollUp(key string) (string, bool) {
 }
 
 func (w *delimWalker) walk(dir, namePrefix string) error {
-	if err := w.ctx.Err(); err != nil {
-		return err
-	}
-	des, err := w.s.fs.ReadDir(dir)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil
-	}
+	ents, err := w.readDir(dir, namePrefix, func(key string, isDir bool) bool {
+		if !isDir {
+			return w.tok.After(key)
+		}
+		if key < w.tok.Last && !strings.HasPrefix(w.tok.Last, key) {
+			return false
+		}
+		return !w.tok.IsPrefix || !strings.HasPrefix(key, w.tok.Last) // else rolled up on an earlier page
+	})
 	if err != nil {
 		return err
 	}
-	var ents []entry
-	for _, de := range des {
-		path := filepath.Join(dir, de.Name())
-		kind, seg := parseEntry(de.Name(), de.IsDir())
-		var err error
-		switch kind {
-		case foreign:
-			continue
-		case hashedFile:
-			seg, err = w.segmentOfFile(path, namePrefix)
-		case hashedDir:
-			seg, err = w.segmentOfDir(path, namePrefix)
-		}
-		if err != nil {
-			return err
-		}
-		if seg == "" {
-			continue
-		}
-		full := namePrefix + seg
-		if de.IsDir() {
-			key := full + "/"
-			if !strings.HasPrefix(key, w.prefix) && !strings.HasPrefix(w.prefix, key) {
-				continue
-			}
-			if key < w.tok.Last && !strings.HasPrefix(w.tok.Last, key) {
-				continue
-			}
-			if w.tok.IsPrefix && strings.HasPrefix(key, w.tok.Last) {
-				continue // rolled up on an earlier page
-			}
-			ents = append(ents, entry{key, path, true})
-		} else if strings.HasPrefix(full, w.prefix) && w.tok.After(full) {
-			ents = append(ents, entry{full, path, false})
-		}
-	}
-	sort.Slice(ents, func(i, j int) bool { return ents[i].key < ents[j].key })
 	for _, e := range ents {
 		rolled, isPrefix := w.rollUp(e.key)
 		switch {

@@ -184,13 +184,7 @@ func (s *Store) List(ctx context.Context, prefix, token string, max int) (blob.L
 
 // ListDelimited implements blob.Store.
 func (s *Store) ListDelimited(ctx context.Context, prefix, delimiter, token string, max int) (blob.DelimitedPage, error) {
-	if err := blob.ValidatePrefix(prefix); err != nil {
-		return blob.DelimitedPage{}, err
-	}
-	if err := blob.ValidateDelimiter(delimiter); err != nil {
-		return blob.DelimitedPage{}, err
-	}
-	tok, err := blob.ParseDelimitedToken(token)
+	tok, err := blob.ParseDelimitedArgs(prefix, delimiter, token)
 	if err != nil {
 		return blob.DelimitedPage{}, err
 	}

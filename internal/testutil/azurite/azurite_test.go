@@ -194,7 +194,7 @@ func TestInstalledVersionMatchesPin(t *testing.T) {
 		t.Fatal(err)
 	}
 	dir := root + "/test/azurite"
-	want, err := pinnedVersion(dir)
+	want, err := npmPackage.Pinned(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -204,7 +204,7 @@ func TestInstalledVersionMatchesPin(t *testing.T) {
 	if _, err := ensureInstalled(); err != nil {
 		t.Fatal(err)
 	}
-	if got := installedVersion(dir); got != want {
+	if got := npmPackage.Installed(dir); got != want {
 		t.Fatalf("installed %q, want %q", got, want)
 	}
 }

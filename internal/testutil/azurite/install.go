@@ -1,27 +1,26 @@
 package azurite
 
 import (
-	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
-	"sync"
-	"time"
 
-	"github.com/gofrs/flock"
+	"github.com/rolloutd/rolloutd/internal/testutil/npminstall"
 )
 
-// installTimeout bounds npm ci (about 45 s on a cold npm cache).
-const installTimeout = 10 * time.Minute
+// npmPackage is Azurite as test/azurite pins it; a finished install holds
+// the link to its blob service.
+var npmPackage = &npminstall.Package{
+	Harness: "azurite",
+	Name:    "azurite",
+	Files:   []string{blobBin},
+}
 
-// installMu serializes installation checks within one test binary; the file
-// lock serializes them across the test binaries `go test ./...` runs in
-// parallel.
-var installMu sync.Mutex
+// blobBin is where npm links Azurite's blob service, below test/azurite.
+var blobBin = filepath.Join("node_modules", ".bin", "azurite-blob")
 
 // ensureInstalled returns test/azurite with the pinned Azurite installed in
 // it, running `npm ci` there first if node_modules is missing or stale.
@@ -36,90 +35,16 @@ func ensureInstalled() (string, error) {
 		return "", err
 	}
 	dir := filepath.Join(root, "test", "azurite")
-
-	installMu.Lock()
-	defer installMu.Unlock()
-	want, err := pinnedVersion(dir)
-	if err != nil {
+	noNPM := fmt.Sprintf("azurite: %s/node_modules is missing and npm is not installed, so the tests cannot "+
+		"install Azurite. Install npm (Debian/Ubuntu: apt-get install npm), or run `make test`", dir)
+	if err := npmPackage.Ensure(dir, noNPM); err != nil {
 		return "", err
-	}
-	if installedVersion(dir) == want {
-		return dir, nil
-	}
-
-	if _, err := exec.LookPath("npm"); err != nil {
-		return "", fmt.Errorf("azurite: %s/node_modules is missing and npm is not installed, so the tests cannot "+
-			"install Azurite. Install npm (Debian/Ubuntu: apt-get install npm), or run `make test`", dir)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), installTimeout)
-	defer cancel()
-	lock := flock.New(filepath.Join(dir, ".install.lock"))
-	locked, err := lock.TryLockContext(ctx, 250*time.Millisecond)
-	if err != nil || !locked {
-		return "", fmt.Errorf("azurite: locking %s: %v", lock.Path(), err)
-	}
-	defer func() { _ = lock.Unlock() }()
-	if installedVersion(dir) == want { // another test binary installed it meanwhile
-		return dir, nil
-	}
-	cmd := exec.CommandContext(ctx, "npm", "ci", "--no-audit", "--no-fund", "--loglevel=error")
-	cmd.Dir = dir
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("azurite: npm ci in %s: %w\n%s", dir, err, out)
-	}
-	if got := installedVersion(dir); got != want {
-		return "", fmt.Errorf("azurite: after npm ci in %s, azurite is %q, want %q", dir, got, want)
 	}
 	return dir, nil
 }
 
 func binPath(dir string) string {
-	return filepath.Join(dir, "node_modules", ".bin", "azurite-blob")
-}
-
-// pinnedVersion reads the Azurite version package-lock.json pins.
-func pinnedVersion(dir string) (string, error) {
-	b, err := os.ReadFile(filepath.Join(dir, "package-lock.json"))
-	if err != nil {
-		return "", fmt.Errorf("azurite: %w", err)
-	}
-	var lock struct {
-		Packages map[string]struct {
-			Version string `json:"version"`
-		} `json:"packages"`
-	}
-	if err := json.Unmarshal(b, &lock); err != nil {
-		return "", fmt.Errorf("azurite: %s/package-lock.json: %w", dir, err)
-	}
-	v := lock.Packages["node_modules/azurite"].Version
-	if v == "" {
-		return "", fmt.Errorf("azurite: %s/package-lock.json pins no azurite", dir)
-	}
-	return v, nil
-}
-
-// installedVersion returns the version of a complete install, or "". npm
-// writes node_modules/.package-lock.json last, so its presence marks an
-// install that finished.
-func installedVersion(dir string) string {
-	nm := filepath.Join(dir, "node_modules")
-	if _, err := os.Stat(filepath.Join(nm, ".package-lock.json")); err != nil {
-		return ""
-	}
-	if _, err := os.Stat(binPath(dir)); err != nil {
-		return ""
-	}
-	b, err := os.ReadFile(filepath.Join(nm, "azurite", "package.json"))
-	if err != nil {
-		return ""
-	}
-	var pkg struct {
-		Version string `json:"version"`
-	}
-	if json.Unmarshal(b, &pkg) != nil {
-		return ""
-	}
-	return pkg.Version
+	return filepath.Join(dir, blobBin)
 }
 
 // repoRoot walks up to the directory holding go.mod, starting from the

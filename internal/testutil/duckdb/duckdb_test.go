@@ -14,11 +14,11 @@ func TestInstalledVersionMatchesPin(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want, err := pinned(dir)
+	want, err := npmPackage.Pinned(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := installed(dir); got != want {
+	if got := npmPackage.Installed(dir); got != want {
 		t.Fatalf("installed %s, pinned %s", got, want)
 	}
 }
