@@ -45,8 +45,11 @@
 //     position other bytes, and its replacement fences.
 //  5. Off the ack path a checkpointer CASes the manifest to cover the log up
 //     to the last position that landed, with the edits of merges and GC
-//     (checkpoint.go): when CheckpointEvery (K) positions wait, every
-//     CheckpointInterval, and at Close. No position beyond checkpoint+2K is
+//     (checkpoint.go): when CheckpointEvery (K) positions wait, when the
+//     oldest unchecked position has waited CheckpointInterval, and at Close.
+//     Merge and GC edits ride the next checkpoint the tail gets anyway; only
+//     with an empty tail does an edit force one, after EditDelay. No
+//     position beyond checkpoint+2K is
 //     created until a checkpoint lands, so readers and claims probe a
 //     bounded tail. A checkpoint covers every position of every generation
 //     it lists.
