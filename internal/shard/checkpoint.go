@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	"go.uber.org/zap"
 
@@ -57,27 +58,39 @@ func (c *checkpointer) loop() {
 	defer close(c.done)
 	for {
 		closing := false
-		// Edits of merges and GC wait up to EditDelay for a checkpoint
-		// that appends call for, then call for one themselves.
-		wait := w.opts.CheckpointInterval
 		w.mu.Lock()
-		if len(w.edits) > 0 {
-			wait = min(wait, max(w.committer.editsDueLocked(), 0))
-		}
+		wait := c.dueLocked()
 		w.mu.Unlock()
 		select {
 		case <-c.kick:
+			// Commits call for a checkpoint at K waiting positions, each
+			// of them until one lands: a call left over from before the
+			// last one landed is no call for another.
+			w.mu.Lock()
+			stale := len(w.tail) < w.opts.CheckpointEvery && w.state == stateOpen
+			w.mu.Unlock()
+			if stale {
+				continue
+			}
 		case <-c.retime:
 			// Merges land with checkpoints; when generations pile up
 			// faster than a checkpoint every K commits lets merges remove
 			// them, a merge's edit calls for its own.
 			w.mu.Lock()
-			pressed := len(w.m.GetGenerations()) > 2*w.opts.MergeMaxGenerations
+			pressed := len(w.m.GetGenerations()) >= w.opts.v2Policy().countTrigger()
 			w.mu.Unlock()
 			if !pressed {
 				continue
 			}
 		case <-w.opts.Clock.After(wait):
+			// Woken by the time it computed, which a commit since may
+			// have left early for the tail that commit started.
+			w.mu.Lock()
+			early := c.dueLocked() > 0
+			w.mu.Unlock()
+			if early {
+				continue
+			}
 		case <-c.closing:
 			closing = true
 		case <-w.ctx.Done():
@@ -123,6 +136,29 @@ func (c *checkpointer) loop() {
 	}
 }
 
+// dueLocked returns how long the checkpointer may wait before the next
+// checkpoint falls due by time. The tail's falls due CheckpointInterval
+// after its oldest position landed: a tail that keeps growing is
+// checkpointed by count first (K positions), so time only adds
+// checkpoints for a tail that stays short. Edits of merges and GC ride
+// the tail's checkpoint, which comes anyway, rather than calling for one
+// of their own: a lone client pays a blob write per checkpoint, and one
+// per merge would follow every merge. Only with no tail to ride do edits
+// call for one themselves, after EditDelay. With neither, it looks again
+// after an interval; a commit or an edit wakes it sooner. The caller
+// holds mu.
+func (c *checkpointer) dueLocked() time.Duration {
+	w := c.w
+	switch {
+	case len(w.tail) > 0:
+		age := w.opts.Clock.Now().Sub(time.Unix(0, w.tail[0].added))
+		return max(w.opts.CheckpointInterval-age, 0)
+	case len(w.edits) > 0:
+		return max(w.committer.editsDueLocked(), 0)
+	}
+	return w.opts.CheckpointInterval
+}
+
 // dropEdits fails the edits waiting for a checkpoint that will not come.
 func (c *checkpointer) dropEdits(err error) {
 	w := c.w
@@ -146,7 +182,7 @@ func (c *checkpointer) checkpoint(ctx context.Context, closing bool) error {
 	}
 	w.mu.Lock()
 	through, view, etag := w.last, w.m, w.etag
-	pressed := len(w.m.GetGenerations()) > 2*w.opts.MergeMaxGenerations
+	pressed := len(w.m.GetGenerations()) >= w.opts.v2Policy().countTrigger()
 	pending := through > w.ckpt.GetLogCheckpoint() ||
 		(len(w.edits) > 0 && (closing || pressed || w.committer.editsDueLocked() <= 0))
 	var edits []*edit

@@ -113,6 +113,7 @@ func (w *writer) addTailLocked(e *logEntry, created int64) {
 	if e.gen != nil && e.gen.GetCreatedUnixNanos() == 0 {
 		e.gen.CreatedUnixNanos = created
 	}
+	e.added = created
 	w.tail = append(w.tail, e)
 	w.last = e.position
 	w.m = viewOf(w.ckpt, w.tail)

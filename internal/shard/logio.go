@@ -20,6 +20,7 @@ type logEntry struct {
 	putID    string
 	nextSeq  uint64                // one past the entry's last seq, or a fence's next seq
 	gen      *storagepb.Generation // a batch's descriptor (position set); nil for a fence
+	added    int64                 // when it joined the writer's tail (Unix ns): its checkpoint's clock
 }
 
 func (e *logEntry) fence() bool { return e.gen == nil }

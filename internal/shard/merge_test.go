@@ -261,6 +261,11 @@ func TestCloseCommitsAWaitingMergeEdit(t *testing.T) {
 	store := memstore.New()
 	opts := mergerOnlyOptions(t)
 	opts.EditDelay = time.Hour
+	// Under protocol v2, log batches merge MergeMaxSources at a time at
+	// most, and the edit waits for the tail's checkpoint, which only
+	// Close writes here.
+	opts.MergeMaxSources = 4
+	opts.CheckpointInterval = time.Hour
 	w, err := Open(context.Background(), store, "s", opts)
 	if err != nil {
 		t.Fatal(err)

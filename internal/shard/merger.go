@@ -55,7 +55,7 @@ func (m *merger) loop() {
 		for w.background.Err() == nil {
 			policy := w.opts.mergePolicy()
 			if w.v2 {
-				policy.minCountWindow = w.opts.CheckpointEvery + 1
+				policy = w.opts.v2Policy()
 			}
 			plan := pickMerge(w.manifest().GetGenerations(), w.opts.Clock.Now(), policy)
 			if plan == nil || !m.claim(plan) {

@@ -145,7 +145,9 @@ type Options struct {
 	// next append's commit, whose CAS it then joins, before it is committed
 	// in a CAS of its own. Edits are never urgent, and a lone client's
 	// appends would otherwise share the store with a manifest write per
-	// merge. Default 200 ms; negative commits edits at once.
+	// merge. Under protocol v2 an edit rides the checkpoint that waiting
+	// log positions will get anyway, and waits EditDelay only when none
+	// wait. Default 200 ms; negative commits edits at once.
 	EditDelay time.Duration
 	// MergeInterval is how often the merger checks its time trigger when no
 	// commit wakes it, and how often GC deletes what fell due. Default 5 s.

@@ -25,6 +25,9 @@ import (
 // one folds it (fold.go). A merge and a commit's fold claim the generations
 // they rewrite (claims.go), so neither rewrites what the other does.
 //
+// Under protocol v2 the policy differs below the count trigger: see
+// v2Policy and pickMergeV2.
+//
 // Only contiguous runs are merged, so the per-generation sequence ranges
 // never overlap. Each pass is capped by MergeMaxSources and MergeMaxBytes.
 //
@@ -45,10 +48,42 @@ type mergePolicy struct {
 	tierBytes      int64         // MergeTierBytes
 	maxBytes       int64         // MergeMaxBytes
 	maxSources     int           // MergeMaxSources
-	// minCountWindow widens the count trigger's merges: under protocol v2
-	// a merge lands with a checkpoint, one per CheckpointEvery commits, so
-	// each must remove more generations than those commits add.
-	minCountWindow int
+	// level0 > 0 selects protocol v2's policy (pickMergeV2): log batches
+	// (level 0) are merged this many at a time. See v2Policy.
+	level0 int
+	idle   time.Duration // v2: level-0 batches this quiet are merged however few
+}
+
+// v2Policy is the merge policy of a protocol v2 writer. Under v2 a merge's
+// edit lands with a checkpoint, which a lone client's appends call for
+// once per CheckpointEvery (K) commits, and each merge costs a blob write
+// (its output) besides. One merge per checkpoint of K+1 one-append batches
+// would double the checkpoints' cost; a merge that takes in an older,
+// larger generation each time would rewrite the shard every K appends.
+// So log batches, which every commit adds, are merged only among
+// themselves and 2K at a time (at most MergeMaxSources): a lone client
+// then pays about 1/(2K) blob writes per append for them, and one merge
+// lands every other checkpoint, leaving the others to the size tiers
+// above. The outputs are merged by size tier, MergeRun at a time, so a
+// record is rewritten about once per tier.
+func (o Options) v2Policy() mergePolicy {
+	p := o.mergePolicy()
+	p.level0 = max(2, min(2*o.CheckpointEvery, o.MergeMaxSources))
+	p.idle = o.MergeInterval
+	return p
+}
+
+// countTrigger is the number of live generations at which the count
+// trigger merges, and at which, under protocol v2, a merge's edit calls
+// for a checkpoint of its own instead of waiting for the next one. Under
+// v2 a lone client's log batches alone reach about three K before their
+// merge lands (2K gathered, and K more while its edit waits), so the
+// trigger sits above that, at 4x MergeMaxGenerations.
+func (o mergePolicy) countTrigger() int {
+	if o.level0 > 0 {
+		return max(4*o.maxGenerations, 2*o.level0)
+	}
+	return o.maxGenerations
 }
 
 func (o Options) mergePolicy() mergePolicy {
@@ -75,13 +110,16 @@ func pickMerge(gens []*storagepb.Generation, now time.Time, o mergePolicy) []*st
 		}
 		return t
 	}
-	if n >= o.maxGenerations {
+	if n >= o.countTrigger() {
 		// At least 2·MergeRun wide: with many generations of similar size,
 		// cost per generation removed is nearly flat in the width, and a
 		// narrow window would win by a hair while removing too few to keep
 		// up with commits.
 		k := max(o.run, n-o.maxGenerations/2)
-		return cheapestWindow(gens, min(k, max(2*o.run, o.minCountWindow)), k, -1, o)
+		return cheapestWindow(gens, min(k, 2*o.run), k, -1, o)
+	}
+	if o.level0 > 0 {
+		return pickMergeV2(gens, now, o, tier)
 	}
 	var best []*storagepb.Generation
 	bestTier := int(^uint(0) >> 1)
@@ -89,6 +127,56 @@ func pickMerge(gens []*storagepb.Generation, now time.Time, o mergePolicy) []*st
 		t := tier(gens[i])
 		j := i + 1
 		for j < n && tier(gens[j]) == t {
+			j++
+		}
+		if j-i >= o.run && t < bestTier {
+			best, bestTier = gens[i:j], t
+		}
+		i = j
+	}
+	if best != nil {
+		if run := capRun(best, o); run != nil {
+			return run
+		}
+	}
+	for i, g := range gens {
+		if g.GetLevel() == 0 && now.Sub(time.Unix(0, g.GetCreatedUnixNanos())) >= o.age {
+			return cheapestWindow(gens, 2, o.run, i, o)
+		}
+	}
+	return nil
+}
+
+// pickMergeV2 is pickMerge's policy for protocol v2 below the count
+// trigger (see v2Policy): the oldest run of contiguous log batches once it
+// holds level0 of them, or once its newest is idle long (a shard that went
+// quiet, whose last batches would otherwise wait for MergeAge); else the
+// lowest size tier with MergeRun contiguous merged generations; else the
+// age trigger.
+func pickMergeV2(gens []*storagepb.Generation, now time.Time, o mergePolicy, tier func(*storagepb.Generation) int) []*storagepb.Generation {
+	n := len(gens)
+	for i := 0; i < n; {
+		j := i
+		for j < n && gens[j].GetLevel() == 0 {
+			j++
+		}
+		if j-i >= 2 && (j-i >= o.level0 || now.Sub(time.Unix(0, gens[j-1].GetCreatedUnixNanos())) >= o.idle) {
+			if run := capRun(gens[i:j], o); run != nil {
+				return run
+			}
+		}
+		i = j + 1
+	}
+	var best []*storagepb.Generation
+	bestTier := int(^uint(0) >> 1)
+	for i := 0; i < n; {
+		if gens[i].GetLevel() == 0 {
+			i++
+			continue
+		}
+		t := tier(gens[i])
+		j := i + 1
+		for j < n && gens[j].GetLevel() > 0 && tier(gens[j]) == t {
 			j++
 		}
 		if j-i >= o.run && t < bestTier {

@@ -111,3 +111,53 @@ func TestCheapestWindow(t *testing.T) {
 		})
 	}
 }
+
+// Under protocol v2 a merge costs a blob write and lands with a checkpoint
+// (one per CheckpointEvery commits), so log batches are merged only among
+// themselves, 2K at a time: never dragging an older, larger generation
+// along (which rewrote the shard every K appends), never in windows so
+// narrow that a lone client pays a merge per checkpoint.
+func TestPickMergeV2(t *testing.T) {
+	o := Options{CheckpointEvery: 4}.withDefaults().v2Policy() // log batches merge 8 at a time
+	now := time.Unix(1000, 0)
+	num := uint64(0)
+	gen := func(kb uint64, level uint32, age time.Duration) *storagepb.Generation {
+		num++
+		return &storagepb.Generation{Number: num, Bytes: kb << 10, Level: level, CreatedUnixNanos: now.Add(-age).UnixNano()}
+	}
+	batches := func(n int, age time.Duration) []*storagepb.Generation {
+		var out []*storagepb.Generation
+		for range n {
+			out = append(out, gen(1, 0, age))
+		}
+		return out
+	}
+	cat := func(parts ...[]*storagepb.Generation) []*storagepb.Generation {
+		var out []*storagepb.Generation
+		for _, p := range parts {
+			out = append(out, p...)
+		}
+		return out
+	}
+	for _, tc := range []struct {
+		name string
+		gens []*storagepb.Generation
+		want string // the merged generations' sizes in KiB
+	}{
+		{"fewer batches than the window wait", cat([]*storagepb.Generation{gen(3000, 3, 0), gen(20, 1, 0)}, batches(7, 0)), "[]"},
+		{"a full window of batches merges alone", cat([]*storagepb.Generation{gen(3000, 3, 0), gen(20, 1, 0)}, batches(8, 0)), "[1 1 1 1 1 1 1 1]"},
+		{"above the count trigger of v1, no large generation is dragged in", cat([]*storagepb.Generation{gen(20, 1, 0), gen(10, 1, 0), gen(20, 1, 0), gen(3000, 3, 0)}, batches(7, 0), []*storagepb.Generation{gen(20, 1, 0)}, batches(7, 0)), "[]"},
+		{"merged generations by size tier", cat([]*storagepb.Generation{gen(3000, 3, 0), gen(20, 1, 0), gen(20, 1, 0), gen(20, 1, 0), gen(20, 1, 0)}, batches(3, 0)), "[20 20 20 20]"},
+		{"batches of a shard gone quiet", cat([]*storagepb.Generation{gen(3000, 3, 0)}, batches(3, time.Minute/2)), "[1 1 1]"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var got []uint64
+			for _, g := range pickMerge(tc.gens, now, o) {
+				got = append(got, g.GetBytes()>>10)
+			}
+			if fmt.Sprint(got) != tc.want && !(got == nil && tc.want == "[]") {
+				t.Fatalf("pickMerge = %v, want %s", got, tc.want)
+			}
+		})
+	}
+}
