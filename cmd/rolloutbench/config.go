@@ -71,6 +71,7 @@ type config struct {
 
 	JSON       string
 	CPUProfile string
+	MemProfile string // heap profiles at RSS samples, by path prefix
 	Trace      string
 	Progress   string // auto, plain, off
 	Verbose    bool
@@ -221,6 +222,8 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (*con
 	fs.DurationVar(&c.sizes.PerAppendCap, "compare-per-append-cap", defaultSizes.PerAppendCap, "--compare: wall-time bound of the 32-client per-append phase (TIME_WAIT lasts 60 s)")
 	fs.StringVar(&c.JSON, "json", "", "also write the figures to this file as JSON")
 	fs.StringVar(&c.CPUProfile, "cpuprofile", "", "write a CPU profile of this process (bench, and rolloutd when in-process) to this file")
+	fs.StringVar(&c.MemProfile, "memprofile", "", "write heap profiles (after a forced GC) to FILE.PHASE.quarter and FILE.PHASE.end when RSS is sampled;\n"+
+		"each is taken just after the RSS reading it accompanies and notes the live heap, the blob cache and VmRSS after debug.FreeOSMemory")
 	fs.StringVar(&c.Trace, "trace", "", "write an execution trace of this process to this file (go tool trace; -pprof=sched shows time spent waiting for a CPU)")
 	fs.StringVar(&c.Progress, "progress", "auto", "live progress: auto (an updating line on a terminal, plain lines otherwise), plain, off")
 	fs.BoolVar(&c.Verbose, "v", false, "log rolloutd's (in-process) warnings to stderr")

@@ -201,6 +201,7 @@ func (p *phase) run(ctx context.Context, count int64, duration time.Duration) {
 			if !quarterDone && frac >= 0.25 {
 				p.rssQ = spec.RSS()
 				quarterDone = true
+				p.heapSnapshot("quarter")
 			}
 			p.b.progress.show(p.progressLine(frac, time.Since(start)))
 		}
@@ -266,6 +267,7 @@ func (p *phase) run(ctx context.Context, count int64, duration time.Duration) {
 		if p.rssQ == 0 {
 			p.rssQ = p.rssEnd
 		}
+		p.heapSnapshot("end")
 	}
 	if haveBefore {
 		if after, err := spec.Figures(); err == nil {

@@ -31,6 +31,8 @@ type serverFigures struct {
 	FencesKnown bool
 	// RSS is process_resident_memory_bytes, when the server exports it.
 	RSS float64
+	// CacheBytes is the server's shared blob cache size, a gauge.
+	CacheBytes float64
 }
 
 // since returns the counters' increase from before to f; RSS stays f's.
@@ -83,6 +85,8 @@ func figuresOf(g prometheus.Gatherer) (serverFigures, error) {
 			f.Fences, f.FencesKnown = sum(fam), true
 		case "process_resident_memory_bytes":
 			f.RSS = sum(fam)
+		case "rolloutd_index_cache_bytes":
+			f.CacheBytes = sum(fam)
 		}
 	}
 	return f, nil
