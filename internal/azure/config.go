@@ -53,11 +53,12 @@ type Config struct {
 	AccountURL string
 	Credential azcore.TokenCredential
 
-	// MaxConns bounds the requests in flight, and sizes the idle connection
-	// pool to match, so that steady concurrency up to MaxConns reuses
-	// connections instead of churning them (blob storage is HTTP/1.1: one
-	// request per connection). Operations beyond it wait for a slot, bounded
-	// by their context. 0 means DefaultMaxConns.
+	// MaxConns bounds the requests in flight and the connections open
+	// (dialing included), and sizes the idle connection pool to match, so
+	// that steady concurrency up to MaxConns reuses connections instead of
+	// churning them (blob storage is HTTP/1.1: one request per connection).
+	// Operations beyond it wait for a slot, bounded by their context. 0
+	// means DefaultMaxConns.
 	MaxConns int
 	// TryTimeout bounds each HTTP try, including reading a Get's body; a
 	// hung try is abandoned and retried. 0 means DefaultTryTimeout.

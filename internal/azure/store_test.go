@@ -433,3 +433,64 @@ func TestAccountURLWithTokenCredential(t *testing.T) {
 		t.Fatal("the credential was never asked for a token")
 	}
 }
+
+// TestMaxConnsBoundsConnections: MaxConns bounds the connections open at
+// once, not only the requests in flight. When a slot is released, its
+// connection goes back to the idle pool a moment later; a request taking the
+// slot in between finds no idle connection and, with no per-host limit,
+// dials a new one, which outlives the request that no longer waits for it.
+// With slow handshakes (TLS to a loaded Azurite) such dials pile up: the
+// bench saw hundreds of connections with MaxConns 64.
+func TestMaxConnsBoundsConnections(t *testing.T) {
+	const maxConns, workers = 4, 32
+	var open, peak, dials atomic.Int32
+	cfg := testConfig("max-conns-dial")
+	cfg.MaxConns = maxConns
+	cfg.dial = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		dials.Add(1)
+		n := open.Add(1)
+		for {
+			p := peak.Load()
+			if n <= p || peak.CompareAndSwap(p, n) {
+				break
+			}
+		}
+		time.Sleep(20 * time.Millisecond) // a slow handshake
+		var d net.Dialer
+		c, err := d.DialContext(ctx, network, addr)
+		if err != nil {
+			open.Add(-1)
+			return nil, err
+		}
+		return &countedConn{Conn: c, open: &open}, nil
+	}
+	s := newTestStore(t, cfg)
+	peak.Store(open.Load())
+	ctx, cancel := context.WithTimeout(t.Context(), time.Second)
+	defer cancel()
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Go(func() {
+			for ctx.Err() == nil {
+				_, _ = s.Head(ctx, "nothing")
+			}
+		})
+	}
+	wg.Wait()
+	t.Logf("%d workers, MaxConns %d: %d dials, peak %d connections open", workers, maxConns, dials.Load(), peak.Load())
+	if p := peak.Load(); p > maxConns {
+		t.Fatalf("peak connections open = %d, want at most MaxConns = %d", p, maxConns)
+	}
+}
+
+// countedConn decrements open once when it is closed.
+type countedConn struct {
+	net.Conn
+	open *atomic.Int32
+	once sync.Once
+}
+
+func (c *countedConn) Close() error {
+	c.once.Do(func() { c.open.Add(-1) })
+	return c.Conn.Close()
+}

@@ -36,9 +36,15 @@ func newTransport(cfg *Config) *http.Transport {
 		Protocols:           &protocols,
 		MaxIdleConns:        idle,
 		MaxIdleConnsPerHost: idle,
-		// MaxConnsPerHost stays unlimited: the Store's own semaphore bounds
-		// requests in flight to MaxConns, and waiting there honours the
-		// caller's context instead of eating into a try's timeout.
+		// The Store's semaphore bounds requests in flight, not connections:
+		// a released slot's connection returns to the idle pool a moment
+		// after the slot, so the next request can find the pool empty and
+		// dial, and that dial completes even when an idle connection serves
+		// the request first. Under slow TLS handshakes these dials piled up
+		// to hundreds of connections with MaxConns 64. The per-host cap makes
+		// such a request wait for the returning connection instead; the
+		// semaphore still does the long waits, under the caller's context.
+		MaxConnsPerHost:       cfg.MaxConns,
 		IdleConnTimeout:       90 * time.Second,
 		TLSHandshakeTimeout:   10 * time.Second,
 		ExpectContinueTimeout: time.Second, // the SDK sends Expect: 100-continue after throttling
