@@ -132,10 +132,7 @@ func TestStaleWriterAfterGCFindsTheFenceKept(t *testing.T) {
 	pos := <-gate.held // position 2, not yet sent
 
 	// B takes over: its fence lands at the position A's create is for.
-	opts := mergeOptions(t)
-	opts.CheckpointEvery = 2
-	opts.CheckpointInterval = 5 * time.Millisecond
-	opts.RetireGrace = time.Millisecond
+	opts := collectingOptions(t)
 	b, err := Open(ctx, gate, "s", opts)
 	if err != nil {
 		t.Fatal(err)
@@ -375,10 +372,7 @@ func (h *putHook) Put(ctx context.Context, name string, data []byte, opts blob.P
 func TestReaderTellsALateFenceFromTheListedBatch(t *testing.T) {
 	store := memstore.New()
 	ctx := context.Background()
-	opts := mergeOptions(t)
-	opts.CheckpointEvery = 2
-	opts.CheckpointInterval = 5 * time.Millisecond
-	opts.RetireGrace = time.Millisecond
+	opts := collectingOptions(t)
 	w, err := Open(ctx, store, "s", opts)
 	if err != nil {
 		t.Fatal(err)
@@ -563,10 +557,7 @@ func TestDeleteStopsAV2WriterAndNothingResurrects(t *testing.T) {
 func TestReaderConfirmsAMissingPositionWithTheManifest(t *testing.T) {
 	store := memstore.New()
 	ctx := context.Background()
-	opts := mergeOptions(t)
-	opts.CheckpointEvery = 2
-	opts.CheckpointInterval = 5 * time.Millisecond
-	opts.RetireGrace = time.Millisecond
+	opts := collectingOptions(t)
 	w, err := Open(ctx, store, "s", opts)
 	if err != nil {
 		t.Fatal(err)
@@ -593,4 +584,15 @@ func TestReaderConfirmsAMissingPositionWithTheManifest(t *testing.T) {
 	if err != nil || got.GetSeq() != rs[0].Seq {
 		t.Fatalf("Get(x) after its log position was collected: %v, %v; want seq %d", got, err, rs[0].Seq)
 	}
+}
+
+// collectingOptions are mergeOptions that checkpoint every two positions
+// and let GC collect what merges retire at once, so a test sees log
+// positions covered, merged and deleted within milliseconds.
+func collectingOptions(t testing.TB) Options {
+	opts := mergeOptions(t)
+	opts.CheckpointEvery = 2
+	opts.CheckpointInterval = 5 * time.Millisecond
+	opts.RetireGrace = time.Millisecond
+	return opts
 }
