@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -558,7 +559,8 @@ func TestReaderConfirmsAMissingPositionWithTheManifest(t *testing.T) {
 	store := memstore.New()
 	ctx := context.Background()
 	opts := collectingOptions(t)
-	w, err := Open(ctx, store, "s", opts)
+	frozen := &manifestFreeze{Store: store}
+	w, err := Open(ctx, frozen, "s", opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -580,10 +582,32 @@ func TestReaderConfirmsAMissingPositionWithTheManifest(t *testing.T) {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
-	got, err := r.Get(ctx, "s", "x")
+	// "late" lands past the last checkpoint, and no checkpoint covers it:
+	// the reader finds it only by probing on from the new checkpoint.
+	frozen.off.Store(true)
+	late := appendIDs(t, w, "late")
+	got, err := r.Get(ctx, "s", "late")
+	if err != nil || got.GetSeq() != late[0].Seq {
+		t.Fatalf("Get(late), acked past the checkpoint that covers the missing position: %v, %v; want seq %d", got, err, late[0].Seq)
+	}
+	got, err = r.Get(ctx, "s", "x")
 	if err != nil || got.GetSeq() != rs[0].Seq {
 		t.Fatalf("Get(x) after its log position was collected: %v, %v; want seq %d", got, err, rs[0].Seq)
 	}
+}
+
+// manifestFreeze refuses manifest writes once off is set, so no checkpoint
+// lands after that: what the writer commits then stays in the log's tail.
+type manifestFreeze struct {
+	blob.Store
+	off atomic.Bool
+}
+
+func (s *manifestFreeze) Put(ctx context.Context, name string, data []byte, opts blob.PutOptions) (blob.Attrs, error) {
+	if s.off.Load() && strings.HasSuffix(name, "/_manifest") {
+		return blob.Attrs{}, fmt.Errorf("manifest writes frozen by the test: %w", blob.ErrUnavailable)
+	}
+	return s.Store.Put(ctx, name, data, opts)
 }
 
 // collectingOptions are mergeOptions that checkpoint every two positions
