@@ -1095,11 +1095,7 @@ func smallRecords(next func(int) (clientOps, error), n int) func(int) (clientOps
 func readableBlobs(ctx context.Context, st blob.Store, sh string, m *storagepb.Manifest) ([]string, error) {
 	var names []string
 	for _, g := range m.GetGenerations() {
-		if p := g.GetPosition(); p != 0 {
-			names = append(names, format.LogName(sh, p))
-			continue
-		}
-		names = append(names, format.GenerationName(sh, g.GetEpoch(), g.GetNumber()))
+		names = append(names, format.BlobOf(sh, g))
 	}
 	for token := ""; ; {
 		page, err := st.List(ctx, format.LogPrefix(sh), token, 0)
