@@ -37,6 +37,15 @@
 // group's outcome, so it is refused too when that group failed; every read
 // that ends after the failure was recorded is refused.
 //
+// Out of space (ENOSPC, EDQUOT) before a put is visible, at its temporary
+// file's create, write, fsync or close (a tmpfs fails at write; ext4 may
+// fail only at fsync or close) or at the mkdir, link or rename that would
+// publish it, the put fails with blob.ErrNoSpace: certainly not stored,
+// and the store carries on, so puts succeed again by themselves once space
+// returns. A later put writes a new temporary file: a file whose fsync
+// failed is never fsynced again. Out of space at a directory fsync after
+// publishing is a failed store like any other error there.
+//
 // The store is for one process: Open takes an exclusive lock on the
 // directory, and conditional writes are checked in memory, in the order the
 // syncer publishes them, under a lock per name.
