@@ -164,9 +164,10 @@ func WithGroupObserver(observe func(size int, elapsed time.Duration)) Option {
 // inject failures.
 func withSync(sync func(vfs.File) error) Option { return func(s *Store) { s.syncFile = sync } }
 
-// withFS makes the store do its file operations on fsys instead of the
-// operating system's, for tests on a strict in-memory file system.
-func withFS(fsys vfs.FS) Option { return func(s *Store) { s.fs = fsys } }
+// WithFS makes the store do its file operations on fsys instead of the
+// operating system's: for tests, on a strict in-memory file system or one
+// that injects faults (vfs.Faulty).
+func WithFS(fsys vfs.FS) Option { return func(s *Store) { s.fs = fsys } }
 
 // Open opens (creating it if needed) the data directory dir and locks it
 // against other processes. It removes temporary files left by a crash.
