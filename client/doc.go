@@ -16,7 +16,8 @@
 // WithRequestID names one) and resends the same request, request_id
 // included, when the server's google.rpc.ErrorInfo reason (domain
 // rolloutd.io) says a resend helps: OUTCOME_UNKNOWN, NOT_COMMITTED,
-// BACKPRESSURE, and RATE_LIMITED with a RetryInfo. A failure without an
+// BACKPRESSURE, and RATE_LIMITED with a RetryInfo; never STORE_FULL (the
+// server's disk is full until an operator frees space). A failure without an
 // ErrorInfo, such as a connection that broke (UNAVAILABLE) or an attempt
 // that ran out of its own timeout (DEADLINE_EXCEEDED), counts as
 // OUTCOME_UNKNOWN. Because the request_id is the same on every attempt,

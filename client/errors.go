@@ -34,6 +34,10 @@ const (
 	// ReasonScanInterrupted: a Scan ended early; MetadataResumeAfterSeq
 	// says where to resume.
 	ReasonScanInterrupted = "SCAN_INTERRUPTED"
+	// ReasonStoreFull: the server's storage is out of space; the Append
+	// was not stored. Appends succeed again once an operator frees space,
+	// so it is not resent by itself.
+	ReasonStoreFull = "STORE_FULL"
 )
 
 // MetadataResumeAfterSeq is the ErrorInfo metadata key of an interrupted
@@ -75,6 +79,10 @@ var (
 	ErrBackpressure = errors.New("backpressure")
 	// ErrRateLimited: reason RATE_LIMITED.
 	ErrRateLimited = errors.New("rate limited")
+	// ErrStoreFull: reason STORE_FULL, the server's storage is out of
+	// space and the Append was not stored; it needs an operator, not a
+	// resend.
+	ErrStoreFull = errors.New("server storage full")
 	// ErrScanInterrupted: reason SCAN_INTERRUPTED; Scan resumes by itself
 	// until its retry budget is spent.
 	ErrScanInterrupted = errors.New("scan interrupted")
@@ -185,6 +193,8 @@ func (e *Error) Is(target error) bool {
 		return e.Reason == ReasonBackpressure
 	case ErrRateLimited:
 		return e.Reason == ReasonRateLimited
+	case ErrStoreFull:
+		return e.Reason == ReasonStoreFull
 	case ErrScanInterrupted:
 		return e.Reason == ReasonScanInterrupted
 	case ErrShardDeleted:

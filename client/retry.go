@@ -87,7 +87,8 @@ func retryable(kind callKind, e *Error) bool {
 		}
 		return e.Code == codes.Unavailable || e.Code == codes.DeadlineExceeded
 	}
-	// TOO_LARGE, or a reason this client does not know: not a plain resend.
+	// TOO_LARGE, STORE_FULL (only an operator freeing space helps), or a
+	// reason this client does not know: not a plain resend.
 	return false
 }
 

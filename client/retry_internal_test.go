@@ -1,6 +1,7 @@
 package client
 
 import (
+	"errors"
 	"testing"
 	"time"
 
@@ -25,6 +26,7 @@ func TestRetryable(t *testing.T) {
 		{codes.ResourceExhausted, ReasonRateLimited, time.Second, true, true, true, true},
 		{codes.ResourceExhausted, ReasonRateLimited, 0, false, false, false, false},
 		{codes.ResourceExhausted, ReasonTooLarge, 0, false, false, false, false},
+		{codes.ResourceExhausted, ReasonStoreFull, 0, false, false, false, false},
 		{codes.ResourceExhausted, "", 0, false, false, false, false},
 		{codes.Unavailable, ReasonScanInterrupted, 0, false, true, false, false},
 		{codes.Unavailable, "SOMETHING_NEW", 0, false, false, false, false},
@@ -71,5 +73,14 @@ func TestBackoff(t *testing.T) {
 	}
 	if got := p.backoff(1, 2*time.Second, high); got != 2*time.Second+400*time.Millisecond {
 		t.Errorf("with a RetryInfo of 2s, jittered: %v", got)
+	}
+}
+
+// STORE_FULL is its own class: not a batch to split, not backpressure.
+func TestStoreFullClass(t *testing.T) {
+	e := &Error{Code: codes.ResourceExhausted, Reason: ReasonStoreFull}
+	if !errors.Is(e, ErrStoreFull) || errors.Is(e, ErrTooLarge) || errors.Is(e, ErrBackpressure) || errors.Is(e, ErrOutcomeUnknown) {
+		t.Errorf("STORE_FULL: ErrStoreFull %v, ErrTooLarge %v, ErrBackpressure %v, ErrOutcomeUnknown %v; want only the first",
+			errors.Is(e, ErrStoreFull), errors.Is(e, ErrTooLarge), errors.Is(e, ErrBackpressure), errors.Is(e, ErrOutcomeUnknown))
 	}
 }

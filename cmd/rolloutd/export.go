@@ -167,6 +167,8 @@ func runExport(args []string, stdout, stderr io.Writer) error {
 }
 
 // azureStore opens location with the export's Azure flags.
+// A source (--store) is only read: its container must exist, and is
+// never created.
 func (c *exportConfig) azureStore(ctx context.Context, flagName, raw string, loc storeLocation, tryTimeout time.Duration) (*azure.Store, error) {
 	switch {
 	case c.azureConn == "" && c.AzureAccountURL == "":
@@ -179,6 +181,7 @@ func (c *exportConfig) azureStore(ctx context.Context, flagName, raw string, loc
 	s, err := azure.New(ctx, azure.Config{
 		Container:        loc.Container,
 		Prefix:           loc.Prefix,
+		MustExist:        flagName == "store",
 		ConnectionString: c.azureConn,
 		AccountURL:       c.AzureAccountURL,
 		MaxConns:         c.AzureMaxConns,

@@ -53,6 +53,7 @@ var alertConditions = []struct {
 	{"backpressure", "rolloutd_rpc_error_reasons_total", `reason="BACKPRESSURE"`},
 	{"shutdown timeouts", "rolloutd_shutdown_timeouts_total", ""},
 	{"a failed local store", "rolloutd_store_failed", ""},
+	{"a full local store", "rolloutd_rpc_error_reasons_total", `reason="STORE_FULL"`},
 }
 
 // renderRules renders deploy/k8s/monitoring and returns its one

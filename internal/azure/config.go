@@ -32,7 +32,8 @@ const (
 // Config configures the one Store a process builds. Exactly one of
 // ConnectionString and AccountURL must be set.
 type Config struct {
-	// Container holds every blob. New creates it when it is missing.
+	// Container holds every blob. New creates it when it is missing,
+	// unless MustExist.
 	// Azure's rules apply: 3-63 characters, lowercase letters, digits and
 	// single hyphens, starting and ending with a letter or digit.
 	Container string
@@ -42,6 +43,11 @@ type Config struct {
 	// a trailing "/" is optional. Names plus the prefix must still fit
 	// blob.MaxNameBytes.
 	Prefix string
+	// MustExist: New never creates the container, and fails when it is
+	// missing. A reader of someone else's data (export's --store) sets
+	// it: a misspelled source must not leave an empty container behind
+	// in that account.
+	MustExist bool
 
 	// ConnectionString authenticates with an account key or a SAS (Azurite,
 	// development). The caller reads it from AZURE_STORAGE_CONNECTION_STRING.

@@ -37,6 +37,7 @@ type Store struct {
 	transport *http.Transport
 	prefix    string // "" or ending in "/"
 	container string
+	mustExist bool // never create the container (Config.MustExist)
 	log       *zap.Logger
 
 	slots chan struct{} // bounds requests in flight to MaxConns
@@ -122,6 +123,7 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 		transport: tr,
 		prefix:    prefix,
 		container: cfg.Container,
+		mustExist: cfg.MustExist,
 		log:       cfg.Logger.With(zap.String("container", cfg.Container)),
 		slots:     make(chan struct{}, cfg.MaxConns),
 	}
@@ -144,8 +146,18 @@ func checkURL(raw string) (string, error) {
 }
 
 // ensureContainer creates the container, or checks that it exists when the
-// identity may use it but not create it.
+// identity may use it but not create it, or when it must exist.
 func (s *Store) ensureContainer(ctx context.Context) error {
+	if s.mustExist {
+		_, err := s.client.GetProperties(ctx, nil)
+		switch {
+		case err == nil:
+			return nil
+		case bloberror.HasCode(err, bloberror.ContainerNotFound):
+			return fmt.Errorf("azure: container %q does not exist (%w)", s.container, native(err))
+		}
+		return fmt.Errorf("azure: container %q: %w", s.container, native(err))
+	}
 	_, err := s.client.Create(ctx, nil)
 	switch {
 	case err == nil:

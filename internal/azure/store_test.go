@@ -17,6 +17,7 @@ import (
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore"
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore/policy"
 	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob/bloberror"
+	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob/container"
 
 	"github.com/rolloutd/rolloutd/internal/blob"
 	"github.com/rolloutd/rolloutd/internal/testutil/azurite"
@@ -34,6 +35,30 @@ func TestNewCreatesTheContainer(t *testing.T) {
 	if _, err := s2.Put(ctx, "x", []byte("x"), blob.PutOptions{IfNoneMatch: true}); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// MustExist never creates the container: New fails on a missing one and
+// leaves it missing, and opens an existing one.
+func TestNewMustExistNeverCreates(t *testing.T) {
+	ctx := t.Context()
+	name := uniqueContainer("mustexist")
+	cfg := testConfig(name)
+	cfg.MustExist = true
+	if s, err := New(ctx, cfg); err == nil || !strings.Contains(err.Error(), "does not exist") {
+		if err == nil {
+			s.Close()
+		}
+		t.Fatalf("New(MustExist) of a missing container = %v, want \"does not exist\"", err)
+	}
+	other, err := container.NewClientFromConnectionString(az.ConnectionString, name, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := other.GetProperties(ctx, nil); !bloberror.HasCode(err, bloberror.ContainerNotFound) {
+		t.Fatalf("container %s after New(MustExist): %v, want ContainerNotFound", name, err)
+	}
+	newTestStore(t, testConfig(name)) // creates it
+	newTestStore(t, cfg)              // and MustExist opens it
 }
 
 // forbidContainer answers container requests with fakes: creating is

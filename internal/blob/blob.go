@@ -45,6 +45,14 @@ var (
 	// every later call matches ErrStoreFailed alone. Unlike ErrUnavailable,
 	// retrying in this process never helps.
 	ErrStoreFailed = errors.New("blob: store failed")
+	// ErrNoSpace: the store is out of space (a full disk, or a spent
+	// quota: ENOSPC, EDQUOT), and the write is known not to have been
+	// applied. Unlike ErrUnavailable, retrying soon does not help: space
+	// returns only when something frees it, so callers fail the write at
+	// once rather than retry it until a deadline, and writes succeed again
+	// by themselves once there is room. A write that ran out of space
+	// after it may have been applied matches ErrOutcomeUnknown instead.
+	ErrNoSpace = errors.New("blob: out of space")
 )
 
 // ETag identifies one version of a blob. ETags are opaque: compare them only
@@ -122,9 +130,9 @@ type Store interface {
 	// ErrStoreFailed, ErrInvalidName.
 	Head(ctx context.Context, name string) (Attrs, error)
 	// Put writes a whole blob and returns its new attributes. Errors:
-	// ErrConditionFailed, ErrUnavailable, ErrOutcomeUnknown, ErrStoreFailed
-	// (together with ErrOutcomeUnknown for the put that made the store
-	// fail), ErrInvalidName.
+	// ErrConditionFailed, ErrUnavailable, ErrNoSpace, ErrOutcomeUnknown,
+	// ErrStoreFailed (together with ErrOutcomeUnknown for the put that
+	// made the store fail), ErrInvalidName.
 	Put(ctx context.Context, name string, data []byte, opts PutOptions) (Attrs, error)
 	// Delete removes a blob. Errors: ErrNotFound, ErrConditionFailed (with
 	// IfMatch), ErrUnavailable, ErrOutcomeUnknown, ErrStoreFailed (together

@@ -90,6 +90,10 @@ func OpenDir(root string) (*DirDest, error) {
 
 func (d *DirDest) String() string { return d.root }
 
+// ShardDir is the directory of a shard's parts: LocalShardDir, which fits
+// the file system's limit on a name.
+func (d *DirDest) ShardDir(shard string) string { return LocalShardDir(shard) }
+
 // Close releases the lock.
 func (d *DirDest) Close() error { return d.lock.Unlock() }
 

@@ -2,6 +2,8 @@ package export
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"maps"
@@ -99,8 +101,36 @@ type Summary struct {
 	Seconds     float64       `json:"seconds"`
 }
 
-// ShardDir is the Hive-style directory of a shard's parts.
+// ShardDir is the Hive-style directory of a shard's parts: "shard=" and
+// the URL-escaped shard name, as on Azure, whose blob names have room for
+// every valid shard. A local directory uses LocalShardDir.
 func ShardDir(shard string) string { return "shard=" + url.PathEscape(shard) + "/" }
+
+// maxDirName is the longest name of one path element that local file
+// systems take (NAME_MAX: 255 bytes on ext4, xfs, btrfs and tmpfs).
+const maxDirName = 255
+
+// LocalShardDir is ShardDir where it fits one path element of a local file
+// system. A shard name of up to 255 bytes with its '/'s escaped ("%2F")
+// and "shard=" before it can pass that; such a shard's directory is
+// "shard=~" and the hex SHA-256 of the name instead. Shard names hold no
+// '~', so that names no other shard's directory, and the parts' shard
+// column holds the real name: it is the authority (docs/export.md).
+func LocalShardDir(shard string) string {
+	if d := ShardDir(shard); len(d)-1 <= maxDirName {
+		return d
+	}
+	sum := sha256.Sum256([]byte(shard))
+	return "shard=~" + hex.EncodeToString(sum[:]) + "/"
+}
+
+// shardDirOf is the directory of a shard's parts in dest.
+func shardDirOf(dest Dest, shard string) string {
+	if d, ok := dest.(interface{ ShardDir(string) string }); ok {
+		return d.ShardDir(shard)
+	}
+	return ShardDir(shard)
+}
 
 // PartName names the part holding seqs first..last in dir.
 func PartName(dir string, first, last uint64) string {
@@ -278,7 +308,7 @@ func exportShard(ctx context.Context, opts Options, st *state, sh string) (res S
 		opts.Logger.Error("export failed", zap.String("shard", sh), zap.Error(err))
 		return res
 	}
-	dir := ShardDir(sh)
+	dir := shardDirOf(opts.Dest, sh)
 	high, n, err := published(ctx, opts.Dest, dir)
 	if err != nil {
 		return fail(err)

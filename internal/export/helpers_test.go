@@ -148,7 +148,8 @@ func checkExactlyOnce(t testing.TB, parts map[string][]Row, want map[string]int)
 			t.Errorf("part %s: rows do not span its name's range", name)
 		}
 		for _, r := range rows {
-			if !strings.HasPrefix(name, ShardDir(r.Shard)) {
+			// A local directory hashes the folder of a long name.
+			if !strings.HasPrefix(name, ShardDir(r.Shard)) && !strings.HasPrefix(name, LocalShardDir(r.Shard)) {
 				t.Errorf("part %s holds a row of shard %q", name, r.Shard)
 			}
 			seen[r.Shard] = append(seen[r.Shard], r.Seq)

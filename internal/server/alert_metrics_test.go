@@ -69,6 +69,7 @@ func TestErrorReasonsCounted(t *testing.T) {
 		{"Append", ReasonOutcomeUnknown, appendStatus(fmt.Errorf("commit: %w", shard.ErrOutcomeUnknown))},
 		{"Append", ReasonOutcomeUnknown, appendStatus(fmt.Errorf("put: %w", blob.ErrOutcomeUnknown))}, // withheld from the client, same reason
 		{"Append", ReasonNotCommitted, appendStatus(shard.ErrFenced)},
+		{"Append", ReasonStoreFull, appendStatus(fmt.Errorf("put: %w", blob.ErrNoSpace))}, // withheld from the client, same reason
 		{"Scan", ReasonScanInterrupted, failure{code: codes.Unavailable, msg: "scan ended"}.resumeAt(3).err()},
 	} {
 		before := testutil.ToFloat64(m.errorReasons.WithLabelValues(tc.method, tc.reason))
@@ -83,8 +84,8 @@ func TestErrorReasonsCounted(t *testing.T) {
 	}
 	m.observeErrorReason("Get", toStatus(blob.ErrNotFound))
 	m.observeErrorReason("Append", nil)
-	if n := testutil.CollectAndCount(m.errorReasons); n != 6 {
-		t.Errorf("%d reason series, want the 6 exported at start: errors without a reason were counted", n)
+	if n := testutil.CollectAndCount(m.errorReasons); n != 7 {
+		t.Errorf("%d reason series, want the 7 exported at start: errors without a reason were counted", n)
 	}
 }
 

@@ -95,6 +95,13 @@ const (
 	// shard's last seq; nothing was deleted. The metadata MetadataLastSeq
 	// holds the shard's last seq. Code FAILED_PRECONDITION.
 	ReasonSeqMismatch = "SEQ_MISMATCH"
+	// ReasonStoreFull: the server's storage is out of space (the embedded
+	// local store's disk is full or its quota spent), and the Append was
+	// certainly not stored. Appends succeed again by themselves once an
+	// operator frees space, with no restart; until then a resend meets the
+	// same answer, so the clients do not resend it by themselves. Code
+	// RESOURCE_EXHAUSTED.
+	ReasonStoreFull = "STORE_FULL"
 )
 
 // MetadataLastSeq is the ErrorInfo metadata key of a SEQ_MISMATCH's
@@ -267,6 +274,10 @@ func classifyCode(err error, write bool) failure {
 		}
 		return f
 
+	case errors.Is(err, blob.ErrNoSpace):
+		// Its text names files of the data directory: withheld.
+		return failure{code: codes.ResourceExhausted, msg: msg, hint: "; not stored: the server's data volume needs free space", reason: ReasonStoreFull, internal: true}
+
 	case errors.Is(err, shard.ErrCorrupt):
 		return failure{code: codes.DataLoss, msg: msg}
 
@@ -308,9 +319,10 @@ func classifyCode(err error, write bool) failure {
 
 // Generic texts of the failures whose own text is withheld.
 var genericText = map[codes.Code]string{
-	codes.Internal:    "internal error",
-	codes.DataLoss:    "stored data failed verification",
-	codes.Unavailable: "storage unavailable",
+	codes.Internal:          "internal error",
+	codes.DataLoss:          "stored data failed verification",
+	codes.Unavailable:       "storage unavailable",
+	codes.ResourceExhausted: "storage full",
 }
 
 // message is the status message of f for the RPC with requestID ("" when

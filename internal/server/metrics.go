@@ -140,7 +140,7 @@ func NewMetrics() *Metrics {
 		m.decodeFailures.WithLabelValues(method) // exported at 0 from the start
 	}
 	for method, reasons := range map[string][]string{
-		"Append": {ReasonOutcomeUnknown, ReasonNotCommitted, ReasonBackpressure, ReasonRateLimited, ReasonTooLarge},
+		"Append": {ReasonOutcomeUnknown, ReasonNotCommitted, ReasonBackpressure, ReasonRateLimited, ReasonTooLarge, ReasonStoreFull},
 		"Scan":   {ReasonScanInterrupted},
 	} {
 		for _, r := range reasons {

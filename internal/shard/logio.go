@@ -133,9 +133,11 @@ func (w *writer) createAt(ctx context.Context, position uint64, data []byte, put
 				return createResult{}, w.undecided(mayHaveLanded, position, werr, last)
 			}
 			continue
-		case errors.Is(err, blob.ErrInvalidName),
+		case errors.Is(err, blob.ErrInvalidName), errors.Is(err, blob.ErrNoSpace),
 			errors.Is(err, blob.ErrStoreFailed) && !errors.Is(err, blob.ErrOutcomeUnknown):
-			// Not applied, and retrying cannot help.
+			// Not applied, and retrying cannot help (a full store only
+			// once something frees space: the writer stays, and its
+			// next batch tries this position again).
 			return createResult{}, w.undecided(mayHaveLanded, position, err, last)
 		case errors.Is(err, blob.ErrConditionFailed):
 		default:

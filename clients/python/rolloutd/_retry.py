@@ -28,7 +28,8 @@ def append_retry(err: errors.RolloutdError) -> bool:
     connection broke, or no server answered) or DEADLINE_EXCEEDED (this
     attempt's own timeout): the resend carries the same request_id, so the
     records that landed come back already_present. Any other reason
-    (TOO_LARGE, or one this client does not know) or code raises.
+    (TOO_LARGE, STORE_FULL: only an operator freeing space helps, or one
+    this client does not know) or code raises.
     """
     reason = err.reason
     if reason in (errors.OUTCOME_UNKNOWN, errors.NOT_COMMITTED, errors.BACKPRESSURE):

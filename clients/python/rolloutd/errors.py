@@ -54,6 +54,9 @@ TOO_LARGE = "TOO_LARGE"
 SCAN_INTERRUPTED = "SCAN_INTERRUPTED"
 SHARD_DELETED = "SHARD_DELETED"
 SEQ_MISMATCH = "SEQ_MISMATCH"
+#: The server's storage is out of space; the append was not stored. Appends
+#: succeed again once an operator frees space, so it is not resent.
+STORE_FULL = "STORE_FULL"
 #: The ErrorInfo metadata key of a Scan's resume cursor.
 RESUME_AFTER_SEQ = "resume_after_seq"
 #: The ErrorInfo metadata key of SEQ_MISMATCH's current last seq.
@@ -80,7 +83,7 @@ class RolloutdError(Exception):
         reason: the ErrorInfo reason in domain ``rolloutd.io``
             (``"OUTCOME_UNKNOWN"``, ``"NOT_COMMITTED"``, ``"BACKPRESSURE"``,
             ``"RATE_LIMITED"``, ``"TOO_LARGE"``, ``"SCAN_INTERRUPTED"``,
-            ``"SHARD_DELETED"``, ``"SEQ_MISMATCH"``), or None when the status
+            ``"SHARD_DELETED"``, ``"SEQ_MISMATCH"``, ``"STORE_FULL"``), or None when the status
             carries no ErrorInfo.
         metadata: the ErrorInfo metadata, e.g. ``{"resume_after_seq": "42"}``.
         retry_delay: the RetryInfo delay in seconds, or None.

@@ -63,6 +63,7 @@ def test_no_error_info_unavailable_counts_as_outcome_unknown():
 @pytest.mark.parametrize("step,exc,reason", [
     (fail(RE, "TOO_LARGE", field="records[1]"), rolloutd.ResourceExhausted, "TOO_LARGE"),
     (fail(RE, "RATE_LIMITED", field="records"), rolloutd.ResourceExhausted, "RATE_LIMITED"),
+    (fail(RE, "STORE_FULL"), rolloutd.ResourceExhausted, "STORE_FULL"),
     (fail(grpc.StatusCode.INVALID_ARGUMENT), rolloutd.InvalidArgument, None),
     (fail(grpc.StatusCode.PERMISSION_DENIED), rolloutd.PermissionDenied, None),
     (fail(U, "SOME_NEWER_REASON"), rolloutd.Unavailable, "SOME_NEWER_REASON"),

@@ -194,6 +194,7 @@ func names(as []blob.Attrs) []string {
 var classes = []error{
 	blob.ErrNotFound, blob.ErrConditionFailed, blob.ErrNotModified, blob.ErrUnavailable,
 	blob.ErrOutcomeUnknown, blob.ErrInvalidName, blob.ErrClosed, blob.ErrStoreFailed,
+	blob.ErrNoSpace,
 }
 
 // wantErr fails the test unless err matches want and no other class.

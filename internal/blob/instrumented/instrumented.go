@@ -61,7 +61,7 @@ func New(next blob.Store, m *Metrics) *Store {
 
 // Outcome classifies err for the outcome label: "ok", the blob error class
 // ("not_found", "condition_failed", "not_modified", "unavailable",
-// "store_failed", "outcome_unknown", "invalid_name", "closed"), "canceled",
+// "store_failed", "outcome_unknown", "invalid_name", "closed", "no_space"), "canceled",
 // "deadline" or "error". The write that made a store fail matches both
 // ErrStoreFailed and ErrOutcomeUnknown; it counts as "store_failed".
 func Outcome(err error) string {
@@ -84,6 +84,8 @@ func Outcome(err error) string {
 		return "invalid_name"
 	case errors.Is(err, blob.ErrClosed):
 		return "closed"
+	case errors.Is(err, blob.ErrNoSpace):
+		return "no_space"
 	case errors.Is(err, context.Canceled):
 		return "canceled"
 	case errors.Is(err, context.DeadlineExceeded):

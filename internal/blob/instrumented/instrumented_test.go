@@ -75,6 +75,7 @@ func TestOutcome(t *testing.T) {
 		fmt.Errorf("%w (%w)", blob.ErrOutcomeUnknown, blob.ErrStoreFailed): "store_failed",
 		blob.ErrInvalidName:      "invalid_name",
 		blob.ErrClosed:           "closed",
+		blob.ErrNoSpace:          "no_space",
 		context.Canceled:         "canceled",
 		context.DeadlineExceeded: "deadline",
 		errors.New("x"):          "error",

@@ -134,7 +134,7 @@ func crashWorkload(t *testing.T, writers, rounds int, opts ...Option) ([]crashPo
 // blob is absent or one whole version, and that every acknowledged version
 // (or a later one) is there.
 func checkCrash(p crashPoint, names []string) error {
-	s, err := Open("/data", withFS(p.fs))
+	s, err := Open("/data", WithFS(p.fs))
 	if err != nil {
 		return fmt.Errorf("Open: %w", err)
 	}

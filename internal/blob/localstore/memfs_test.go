@@ -11,7 +11,7 @@ import (
 
 func openOn(t *testing.T, fsys vfs.FS, opts ...Option) *Store {
 	t.Helper()
-	s, err := Open("/data", append([]Option{withFS(fsys)}, opts...)...)
+	s, err := Open("/data", append([]Option{WithFS(fsys)}, opts...)...)
 	if err != nil {
 		t.Fatalf("Open: %v", err)
 	}

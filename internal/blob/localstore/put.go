@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io/fs"
 	"path/filepath"
+	"syscall"
 
 	"github.com/rolloutd/rolloutd/internal/blob"
 	"github.com/rolloutd/rolloutd/internal/blob/localstore/vfs"
@@ -24,7 +25,7 @@ func (s *Store) Put(ctx context.Context, name string, data []byte, opts blob.Put
 	a := blob.Attrs{Name: name, Size: int64(len(data)), ETag: newETag(), PutID: opts.PutID, LastModified: s.now()}
 	f, err := s.writeTemp(a, data)
 	if err != nil {
-		return blob.Attrs{}, fmt.Errorf("localstore: put %q: %w", name, err)
+		return blob.Attrs{}, notStored(name, err)
 	}
 	r := &putReq{name: name, path: path, file: f, tmpName: f.Name(), attrs: a, opts: opts, done: make(chan struct{})}
 	if err := ctx.Err(); err != nil {
@@ -68,6 +69,21 @@ func (s *Store) writeTemp(a blob.Attrs, data []byte) (vfs.File, error) {
 	return f, nil
 }
 
+// notStored is the error of a put that failed with err before anything of
+// it became visible: at the temporary file's create, write, fsync or
+// close, or at the link, rename or mkdir that would publish it. Out of
+// space (ENOSPC, or EDQUOT for a quota) it matches blob.ErrNoSpace, so
+// that the put fails at once instead of being retried as if its outcome
+// were unknown; a later put writes a new temporary file, so one that
+// failed its fsync is never fsynced again and called durable. A failure
+// after publishing (the directory fsync) is never this: see fail.
+func notStored(name string, err error) error {
+	if errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT) {
+		return fmt.Errorf("localstore: put %q: out of space, not stored (%w): %w", name, blob.ErrNoSpace, err)
+	}
+	return fmt.Errorf("localstore: put %q: %w", name, err)
+}
+
 // discard closes and removes a put's temporary file, which was never
 // published.
 func (s *Store) discard(r *putReq) {
@@ -83,7 +99,7 @@ func (s *Store) discard(r *putReq) {
 // file system refuses it too when the name exists, else by rename(2).
 // Called by the syncer only, in queue order, after the file is durable.
 //
-// It sets r.res or r.err (ErrConditionFailed, or an ordinary error when
+// It sets r.res or r.err (ErrConditionFailed, or an error of notStored when
 // nothing became visible) and reports whether the blob became visible.
 func (s *Store) publishOne(r *putReq) (published bool) {
 	mu := s.stripe(r.name)
@@ -100,7 +116,7 @@ func (s *Store) publishOne(r *putReq) (published bool) {
 		case errors.Is(err, fs.ErrExist):
 			s.lostCondition(r)
 		default:
-			r.err = fmt.Errorf("localstore: put %q: %w", r.name, err)
+			r.err = notStored(r.name, err)
 		}
 		_ = s.fs.Remove(tmp)
 		return false
@@ -119,7 +135,7 @@ func (s *Store) publishOne(r *putReq) (published bool) {
 		}
 	}
 	if err := s.retryMissingDir(r.path, func() error { return s.fs.Rename(tmp, r.path) }); err != nil {
-		r.err = fmt.Errorf("localstore: put %q: %w", r.name, err)
+		r.err = notStored(r.name, err)
 		_ = s.fs.Remove(tmp)
 		return false
 	}

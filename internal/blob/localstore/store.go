@@ -37,6 +37,15 @@
 // group's outcome, so it is refused too when that group failed; every read
 // that ends after the failure was recorded is refused.
 //
+// Out of space (ENOSPC, EDQUOT) before a put is visible, at its temporary
+// file's create, write, fsync or close (a tmpfs fails at write; ext4 may
+// fail only at fsync or close) or at the mkdir, link or rename that would
+// publish it, the put fails with blob.ErrNoSpace: certainly not stored,
+// and the store carries on, so puts succeed again by themselves once space
+// returns. A later put writes a new temporary file: a file whose fsync
+// failed is never fsynced again. Out of space at a directory fsync after
+// publishing is a failed store like any other error there.
+//
 // The store is for one process: Open takes an exclusive lock on the
 // directory, and conditional writes are checked in memory, in the order the
 // syncer publishes them, under a lock per name.
@@ -155,9 +164,10 @@ func WithGroupObserver(observe func(size int, elapsed time.Duration)) Option {
 // inject failures.
 func withSync(sync func(vfs.File) error) Option { return func(s *Store) { s.syncFile = sync } }
 
-// withFS makes the store do its file operations on fsys instead of the
-// operating system's, for tests on a strict in-memory file system.
-func withFS(fsys vfs.FS) Option { return func(s *Store) { s.fs = fsys } }
+// WithFS makes the store do its file operations on fsys instead of the
+// operating system's: for tests, on a strict in-memory file system or one
+// that injects faults (vfs.Faulty).
+func WithFS(fsys vfs.FS) Option { return func(s *Store) { s.fs = fsys } }
 
 // Open opens (creating it if needed) the data directory dir and locks it
 // against other processes. It removes temporary files left by a crash.

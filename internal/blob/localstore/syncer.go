@@ -254,7 +254,7 @@ func (sy *syncer) pass(reqs []*putReq) {
 		for i, r := range reqs {
 			if errs[i] != nil {
 				s.discard(r)
-				r.err = fmt.Errorf("localstore: put %q: %w", r.name, errs[i])
+				r.err = notStored(r.name, errs[i])
 				continue
 			}
 			live = append(live, r)
@@ -262,7 +262,7 @@ func (sy *syncer) pass(reqs []*putReq) {
 	}
 	for _, r := range live {
 		if err := r.file.Close(); err != nil && r.err == nil {
-			r.err = fmt.Errorf("localstore: put %q: %w", r.name, err)
+			r.err = notStored(r.name, err) // ext4 may report a write-back failure here
 		}
 		r.file = nil
 	}

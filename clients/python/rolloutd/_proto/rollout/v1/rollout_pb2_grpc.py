@@ -47,6 +47,10 @@ class RolloutServiceStub(object):
     not the shard's last seq: something was appended since the caller
     looked. Nothing was deleted. The ErrorInfo metadata "last_seq" holds
     the shard's last seq.
+    STORE_FULL (RESOURCE_EXHAUSTED, never a RetryInfo): the server's storage
+    is out of space (the embedded local store's disk is full or its quota
+    spent); nothing was stored. Appends succeed again by themselves once
+    an operator frees space, with no restart; the clients do not resend.
 
     RolloutService stores rollout records in shards. Each shard has a single
     writer; an append is acknowledged only once it is durable and visible to
@@ -138,6 +142,10 @@ class RolloutServiceServicer(object):
     not the shard's last seq: something was appended since the caller
     looked. Nothing was deleted. The ErrorInfo metadata "last_seq" holds
     the shard's last seq.
+    STORE_FULL (RESOURCE_EXHAUSTED, never a RetryInfo): the server's storage
+    is out of space (the embedded local store's disk is full or its quota
+    spent); nothing was stored. Appends succeed again by themselves once
+    an operator frees space, with no restart; the clients do not resend.
 
     RolloutService stores rollout records in shards. Each shard has a single
     writer; an append is acknowledged only once it is durable and visible to
@@ -307,6 +315,10 @@ class RolloutService(object):
     not the shard's last seq: something was appended since the caller
     looked. Nothing was deleted. The ErrorInfo metadata "last_seq" holds
     the shard's last seq.
+    STORE_FULL (RESOURCE_EXHAUSTED, never a RetryInfo): the server's storage
+    is out of space (the embedded local store's disk is full or its quota
+    spent); nothing was stored. Appends succeed again by themselves once
+    an operator frees space, with no restart; the clients do not resend.
 
     RolloutService stores rollout records in shards. Each shard has a single
     writer; an append is acknowledged only once it is durable and visible to
