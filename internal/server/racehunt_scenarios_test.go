@@ -27,7 +27,7 @@ const (
 	huntHealBound = 5 * time.Second
 	// huntStopBound: no append waits longer than this after its writer
 	// stopped (the lag-bound scenario's writers have a 1 s CommitTimeout).
-	huntStopBound = 300 * time.Millisecond
+	huntStopBound = 400 * time.Millisecond
 	// huntDeleteShard is the one shard the hunter deletes. Only fresh ids
 	// are appended to it: a new incarnation forgets the old one's ids.
 	huntDeleteShard = "hunt/d0"
@@ -44,7 +44,11 @@ const (
 // traffic: calls fail, lose their answer, or hang. After the heal, an
 // append on that instance must succeed within huntHealBound.
 func (h *hunter) partition() {
-	s := h.pickShard()
+	s, ok := h.reserveShard()
+	if !ok {
+		return
+	}
+	defer h.releaseShard(s)
 	own := faultstore.NewPartitioned(h.part)
 	svc := h.startInstance(own, huntShards+1)
 	defer h.retireInstance(svc)
@@ -57,7 +61,7 @@ func (h *hunter) partition() {
 	for range 3 {
 		wg.Go(func() {
 			mix := idMix{shared: 0.1, pool: 8}
-			for !closed(done) {
+			for !huntClosed(done) {
 				es := h.entries(s, 3, mix)
 				ctx, cancel := context.WithTimeout(context.Background(), h.rng.between(50*time.Millisecond, 400*time.Millisecond))
 				rs, err := huntAppend(ctx, svc, s, es)
@@ -78,13 +82,12 @@ func (h *hunter) partition() {
 	}
 	modes := []faultstore.CutMode{faultstore.CutLose, faultstore.CutHang, faultstore.CutHang, faultstore.CutFail}
 	cut := faultstore.Cut{Mode: modes[h.rng.intN(len(modes))]}
-	what, heal := "all store traffic of one instance", func() {}
+	what, on := "all store traffic of one instance", own
 	if h.rng.chance(0.5) {
 		cut.Prefixes = []string{format.LogPrefix(s)}
-		what, heal = "the shard's log names, for every instance", h.part.Cut(cut)
-	} else {
-		heal = own.Cut(cut)
+		what, on = "the shard's log names, for every instance", h.part
 	}
+	heal := on.Cut(cut)
 	h.count("partition-" + cut.Mode.String())
 	stretch := h.rng.between(2*huntCommitTimeout, 3*huntCommitTimeout)
 	time.Sleep(stretch)
@@ -100,7 +103,7 @@ func (h *hunter) partition() {
 	}
 }
 
-func closed(c chan struct{}) bool {
+func huntClosed(c chan struct{}) bool {
 	select {
 	case <-c:
 		return true
@@ -151,13 +154,14 @@ func (a *huntAcks) between(from, to time.Time, n int) []huntAck {
 	return out
 }
 
-// lateFence appends to a shard through an instance of its own, reads what was
-// acknowledged lately back through that instance's BatchGet and Get (whose
-// reader shares the writers' cache, and whose reads of the shard's log are
-// slowed well past the retire grace), and meanwhile claims the shard from
-// a third instance whose fence create is delayed: it lands late, often in
-// a position a merge and GC have collected since, under a read that began
-// before. No read may answer DATA_LOSS, and every acknowledged record must
+// lateFence appends to hunt/f0 through an instance of its own and reads
+// what was acknowledged back through that instance's BatchGet and Get
+// handlers, whose reader shares the writers' cache; meanwhile a third
+// instance claims the shard with its fence create held until the position
+// it names was written and collected by merge and GC (lateClaim). Record
+// reads of the shard's log wait for that late fence to land (or their
+// deadline): reads slower than the retire grace, under which the store
+// changed. No read may answer DATA_LOSS, and every acknowledged record must
 // be found at its seq.
 func (h *hunter) lateFence() {
 	s := huntFenceShard
@@ -165,8 +169,11 @@ func (h *hunter) lateFence() {
 	// would replace its writer before merges and GC collect anything.
 	svc := h.startInstance(h.part, huntShards+1)
 	defer h.retireInstance(svc)
-	landed := make(chan struct{})
-	h.viewsOf(svc).ranged.slow(format.LogPrefix(s), 4*time.Second, landed)
+	// Record reads wait until the late fence landed, or the scenario ends.
+	wake := make(chan struct{})
+	var once sync.Once
+	wakeReads := func() { once.Do(func() { close(wake) }) }
+	h.viewsOf(svc).ranged.slow(format.LogPrefix(s), 4*time.Second, wake)
 	var (
 		acks huntAcks
 		done = make(chan struct{})
@@ -174,7 +181,7 @@ func (h *hunter) lateFence() {
 	)
 	for range 2 {
 		wg.Go(func() {
-			for !closed(done) {
+			for !huntClosed(done) {
 				es := h.entries(s, 3, idMix{})
 				ctx, cancel := context.WithTimeout(context.Background(), h.rng.between(50*time.Millisecond, 400*time.Millisecond))
 				rs, err := huntAppend(ctx, svc, s, es)
@@ -193,7 +200,7 @@ func (h *hunter) lateFence() {
 	var claimed atomic.Int64
 	for range 8 {
 		wg.Go(func() {
-			for !closed(done) {
+			for !huntClosed(done) {
 				time.Sleep(h.rng.between(0, 200*time.Millisecond))
 				now, from := time.Now(), time.Now().Add(-500*time.Millisecond)
 				if c := claimed.Load(); c != 0 && h.rng.chance(0.7) {
@@ -208,9 +215,10 @@ func (h *hunter) lateFence() {
 	}
 	time.Sleep(h.rng.between(20*time.Millisecond, 60*time.Millisecond))
 	claimed.Store(time.Now().UnixNano())
-	h.lateClaim(s, landed)
+	h.lateClaim(s, wakeReads)
 	time.Sleep(h.rng.between(50*time.Millisecond, 200*time.Millisecond))
 	close(done)
+	wakeReads()
 	wg.Wait()
 }
 
@@ -219,7 +227,7 @@ func (h *hunter) lateFence() {
 // written by the writer it fences and collected since by a merge and GC
 // (or for a while, or a random delay): then it lands in the collected
 // position.
-func (h *hunter) lateClaim(s string, landed chan struct{}) {
+func (h *hunter) lateClaim(s string, landed func()) {
 	h.count("late-claim")
 	view := &huntLateCreate{Store: h.part, inner: h.inner, prefix: format.LogPrefix(s), max: 3 * time.Second, landed: landed}
 	if h.rng.chance(0.3) {
@@ -248,7 +256,7 @@ type huntLateCreate struct {
 	prefix    string
 	max       time.Duration
 	blind     bool
-	landed    chan struct{} // closed once the create landed in a collected position
+	landed    func() // called once the create landed in a collected position
 	held      atomic.Bool
 	collected atomic.Bool
 }
@@ -274,7 +282,7 @@ func (l *huntLateCreate) Put(ctx context.Context, name string, data []byte, opts
 	})
 	attrs, err := l.Store.Put(ctx, name, data, opts)
 	if err == nil && l.collected.Load() {
-		close(l.landed)
+		l.landed()
 	}
 	return attrs, err
 }
@@ -324,25 +332,25 @@ func (h *hunter) readBack(svc *service, s string, want []huntAck) {
 
 // huntSlowRanged delays ranged reads (a Get with a length: a record's
 // bytes, not a probe or a footer) of names under a prefix, for a while or
-// until a late create landed: a reader that located records in a manifest
-// reads them only after the store changed under it.
+// until woken (when a late create landed): a reader that located records
+// in a manifest reads them only after the store changed under it.
 type huntSlowRanged struct {
 	blob.Store
 	mu     sync.Mutex
 	prefix string
 	delay  time.Duration
-	landed chan struct{}
+	wake   chan struct{}
 }
 
-func (r *huntSlowRanged) slow(prefix string, d time.Duration, landed chan struct{}) {
+func (r *huntSlowRanged) slow(prefix string, d time.Duration, wake chan struct{}) {
 	r.mu.Lock()
-	r.prefix, r.delay, r.landed = prefix, d, landed
+	r.prefix, r.delay, r.wake = prefix, d, wake
 	r.mu.Unlock()
 }
 
 func (r *huntSlowRanged) Get(ctx context.Context, name string, opts blob.GetOptions) ([]byte, blob.Attrs, error) {
 	r.mu.Lock()
-	d, landed := r.delay, r.landed
+	d, wake := r.delay, r.wake
 	if r.prefix == "" || !strings.HasPrefix(name, r.prefix) || opts.Length == 0 {
 		d = 0
 	}
@@ -351,7 +359,7 @@ func (r *huntSlowRanged) Get(ctx context.Context, name string, opts blob.GetOpti
 		t := time.NewTimer(d)
 		select {
 		case <-t.C:
-		case <-landed:
+		case <-wake:
 			t.Stop()
 		case <-ctx.Done():
 			t.Stop()
@@ -414,7 +422,7 @@ func (h *hunter) deleteRace() {
 	)
 	for range 3 {
 		wg.Go(func() {
-			for !closed(done) {
+			for !huntClosed(done) {
 				inFlight.Add(1)
 				if paused.Load() {
 					inFlight.Add(-1)
@@ -528,7 +536,13 @@ func (h *hunter) loseTombstoneAnswer(view *faultstore.Store, s string, landed fu
 // that the checkpoint loses its CAS and the writer stops as fenced. No
 // append may be answered more than huntStopBound after the writer stopped.
 func (h *hunter) lagBound() {
-	s := h.pickShard()
+	// Not a shard under a partition: a create hung there would hold a
+	// commit past its writer's stop for reasons of the partition's own.
+	s, ok := h.reserveShard()
+	if !ok {
+		return
+	}
+	defer h.releaseShard(s)
 	view := faultstore.New(h.part, int64(h.rng.intN(1<<30)))
 	opts := h.writerOptions(nil)
 	opts.CheckpointEvery, opts.CheckpointInterval, opts.CommitTimeout = 2, time.Second, time.Second
@@ -550,7 +564,7 @@ func (h *hunter) lagBound() {
 		wg      sync.WaitGroup
 	)
 	wg.Go(func() {
-		for !closed(done) && stopped.Load() == 0 {
+		for !huntClosed(done) && stopped.Load() == 0 {
 			if w.Err() != nil {
 				stopped.Store(time.Now().UnixNano())
 			}
@@ -560,7 +574,7 @@ func (h *hunter) lagBound() {
 	for range 4 {
 		wg.Go(func() {
 			mix := idMix{shared: 0.1, pool: 8}
-			for !closed(done) && w.Err() == nil {
+			for !huntClosed(done) && w.Err() == nil {
 				es := h.entries(s, 3, mix)
 				ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 				rs, err := huntRawAppend(ctx, w, es)
