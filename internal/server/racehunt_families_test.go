@@ -116,24 +116,3 @@ func (h *hunter) retireInstance(svc *service) {
 	cancel()
 	h.stopPurger(svc)
 }
-
-// reserveShard picks a chaos shard no other scenario has reserved, for a
-// scenario whose faults must not meet another's.
-func (h *hunter) reserveShard() (string, bool) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	for range huntShards {
-		s := h.pickShard()
-		if !h.reserved[s] {
-			h.reserved[s] = true
-			return s, true
-		}
-	}
-	return "", false
-}
-
-func (h *hunter) releaseShard(s string) {
-	h.mu.Lock()
-	delete(h.reserved, s)
-	h.mu.Unlock()
-}

@@ -35,20 +35,24 @@ const (
 	// leaves alone: its claims would keep merges from ever collecting a
 	// position. Only fresh ids are appended to it.
 	huntFenceShard = "hunt/f0"
+	// huntPartitionShard is the partition scenario's shard, which the chaos
+	// leaves alone: its claims would replace a wedged writer, as a fence
+	// does, and hide the wedge. Only fresh ids are appended to it.
+	huntPartitionShard = "hunt/p0"
+	// huntLagShard is the lag-bound scenario's shard, which the chaos
+	// leaves alone: its claims would stop the writer before commits wait
+	// at the bound. Only fresh ids are appended to it.
+	huntLagShard = "hunt/l0"
 )
 
 // partition starts an instance of its own that holds a writer of a shard
-// for every shard (no eviction can replace it), keeps appending to the
-// shard through it, and cuts off, for 2–3 × CommitTimeout, either the
+// for every shard (no eviction can replace it), keeps appending to
+// hunt/p0 through it, and cuts off, for 2–3 × CommitTimeout, either the
 // shard's log names for every instance or all of that instance's store
 // traffic: calls fail, lose their answer, or hang. After the heal, an
 // append on that instance must succeed within huntHealBound.
 func (h *hunter) partition() {
-	s, ok := h.reserveShard()
-	if !ok {
-		return
-	}
-	defer h.releaseShard(s)
+	s := huntPartitionShard
 	own := faultstore.NewPartitioned(h.part)
 	svc := h.startInstance(own, huntShards+1)
 	defer h.retireInstance(svc)
@@ -60,9 +64,8 @@ func (h *hunter) partition() {
 	)
 	for range 3 {
 		wg.Go(func() {
-			mix := idMix{shared: 0.1, pool: 8}
 			for !huntClosed(done) {
-				es := h.entries(s, 3, mix)
+				es := h.entries(s, 3, idMix{})
 				ctx, cancel := context.WithTimeout(context.Background(), h.rng.between(50*time.Millisecond, 400*time.Millisecond))
 				rs, err := huntAppend(ctx, svc, s, es)
 				cancel()
@@ -529,20 +532,14 @@ func (h *hunter) loseTombstoneAnswer(view *faultstore.Store, s string, landed fu
 	}
 }
 
-// lagBound opens a third-instance writer whose checkpoints are slow (and
+// lagBound opens, on hunt/l0, a third-instance writer whose checkpoints are slow (and
 // whose checkpoint CAS sometimes loses its answer), with K = 2, so that
 // commits soon wait at the 2K lag bound; keeps appending to it; and, while
 // its checkpoint is on its way, claims the shard from another instance, so
 // that the checkpoint loses its CAS and the writer stops as fenced. No
 // append may be answered more than huntStopBound after the writer stopped.
 func (h *hunter) lagBound() {
-	// Not a shard under a partition: a create hung there would hold a
-	// commit past its writer's stop for reasons of the partition's own.
-	s, ok := h.reserveShard()
-	if !ok {
-		return
-	}
-	defer h.releaseShard(s)
+	s := huntLagShard
 	view := faultstore.New(h.part, int64(h.rng.intN(1<<30)))
 	opts := h.writerOptions(nil)
 	opts.CheckpointEvery, opts.CheckpointInterval, opts.CommitTimeout = 2, time.Second, time.Second
@@ -573,9 +570,8 @@ func (h *hunter) lagBound() {
 	})
 	for range 4 {
 		wg.Go(func() {
-			mix := idMix{shared: 0.1, pool: 8}
 			for !huntClosed(done) && w.Err() == nil {
-				es := h.entries(s, 3, mix)
+				es := h.entries(s, 3, idMix{})
 				ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 				rs, err := huntRawAppend(ctx, w, es)
 				cancel()

@@ -49,8 +49,9 @@ import (
 // found four bugs the chaos above had missed; each checks its invariant as
 // it goes, and a violation names its family and finding:
 //
-//   - partition (finding 1): an instance of its own, holding a writer of
-//     every shard, appends to one shard while either that shard's log names
+//   - partition (finding 1): on hunt/p0, which the chaos leaves alone (its
+//     claims would replace a wedged writer), an instance of its own, holding
+//     a writer of every shard, appends while either the shard's log names
 //     (for every instance) or all of the instance's store traffic are cut
 //     off for 2–3 × CommitTimeout (calls fail, lose their answer, or hang;
 //     faultstore.Partitioned), then heal. Every writer's CommitTimeout is
@@ -73,11 +74,12 @@ import (
 //     the answer matches the store: "nothing deleted" (SEQ_MISMATCH) only if
 //     the incarnation is still there, "deleted" only if it is gone, and no
 //     record of a deleted incarnation is live at the end.
-//   - lagbound (finding 4): a writer with K = 2 whose checkpoint CAS is slow
-//     (and sometimes loses its answer), so that commits wait at the 2K lag
-//     bound, is taken over by another instance: its checkpoint loses and it
-//     stops. Invariant: no append is answered more than 400 ms after its
-//     writer stopped (its CommitTimeout is 1 s).
+//   - lagbound (finding 4): on hunt/l0 (no chaos there either), a writer
+//     with K = 2 whose checkpoint CAS is slow (and sometimes loses its
+//     answer), so that commits wait at the 2K lag bound, is taken over by
+//     another instance: its checkpoint loses and it stops. Invariant: no
+//     append is answered more than 400 ms after its writer stopped (its
+//     CommitTimeout is 1 s).
 //
 // ROLLOUTD_HUNT_ONLY=partition|latefence|delete|lagbound (a comma-separated
 // list; "none" for the chaos alone) runs only those families, to measure
@@ -239,30 +241,27 @@ type hunter struct {
 	insts [2]*service
 	sets  []*writerSet // every writer set started, for the final shutdown
 	views map[*service]*huntViews
-	// reserved: chaos shards a scenario holds for its own faults.
-	reserved map[string]bool
-	raw      []*shard.Writer // third-instance writers still held
-	next     atomic.Int64    // fresh id counter
-	round    atomic.Int64    // names the current pools of shared and conflict ids
-	stats    map[string]int  // chaos actions taken
+	raw   []*shard.Writer // third-instance writers still held
+	next  atomic.Int64    // fresh id counter
+	round atomic.Int64    // names the current pools of shared and conflict ids
+	stats map[string]int  // chaos actions taken
 }
 
 func hunt(t *testing.T, seed int64, length time.Duration, fams huntFamilies) {
 	leaks := goleak.IgnoreCurrent()
 	v := &huntViolations{}
 	h := &hunter{
-		t:        t,
-		seed:     seed,
-		rng:      &huntRand{r: rand.New(rand.NewPCG(uint64(seed), 0x68756e74))},
-		inner:    memstore.New(),
-		l:        newHuntLedger(v),
-		v:        v,
-		stop:     make(chan struct{}),
-		stats:    map[string]int{},
-		fams:     fams,
-		end:      time.Now().Add(length),
-		views:    map[*service]*huntViews{},
-		reserved: map[string]bool{},
+		t:     t,
+		seed:  seed,
+		rng:   &huntRand{r: rand.New(rand.NewPCG(uint64(seed), 0x68756e74))},
+		inner: memstore.New(),
+		l:     newHuntLedger(v),
+		v:     v,
+		stop:  make(chan struct{}),
+		stats: map[string]int{},
+		fams:  fams,
+		end:   time.Now().Add(length),
+		views: map[*service]*huntViews{},
 	}
 	h.fs = faultstore.New(h.inner, seed)
 	h.part = faultstore.NewPartitioned(h.fs)
@@ -318,7 +317,7 @@ func (h *hunter) shardNames() []string {
 	for i := range names {
 		names[i] = fmt.Sprintf("hunt/s%d", i)
 	}
-	return append(names, huntDeleteShard, huntFenceShard)
+	return append(names, huntDeleteShard, huntFenceShard, huntPartitionShard, huntLagShard)
 }
 
 // pickShard picks a shard of the chaos; the delete and late-fence
