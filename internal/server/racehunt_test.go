@@ -78,7 +78,7 @@ import (
 //     with K = 2 whose checkpoint CAS is slow (and sometimes loses its
 //     answer), so that commits wait at the 2K lag bound, is taken over by
 //     another instance: its checkpoint loses and it stops. Invariant: no
-//     append is answered more than 400 ms after its writer stopped (its
+//     append is answered more than 700 ms after its writer stopped (its
 //     CommitTimeout is 1 s).
 //
 // ROLLOUTD_HUNT_ONLY=partition|latefence|delete|lagbound (a comma-separated
