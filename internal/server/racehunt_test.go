@@ -157,7 +157,7 @@ func TestRaceHunter(t *testing.T) {
 
 const (
 	huntRunLength = 3 * time.Second         // chaos per run
-	huntRunSlack  = 1500 * time.Millisecond // a run's setup, shutdown and checks
+	huntRunSlack  = 2500 * time.Millisecond // a run's setup, scenario tails, shutdown and checks
 	huntRunFloor  = huntRunSlack + time.Second
 	huntShards    = 3
 	// huntCommitTimeout is every hunted writer's CommitTimeout, short so
