@@ -80,11 +80,23 @@ type huntLedger struct {
 	records  map[huntKey]map[uint64]*huntVariant // by client hash
 	outcomes [3]int
 	errs     map[string]int // not-committed answers, by error class
-	v        *huntViolations
+	// deleted: per shard, the last seq of the newest incarnation a delete
+	// removed. Seqs go on across incarnations, so every record at or below
+	// it is gone, and every record above it is the live incarnation's.
+	deleted map[string]uint64
+	v       *huntViolations
 }
 
 func newHuntLedger(v *huntViolations) *huntLedger {
-	return &huntLedger{records: map[huntKey]map[uint64]*huntVariant{}, errs: map[string]int{}, v: v}
+	return &huntLedger{records: map[huntKey]map[uint64]*huntVariant{}, errs: map[string]int{}, deleted: map[string]uint64{}, v: v}
+}
+
+// deletedThrough records that the shard's records at or below lastSeq were
+// deleted.
+func (l *huntLedger) deletedThrough(shardName string, lastSeq uint64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.deleted[shardName] = max(l.deleted[shardName], lastSeq)
 }
 
 // isConflictID reports whether the harness ever appends id with two
@@ -218,6 +230,9 @@ func (l *huntLedger) check(ctx context.Context, store blob.Store, shards []strin
 			if !v.acked {
 				continue
 			}
+			if v.seq <= l.deleted[k.shard] {
+				continue // its incarnation was deleted
+			}
 			st := found[k]
 			switch {
 			case st == nil:
@@ -244,7 +259,7 @@ func (l *huntLedger) readShard(ctx context.Context, store blob.Store, shardName 
 	// The reader's view: the manifest and, under protocol v2, the log
 	// positions after its checkpoint.
 	m, err := shard.NewReader(store, shard.ReaderOptions{}).Manifest(ctx, shardName)
-	if errors.Is(err, shard.ErrShardNotFound) {
+	if errors.Is(err, shard.ErrShardNotFound) || errors.Is(err, shard.ErrShardDeleted) {
 		return 0
 	}
 	if err != nil {
@@ -269,6 +284,10 @@ func (l *huntLedger) readShard(ctx context.Context, store blob.Store, shardName 
 				l.v.add("%s: seq %d of %q (in %s) is not above %d", shardName, e.GetSeq(), e.GetId(), name, last)
 			}
 			last = e.GetSeq()
+			if d := l.deleted[shardName]; e.GetSeq() <= d {
+				l.v.add("%s [finding 3, delete]: seq %d of %q (in %s) is live, though a delete answered that it deleted every record through seq %d",
+					shardName, e.GetSeq(), e.GetId(), name, d)
+			}
 			k := huntKey{shardName, e.GetId()}
 			if st := found[k]; st != nil {
 				st.count++

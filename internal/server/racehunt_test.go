@@ -18,6 +18,7 @@ import (
 	"go.uber.org/zap"
 
 	rolloutv1 "github.com/rolloutd/rolloutd/gen/rollout/v1"
+	"github.com/rolloutd/rolloutd/internal/blob"
 	"github.com/rolloutd/rolloutd/internal/blob/faultstore"
 	"github.com/rolloutd/rolloutd/internal/blob/memstore"
 	"github.com/rolloutd/rolloutd/internal/clock"
@@ -43,6 +44,47 @@ import (
 //     that leave a writer's manifest stale behind a commit of unknown
 //     outcome and then send appends that share ids with it.
 //
+// Beside that chaos, four fault families run their scenarios, one at a
+// time each (racehunt_scenarios_test.go). They came from a review that
+// found four bugs the chaos above had missed; each checks its invariant as
+// it goes, and a violation names its family and finding:
+//
+//   - partition (finding 1): on hunt/p0, which the chaos leaves alone (its
+//     claims would replace a wedged writer), an instance of its own, holding
+//     a writer of every shard, appends while either the shard's log names
+//     (for every instance) or all of the instance's store traffic are cut
+//     off for 2–3 × CommitTimeout (calls fail, lose their answer, or hang;
+//     faultstore.Partitioned), then heal. Every writer's CommitTimeout is
+//     200 ms for this. Invariant: within 5 s of the heal an append to the
+//     shard succeeds on the same writer set: no shard stays wedged.
+//   - latefence (finding 2): on hunt/f0, which the chaos leaves alone so
+//     that merges and GC get to collect, an instance of its own appends
+//     and reads the acknowledged records back through its BatchGet and Get
+//     handlers, whose reader shares the writers' cache; meanwhile another
+//     instance claims the shard with its fence create held on the way until
+//     its position was written and then collected by merge and GC (or for
+//     a random while). Record reads of the shard's log wait for that late
+//     fence (or up to their deadline): reads slower than the retire grace.
+//     Invariants: no read answers DATA_LOSS (no blob is ever corrupted),
+//     and every acknowledged record is found, at its seq.
+//   - delete (finding 3): appends to hunt/d0 (fresh ids only) through both
+//     instances, then DeleteShard with expected_last_seq, usually with the
+//     tombstone CAS's answer lost and the deleter's re-read slowed while the
+//     writers the delete fenced heal into the next incarnation. Invariant:
+//     the answer matches the store: "nothing deleted" (SEQ_MISMATCH) only if
+//     the incarnation is still there, "deleted" only if it is gone, and no
+//     record of a deleted incarnation is live at the end.
+//   - lagbound (finding 4): on hunt/l0 (no chaos there either), a writer
+//     with K = 2 whose checkpoint CAS is slow (and sometimes loses its
+//     answer), so that commits wait at the 2K lag bound, is taken over by
+//     another instance: its checkpoint loses and it stops. Invariant: no
+//     append is answered more than 700 ms after its writer stopped (its
+//     CommitTimeout is 1 s).
+//
+// ROLLOUTD_HUNT_ONLY=partition|latefence|delete|lagbound (a comma-separated
+// list; "none" for the chaos alone) runs only those families, to measure
+// one alone.
+//
 // After every run it checks these invariants (racehunt_ledger_test.go):
 //
 //   - no panic: a panic on an appender's goroutine is recovered and reported
@@ -50,7 +92,8 @@ import (
 //     writer's own goroutine kills the test binary, which is why the seed
 //     is printed to stderr before each run;
 //   - every acknowledged record is stored exactly once, at its seq, with its
-//     content, and reads back through a fresh Reader on the fault-free store;
+//     content, and reads back through a fresh Reader on the fault-free store,
+//     unless a delete answered that it deleted its incarnation;
 //   - no record is stored that every Append carrying it was told was not
 //     committed (see huntLedger.check for how shared ids count);
 //   - ErrIDConflict (ALREADY_EXISTS) only for an append carrying a conflict id;
@@ -87,6 +130,10 @@ func TestRaceHunter(t *testing.T) {
 		maxRuns, _ = strconv.Atoi(s)
 	}
 	keepGoing := os.Getenv("ROLLOUTD_HUNT_KEEP_GOING") != ""
+	fams, err := huntFamiliesFromEnv(os.Getenv("ROLLOUTD_HUNT_ONLY"))
+	if err != nil {
+		t.Fatal(err)
+	}
 	start := time.Now()
 	for i := 0; maxRuns == 0 || i < maxRuns; i++ {
 		left := budget - time.Since(start)
@@ -97,7 +144,7 @@ func TestRaceHunter(t *testing.T) {
 		fmt.Fprintf(os.Stderr, "race hunter: seed %d at %.1fs (replay: ROLLOUTD_HUNT_SEED=%d go test -race -run TestRaceHunter ./internal/server/)\n",
 			s, time.Since(start).Seconds(), s)
 		ok := t.Run(fmt.Sprintf("seed=%d", s), func(t *testing.T) {
-			hunt(t, s, min(huntRunLength, left-huntRunSlack))
+			hunt(t, s, min(huntRunLength, left-huntRunSlack), fams)
 		})
 		if !ok {
 			fmt.Fprintf(os.Stderr, "race hunter: seed %d failed, %.1fs after the hunt began\n", s, time.Since(start).Seconds())
@@ -110,9 +157,12 @@ func TestRaceHunter(t *testing.T) {
 
 const (
 	huntRunLength = 3 * time.Second         // chaos per run
-	huntRunSlack  = 1500 * time.Millisecond // a run's setup, shutdown and checks
+	huntRunSlack  = 2500 * time.Millisecond // a run's setup, scenario tails, shutdown and checks
 	huntRunFloor  = huntRunSlack + time.Second
 	huntShards    = 3
+	// huntCommitTimeout is every hunted writer's CommitTimeout, short so
+	// that a partition longer than it fits in a run.
+	huntCommitTimeout = 200 * time.Millisecond
 )
 
 func envDuration(t *testing.T, name string, def time.Duration) time.Duration {
@@ -177,21 +227,27 @@ type hunter struct {
 	rng   *huntRand
 	fs    *faultstore.Store
 	inner *memstore.Store
-	l     *huntLedger
-	v     *huntViolations
-	stop  chan struct{}
-	work  sync.WaitGroup // every appender, burst and chaos action
+	// part is the store every instance uses: fs behind a partition that
+	// can cut the names of a shard off for all of them.
+	part *faultstore.Partitioned
+	fams huntFamilies
+	end  time.Time // when the chaos stops
+	l    *huntLedger
+	v    *huntViolations
+	stop chan struct{}
+	work sync.WaitGroup // every appender, burst and chaos action
 
 	mu    sync.Mutex
 	insts [2]*service
-	sets  []*writerSet    // every writer set started, for the final shutdown
+	sets  []*writerSet // every writer set started, for the final shutdown
+	views map[*service]*huntViews
 	raw   []*shard.Writer // third-instance writers still held
 	next  atomic.Int64    // fresh id counter
 	round atomic.Int64    // names the current pools of shared and conflict ids
 	stats map[string]int  // chaos actions taken
 }
 
-func hunt(t *testing.T, seed int64, length time.Duration) {
+func hunt(t *testing.T, seed int64, length time.Duration, fams huntFamilies) {
 	leaks := goleak.IgnoreCurrent()
 	v := &huntViolations{}
 	h := &hunter{
@@ -203,17 +259,26 @@ func hunt(t *testing.T, seed int64, length time.Duration) {
 		v:     v,
 		stop:  make(chan struct{}),
 		stats: map[string]int{},
+		fams:  fams,
+		end:   time.Now().Add(length),
+		views: map[*service]*huntViews{},
 	}
 	h.fs = faultstore.New(h.inner, seed)
+	h.part = faultstore.NewPartitioned(h.fs)
 	h.addFaults()
 	for i := range h.insts {
-		h.insts[i] = h.startInstance()
+		h.insts[i] = h.startInstance(h.part, 1+h.rng.intN(2))
 	}
 
 	for c := range 6 {
 		h.work.Go(func() { h.steadyClient(c) })
 	}
 	h.work.Go(h.chaos)
+	for f := range numHuntFamilies {
+		if fams[f] {
+			h.work.Go(func() { h.family(f) })
+		}
+	}
 	time.Sleep(length)
 	close(h.stop)
 	h.work.Wait()
@@ -224,6 +289,9 @@ func hunt(t *testing.T, seed int64, length time.Duration) {
 	stored := h.l.check(context.Background(), h.inner, h.shardNames())
 	t.Logf("%s; %d records stored; chaos %v; injected: put %d, get %d",
 		h.l.summary(), stored, h.stats, h.fs.Injected(faultstore.OpPut), h.fs.Injected(faultstore.OpGet))
+	if p := h.part.Cuts(); p != 0 {
+		v.add("%d partitions never healed", p)
+	}
 	if err := h.leakCheck(leaks); err != nil {
 		v.add("goroutine leak: %v", err)
 	}
@@ -249,9 +317,11 @@ func (h *hunter) shardNames() []string {
 	for i := range names {
 		names[i] = fmt.Sprintf("hunt/s%d", i)
 	}
-	return names
+	return append(names, huntDeleteShard, huntFenceShard, huntPartitionShard, huntLagShard)
 }
 
+// pickShard picks a shard of the chaos; the delete and late-fence
+// scenarios have their own.
 func (h *hunter) pickShard() string { return fmt.Sprintf("hunt/s%d", h.rng.intN(huntShards)) }
 
 // writerOptions make merges, folds and GC run all the time, commits short,
@@ -261,7 +331,9 @@ func (h *hunter) writerOptions(cache *shard.IndexCache) shard.Options {
 		Logger:              zap.NewNop(),
 		Cache:               cache,
 		RetryBackoff:        time.Millisecond,
-		CommitTimeout:       300 * time.Millisecond,
+		CommitTimeout:       huntCommitTimeout,
+		CheckpointEvery:     4,
+		CheckpointInterval:  50 * time.Millisecond,
 		MaxQueuedBytes:      4 << 20,
 		MaxGenerationBytes:  64 << 10,
 		MergeRun:            3,
@@ -275,26 +347,52 @@ func (h *hunter) writerOptions(cache *shard.IndexCache) shard.Options {
 	}
 }
 
-// startInstance starts one rolloutd instance's writer set: an LRU of one or
-// two writers over three shards, so that appends evict.
-func (h *hunter) startInstance() *service {
+// huntViews are one instance's own fault-injecting views of the store, in
+// front of its reader and of its deletes: faults armed there hit only that
+// instance's reads, or its DeleteShard calls.
+type huntViews struct {
+	reads, deletes *faultstore.Store
+	ranged         *huntSlowRanged // in front of reads
+	purger         *shard.Purger
+}
+
+// startInstance starts one rolloutd instance's writer set over store, an
+// LRU of lru writers (one or two over three shards, so that appends evict),
+// and its reader, which shares the writers' cache, as in server.New.
+func (h *hunter) startInstance(store blob.Store, lru int) *service {
 	cache := shard.NewIndexCache(4 << 20)
 	opts := h.writerOptions(cache)
 	open := func(ctx context.Context, shardName string) (*shard.Writer, error) {
-		return shard.Open(ctx, h.fs, shardName, opts)
+		return shard.Open(ctx, store, shardName, opts)
 	}
 	m := NewMetrics()
-	ws := newWriterSet(1+h.rng.intN(2), open, time.Second, appendRetry{DefaultAppendAttempts, 2 * time.Millisecond}, zap.NewNop(), m)
-	h.mu.Lock()
-	h.sets = append(h.sets, ws)
-	h.mu.Unlock()
-	return &service{
+	ws := newWriterSet(lru, open, time.Second, appendRetry{DefaultAppendAttempts, 2 * time.Millisecond}, zap.NewNop(), m)
+	v := &huntViews{
+		reads:   faultstore.New(store, int64(h.rng.intN(1<<30))),
+		deletes: faultstore.New(store, int64(h.rng.intN(1<<30))),
+		purger:  shard.NewPurger(store, 1, zap.NewNop()),
+	}
+	v.ranged = &huntSlowRanged{Store: v.reads}
+	svc := &service{
 		writers:         ws,
+		reader:          shard.NewReader(v.ranged, shard.ReaderOptions{Cache: cache}),
 		clock:           clock.Real{},
 		metrics:         m,
 		maxBatchRecords: DefaultMaxBatchRecords,
 		maxRecordBytes:  DefaultMaxRecordBytes,
+		life:            lifecycle{store: v.deletes, purger: v.purger, log: zap.NewNop()},
 	}
+	h.mu.Lock()
+	h.sets = append(h.sets, ws)
+	h.views[svc] = v
+	h.mu.Unlock()
+	return svc
+}
+
+func (h *hunter) viewsOf(svc *service) *huntViews {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.views[svc]
 }
 
 func (h *hunter) instance(i int) *service {
@@ -503,7 +601,7 @@ func (h *hunter) claim(shardName, why string) {
 	h.count(why)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
-	w, err := shard.Open(ctx, h.fs, shardName, h.writerOptions(nil))
+	w, err := shard.Open(ctx, h.part, shardName, h.writerOptions(nil))
 	if err != nil {
 		return
 	}
@@ -538,7 +636,7 @@ func (h *hunter) thirdInstance() {
 	h.count("third")
 	s := h.pickShard()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-	w, err := shard.Open(ctx, h.fs, s, h.writerOptions(nil))
+	w, err := shard.Open(ctx, h.part, s, h.writerOptions(nil))
 	cancel()
 	if err != nil {
 		return
@@ -570,7 +668,7 @@ func (h *hunter) thirdInstance() {
 // cannot flush in time) and starts a new one in its place.
 func (h *hunter) restart(i int) {
 	h.count("restart")
-	next := h.startInstance()
+	next := h.startInstance(h.part, 1+h.rng.intN(2))
 	h.mu.Lock()
 	old := h.insts[i]
 	h.insts[i] = next
@@ -578,6 +676,15 @@ func (h *hunter) restart(i int) {
 	ctx, cancel := context.WithTimeout(context.Background(), h.rng.between(time.Millisecond, 50*time.Millisecond))
 	old.writers.closeAll(ctx)
 	cancel()
+	h.stopPurger(old)
+}
+
+// stopPurger stops an instance's purger once its writers are closed. A
+// purge cut short is finished by the next delete, as in Server.Shutdown.
+func (h *hunter) stopPurger(svc *service) {
+	if v := h.viewsOf(svc); v != nil {
+		v.purger.Close()
+	}
 }
 
 // conflictStorm makes a writer's manifest stale with a commit whose outcome
@@ -661,8 +768,8 @@ func (h *hunter) appendOnce(svc *service, s string, es []shard.Entry, timeout ti
 // writers, once all appends are answered.
 func (h *hunter) shutdown() {
 	h.mu.Lock()
-	sets, raw := h.sets, h.raw
-	h.sets, h.raw = nil, nil
+	sets, raw, views := h.sets, h.raw, h.views
+	h.sets, h.raw, h.views = nil, nil, nil
 	h.mu.Unlock()
 	for _, w := range raw {
 		w.Abort()
@@ -671,5 +778,8 @@ func (h *hunter) shutdown() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		ws.closeAll(ctx)
 		cancel()
+	}
+	for _, v := range views {
+		v.purger.Close()
 	}
 }

@@ -1,0 +1,437 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	rolloutv1 "github.com/rolloutd/rolloutd/gen/rollout/v1"
+	"github.com/rolloutd/rolloutd/internal/blob"
+	"github.com/rolloutd/rolloutd/internal/blob/faultstore"
+	"github.com/rolloutd/rolloutd/internal/shard"
+	"github.com/rolloutd/rolloutd/internal/shard/format"
+)
+
+// The race hunter's scenarios, one per family (racehunt_families_test.go).
+
+const (
+	// huntHealBound: after a partition heals, a new append to the shard
+	// must succeed on the same writer set within this.
+	huntHealBound = 5 * time.Second
+	// huntStopBound: no append waits longer than this after its writer
+	// stopped. The lag-bound scenario's writer has a 1 s CommitTimeout, and
+	// a commit that ignores the stop waits out most of it (0.9–1.3 s
+	// measured); a commit in flight may still finish a couple of store
+	// calls, which the scenario slows by up to 200 ms each.
+	huntStopBound = 700 * time.Millisecond
+	// huntDeleteShard is the one shard the hunter deletes. Only fresh ids
+	// are appended to it: a new incarnation forgets the old one's ids.
+	huntDeleteShard = "hunt/d0"
+	// huntFenceShard is the late-fence scenario's shard, which the chaos
+	// leaves alone: its claims would keep merges from ever collecting a
+	// position. Only fresh ids are appended to it.
+	huntFenceShard = "hunt/f0"
+	// huntPartitionShard is the partition scenario's shard, which the chaos
+	// leaves alone: its claims would replace a wedged writer, as a fence
+	// does, and hide the wedge. Only fresh ids are appended to it.
+	huntPartitionShard = "hunt/p0"
+	// huntLagShard is the lag-bound scenario's shard, which the chaos
+	// leaves alone: its claims would stop the writer before commits wait
+	// at the bound. Only fresh ids are appended to it.
+	huntLagShard = "hunt/l0"
+)
+
+// partition starts an instance of its own that holds a writer of a shard
+// for every shard (no eviction can replace it), keeps appending to
+// hunt/p0 through it, and cuts off, for 2–3 × CommitTimeout, either the
+// shard's log names for every instance or all of that instance's store
+// traffic: calls fail, lose their answer, or hang. After the heal, an
+// append on that instance must succeed within huntHealBound.
+func (h *hunter) partition() {
+	s := huntPartitionShard
+	own := faultstore.NewPartitioned(h.part)
+	svc := h.startInstance(own, huntShards+1)
+	defer h.retireInstance(svc)
+	var (
+		acked   atomic.Int64 // when the last append was acknowledged (UnixNano)
+		lastErr atomic.Pointer[error]
+		done    = make(chan struct{})
+		wg      sync.WaitGroup
+	)
+	for range 3 {
+		wg.Go(func() {
+			for !huntClosed(done) {
+				es := h.entries(s, 3, idMix{})
+				ctx, cancel := context.WithTimeout(context.Background(), h.rng.between(50*time.Millisecond, 400*time.Millisecond))
+				rs, err := huntAppend(ctx, svc, s, es)
+				cancel()
+				h.answered(s, es, rs, err)
+				if err == nil {
+					acked.Store(time.Now().UnixNano())
+					continue
+				}
+				lastErr.Store(&err)
+				time.Sleep(h.rng.between(time.Millisecond, 10*time.Millisecond))
+			}
+		})
+	}
+	defer func() { close(done); wg.Wait() }()
+	if !huntWaitFor(500*time.Millisecond, func() bool { return acked.Load() != 0 }) {
+		return // no writer to wedge
+	}
+	modes := []faultstore.CutMode{faultstore.CutLose, faultstore.CutHang, faultstore.CutHang, faultstore.CutFail}
+	cut := faultstore.Cut{Mode: modes[h.rng.intN(len(modes))]}
+	what, on := "all store traffic of one instance", own
+	if h.rng.chance(0.5) {
+		cut.Prefixes = []string{format.LogPrefix(s)}
+		what, on = "the shard's log names, for every instance", h.part
+	}
+	heal := on.Cut(cut)
+	h.count("partition-" + cut.Mode.String())
+	stretch := h.rng.between(2*huntCommitTimeout, 3*huntCommitTimeout)
+	time.Sleep(stretch)
+	heal()
+	healed := time.Now()
+	if !huntWaitFor(huntHealBound, func() bool { return acked.Load() > healed.UnixNano() }) {
+		var last error
+		if p := lastErr.Load(); p != nil {
+			last = *p
+		}
+		h.violate(famPartition, "%s is wedged: no append to it on the same writer set succeeded within %v after a partition of %s (%v, %v, CommitTimeout %v) healed; the last answer: %v",
+			s, huntHealBound, what, cut.Mode, stretch.Round(time.Millisecond), huntCommitTimeout, last)
+	}
+}
+
+func huntClosed(c chan struct{}) bool {
+	select {
+	case <-c:
+		return true
+	default:
+		return false
+	}
+}
+
+// huntAck is an acknowledged record, for the readers.
+type huntAck struct {
+	id  string
+	seq uint64
+	at  time.Time
+}
+
+// huntAcks keeps the records acknowledged in a scenario.
+type huntAcks struct {
+	mu   sync.Mutex
+	list []huntAck
+}
+
+// huntAcksKept bounds huntAcks.
+const huntAcksKept = 4000
+
+func (a *huntAcks) add(es []shard.Entry, rs []shard.Result) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	now := time.Now()
+	for i, r := range rs {
+		a.list = append(a.list, huntAck{es[i].ID, r.Seq, now})
+	}
+	if len(a.list) > huntAcksKept {
+		a.list = append(a.list[:0:0], a.list[len(a.list)-huntAcksKept:]...)
+	}
+}
+
+// between returns up to n of the records acknowledged between from and
+// to, the latest first.
+func (a *huntAcks) between(from, to time.Time, n int) []huntAck {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	var out []huntAck
+	for i := len(a.list) - 1; i >= 0 && len(out) < n && !a.list[i].at.Before(from); i-- {
+		if !a.list[i].at.After(to) {
+			out = append(out, a.list[i])
+		}
+	}
+	return out
+}
+
+// lateFence appends to hunt/f0 through an instance of its own and reads
+// what was acknowledged back through that instance's BatchGet and Get
+// handlers, whose reader shares the writers' cache; meanwhile a third
+// instance claims the shard with its fence create held until the position
+// it names was written and collected by merge and GC (lateClaim). Record
+// reads of the shard's log wait for that late fence to land (or their
+// deadline): reads slower than the retire grace, under which the store
+// changed. No read may answer DATA_LOSS, and every acknowledged record must
+// be found at its seq.
+func (h *hunter) lateFence() {
+	s := huntFenceShard
+	// An instance of its own, holding a writer of every shard: evictions
+	// would replace its writer before merges and GC collect anything.
+	svc := h.startInstance(h.part, huntShards+1)
+	defer h.retireInstance(svc)
+	// Record reads wait until the late fence landed, or the scenario ends.
+	wake := make(chan struct{})
+	var once sync.Once
+	wakeReads := func() { once.Do(func() { close(wake) }) }
+	h.viewsOf(svc).ranged.slow(format.LogPrefix(s), 4*time.Second, wake)
+	var (
+		acks huntAcks
+		done = make(chan struct{})
+		wg   sync.WaitGroup
+	)
+	for range 2 {
+		wg.Go(func() {
+			for !huntClosed(done) {
+				es := h.entries(s, 3, idMix{})
+				ctx, cancel := context.WithTimeout(context.Background(), h.rng.between(50*time.Millisecond, 400*time.Millisecond))
+				rs, err := huntAppend(ctx, svc, s, es)
+				cancel()
+				h.answered(s, es, rs, err)
+				if err == nil {
+					acks.add(es, rs)
+				} else {
+					time.Sleep(time.Millisecond)
+				}
+			}
+		})
+	}
+	// The readers ask for what was acknowledged around the claim: the
+	// position its fence is meant for was written then.
+	var claimed atomic.Int64
+	for range 8 {
+		wg.Go(func() {
+			for !huntClosed(done) {
+				time.Sleep(h.rng.between(0, 200*time.Millisecond))
+				now, from := time.Now(), time.Now().Add(-500*time.Millisecond)
+				if c := claimed.Load(); c != 0 && h.rng.chance(0.7) {
+					from = time.Unix(0, c).Add(-100 * time.Millisecond)
+					now = from.Add(400 * time.Millisecond)
+				}
+				if want := acks.between(from, now, 100); len(want) > 0 {
+					h.readBack(svc, s, want)
+				}
+			}
+		})
+	}
+	time.Sleep(h.rng.between(20*time.Millisecond, 60*time.Millisecond))
+	claimed.Store(time.Now().UnixNano())
+	h.lateClaim(s, wakeReads)
+	time.Sleep(h.rng.between(50*time.Millisecond, 200*time.Millisecond))
+	close(done)
+	wakeReads()
+	wg.Wait()
+}
+
+// lateClaim claims a shard as another instance would, with the create of
+// its fence held back on the way to the store until its position has been
+// written by the writer it fences and collected since by a merge and GC
+// (or for a while, or a random delay): then it lands in the collected
+// position.
+func (h *hunter) lateClaim(s string, landed func()) {
+	h.count("late-claim")
+	view := &huntLateCreate{Store: h.part, inner: h.inner, prefix: format.LogPrefix(s), max: 3 * time.Second, landed: landed}
+	if h.rng.chance(0.1) {
+		view.max = h.rng.between(50*time.Millisecond, 400*time.Millisecond)
+		view.blind = true
+	}
+	opts := h.writerOptions(nil)
+	opts.CommitTimeout = 4 * time.Second
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	w, err := shard.Open(ctx, view, s, opts)
+	cancel()
+	if view.collected.Load() {
+		h.count("late-fence-collected")
+	}
+	if err == nil {
+		h.release(w)
+	}
+}
+
+// huntLateCreate holds the first create under prefix on its way to the
+// store until the position it names was created and then deleted (looked
+// at in inner, without faults), or for max; blind holds it for max.
+type huntLateCreate struct {
+	blob.Store
+	inner     blob.Store
+	prefix    string
+	max       time.Duration
+	blind     bool
+	landed    func() // called once the create landed in a collected position
+	held      atomic.Bool
+	collected atomic.Bool
+}
+
+func (l *huntLateCreate) Put(ctx context.Context, name string, data []byte, opts blob.PutOptions) (blob.Attrs, error) {
+	if !strings.HasPrefix(name, l.prefix) || !l.held.CompareAndSwap(false, true) {
+		return l.Store.Put(ctx, name, data, opts)
+	}
+	seen := false
+	huntWaitFor(l.max, func() bool {
+		if l.blind || ctx.Err() != nil {
+			return ctx.Err() != nil
+		}
+		_, err := l.inner.Head(ctx, name)
+		switch {
+		case err == nil:
+			seen = true
+		case errors.Is(err, blob.ErrNotFound) && seen:
+			l.collected.Store(true)
+			return true
+		}
+		return false
+	})
+	attrs, err := l.Store.Put(ctx, name, data, opts)
+	if err == nil && l.collected.Load() {
+		l.landed()
+	}
+	return attrs, err
+}
+
+// readBack reads acknowledged records through an instance's BatchGet
+// handler, and sometimes one through Get. No blob is ever corrupted, so
+// DATA_LOSS is always wrong; storage errors are not.
+func (h *hunter) readBack(svc *service, s string, want []huntAck) {
+	// Patient reads (their record reads wait for the late fence) and
+	// impatient ones.
+	ctx, cancel := context.WithTimeout(context.Background(), h.rng.between(200*time.Millisecond, 4*time.Second))
+	defer cancel()
+	if h.rng.chance(0.2) {
+		a := want[h.rng.intN(len(want))]
+		resp, err := svc.Get(ctx, &rolloutv1.GetRequest{Shard: s, Id: a.id})
+		switch {
+		case status.Code(err) == codes.DataLoss:
+			h.violate(famLateFence, "Get of %s/%s answered DATA_LOSS, and no blob is corrupted: %v", s, a.id, err)
+		case status.Code(err) == codes.NotFound:
+			h.violate(famLateFence, "Get of %s/%s, acknowledged at seq %d, answered NOT_FOUND: %v", s, a.id, a.seq, err)
+		case err == nil && resp.GetRecord().GetSeq() != a.seq:
+			h.violate(famLateFence, "Get of %s/%s, acknowledged at seq %d, read seq %d", s, a.id, a.seq, resp.GetRecord().GetSeq())
+		}
+		return
+	}
+	ids := make([]string, len(want))
+	for i, a := range want {
+		ids[i] = a.id
+	}
+	resp, err := svc.BatchGet(ctx, &rolloutv1.BatchGetRequest{Shard: s, Ids: ids})
+	if status.Code(err) == codes.DataLoss {
+		h.violate(famLateFence, "BatchGet of %s %v answered DATA_LOSS, and no blob is corrupted: %v", s, ids, err)
+		return
+	}
+	if err != nil {
+		return
+	}
+	for i, r := range resp.GetResults() {
+		switch {
+		case r.GetNotFound():
+			h.violate(famLateFence, "BatchGet of %s: %s, acknowledged at seq %d, not found", s, want[i].id, want[i].seq)
+		case r.GetRecord() != nil && r.GetRecord().GetSeq() != want[i].seq:
+			h.violate(famLateFence, "BatchGet of %s: %s, acknowledged at seq %d, read at seq %d", s, want[i].id, want[i].seq, r.GetRecord().GetSeq())
+		}
+	}
+}
+
+// huntSlowRanged delays ranged reads (a Get with a length: a record's
+// bytes, not a probe or a footer) of names under a prefix, for a while or
+// until woken (when a late create landed): a reader that located records
+// in a manifest reads them only after the store changed under it.
+type huntSlowRanged struct {
+	blob.Store
+	mu     sync.Mutex
+	prefix string
+	delay  time.Duration
+	wake   chan struct{}
+}
+
+func (r *huntSlowRanged) slow(prefix string, d time.Duration, wake chan struct{}) {
+	r.mu.Lock()
+	r.prefix, r.delay, r.wake = prefix, d, wake
+	r.mu.Unlock()
+}
+
+func (r *huntSlowRanged) Get(ctx context.Context, name string, opts blob.GetOptions) ([]byte, blob.Attrs, error) {
+	r.mu.Lock()
+	d, wake := r.delay, r.wake
+	if r.prefix == "" || !strings.HasPrefix(name, r.prefix) || opts.Length == 0 {
+		d = 0
+	}
+	r.mu.Unlock()
+	if d > 0 {
+		t := time.NewTimer(d)
+		select {
+		case <-t.C:
+		case <-wake:
+			t.Stop()
+		case <-ctx.Done():
+			t.Stop()
+			return nil, blob.Attrs{}, fmt.Errorf("slowed ranged read of %s: %w", name, ctx.Err())
+		}
+	}
+	return r.Store.Get(ctx, name, opts)
+}
+
+// lagBound opens, on hunt/l0, a third-instance writer whose checkpoints are slow (and
+// whose checkpoint CAS sometimes loses its answer), with K = 2, so that
+// commits soon wait at the 2K lag bound; keeps appending to it; and, while
+// its checkpoint is on its way, claims the shard from another instance, so
+// that the checkpoint loses its CAS and the writer stops as fenced. No
+// append may be answered more than huntStopBound after the writer stopped.
+func (h *hunter) lagBound() {
+	s := huntLagShard
+	view := faultstore.New(h.part, int64(h.rng.intN(1<<30)))
+	opts := h.writerOptions(nil)
+	opts.CheckpointEvery, opts.CheckpointInterval, opts.CommitTimeout = 2, time.Second, time.Second
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	w, err := shard.Open(ctx, view, s, opts)
+	cancel()
+	if err != nil {
+		return
+	}
+	defer w.Abort()
+	slow := h.rng.between(60*time.Millisecond, 200*time.Millisecond)
+	view.Add(faultstore.Rule{Ops: []faultstore.Op{faultstore.OpPut}, Prefix: format.ManifestName(s), Fault: faultstore.Delay, Delay: slow})
+	if h.rng.chance(0.3) {
+		view.Add(faultstore.Rule{Ops: []faultstore.Op{faultstore.OpPut}, Prefix: format.ManifestName(s), Fault: faultstore.LoseResponse, Prob: 0.5})
+	}
+	var (
+		stopped atomic.Int64 // when w.Err() was first seen set (UnixNano)
+		done    = make(chan struct{})
+		wg      sync.WaitGroup
+	)
+	wg.Go(func() {
+		for !huntClosed(done) && stopped.Load() == 0 {
+			if w.Err() != nil {
+				stopped.Store(time.Now().UnixNano())
+			}
+			time.Sleep(time.Millisecond)
+		}
+	})
+	for range 4 {
+		wg.Go(func() {
+			for !huntClosed(done) && w.Err() == nil {
+				es := h.entries(s, 3, idMix{})
+				ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+				rs, err := huntRawAppend(ctx, w, es)
+				cancel()
+				answered := time.Now()
+				h.answered(s, es, rs, err)
+				if at := stopped.Load(); err != nil && at != 0 {
+					if waited := answered.Sub(time.Unix(0, at)); waited > huntStopBound {
+						h.violate(famLagBound, "an append to %s was answered %v after its writer stopped (%v), with: %v",
+							s, waited.Round(time.Millisecond), w.Err(), err)
+					}
+				}
+			}
+		})
+	}
+	time.Sleep(h.rng.between(slow/3, 2*slow/3))
+	h.claim(s, "lag-claim")
+	time.Sleep(h.rng.between(100*time.Millisecond, 300*time.Millisecond))
+	close(done)
+	wg.Wait()
+}
