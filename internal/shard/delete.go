@@ -58,7 +58,9 @@ type Deletion struct {
 // A shard that is already a tombstone is left as it is (AlreadyDeleted),
 // so a repeated Delete only resumes the purge. Errors: ErrShardNotFound,
 // *SeqMismatchError, ErrCorrupt, a storage error, or ctx's error; an
-// unclear CAS is decided by reading the manifest back (its commit id).
+// unclear CAS is decided by reading the manifest back (its commit id; for
+// a v2 tombstone its deleted_through_epoch, see unclearTombstone), and
+// ErrOutcomeUnknown when that cannot decide.
 func Delete(ctx context.Context, store blob.Store, shard string, opts DeleteOptions) (Deletion, error) {
 	if opts.Clock == nil {
 		opts.Clock = clock.Real{}
@@ -71,9 +73,10 @@ func Delete(ctx context.Context, store blob.Store, shard string, opts DeleteOpti
 	_, _ = rand.Read(rnd[:])
 	putID := "delete-" + hex.EncodeToString(rnd[:])
 	name := format.ManifestName(shard)
+	var unsure unclearTombstone
 	for {
 		if err := ctx.Err(); err != nil {
-			return Deletion{}, fmt.Errorf("delete shard %q: %w", shard, err)
+			return Deletion{}, unsure.wrap(fmt.Errorf("delete shard %q: %w", shard, err))
 		}
 		cur, etag, err := readManifest(ctx, store, shard)
 		switch {
@@ -81,11 +84,16 @@ func Delete(ctx context.Context, store blob.Store, shard string, opts DeleteOpti
 			return Deletion{}, fmt.Errorf("delete shard %q: %w", shard, ErrShardNotFound)
 		case err != nil && retryable(err):
 			if werr := backoff.wait(ctx); werr != nil {
-				return Deletion{}, fmt.Errorf("delete shard %q: %w (last storage error: %w)", shard, werr, err)
+				return Deletion{}, unsure.wrap(fmt.Errorf("delete shard %q: %w (last storage error: %w)", shard, werr, err))
 			}
 			continue
 		case err != nil:
-			return Deletion{}, fmt.Errorf("delete shard %q: %w", shard, err)
+			return Deletion{}, unsure.wrap(fmt.Errorf("delete shard %q: %w", shard, err))
+		}
+		if mine, err := unsure.decide(shard, cur); err != nil {
+			return Deletion{}, err
+		} else if mine != nil {
+			return deletion(mine, false), nil
 		}
 		if cur.GetCommitId() == putID {
 			// An unclear attempt of this call landed.
@@ -95,7 +103,7 @@ func Delete(ctx context.Context, store blob.Store, shard string, opts DeleteOpti
 			return deletion(cur, true), nil
 		}
 		if isV2(cur) {
-			d, done, err := deleteV2(ctx, store, shard, opts, cur, etag, putID)
+			d, done, err := deleteV2(ctx, store, shard, opts, cur, etag, putID, &unsure)
 			if done || err != nil {
 				return d, err
 			}
@@ -177,7 +185,7 @@ func deletion(m *storagepb.Manifest, already bool) Deletion {
 // tombstone, a CAS on its claim that checkpoints through the fence. A
 // writer of the old incarnation is fenced by the claim's ETag and by the
 // fence in the log. done is false when another claim got in first.
-func deleteV2(ctx context.Context, store blob.Store, shard string, opts DeleteOptions, cur *storagepb.Manifest, etag blob.ETag, putID string) (_ Deletion, done bool, _ error) {
+func deleteV2(ctx context.Context, store blob.Store, shard string, opts DeleteOptions, cur *storagepb.Manifest, etag blob.ETag, putID string, unsure *unclearTombstone) (_ Deletion, done bool, _ error) {
 	name := format.ManifestName(shard)
 	if opts.ExpectedLastSeq != nil {
 		// Seqs only grow: a tail already past the expected seq refuses the
@@ -272,12 +280,55 @@ func deleteV2(ctx context.Context, store blob.Store, shard string, opts DeleteOp
 	if err == nil {
 		return deletion(next, false), true, nil
 	}
-	m, _, rerr := readManifest(ctx, store, shard)
-	if rerr == nil && m.GetCommitId() == putID {
-		return deletion(m, false), true, nil
-	}
+	// The tombstone may have landed, and a writer of the next incarnation
+	// may have claimed over it before any read: the manifest's
+	// deleted_through_epoch decides, not its commit id.
+	unsure.m = next
 	if errors.Is(err, blob.ErrConditionFailed) || retryable(err) {
-		return Deletion{}, false, nil
+		return Deletion{}, false, nil // Delete's next read decides
+	}
+	if m, _, rerr := readManifest(ctx, store, shard); rerr == nil {
+		if mine, derr := unsure.decide(shard, m); derr != nil {
+			return Deletion{}, true, derr
+		} else if mine != nil {
+			return deletion(mine, false), true, nil
+		}
 	}
 	return Deletion{}, false, fmt.Errorf("delete shard %q: write tombstone: %w", shard, err)
+}
+
+// unclearTombstone is the v2 tombstone a Delete wrote last without
+// learning whether it landed (m, nil when none). A read of the manifest
+// decides it by deleted_through_epoch, which every later manifest carries
+// (the next incarnation's included) and only a tombstone raises: it names
+// the tombstone's epoch, and that epoch, one past the deleter's own claim,
+// can be no other deleter's.
+type unclearTombstone struct{ m *storagepb.Manifest }
+
+// decide returns the tombstone if cur shows that it landed. If cur shows
+// that it did not, it is forgotten: its CAS named the deleter's claim,
+// which cur has replaced (or still is). If a later tombstone has replaced
+// it, whether it landed is no longer known: ErrOutcomeUnknown.
+func (u *unclearTombstone) decide(shard string, cur *storagepb.Manifest) (*storagepb.Manifest, error) {
+	if u.m == nil {
+		return nil, nil
+	}
+	epoch, through := u.m.GetEpoch(), cur.GetDeletedThroughEpoch()
+	switch {
+	case through == epoch:
+		return u.m, nil
+	case through < epoch:
+		u.m = nil
+		return nil, nil
+	}
+	return nil, fmt.Errorf("delete shard %q: %w: its tombstone (epoch %d) may have landed before another delete's (epoch %d)", shard, ErrOutcomeUnknown, epoch, through)
+}
+
+// wrap marks err, which ends a Delete, as ErrOutcomeUnknown while a
+// tombstone of it is undecided.
+func (u *unclearTombstone) wrap(err error) error {
+	if u.m == nil || errors.Is(err, ErrOutcomeUnknown) {
+		return err
+	}
+	return fmt.Errorf("%w (its tombstone may have been written: %w)", err, ErrOutcomeUnknown)
 }
