@@ -45,7 +45,7 @@ func enabled(s *State, cfg *Config, out []action) []action {
 		a := func(k actKind, arg uint8) { out = append(out, action{k, uint8(i), arg}) }
 		switch w.phase {
 		case idle:
-			if i != 2 || !cfg.Writers.has(0) || s.w[0].phase == ended {
+			if i != 2 || !cfg.Writers.has(0) || s.replaceable(0, cfg) {
 				a(actClaim, 0)
 			}
 		case probing:
@@ -55,9 +55,18 @@ func enabled(s *State, cfg *Config, out []action) []action {
 		case ready:
 			room := int(w.tail) < cfg.Positions && int(w.tail) < int(w.ckpt)+2*cfg.LagK
 			for x := 0; x < cfg.IDs; x++ {
-				known := w.known&(1<<x) != 0
-				if (known && s.acked&(1<<x) == 0) || (!known && room) {
-					a(actAppend, uint8(x))
+				bit := uint8(1) << x
+				switch {
+				case w.known&bit != 0:
+					if s.acked&bit == 0 {
+						a(actAppend, uint8(x))
+					}
+				case w.held&bit != 0:
+					if room {
+						a(actAppend, uint8(x)) // its wait at the lag bound ends
+					}
+				case int(w.tail) < cfg.Positions:
+					a(actAppend, uint8(x)) // sent, or waits at the lag bound
 				}
 			}
 		}

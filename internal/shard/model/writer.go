@@ -30,6 +30,9 @@ func (s *State) claim(i int, c *ctx) bool {
 	if w.skipFence {
 		c.cover(covSkipFence)
 	}
+	if prev >= 0 && prev == p.last && !p.answered {
+		c.cover(covReplacedInDoubt)
+	}
 	return true
 }
 
@@ -89,16 +92,28 @@ func (s *State) appendID(i int, x uint8, c *ctx) bool {
 			return false
 		}
 		c.note("w%d appends id %s: found stored, acks without a write", i, idName(x))
+		w.held &^= 1 << x
 		c.checkKnownAck(s, i, x)
 		s.acked |= 1 << x
 		c.cover(covDedupAck)
 		return true
 	}
 	pos := w.tail + 1
-	// Creates stop at checkpoint+2K until a checkpoint lands.
-	if int(pos) > c.cfg.Positions || int(pos) > int(w.ckpt)+2*c.cfg.LagK {
+	if int(pos) > c.cfg.Positions {
 		return false
 	}
+	if int(pos) > int(w.ckpt)+2*c.cfg.LagK {
+		// Creates stop at checkpoint+2K until a checkpoint lands: the
+		// append waits, admitted, until one does or the writer ends.
+		if w.held&(1<<x) != 0 {
+			return false
+		}
+		c.note("w%d appends id %s: waits at the lag bound (checkpoint %d, tail %d)", i, idName(x), w.ckpt, w.tail)
+		w.held |= 1 << x
+		c.cover(covLagWait)
+		return true
+	}
+	w.held &^= 1 << x
 	b := blob{kind: batchBlob, epoch: w.epoch, writer: uint8(i), put: w.nextPut, id: x, seq: w.nextSeq}
 	c.note("w%d appends id %s: sends %v create at %d", i, idName(x), b, pos)
 	w.phase = committing
@@ -243,6 +258,18 @@ func (s *State) merge(i int, c *ctx) bool {
 	return true
 }
 
+// replaceable reports whether the writer set opens a replacement for writer
+// i: once it ended, however it ended (fenced, stale, aborted, closed, or
+// stopped with a create in doubt), unless KeepInDoubtWriter keeps one that
+// ended with a create in doubt.
+func (s *State) replaceable(i int, cfg *Config) bool {
+	if s.w[i].phase != ended {
+		return false
+	}
+	p := &s.procs[writerProc[i]]
+	return cfg.Mutation&KeepInDoubtWriter == 0 || p.last != int8(i) || p.answered
+}
+
 // end stops a writer with no I/O. Its requests stay in flight; the writer set
 // remembers whether any of its creates was left in doubt.
 func (s *State) end(i int, c *ctx) {
@@ -251,6 +278,15 @@ func (s *State) end(i int, c *ctx) {
 	p.last = int8(i)
 	p.answered = !w.inDoubt()
 	p.confirmed = w.phase == ready || w.phase == committing
+	if w.held != 0 {
+		// The appends waiting at the lag bound end with the writer's own
+		// reason (fenced, aborted, stopped): the writer set moves them on.
+		c.cover(covLagWaitEnded)
+		if !c.has(LagWaitOutlivesStop) {
+			c.note("w%d's appends of %s waiting at the lag bound end with it", i, idSet(w.held))
+			w.held = 0
+		}
+	}
 	for j := int(s.nreq) - 1; j >= 0; j-- {
 		if r := &s.reqs[j]; int(r.content.writer) == i {
 			r.awaited = false
