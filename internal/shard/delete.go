@@ -6,11 +6,8 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"sync"
 	"time"
 
-	"go.uber.org/zap"
-	"golang.org/x/sync/errgroup"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/rolloutd/rolloutd/internal/blob"
@@ -61,7 +58,9 @@ type Deletion struct {
 // A shard that is already a tombstone is left as it is (AlreadyDeleted),
 // so a repeated Delete only resumes the purge. Errors: ErrShardNotFound,
 // *SeqMismatchError, ErrCorrupt, a storage error, or ctx's error; an
-// unclear CAS is decided by reading the manifest back (its commit id).
+// unclear CAS is decided by reading the manifest back (its commit id; for
+// a v2 tombstone its deleted_through_epoch, see unclearTombstone), and
+// ErrOutcomeUnknown when that cannot decide.
 func Delete(ctx context.Context, store blob.Store, shard string, opts DeleteOptions) (Deletion, error) {
 	if opts.Clock == nil {
 		opts.Clock = clock.Real{}
@@ -74,9 +73,10 @@ func Delete(ctx context.Context, store blob.Store, shard string, opts DeleteOpti
 	_, _ = rand.Read(rnd[:])
 	putID := "delete-" + hex.EncodeToString(rnd[:])
 	name := format.ManifestName(shard)
+	var unsure unclearTombstone
 	for {
 		if err := ctx.Err(); err != nil {
-			return Deletion{}, fmt.Errorf("delete shard %q: %w", shard, err)
+			return Deletion{}, unsure.wrap(fmt.Errorf("delete shard %q: %w", shard, err))
 		}
 		cur, etag, err := readManifest(ctx, store, shard)
 		switch {
@@ -84,11 +84,16 @@ func Delete(ctx context.Context, store blob.Store, shard string, opts DeleteOpti
 			return Deletion{}, fmt.Errorf("delete shard %q: %w", shard, ErrShardNotFound)
 		case err != nil && retryable(err):
 			if werr := backoff.wait(ctx); werr != nil {
-				return Deletion{}, fmt.Errorf("delete shard %q: %w (last storage error: %w)", shard, werr, err)
+				return Deletion{}, unsure.wrap(fmt.Errorf("delete shard %q: %w (last storage error: %w)", shard, werr, err))
 			}
 			continue
 		case err != nil:
-			return Deletion{}, fmt.Errorf("delete shard %q: %w", shard, err)
+			return Deletion{}, unsure.wrap(fmt.Errorf("delete shard %q: %w", shard, err))
+		}
+		if mine, err := unsure.decide(shard, cur); err != nil {
+			return Deletion{}, err
+		} else if mine != nil {
+			return deletion(mine, false), nil
 		}
 		if cur.GetCommitId() == putID {
 			// An unclear attempt of this call landed.
@@ -98,7 +103,7 @@ func Delete(ctx context.Context, store blob.Store, shard string, opts DeleteOpti
 			return deletion(cur, true), nil
 		}
 		if isV2(cur) {
-			d, done, err := deleteV2(ctx, store, shard, opts, cur, etag, putID)
+			d, done, err := deleteV2(ctx, store, shard, opts, cur, etag, putID, &unsure)
 			if done || err != nil {
 				return d, err
 			}
@@ -172,179 +177,6 @@ func deletion(m *storagepb.Manifest, already bool) Deletion {
 	return d
 }
 
-// purgeParallelism bounds one shard's deletes in flight.
-const purgeParallelism = 8
-
-// Purge deletes the shard's generation blobs written under an epoch at or
-// below through: those of deleted incarnations (Deletion.ThroughEpoch, or
-// the manifest's deleted_through_epoch). The next incarnation's writers
-// claim epochs above the tombstone's, so none of their blobs is touched;
-// the manifest, which fences every old writer, is never deleted. Purge is
-// idempotent, and resumable after any interruption: it decides by name
-// alone. progress, if not nil, is called after each blob deleted. It
-// returns how many blobs it deleted.
-func Purge(ctx context.Context, store blob.Store, shard string, through uint64, progress func()) (int, error) {
-	prefix := format.GenerationPrefix(shard)
-	var (
-		mu      sync.Mutex
-		deleted int
-		token   string
-	)
-	for {
-		page, err := store.List(ctx, prefix, token, 1000)
-		if err != nil {
-			return deleted, fmt.Errorf("purge shard %q: list generations: %w", shard, err)
-		}
-		g, gctx := errgroup.WithContext(ctx)
-		g.SetLimit(purgeParallelism)
-		past := false
-		for _, it := range page.Items {
-			epoch, _, ok := format.ParseGenerationName(shard, it.Name)
-			if !ok {
-				continue
-			}
-			if epoch > through {
-				// Names list in (epoch, generation) order: the rest
-				// belong to live incarnations.
-				past = true
-				break
-			}
-			g.Go(func() error {
-				err := store.Delete(gctx, it.Name, blob.DeleteOptions{})
-				if err != nil && !errors.Is(err, blob.ErrNotFound) {
-					return fmt.Errorf("purge shard %q: delete %s: %w", shard, it.Name, err)
-				}
-				mu.Lock()
-				deleted++
-				mu.Unlock()
-				if progress != nil {
-					progress()
-				}
-				return nil
-			})
-		}
-		if err := g.Wait(); err != nil {
-			return deleted, err
-		}
-		if past || page.Next == "" {
-			n, err := purgeLog(ctx, store, shard, through, progress)
-			return deleted + n, err
-		}
-		token = page.Next
-	}
-}
-
-// Purger runs Purge in the background, never on an Append's path. It owns
-// its goroutines: Close cancels them and waits. A purge that fails, or is
-// cut short by Close, is finished by the next DeleteShard of the shard or
-// by rolloutd admin purge, since Purge decides by name alone.
-type Purger struct {
-	store blob.Store
-	log   *zap.Logger
-	ctx   context.Context
-	stop  context.CancelFunc
-	wg    sync.WaitGroup
-	slots chan struct{} // bounds the shards purged at once
-
-	mu      sync.Mutex
-	running map[string]uint64 // shard -> through epoch of the purge in flight
-	again   map[string]uint64 // a later request for a shard being purged
-	closed  bool
-}
-
-// NewPurger returns a Purger that purges up to parallel shards at once.
-func NewPurger(store blob.Store, parallel int, log *zap.Logger) *Purger {
-	if log == nil {
-		log = zap.NewNop()
-	}
-	ctx, stop := context.WithCancel(context.Background())
-	return &Purger{store: store, log: log, ctx: ctx, stop: stop, slots: make(chan struct{}, max(parallel, 1)),
-		running: map[string]uint64{}, again: map[string]uint64{}}
-}
-
-// Start purges the shard through epoch in the background, unless a purge
-// of it is running: then that one runs again when it is done.
-func (p *Purger) Start(shard string, through uint64) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.closed {
-		return
-	}
-	if _, busy := p.running[shard]; busy {
-		p.again[shard] = max(p.again[shard], through)
-		return
-	}
-	p.running[shard] = through
-	p.wg.Go(func() { p.run(shard, through) })
-}
-
-func (p *Purger) run(shard string, through uint64) {
-	for {
-		select {
-		case p.slots <- struct{}{}:
-		case <-p.ctx.Done():
-			p.finish(shard)
-			return
-		}
-		start := time.Now()
-		n, err := Purge(p.ctx, p.store, shard, through, nil)
-		<-p.slots
-		if err != nil && p.ctx.Err() == nil {
-			p.log.Warn("purge of a deleted shard failed; DeleteShard again or rolloutd admin purge finishes it",
-				zap.String("shard", shard), zap.Uint64("epoch", through), zap.Int("deleted", n), zap.Error(err))
-		} else if err == nil {
-			p.log.Info("purged a deleted shard", zap.String("shard", shard), zap.Uint64("epoch", through),
-				zap.Int("deleted", n), zap.Duration("took", time.Since(start)))
-		}
-		p.mu.Lock()
-		next, more := p.again[shard]
-		delete(p.again, shard)
-		if !more || p.closed {
-			delete(p.running, shard)
-			p.mu.Unlock()
-			return
-		}
-		through = max(through, next)
-		p.running[shard] = through
-		p.mu.Unlock()
-	}
-}
-
-func (p *Purger) finish(shard string) {
-	p.mu.Lock()
-	delete(p.running, shard)
-	delete(p.again, shard)
-	p.mu.Unlock()
-}
-
-// Running reports how many shards are being purged.
-func (p *Purger) Running() int {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return len(p.running)
-}
-
-// Wait waits until no purge is running, or ctx ends.
-func (p *Purger) Wait(ctx context.Context) error {
-	for p.Running() > 0 {
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(5 * time.Millisecond):
-		}
-	}
-	return nil
-}
-
-// Close stops the purges in flight and waits for them to return.
-func (p *Purger) Close() {
-	p.mu.Lock()
-	p.closed = true
-	p.mu.Unlock()
-	p.stop()
-	p.wg.Wait()
-}
-
 // deleteV2 deletes a protocol v2 shard whose manifest cur (ETag etag) it
 // read. The tombstone must also fence the log, and the expected last seq
 // is checked against the log's tail up to that fence: so it claims the
@@ -353,7 +185,7 @@ func (p *Purger) Close() {
 // tombstone, a CAS on its claim that checkpoints through the fence. A
 // writer of the old incarnation is fenced by the claim's ETag and by the
 // fence in the log. done is false when another claim got in first.
-func deleteV2(ctx context.Context, store blob.Store, shard string, opts DeleteOptions, cur *storagepb.Manifest, etag blob.ETag, putID string) (_ Deletion, done bool, _ error) {
+func deleteV2(ctx context.Context, store blob.Store, shard string, opts DeleteOptions, cur *storagepb.Manifest, etag blob.ETag, putID string, unsure *unclearTombstone) (_ Deletion, done bool, _ error) {
 	name := format.ManifestName(shard)
 	if opts.ExpectedLastSeq != nil {
 		// Seqs only grow: a tail already past the expected seq refuses the
@@ -448,54 +280,55 @@ func deleteV2(ctx context.Context, store blob.Store, shard string, opts DeleteOp
 	if err == nil {
 		return deletion(next, false), true, nil
 	}
-	m, _, rerr := readManifest(ctx, store, shard)
-	if rerr == nil && m.GetCommitId() == putID {
-		return deletion(m, false), true, nil
-	}
+	// The tombstone may have landed, and a writer of the next incarnation
+	// may have claimed over it before any read: the manifest's
+	// deleted_through_epoch decides, not its commit id.
+	unsure.m = next
 	if errors.Is(err, blob.ErrConditionFailed) || retryable(err) {
-		return Deletion{}, false, nil
+		return Deletion{}, false, nil // Delete's next read decides
+	}
+	if m, _, rerr := readManifest(ctx, store, shard); rerr == nil {
+		if mine, derr := unsure.decide(shard, m); derr != nil {
+			return Deletion{}, true, derr
+		} else if mine != nil {
+			return deletion(mine, false), true, nil
+		}
 	}
 	return Deletion{}, false, fmt.Errorf("delete shard %q: write tombstone: %w", shard, err)
 }
 
-// purgeLog deletes the shard's log batches written under an epoch at or
-// below through (deleted incarnations'). Fences are kept: they are what
-// stops a stale writer's create from landing in a collected position.
-func purgeLog(ctx context.Context, store blob.Store, shard string, through uint64, progress func()) (int, error) {
-	cache := NewBlobCache(1 << 20)
-	deleted := 0
-	token := ""
-	for {
-		page, err := store.List(ctx, format.LogPrefix(shard), token, 1000)
-		if err != nil {
-			return deleted, fmt.Errorf("purge shard %q: list the log: %w", shard, err)
-		}
-		for _, it := range page.Items {
-			p, ok := format.ParseLogName(shard, it.Name)
-			if !ok {
-				continue
-			}
-			e, err := readLogEntry(ctx, store, cache, shard, p, 0)
-			if errors.Is(err, blob.ErrNotFound) {
-				continue
-			}
-			if err != nil {
-				return deleted, fmt.Errorf("purge shard %q: %w", shard, err)
-			}
-			if e.fence() || e.epoch > through {
-				continue
-			}
-			if err := store.Delete(ctx, it.Name, blob.DeleteOptions{}); err != nil && !errors.Is(err, blob.ErrNotFound) {
-				return deleted, fmt.Errorf("purge shard %q: delete %s: %w", shard, it.Name, err)
-			}
-			deleted++
-			if progress != nil {
-				progress()
-			}
-		}
-		if page.Next == "" {
-			return deleted, nil
-		}
-		token = page.Next
+// unclearTombstone is the v2 tombstone a Delete wrote last without
+// learning whether it landed (m, nil when none). A read of the manifest
+// decides it by deleted_through_epoch, which every later manifest carries
+// (the next incarnation's included) and only a tombstone raises: it names
+// the tombstone's epoch, and that epoch, one past the deleter's own claim,
+// can be no other deleter's.
+type unclearTombstone struct{ m *storagepb.Manifest }
+
+// decide returns the tombstone if cur shows that it landed. If cur shows
+// that it did not, it is forgotten: its CAS named the deleter's claim,
+// which cur has replaced (or still is). If a later tombstone has replaced
+// it, whether it landed is no longer known: ErrOutcomeUnknown.
+func (u *unclearTombstone) decide(shard string, cur *storagepb.Manifest) (*storagepb.Manifest, error) {
+	if u.m == nil {
+		return nil, nil
 	}
+	epoch, through := u.m.GetEpoch(), cur.GetDeletedThroughEpoch()
+	switch {
+	case through == epoch:
+		return u.m, nil
+	case through < epoch:
+		u.m = nil
+		return nil, nil
+	}
+	return nil, fmt.Errorf("delete shard %q: %w: its tombstone (epoch %d) may have landed before another delete's (epoch %d)", shard, ErrOutcomeUnknown, epoch, through)
+}
+
+// wrap marks err, which ends a Delete, as ErrOutcomeUnknown while a
+// tombstone of it is undecided.
+func (u *unclearTombstone) wrap(err error) error {
+	if u.m == nil || errors.Is(err, ErrOutcomeUnknown) {
+		return err
+	}
+	return fmt.Errorf("%w (its tombstone may have been written: %w)", err, ErrOutcomeUnknown)
 }

@@ -45,7 +45,7 @@ func enabled(s *State, cfg *Config, out []action) []action {
 		a := func(k actKind, arg uint8) { out = append(out, action{k, uint8(i), arg}) }
 		switch w.phase {
 		case idle:
-			if i != 2 || !cfg.Writers.has(0) || s.w[0].phase == ended {
+			if i != 2 || !cfg.Writers.has(0) || s.replaceable(0, cfg) {
 				a(actClaim, 0)
 			}
 		case probing:
@@ -55,9 +55,18 @@ func enabled(s *State, cfg *Config, out []action) []action {
 		case ready:
 			room := int(w.tail) < cfg.Positions && int(w.tail) < int(w.ckpt)+2*cfg.LagK
 			for x := 0; x < cfg.IDs; x++ {
-				known := w.known&(1<<x) != 0
-				if (known && s.acked&(1<<x) == 0) || (!known && room) {
-					a(actAppend, uint8(x))
+				bit := uint8(1) << x
+				switch {
+				case w.known&bit != 0:
+					if s.acked&bit == 0 {
+						a(actAppend, uint8(x))
+					}
+				case w.held&bit != 0:
+					if room {
+						a(actAppend, uint8(x)) // its wait at the lag bound ends
+					}
+				case int(w.tail) < cfg.Positions:
+					a(actAppend, uint8(x)) // sent, or waits at the lag bound
 				}
 			}
 		}
@@ -162,89 +171,11 @@ func doubtNote(w *writer) string {
 	return ""
 }
 
-// claim is the epoch claim: one CAS on the manifest, collapsed with the read
-// it is conditioned on (a lost CAS only rereads and retries).
-func (s *State) claim(i int, c *ctx) bool {
-	w, m := &s.w[i], &s.man
-	p := &s.procs[writerProc[i]]
-	prev := m.owner
-	// Fences count takeovers, not opens: skip only when this process's
-	// previous writer owned the manifest, had its claim confirmed and left
-	// no create in doubt (see process).
-	w.skipFence = prev >= 0 && prev == p.last &&
-		(p.answered || c.has(SkipFenceInDoubt)) && (p.confirmed || c.has(SkipFenceUnconfirmed))
-	m.epoch++
-	m.owner = int8(i)
-	m.version++
-	w.epoch, w.version = m.epoch, m.version
-	w.ckpt, w.tail = m.ckpt, m.ckpt
-	w.nextSeq = m.nextSeq()
-	for pos := 1; pos <= int(m.ckpt); pos++ {
-		if b := m.entries[pos].blob; b.kind == batchBlob {
-			w.known |= 1 << b.id
-		}
-	}
-	w.phase = probing
-	c.note("w%d claims epoch %d (checkpoint %d, skip fence: %v)", i, w.epoch, w.ckpt, w.skipFence)
-	if w.skipFence {
-		c.cover(covSkipFence)
-	}
-	return true
-}
-
 func (s *State) at(pos uint8) blob {
 	if int(pos) >= len(s.log) {
 		return blob{}
 	}
 	return s.log[pos]
-}
-
-// learn records content found at the writer's next position.
-func (w *writer) learn(pos uint8, b blob) {
-	w.tail = pos
-	w.nextSeq = nextSeqAfter(b)
-	if b.kind == batchBlob {
-		w.known |= 1 << b.id
-	}
-}
-
-// learnTail learns a blob another writer left above the claim's checkpoint:
-// the inherited tail, which id lookups must cover.
-func (s *State) learnTail(i int, pos uint8, b blob, c *ctx) {
-	w := &s.w[i]
-	known := w.known
-	w.learn(pos, b)
-	if c.has(ForgetTailIDs) {
-		w.known = known
-	}
-}
-
-func (s *State) probe(i int, c *ctx) bool {
-	w := &s.w[i]
-	pos := w.tail + 1
-	b := s.at(pos)
-	if b.kind != empty {
-		c.note("w%d probes %d: %v", i, pos, b)
-		if b.epoch > w.epoch {
-			c.note("w%d is fenced", i)
-			s.end(i, c)
-			return true
-		}
-		s.learnTail(i, pos, b, c)
-		return true
-	}
-	if w.skipFence {
-		c.note("w%d probes %d: missing; tail %d, no fence", i, pos, w.tail)
-		w.pos = w.tail
-		w.phase = confirming
-		return true
-	}
-	if int(pos) > c.cfg.Positions {
-		return false
-	}
-	c.note("w%d probes %d: missing; sends fence create at %d", i, pos, pos)
-	w.phase = fencing
-	return s.send(i, pos, blob{kind: fenceBlob, epoch: w.epoch, writer: uint8(i), put: w.nextPut, seq: w.nextSeq})
 }
 
 // send freezes b at pos as the writer's current create and puts it in flight.
@@ -261,30 +192,6 @@ func (s *State) send(i int, pos uint8, b blob) bool {
 	s.reqs[s.nreq] = request{pos: pos, content: b, awaited: true}
 	s.nreq++
 	return true
-}
-
-func (s *State) appendID(i int, x uint8, c *ctx) bool {
-	w := &s.w[i]
-	if w.known&(1<<x) != 0 {
-		// An id lookup finds it: a retry is answered without a write.
-		if s.acked&(1<<x) != 0 {
-			return false
-		}
-		c.note("w%d appends id %s: found stored, acks without a write", i, idName(x))
-		c.checkKnownAck(s, i, x)
-		s.acked |= 1 << x
-		c.cover(covDedupAck)
-		return true
-	}
-	pos := w.tail + 1
-	// Creates stop at checkpoint+2K until a checkpoint lands.
-	if int(pos) > c.cfg.Positions || int(pos) > int(w.ckpt)+2*c.cfg.LagK {
-		return false
-	}
-	b := blob{kind: batchBlob, epoch: w.epoch, writer: uint8(i), put: w.nextPut, id: x, seq: w.nextSeq}
-	c.note("w%d appends id %s: sends %v create at %d", i, idName(x), b, pos)
-	w.phase = committing
-	return s.send(i, pos, b)
 }
 
 func (s *State) removeReq(j int) {
@@ -347,302 +254,5 @@ func (s *State) timeout(j int, c *ctx) bool {
 	} else {
 		c.note("w%d: its create at %d times out (still in flight)", i, r.pos)
 	}
-	return true
-}
-
-// landed handles the writer's own content found at its position.
-func (s *State) landed(i int, c *ctx) {
-	w := &s.w[i]
-	w.waiting, w.doubt = false, answered
-	w.learn(w.pos, w.cur)
-	switch w.phase {
-	case fencing:
-		w.phase = confirming
-	case committing:
-		c.note("w%d acks id %s at %d", i, idName(w.cur.id), w.pos)
-		c.checkAck(s, i, w.pos, w.cur)
-		s.acked |= 1 << w.cur.id
-		w.phase = ready
-	}
-}
-
-// readBack decides an "exists" or unknown outcome by reading the position.
-func (s *State) readBack(i int, c *ctx) bool {
-	w := &s.w[i]
-	b := s.log[w.pos]
-	c.note("w%d reads back %d: %v", i, w.pos, b)
-	switch {
-	case b == w.cur:
-		s.landed(i, c)
-		return true
-	case b.kind == empty:
-		// Identical bytes, same put id: a frozen batch is never rebuilt.
-		w.doubt = answered
-		return s.send(i, w.pos, w.cur)
-	case b.epoch > w.epoch:
-		c.note("w%d is fenced", i)
-		w.doubt = answered
-		s.end(i, c)
-		return true
-	}
-	// A lower epoch's blob: a late landing, part of the log. Move past it.
-	c.cover(covMovePast)
-	w.doubt = answered
-	s.learnTail(i, w.pos, b, c)
-	pos := w.tail + 1
-	if int(pos) > c.cfg.Positions {
-		return false
-	}
-	if w.phase == fencing {
-		return s.send(i, pos, blob{kind: fenceBlob, epoch: w.epoch, writer: uint8(i), put: w.nextPut, seq: w.nextSeq})
-	}
-	if w.known&(1<<w.cur.id) != 0 {
-		c.note("w%d acks id %s: the late landing stored it", i, idName(w.cur.id))
-		c.checkKnownAck(s, i, w.cur.id)
-		s.acked |= 1 << w.cur.id
-		w.phase = ready
-		return true
-	}
-	// Only reachable when the fence invariant is broken: the batch moves on.
-	b = blob{kind: batchBlob, epoch: w.epoch, writer: uint8(i), put: w.nextPut, id: w.cur.id, seq: w.nextSeq}
-	return s.send(i, pos, b)
-}
-
-// checkpointThrough is the body of every owner CAS that advances the
-// checkpoint: the positions this writer knows are listed as unmerged entries.
-func (s *State) checkpointThrough(i int, t uint8) {
-	w, m := &s.w[i], &s.man
-	// The writer lists what it read or wrote at (ckpt, t]. The model takes it
-	// from the log: while this CAS can succeed no newer writer has claimed,
-	// so nothing above this writer's checkpoint was collected, and a
-	// position's content never changes until it is collected.
-	for p := w.ckpt + 1; p <= t; p++ {
-		m.entries[p] = entry{blob: s.log[p]}
-	}
-	m.ckpt = t
-	m.version++
-	w.version = m.version
-	w.ckpt = t
-}
-
-func (s *State) confirm(i int, c *ctx) bool {
-	w, m := &s.w[i], &s.man
-	f := w.pos
-	beyond := f > m.ckpt || (w.skipFence && f == m.ckpt)
-	if m.version != w.version || m.epoch != w.epoch || !beyond {
-		c.note("w%d's confirm CAS fails: manifest epoch %d", i, m.epoch)
-		s.end(i, c)
-		return true
-	}
-	c.note("w%d confirms: checkpoint through %d", i, f)
-	s.checkpointThrough(i, f)
-	w.phase = ready
-	return true
-}
-
-func (s *State) checkpoint(i int, c *ctx) bool {
-	w, m := &s.w[i], &s.man
-	if w.tail <= w.ckpt {
-		return false
-	}
-	if m.version != w.version {
-		c.note("w%d's checkpoint CAS fails: manifest epoch %d", i, m.epoch)
-		s.end(i, c)
-		return true
-	}
-	c.note("w%d checkpoints through %d", i, w.tail)
-	s.checkpointThrough(i, w.tail)
-	return true
-}
-
-func (s *State) merge(i int, c *ctx) bool {
-	w, m := &s.w[i], &s.man
-	if m.version != w.version {
-		c.note("w%d's merge CAS fails: manifest epoch %d", i, m.epoch)
-		s.end(i, c)
-		return true
-	}
-	merged := false
-	for p := 1; p <= int(m.ckpt); p++ {
-		if e := &m.entries[p]; e.blob.kind == batchBlob && !e.merged {
-			e.merged = true
-			merged = true
-		}
-	}
-	if c.has(MergeBeyondCheckpoint) {
-		// The merged generation takes in positions the checkpoint does not
-		// cover yet.
-		for p := m.ckpt + 1; p <= w.tail; p++ {
-			if b := s.log[p]; b.kind == batchBlob {
-				m.entries[p] = entry{blob: b, merged: true}
-				merged = true
-			}
-		}
-	}
-	if !merged {
-		return false
-	}
-	m.version++
-	w.version = m.version
-	c.note("w%d merges positions 1..%d into a merged generation", i, m.ckpt)
-	return true
-}
-
-// end stops a writer with no I/O. Its requests stay in flight; the writer set
-// remembers whether any of its creates was left in doubt.
-func (s *State) end(i int, c *ctx) {
-	w := &s.w[i]
-	p := &s.procs[writerProc[i]]
-	p.last = int8(i)
-	p.answered = !w.inDoubt()
-	p.confirmed = w.phase == ready || w.phase == committing
-	for j := int(s.nreq) - 1; j >= 0; j-- {
-		if r := &s.reqs[j]; int(r.content.writer) == i {
-			r.awaited = false
-			if r.landed {
-				s.removeReq(j)
-			}
-		}
-	}
-	w.phase = ended
-}
-
-// loadManifest is a read of the manifest and of the generations it lists,
-// keeping the records this read probed above the new checkpoint. A listed log
-// position is checked against the put id the manifest records: a position
-// that is gone, or was collected and created again by a late request, reads
-// as NotFound and the read retries.
-func (s *State) loadManifest() bool {
-	r, m := &s.r, &s.man
-	var keep [maxPos]rec
-	nk := 0
-	for _, x := range r.res[:r.n] {
-		if x.pos > m.ckpt {
-			keep[nk] = x
-			nk++
-		}
-	}
-	r.n = 0
-	for p := 1; p < len(m.entries); p++ {
-		e := m.entries[p]
-		// Merged generations are listed by the manifest whatever positions
-		// they hold; the correct protocol never lists one beyond the
-		// checkpoint (entries above it are empty).
-		if e.blob.kind != batchBlob || (p > int(m.ckpt) && !e.merged) {
-			continue
-		}
-		if !e.merged && s.log[p] != e.blob {
-			return false
-		}
-		r.res[r.n] = rec{uint8(p), e.blob.id, e.blob.seq}
-		r.n++
-	}
-	for _, x := range keep[:nk] {
-		r.res[r.n] = x
-		r.n++
-	}
-	r.base = m.ckpt
-	if r.probe <= m.ckpt {
-		r.probe = m.ckpt + 1
-	}
-	r.phase = rProbe
-	return true
-}
-
-func (s *State) readStart(c *ctx) bool {
-	s.r.ackedAtStart = s.acked
-	s.r.n, s.r.probe = 0, 0
-	if !s.loadManifest() {
-		return false
-	}
-	c.note("reader starts: manifest checkpoint %d, %d records; acked so far %s", s.man.ckpt, s.r.n, idSet(s.acked))
-	return true
-}
-
-func (s *State) readProbe(c *ctx) bool {
-	r := &s.r
-	b := s.at(r.probe)
-	c.note("reader probes %d: %v", r.probe, b)
-	switch b.kind {
-	case batchBlob:
-		if int(r.n) == len(r.res) {
-			return false
-		}
-		r.res[r.n] = rec{r.probe, b.id, b.seq}
-		r.n++
-		r.probe++
-	case fenceBlob:
-		r.probe++
-	default:
-		if c.has(NoConfirmRead) {
-			s.readDone(c)
-			return true
-		}
-		r.phase = rConfirm
-	}
-	return true
-}
-
-func (s *State) readConfirm(c *ctx) bool {
-	m, r := &s.man, &s.r
-	switch {
-	case m.ckpt >= r.probe:
-		c.note("reader's confirming manifest read: checkpoint %d covers %d; restarts from it", m.ckpt, r.probe)
-		c.cover(covReadRestart)
-		return s.loadManifest()
-	case m.ckpt > r.base && !c.has(TrustCoveredProbes):
-		// Positions the read probed at or below the new checkpoint may have
-		// been collected and created again by a late request since: take
-		// them from the checkpoint instead.
-		c.note("reader's confirming manifest read: checkpoint %d covers probed positions; takes them from it; %d is the end", m.ckpt, r.probe)
-		c.cover(covReadRebase)
-		if !s.loadManifest() {
-			return false
-		}
-	default:
-		c.note("reader's confirming manifest read: checkpoint %d; %d is the end", m.ckpt, r.probe)
-	}
-	s.readDone(c)
-	return true
-}
-
-func (s *State) readDone(c *ctx) {
-	r := &s.r
-	c.checkRead(s)
-	c.note("reader returns %s", recList(r.res[:r.n]))
-	for _, x := range r.res[:r.n] {
-		s.seenIDs |= 1 << x.id
-	}
-	if r.ackedAtStart != 0 {
-		c.cover(covReadSawAck)
-	}
-	*r = reader{reads: r.reads + 1}
-}
-
-// gcNext finds the next position GC may delete: in position order, at or
-// below the checkpoint, merged, and never a fence (unless collectFences).
-func (s *State) gcNext(collectFences bool) (uint8, bool) {
-	m := &s.man
-	for g := s.gc.next; g <= m.ckpt; g++ {
-		e := m.entries[g]
-		if e.blob.kind == batchBlob && !e.merged {
-			return 0, false // in position order: wait until it is merged
-		}
-		if e.blob.kind == fenceBlob && !collectFences {
-			continue // fences are kept until the shard is deleted
-		}
-		return g, true
-	}
-	return 0, false
-}
-
-func (s *State) gcSend(c *ctx) bool {
-	g, ok := s.gcNext(c.has(CollectFences))
-	if !ok {
-		return false
-	}
-	c.note("GC sends the delete of position %d", g)
-	s.gc.deleting = g
-	s.gc.next = g + 1
 	return true
 }

@@ -5,11 +5,13 @@
 // The model is abstract on purpose: it does not import the real shard package.
 // It holds the blob store (log positions, the manifest as a checkpoint, merged
 // generations), the requests in flight, and the state machines of every actor:
-// writers (claim, probe, fence, confirm, commit, checkpoint, merge), a reader
-// (manifest, probe, confirming manifest read, restart) and GC. Explore visits
-// every interleaving of their steps, with lost and delayed responses, aborts,
-// same-process reopens and creates that land after their sender is gone, and
-// checks the protocol's invariants on every transition (see invariants.go).
+// writers (claim, probe, fence, confirm, commit, wait at the lag bound,
+// checkpoint, merge), a reader (manifest, probe, confirming manifest read,
+// restart) and GC. Explore visits every interleaving of their steps, with lost
+// and delayed responses, aborts, same-process replacements and creates that
+// land after their sender is gone, checks the protocol's invariants on every
+// transition, and on every state with no successor that nothing still waits
+// (see invariants.go).
 // docs/protocol-model.md lists what the model covers and abstracts away.
 //
 // Bounds: the default test explores DefaultConfig. Set

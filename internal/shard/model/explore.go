@@ -8,7 +8,7 @@ import (
 
 // Mutation breaks rules of the protocol, to show the search catches each
 // break. Mutations combine as a bit set.
-type Mutation uint8
+type Mutation uint16
 
 const (
 	// CollectFences lets GC delete fences below the checkpoint
@@ -35,9 +35,17 @@ const (
 	// MergeBeyondCheckpoint lets a merged generation list positions the
 	// checkpoint does not cover, which readers then also probe.
 	MergeBeyondCheckpoint
+	// KeepInDoubtWriter is the writer set that replaces a writer only when
+	// it was fenced, went stale, was aborted or closed, and keeps one that
+	// stopped itself with a create in doubt, answering every later append
+	// with its stored error: a busy shard stays wedged.
+	KeepInDoubtWriter
+	// LagWaitOutlivesStop lets an append waiting at the lag bound go on
+	// waiting after its writer ended, for a checkpoint that cannot land.
+	LagWaitOutlivesStop
 )
 
-var mutationNames = []string{"collect-fences", "no-confirm-read", "skip-fence-in-doubt", "skip-fence-unconfirmed", "trust-covered-probes", "forget-tail-ids", "merge-beyond-checkpoint"}
+var mutationNames = []string{"collect-fences", "no-confirm-read", "skip-fence-in-doubt", "skip-fence-unconfirmed", "trust-covered-probes", "forget-tail-ids", "merge-beyond-checkpoint", "keep-in-doubt-writer", "lag-wait-outlives-stop"}
 
 func (m Mutation) String() string {
 	if m == 0 {
@@ -142,6 +150,7 @@ type hit struct {
 	parent int32
 	choice uint16
 	msg    string
+	stuck  bool // found in the state the transition reached, which has no successor
 }
 
 // Explore visits every state reachable under cfg, breadth first, and checks
@@ -179,6 +188,7 @@ func Explore(cfg Config) (*Result, error) {
 			}
 			it := &level[li] // states are large: no copies beyond the successor's
 			acts = enabled(&it.s, &cfg, acts[:0])
+			moved := false
 			for ci, a := range acts {
 				// The successor is built in place at the end of next, and
 				// dropped again if it is a no-op or already visited.
@@ -190,9 +200,10 @@ func Explore(cfg Config) (*Result, error) {
 					continue
 				}
 				res.Transitions++
+				moved = true
 				for _, v := range c.viols {
 					if hits[v.kind] == nil {
-						hits[v.kind] = &hit{it.node, uint16(ci), v.msg}
+						hits[v.kind] = &hit{parent: it.node, choice: uint16(ci), msg: v.msg}
 						c.skip[v.kind] = true
 					}
 					if v.kind == cfg.StopAt {
@@ -215,6 +226,20 @@ func Explore(cfg Config) (*Result, error) {
 					res.Truncated = true
 				}
 			}
+			if !moved && !res.Stopped {
+				c.reset()
+				c.checkWedged(&it.s)
+				n := nodes[it.node]
+				for _, v := range c.viols {
+					if hits[v.kind] == nil {
+						hits[v.kind] = &hit{parent: n.parent, choice: n.choice, msg: v.msg, stuck: true}
+						c.skip[v.kind] = true
+					}
+					if v.kind == cfg.StopAt {
+						res.Stopped = true
+					}
+				}
+			}
 		}
 		level = next
 	}
@@ -225,7 +250,11 @@ func Explore(cfg Config) (*Result, error) {
 	}
 	for k, h := range hits {
 		if h != nil {
-			res.Violations[k] = &Counterexample{Kind: Kind(k), Msg: h.msg, Steps: replay(cfg, nodes, h.parent, h.choice)}
+			ce := &Counterexample{Kind: Kind(k), Msg: h.msg, Steps: replay(cfg, nodes, h.parent, h.choice)}
+			if h.stuck {
+				ce.Steps = append(ce.Steps, "no step is possible\n      !! "+ce.Kind.String()+": "+h.msg)
+			}
+			res.Violations[k] = ce
 		}
 	}
 	return res, nil

@@ -28,6 +28,11 @@ const (
 	// ReadRegression: a read lacks an id that an earlier, completed read
 	// returned.
 	ReadRegression
+	// Wedged: no step is possible, yet a writer never got to run (the
+	// writer set did not replace the one before it) or an append still
+	// waits at the lag bound of a writer that ended. Checked on states
+	// without successors: a deadlock, not a livelock.
+	Wedged
 	numKinds
 )
 
@@ -42,6 +47,7 @@ func (k Kind) String() string {
 		ScanOrder:      "scan skipped, repeated or reordered",
 		DuplicateID:    "an id stored twice",
 		ReadRegression: "a read lost a record an earlier read returned",
+		Wedged:         "a writer or an append waits forever",
 	}[k]
 }
 
@@ -50,28 +56,34 @@ func (k Kind) String() string {
 type cov uint8
 
 const (
-	covLateLanding cov = iota // a create landed after its sender ended
-	covMovePast               // a writer read a lower epoch's blob and moved past it
-	covSkipFence              // a same-process reopen skipped the fence
-	covReadRestart            // a reader restarted from a newer checkpoint
-	covReadSawAck             // a read completed after at least one ack
-	covGCDelete               // GC deleted a position
-	covDedupAck               // a retried id was found stored and acked without a write
-	covReadRebase             // a reader took probed positions from a newer checkpoint
-	covRecreated              // a collected position was created again by a late request
+	covLateLanding     cov = iota // a create landed after its sender ended
+	covMovePast                   // a writer read a lower epoch's blob and moved past it
+	covSkipFence                  // a same-process reopen skipped the fence
+	covReadRestart                // a reader restarted from a newer checkpoint
+	covReadSawAck                 // a read completed after at least one ack
+	covGCDelete                   // GC deleted a position
+	covDedupAck                   // a retried id was found stored and acked without a write
+	covReadRebase                 // a reader took probed positions from a newer checkpoint
+	covRecreated                  // a collected position was created again by a late request
+	covLagWait                    // an append waited at the lag bound
+	covLagWaitEnded               // a writer ended with appends waiting at the lag bound
+	covReplacedInDoubt            // a writer replaced one of its process that ended with a create in doubt
 	numCov
 )
 
 var covNames = [numCov]string{
-	covLateLanding: "creates landing after their sender ended",
-	covMovePast:    "writers moving past a lower epoch's blob",
-	covSkipFence:   "reopens skipping the fence",
-	covReadRestart: "reader restarts from a newer checkpoint",
-	covReadSawAck:  "reads begun after an ack",
-	covGCDelete:    "GC deletes",
-	covDedupAck:    "retries answered by an id lookup",
-	covReadRebase:  "reads taking probed positions from a newer checkpoint",
-	covRecreated:   "collected positions created again by a late request",
+	covLateLanding:     "creates landing after their sender ended",
+	covMovePast:        "writers moving past a lower epoch's blob",
+	covSkipFence:       "reopens skipping the fence",
+	covReadRestart:     "reader restarts from a newer checkpoint",
+	covReadSawAck:      "reads begun after an ack",
+	covGCDelete:        "GC deletes",
+	covDedupAck:        "retries answered by an id lookup",
+	covReadRebase:      "reads taking probed positions from a newer checkpoint",
+	covRecreated:       "collected positions created again by a late request",
+	covLagWait:         "appends waiting at the lag bound",
+	covLagWaitEnded:    "writers ending with appends waiting at the lag bound",
+	covReplacedInDoubt: "replacements of a writer that ended with a create in doubt",
 }
 
 type violation struct {
@@ -192,5 +204,23 @@ func (c *ctx) checkRead(s *State) {
 	}
 	if miss := s.seenIDs &^ ids; miss != 0 {
 		c.fail(ReadRegression, "read returns %s, missing %s that an earlier read returned", recList(got), idSet(miss))
+	}
+}
+
+// checkWedged runs on a state with no successor. Every writer can abort at
+// any step and an idle one can claim, so in such a state every writer has
+// ended, unless the writer set would not replace its predecessor; and an
+// ended writer's appends no longer wait for anything.
+func (c *ctx) checkWedged(s *State) {
+	for i := range s.w {
+		if !c.cfg.Writers.has(i) {
+			continue
+		}
+		switch w := &s.w[i]; {
+		case w.phase != ended:
+			c.fail(Wedged, "nothing can move, and w%d never ran: the writer set kept the writer before it", i)
+		case w.held != 0:
+			c.fail(Wedged, "nothing can move, and the appends of %s still wait at the lag bound of w%d, which ended", idSet(w.held), i)
+		}
 	}
 }

@@ -26,6 +26,10 @@ func scenarios(t *testing.T) []scenario {
 		cfg.Reads = 1
 		return cfg
 	}
+	noReads := func(cfg Config) Config {
+		cfg.Reads = 0
+		return cfg
+	}
 	switch b := os.Getenv("ROLLOUTD_MODEL_BOUND"); b {
 	case "":
 		return []scenario{
@@ -33,12 +37,17 @@ func scenarios(t *testing.T) []scenario {
 			{"reopen", base(W0|W2, 3, 1, 1)},
 			// One read: the other scenarios check reads against earlier reads.
 			{"three-writers", oneRead(base(AllWriters, 2, 1, 1))},
+			// The only default scenario whose writers reach the lag bound
+			// (a fence and two batches fill checkpoint+2K at K = 1); no
+			// reads and no faults keep it under 0.1 million states.
+			{"lag-wait", noReads(base(W0|W1, 4, 3, 0))},
 		}
 	case "large":
 		return []scenario{
 			{"takeover", base(W0|W1, 3, 2, 1)},
 			{"reopen", base(W0|W2, 3, 2, 2)},
 			{"three-writers", base(AllWriters, 3, 1, 1)},
+			{"lag-wait", noReads(base(W0|W1, 4, 3, 1))},
 		}
 	case "xl":
 		// About 40 million states, minutes and up to 7 GB of memory.
@@ -46,6 +55,7 @@ func scenarios(t *testing.T) []scenario {
 			{"takeover", base(W0|W1, 4, 2, 1)},
 			{"reopen", base(W0|W2, 4, 2, 2)},
 			{"three-writers", base(AllWriters, 3, 1, 2)},
+			{"lag-wait", oneRead(base(W0|W1, 4, 3, 0))},
 		}
 	default:
 		t.Fatalf("ROLLOUTD_MODEL_BOUND=%q: want large or xl", b)
@@ -101,6 +111,10 @@ func TestCorrectProtocol(t *testing.T) {
 // smallest that reach it, so the search stops early; run with -v to read the
 // traces.
 func TestMutationsAreCaught(t *testing.T) {
+	noReads := func(cfg Config) Config {
+		cfg.Reads = 0
+		return cfg
+	}
 	cfg := func(ws WriterSet, positions, ids, faults int, m Mutation, want Kind) Config {
 		reads := 1
 		if want == ReadRegression {
@@ -136,6 +150,12 @@ func TestMutationsAreCaught(t *testing.T) {
 		{"id-lookup-skips-tail", cfg(W0|W2, 3, 1, 0, ForgetTailIDs, DuplicateID), nil},
 		// A merged generation beyond the checkpoint makes Scan repeat.
 		{"merge-beyond-checkpoint", cfg(W0, 3, 2, 0, MergeBeyondCheckpoint, ScanOrder), []Kind{DuplicateID}},
+		// Issue 28, finding 1: a writer set that keeps a writer stopped
+		// with a create in doubt never opens its replacement.
+		{"keep-in-doubt-writer", cfg(W0|W2, 2, 1, 0, KeepInDoubtWriter, Wedged), nil},
+		// Issue 28, finding 4: an append waiting at the lag bound outlives
+		// its writer, fenced by a takeover or aborted, and waits forever.
+		{"lag-wait-outlives-stop", noReads(cfg(W0|W1, 4, 3, 0, LagWaitOutlivesStop, Wedged)), nil},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -124,6 +124,7 @@ type writer struct {
 	waiting   bool  // a request for cur is awaited
 	doubt     doubt
 	nextPut   uint8
+	held      uint8 // bitmask of ids whose appends wait at the lag bound
 }
 
 // inDoubt reports a create whose outcome this writer has not settled. Abort
@@ -232,8 +233,9 @@ func (s *State) normalize() {
 			}
 		}
 		if w.phase == ended {
-			// An ended writer's remaining fields are never read again.
-			*w = writer{phase: ended}
+			// An ended writer's remaining fields are never read again
+			// (held only by the wedge check, and only under a mutation).
+			*w = writer{phase: ended, held: w.held}
 		}
 	}
 }
