@@ -89,6 +89,9 @@ type writer struct {
 	edits    []*edit                // manifest edits waiting for the next commit
 	editsAt  time.Time              // when the oldest of edits was queued
 	minGen   uint64                 // lowest generation number not yet used by this writer
+	// halted is closed when the writer stops in the fenced state, so that
+	// a commit waiting for a checkpoint stops waiting (awaitCheckpointRoom).
+	halted chan struct{}
 	// m is the last manifest this writer committed or read. The committer
 	// replaces it and never mutates it, so others may read a snapshot of
 	// the pointer.
@@ -121,6 +124,7 @@ func Open(ctx context.Context, store blob.Store, shard string, opts Options) (*W
 		id:       newWriterID(),
 		inflight: map[string]inflightRef{},
 		claims:   newClaims(),
+		halted:   make(chan struct{}),
 	}
 	w.committer = committer{w: w, kick: make(chan struct{}, 1), done: make(chan struct{})}
 	w.merger = merger{w: w, kick: make(chan struct{}, 1), done: make(chan struct{})}
@@ -432,6 +436,7 @@ func (w *writer) halt(err, queuedErr error) bool {
 		return false
 	}
 	w.fenceErr = err
+	close(w.halted)
 	queued := w.takeQueueLocked()
 	w.mu.Unlock()
 	for _, p := range queued {
