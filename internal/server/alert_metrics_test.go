@@ -66,9 +66,9 @@ func TestErrorReasonsCounted(t *testing.T) {
 		method, reason string
 		err            error
 	}{
-		{"Append", ReasonOutcomeUnknown, appendStatus(fmt.Errorf("commit: %w", shard.ErrOutcomeUnknown))},
-		{"Append", ReasonOutcomeUnknown, appendStatus(fmt.Errorf("put: %w", blob.ErrOutcomeUnknown))}, // withheld from the client, same reason
-		{"Append", ReasonNotCommitted, appendStatus(shard.ErrFenced)},
+		{"Append", ReasonOutcomeUnknown, appendStatus(context.Background(), fmt.Errorf("commit: %w", shard.ErrOutcomeUnknown))},
+		{"Append", ReasonOutcomeUnknown, appendStatus(context.Background(), fmt.Errorf("put: %w", blob.ErrOutcomeUnknown))}, // withheld from the client, same reason
+		{"Append", ReasonNotCommitted, appendStatus(context.Background(), shard.ErrFenced)},
 		{"Scan", ReasonScanInterrupted, failure{code: codes.Unavailable, msg: "scan ended"}.resumeAt(3).err()},
 	} {
 		before := testutil.ToFloat64(m.errorReasons.WithLabelValues(tc.method, tc.reason))
@@ -81,7 +81,7 @@ func TestErrorReasonsCounted(t *testing.T) {
 			t.Errorf("%s %v: %s counted %v times, want %v", tc.method, tc.err, tc.reason, got, before+1)
 		}
 	}
-	m.observeErrorReason("Get", toStatus(blob.ErrNotFound))
+	m.observeErrorReason("Get", toStatus(context.Background(), blob.ErrNotFound))
 	m.observeErrorReason("Append", nil)
 	if n := testutil.CollectAndCount(m.errorReasons); n != 6 {
 		t.Errorf("%d reason series, want the 6 exported at start: errors without a reason were counted", n)
