@@ -15,6 +15,14 @@ import (
 // failing: once its store heals, a shard serves again within about this.
 const maxReopenBackoff = 2 * time.Second
 
+// The set forgets a shard's failed opens once it has more than
+// maxFailingShards and that shard's backoff ended forgetFailedOpen ago, so
+// that shards written once and never again cannot grow it without bound.
+const (
+	maxFailingShards = 1024
+	forgetFailedOpen = time.Minute
+)
+
 // reopen is the backoff of a shard whose opens fail in a row.
 type reopen struct {
 	fails int       // failed opens in a row
@@ -27,6 +35,15 @@ type reopen struct {
 // and doubles with each failure in a row, up to maxReopenBackoff. The
 // caller holds mu.
 func (s *writerSet) openFailedLocked(shardName string, err error) {
+	if len(s.failing) >= maxFailingShards {
+		// Forget shards no request came back for: their next open starts
+		// its backoff afresh.
+		for name, r := range s.failing {
+			if time.Since(r.at) > forgetFailedOpen {
+				delete(s.failing, name)
+			}
+		}
+	}
 	r := s.failing[shardName]
 	if r == nil {
 		r = &reopen{}

@@ -130,3 +130,22 @@ func TestUndecidedCreateDoesNotWedgeTheShard(t *testing.T) {
 	}
 	l.verify(t, fs.Inner())
 }
+
+// The backoff of failed opens forgets shards no request came back for, so
+// that a stream of shards each written once during an outage cannot grow it
+// without bound; a shard still backing off is kept.
+func TestOpenBackoffForgetsShardsLeftAlone(t *testing.T) {
+	svc := newTestService(t, memstore.New(), 8, (&countingOpen{store: memstore.New(), opts: testWriterOptions(t)}).open)
+	ws := svc.writers
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	long := time.Now().Add(-2 * forgetFailedOpen)
+	for i := range maxFailingShards {
+		ws.failing[fmt.Sprintf("old-%d", i)] = &reopen{fails: 3, at: long}
+	}
+	ws.failing["recent"] = &reopen{fails: 3, at: time.Now()}
+	ws.openFailedLocked("new", errors.New("unavailable"))
+	if len(ws.failing) != 2 || ws.failing["recent"] == nil || ws.failing["new"] == nil {
+		t.Fatalf("after a failed open with %d old entries: %d entries, want only the recent one and the new one", maxFailingShards, len(ws.failing))
+	}
+}
