@@ -20,6 +20,10 @@ const ErrorDomain = "rolloutd.io"
 // the README, and proto/rollout/v1/rollout.proto).
 const (
 	// ReasonOutcomeUnknown: the Append may or may not have been stored.
+	// The server sends it on UNAVAILABLE with a RetryInfo (a commit it
+	// gave up on after its own commit timeout included), and on
+	// DEADLINE_EXCEEDED or CANCELLED only when the call's own deadline
+	// passed or it was cancelled.
 	ReasonOutcomeUnknown = "OUTCOME_UNKNOWN"
 	// ReasonNotCommitted: the Append was certainly not stored.
 	ReasonNotCommitted = "NOT_COMMITTED"

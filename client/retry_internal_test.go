@@ -19,6 +19,8 @@ func TestRetryable(t *testing.T) {
 		del, cdel bool
 	}{
 		{codes.Unavailable, ReasonOutcomeUnknown, 0, true, false, false, false},
+		// After the server's commit timeout, with its RetryInfo.
+		{codes.Unavailable, ReasonOutcomeUnknown, 100 * time.Millisecond, true, false, false, false},
 		{codes.DeadlineExceeded, ReasonOutcomeUnknown, 0, true, false, false, false},
 		{codes.Unavailable, ReasonNotCommitted, 100 * time.Millisecond, true, false, true, true},
 		{codes.DeadlineExceeded, ReasonNotCommitted, 0, true, false, true, true},

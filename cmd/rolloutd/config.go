@@ -43,6 +43,7 @@ type config struct {
 	WriterQueueBytes byteSize
 	IndexCacheBytes  byteSize
 	DisableMerge     bool
+	CommitTimeout    time.Duration
 	CommitProtocol   string
 	commitProtocol   shard.Protocol
 
@@ -132,6 +133,7 @@ Flags of serve:
 	fs.Var(&c.WriterQueueBytes, "writer-queue-bytes", "`bytes` of appends one shard writer may hold queued; past it Append fails ResourceExhausted (backpressure)")
 	fs.Var(&c.IndexCacheBytes, "index-cache-bytes", "`bytes` of generation indexes cached for all shards, shared by writers and reads")
 	fs.BoolVar(&c.DisableMerge, "disable-merge", false, "turn off merging small generations and garbage collection (for debugging only)")
+	fs.DurationVar(&c.CommitTimeout, "commit-timeout", shard.DefaultCommitTimeout, "how long one commit may take before the server gives up on it: its Append is then answered UNAVAILABLE (OUTCOME_UNKNOWN when the commit was sent), and a shard writer whose commit stays undecided is replaced")
 	fs.StringVar(&c.CommitProtocol, "commit-protocol", "v2", "`protocol` of commits: v2 (commit by create; converts each shard it writes, which older builds then refuse) or v1 (manifest CAS, for the first step of a rolling upgrade; a shard already in v2 is still written in v2). See docs/operations.md")
 	fs.Var(&c.MaxMessageBytes, "max-message-bytes", "largest gRPC request in `bytes`; sized to the largest Append batch")
 	fs.IntVar(&c.MaxBatchRecords, "max-batch-records", server.DefaultMaxBatchRecords, "maximum records in one Append")
@@ -244,6 +246,7 @@ func (c *config) validate() error {
 		{"max-batch-records", int64(c.MaxBatchRecords)},
 		{"max-record-bytes", int64(c.MaxRecordBytes)},
 		{"default-deadline", int64(c.DefaultDeadline)},
+		{"commit-timeout", int64(c.CommitTimeout)},
 		{"recv-timeout", int64(c.RecvTimeout)},
 		{"shutdown-timeout", int64(c.ShutdownTimeout)},
 	}

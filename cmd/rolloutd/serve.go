@@ -98,6 +98,7 @@ func serve(ctx context.Context, stopSignals func(), cfg *config) error {
 		Writer: shard.Options{
 			MaxQueuedBytes:    int64(cfg.WriterQueueBytes),
 			DisableBackground: cfg.DisableMerge,
+			CommitTimeout:     cfg.CommitTimeout,
 			Protocol:          cfg.commitProtocol,
 		},
 		IndexCacheBytes: int64(cfg.IndexCacheBytes),

@@ -221,7 +221,7 @@ func (a *admission) tap(ctx context.Context, info *tap.Info) (context.Context, e
 		}
 	}
 	if err := a.budget.charge(conn, key, overhead); err != nil {
-		return nil, a.refuse(err)
+		return nil, a.refuse(ctx, err)
 	}
 	r := &reservation{budget: a.budget, conn: conn, identity: key, overhead: overhead, held: overhead, holds: 1}
 	inner, cancel := context.WithCancelCause(ctx)
@@ -264,11 +264,11 @@ func (a *admission) authorizeEarly(ctx context.Context, identity string, info *t
 	a.guard.denied.WithLabelValues(string(verb)).Inc()
 	a.log.Info("rpc denied before its body", zap.String("identity", identity), zap.String("verb", string(verb)),
 		clientString("shard_header", shardName), zap.String("peer", peerAddr(ctx)))
-	return toStatus(err)
+	return toStatus(ctx, err)
 }
 
 // refuse counts an over-budget refusal and returns its status.
-func (a *admission) refuse(err error) error {
+func (a *admission) refuse(ctx context.Context, err error) error {
 	reason := refusedServer
 	var oe *OverBudgetError
 	if errors.As(err, &oe) {
@@ -280,7 +280,7 @@ func (a *admission) refuse(err error) error {
 		}
 	}
 	a.refused.WithLabelValues(reason).Inc()
-	return toStatus(err)
+	return toStatus(ctx, err)
 }
 
 // decodedCost is what a request message costs once decoded.
@@ -374,13 +374,13 @@ func (a *admission) recv(ctx context.Context, r *reservation, m any, keep bool, 
 		if ctx.Err() != nil {
 			return a.recvFailed(ctx, err)
 		}
-		return a.refuse(err)
+		return a.refuse(ctx, err)
 	}
 	if err := read(m); err != nil {
 		return a.recvFailed(ctx, err)
 	}
 	if err := r.received(decodedCost(m), keep); err != nil {
-		return a.refuse(err)
+		return a.refuse(ctx, err)
 	}
 	return nil
 }

@@ -66,10 +66,10 @@ func TestErrorReasonsCounted(t *testing.T) {
 		method, reason string
 		err            error
 	}{
-		{"Append", ReasonOutcomeUnknown, appendStatus(fmt.Errorf("commit: %w", shard.ErrOutcomeUnknown))},
-		{"Append", ReasonOutcomeUnknown, appendStatus(fmt.Errorf("put: %w", blob.ErrOutcomeUnknown))}, // withheld from the client, same reason
-		{"Append", ReasonNotCommitted, appendStatus(shard.ErrFenced)},
-		{"Append", ReasonStoreFull, appendStatus(fmt.Errorf("put: %w", blob.ErrNoSpace))}, // withheld from the client, same reason
+		{"Append", ReasonOutcomeUnknown, appendStatus(context.Background(), fmt.Errorf("commit: %w", shard.ErrOutcomeUnknown))},
+		{"Append", ReasonOutcomeUnknown, appendStatus(context.Background(), fmt.Errorf("put: %w", blob.ErrOutcomeUnknown))}, // withheld from the client, same reason
+		{"Append", ReasonNotCommitted, appendStatus(context.Background(), shard.ErrFenced)},
+		{"Append", ReasonStoreFull, appendStatus(context.Background(), fmt.Errorf("put: %w", blob.ErrNoSpace))}, // withheld from the client, same reason
 		{"Scan", ReasonScanInterrupted, failure{code: codes.Unavailable, msg: "scan ended"}.resumeAt(3).err()},
 	} {
 		before := testutil.ToFloat64(m.errorReasons.WithLabelValues(tc.method, tc.reason))
@@ -82,7 +82,7 @@ func TestErrorReasonsCounted(t *testing.T) {
 			t.Errorf("%s %v: %s counted %v times, want %v", tc.method, tc.err, tc.reason, got, before+1)
 		}
 	}
-	m.observeErrorReason("Get", toStatus(blob.ErrNotFound))
+	m.observeErrorReason("Get", toStatus(context.Background(), blob.ErrNotFound))
 	m.observeErrorReason("Append", nil)
 	if n := testutil.CollectAndCount(m.errorReasons); n != 7 {
 		t.Errorf("%d reason series, want the 7 exported at start: errors without a reason were counted", n)

@@ -52,8 +52,10 @@ const (
 	// ReasonOutcomeUnknown: an Append may or may not have been stored; its
 	// commit was sent and its answer was lost or cut off. Retry the same
 	// request (the same ids, or the same request_id) to learn the outcome:
-	// records that landed come back already_present. Code UNAVAILABLE, or
-	// DEADLINE_EXCEEDED or CANCELLED when the call's context ended first.
+	// records that landed come back already_present. Code UNAVAILABLE with
+	// a RetryInfo (a commit the server gave up on after its CommitTimeout
+	// included); DEADLINE_EXCEEDED or CANCELLED, without one, only when
+	// the call's own deadline passed or the call was cancelled.
 	ReasonOutcomeUnknown = "OUTCOME_UNKNOWN"
 	// ReasonNotCommitted: an Append was certainly not stored (its writer was
 	// fenced, aborted, closed or stale, the server is shutting down, storage
@@ -61,8 +63,9 @@ const (
 	// sent). It speaks for this call only: retrying is safe, and after an
 	// earlier OUTCOME_UNKNOWN for the same records, it must keep their ids
 	// or request_id, since that earlier call may have stored them. Code
-	// UNAVAILABLE, with a
-	// RetryInfo; or DEADLINE_EXCEEDED or CANCELLED, without one.
+	// UNAVAILABLE, with a RetryInfo (a server-side timeout included); or
+	// DEADLINE_EXCEEDED or CANCELLED, without one, when the call's own
+	// deadline passed or the call was cancelled.
 	ReasonNotCommitted = "NOT_COMMITTED"
 	// ReasonBackpressure: the shard's writer holds its cap of queued bytes,
 	// or the server's request memory budget (or the caller's share of it)
@@ -83,8 +86,8 @@ const (
 	// ReasonScanInterrupted: a Scan stream ended before its end, in a way a
 	// new Scan gets past (the server is stopping, storage is unavailable, a
 	// deadline). Resume with after_seq set to the metadata
-	// MetadataResumeAfterSeq. Code UNAVAILABLE, DEADLINE_EXCEEDED or
-	// CANCELLED.
+	// MetadataResumeAfterSeq. Code UNAVAILABLE, or DEADLINE_EXCEEDED or
+	// CANCELLED when the call's own deadline passed or it was cancelled.
 	ReasonScanInterrupted = "SCAN_INTERRUPTED"
 	// ReasonShardDeleted: the shard was deleted (DeleteShard): it is a
 	// tombstone now, or a following Scan saw its records deleted. They are
@@ -126,6 +129,11 @@ const (
 	// client's channel moves to another; throttled storage needs a
 	// moment. An immediate resend would most likely meet the same cause.
 	notCommittedRetry = 100 * time.Millisecond
+	// outcomeUnknownRetry: the server gave up on a commit it sent (its
+	// CommitTimeout passed, or storage cut the answer off) and has stopped
+	// that writer; the resend that settles the outcome needs a replacement
+	// writer, whose open backs off while storage keeps failing.
+	outcomeUnknownRetry = 100 * time.Millisecond
 )
 
 // Hints that end a message, saying what the reason means in words.
@@ -138,15 +146,16 @@ const (
 // toStatus maps an error of a call that writes nothing (Get, Scan, and the
 // refusals of the guard) to the error the client gets. Append's write maps
 // through appendStatus. Both go through classify, the one place where the
-// mapping lives.
+// mapping lives. ctx is the RPC's context: only its end makes an error
+// DEADLINE_EXCEEDED or CANCELLED.
 //
 // The error is a gRPC status, or an *internalError for a failure whose text
 // is withheld from the client (see internalError).
-func toStatus(err error) error {
+func toStatus(ctx context.Context, err error) error {
 	if err == nil {
 		return nil
 	}
-	return classify(err, false).err()
+	return classify(ctx, err, false).err()
 }
 
 // appendStatus maps an error of Append's write (the writer set and the
@@ -154,11 +163,11 @@ func toStatus(err error) error {
 // read's, its storage and context errors carry NOT_COMMITTED: the shard
 // layer reports every failure after which an attempt may have landed with
 // ErrOutcomeUnknown, so any other failure stored nothing.
-func appendStatus(err error) error {
+func appendStatus(ctx context.Context, err error) error {
 	if err == nil {
 		return nil
 	}
-	return classify(err, true).err()
+	return classify(ctx, err, true).err()
 }
 
 // failure is a classified error: the status and the details a client acts
@@ -187,18 +196,28 @@ type failure struct {
 	field, fieldDesc string
 }
 
-// classify maps err to its failure. write says whether err ended a call
-// that writes (Append), which decides whether a storage or context error
-// proves that nothing was stored. It classifies with errors.Is only, so
-// wrapped errors keep their class. The message is the error's own text,
-// which names the shard, the field or the blob involved, and a hint.
-func classify(err error, write bool) failure {
-	f := classifyCode(err, write)
+// classify maps err, which ended the RPC whose context is ctx, to its
+// failure. write says whether err ended a call that writes (Append), which
+// decides whether a storage or context error proves that nothing was
+// stored. It classifies with errors.Is only, so wrapped errors keep their
+// class. The message is the error's own text, which names the shard, the
+// field or the blob involved, and a hint.
+//
+// DEADLINE_EXCEEDED and CANCELLED say that the call itself ended: its
+// deadline (the client's, or the server's default) passed, or it was
+// cancelled. They are read from ctx, never from err, which may wrap a
+// timeout of the server's own (CommitTimeout, the open timeout, a storage
+// try) under a deadline that is still far: that is UNAVAILABLE, and
+// retrying at once is useful.
+func classify(ctx context.Context, err error, write bool) failure {
+	f := classifyCode(ctx.Err(), err, write)
 	switch f.code {
 	case codes.Internal, codes.DataLoss:
 		f.internal = true
 	case codes.Unavailable:
-		f.internal = storageCaused(err)
+		// A timeout of the server's own may name a blob inside the store.
+		f.internal = storageCaused(err) ||
+			(ctx.Err() == nil && (errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled)))
 	}
 	return f
 }
@@ -213,20 +232,17 @@ func storageCaused(err error) bool {
 }
 
 // classifyCode decides the code, the client-facing texts and the details of
-// err; classify then marks which failures withhold their text.
-func classifyCode(err error, write bool) failure {
+// err, given ended, the RPC context's error (nil while it runs); classify
+// then marks which failures withhold their text.
+func classifyCode(ended, err error, write bool) failure {
 	msg := err.Error()
 	// First: an outcome-unknown error may also wrap a context error or a
 	// storage class, and must never read as "not committed".
 	if errors.Is(err, shard.ErrOutcomeUnknown) || errors.Is(err, blob.ErrOutcomeUnknown) {
-		code := codes.Unavailable
-		switch {
-		case errors.Is(err, context.DeadlineExceeded):
-			code = codes.DeadlineExceeded
-		case errors.Is(err, context.Canceled):
-			code = codes.Canceled
+		if code, ok := endedCode(ended); ok {
+			return failure{code: code, msg: msg, hint: hintOutcomeUnknown, reason: ReasonOutcomeUnknown}
 		}
-		return failure{code: code, msg: msg, hint: hintOutcomeUnknown, reason: ReasonOutcomeUnknown}
+		return failure{code: codes.Unavailable, msg: msg, hint: hintOutcomeUnknown, reason: ReasonOutcomeUnknown, retry: outcomeUnknownRetry}
 	}
 	switch {
 	case errors.Is(err, validate.ErrInvalid):
@@ -281,16 +297,21 @@ func classifyCode(err error, write bool) failure {
 	case errors.Is(err, shard.ErrCorrupt):
 		return failure{code: codes.DataLoss, msg: msg}
 
-	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
-		f := failure{code: codes.DeadlineExceeded, msg: msg}
-		if !errors.Is(err, context.DeadlineExceeded) {
-			f.code = codes.Canceled
-		}
+	case ended != nil && (errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled)):
+		code, _ := endedCode(ended)
+		f := failure{code: code, msg: msg}
 		if write {
 			f.hint = hintNotSent
 			f.reason = ReasonNotCommitted
 		}
 		return f
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
+		// A timeout or cancellation of the server's own, inside a call
+		// that still runs: the service is unavailable for now.
+		if !write {
+			return failure{code: codes.Unavailable, msg: msg, hint: "; retry"}
+		}
+		return failure{code: codes.Unavailable, msg: msg, hint: hintNotCommitted, reason: ReasonNotCommitted, retry: notCommittedRetry}
 
 	case errors.Is(err, shard.ErrFenced),
 		errors.Is(err, shard.ErrAborted),
@@ -315,6 +336,19 @@ func classifyCode(err error, write bool) failure {
 	default:
 		return failure{code: codes.Internal, msg: msg}
 	}
+}
+
+// endedCode is the code of a call that ended, given its context's error:
+// DEADLINE_EXCEEDED when its deadline passed, CANCELLED when it was
+// cancelled; false while it runs.
+func endedCode(ended error) (codes.Code, bool) {
+	switch {
+	case errors.Is(ended, context.DeadlineExceeded):
+		return codes.DeadlineExceeded, true
+	case ended != nil:
+		return codes.Canceled, true
+	}
+	return codes.OK, false
 }
 
 // Generic texts of the failures whose own text is withheld.

@@ -99,7 +99,8 @@ func TestToStatus(t *testing.T) {
 	tests := []struct {
 		name   string
 		err    error
-		write  bool // through appendStatus, not toStatus
+		write  bool  // through appendStatus, not toStatus
+		ended  error // the RPC context's error: nil while the call runs
 		code   codes.Code
 		hint   string        // the message must contain it
 		reason string        // "" for no ErrorInfo
@@ -109,54 +110,66 @@ func TestToStatus(t *testing.T) {
 		// text only reaches the log.
 		internal bool
 	}{
-		{"invalid", &validate.FieldError{Field: "shard", Rule: "must not be empty"}, true, codes.InvalidArgument, "shard: must not be empty", "", 0, "", false},
-		{"no shard", wrap(shard.ErrShardNotFound), false, codes.NotFound, "shard not found", "", 0, "", false},
-		{"no record", wrap(shard.ErrRecordNotFound), false, codes.NotFound, "record not found", "", 0, "", false},
-		{"id conflict", wrap(shard.ErrIDConflict), true, codes.AlreadyExists, "different content", "", 0, "", false},
-		{"corrupt", fmt.Errorf("%w: blob shards/s/_manifest: bad crc", shard.ErrCorrupt), false, codes.DataLoss, "stored data failed verification", "", 0, "", true},
-		{"storage not-found", wrap(blob.ErrNotFound), true, codes.Internal, "internal error", "", 0, "", true},
-		{"unclassified", errors.New("boom"), true, codes.Internal, "internal error", "", 0, "", true},
+		{"invalid", &validate.FieldError{Field: "shard", Rule: "must not be empty"}, true, nil, codes.InvalidArgument, "shard: must not be empty", "", 0, "", false},
+		{"no shard", wrap(shard.ErrShardNotFound), false, nil, codes.NotFound, "shard not found", "", 0, "", false},
+		{"no record", wrap(shard.ErrRecordNotFound), false, nil, codes.NotFound, "record not found", "", 0, "", false},
+		{"id conflict", wrap(shard.ErrIDConflict), true, nil, codes.AlreadyExists, "different content", "", 0, "", false},
+		{"corrupt", fmt.Errorf("%w: blob shards/s/_manifest: bad crc", shard.ErrCorrupt), false, nil, codes.DataLoss, "stored data failed verification", "", 0, "", true},
+		{"storage not-found", wrap(blob.ErrNotFound), true, nil, codes.Internal, "internal error", "", 0, "", true},
+		{"unclassified", errors.New("boom"), true, nil, codes.Internal, "internal error", "", 0, "", true},
 
-		{"backpressure", wrap(shard.ErrBackpressure), true, codes.ResourceExhausted, "queue full; back off, then retry", ReasonBackpressure, backpressureRetry, "", false},
-		{"batch over the generation limit", wrap(shard.ErrTooLarge), true, codes.ResourceExhausted, "split the batch", ReasonTooLarge, 0, "records", false},
-		{"batch over the record count", &LimitError{Field: "records", Detail: "the batch has 9 records, the server takes at most 3 per Append"}, true, codes.ResourceExhausted, "request over the server's limit: the batch has 9 records, the server takes at most 3 per Append; split the batch", ReasonTooLarge, 0, "records", false},
-		{"record over the limit", wrap(&LimitError{Field: "records[3]", Detail: "records[3] encodes to 9 bytes, the server takes at most 5 per record"}), true, codes.ResourceExhausted, "records[3] encodes to 9 bytes", ReasonTooLarge, 0, "records[3]", false},
-		{"rate limited", &ratelimit.LimitedError{Identity: "x", Bytes: 10, Rate: 5, Burst: 20, Retry: 1500 * time.Millisecond}, true, codes.ResourceExhausted, "retry this call of 10 bytes in 1.5s", ReasonRateLimited, 1500 * time.Millisecond, "", false},
-		{"rate limited, never fits", &ratelimit.LimitedError{Identity: "x", Bytes: 30, Rate: 5, Burst: 20}, true, codes.ResourceExhausted, "split the batch", ReasonRateLimited, 0, "records", false},
+		{"backpressure", wrap(shard.ErrBackpressure), true, nil, codes.ResourceExhausted, "queue full; back off, then retry", ReasonBackpressure, backpressureRetry, "", false},
+		{"batch over the generation limit", wrap(shard.ErrTooLarge), true, nil, codes.ResourceExhausted, "split the batch", ReasonTooLarge, 0, "records", false},
+		{"batch over the record count", &LimitError{Field: "records", Detail: "the batch has 9 records, the server takes at most 3 per Append"}, true, nil, codes.ResourceExhausted, "request over the server's limit: the batch has 9 records, the server takes at most 3 per Append; split the batch", ReasonTooLarge, 0, "records", false},
+		{"record over the limit", wrap(&LimitError{Field: "records[3]", Detail: "records[3] encodes to 9 bytes, the server takes at most 5 per record"}), true, nil, codes.ResourceExhausted, "records[3] encodes to 9 bytes", ReasonTooLarge, 0, "records[3]", false},
+		{"rate limited", &ratelimit.LimitedError{Identity: "x", Bytes: 10, Rate: 5, Burst: 20, Retry: 1500 * time.Millisecond}, true, nil, codes.ResourceExhausted, "retry this call of 10 bytes in 1.5s", ReasonRateLimited, 1500 * time.Millisecond, "", false},
+		{"rate limited, never fits", &ratelimit.LimitedError{Identity: "x", Bytes: 30, Rate: 5, Burst: 20}, true, nil, codes.ResourceExhausted, "split the batch", ReasonRateLimited, 0, "records", false},
 
 		// Append: certainly not stored.
-		{"fenced", fenced, true, codes.Unavailable, "epoch 3 fenced by epoch 4; not stored, safe to retry", ReasonNotCommitted, notCommittedRetry, "", false},
-		{"aborted", wrap(shard.ErrAborted), true, codes.Unavailable, "aborted; not stored, safe to retry", ReasonNotCommitted, notCommittedRetry, "", false},
-		{"closed", wrap(shard.ErrClosed), true, codes.Unavailable, "closed; not stored, safe to retry", ReasonNotCommitted, notCommittedRetry, "", false},
-		{"stale", wrap(shard.ErrStale), true, codes.Unavailable, "stale; not stored, safe to retry", ReasonNotCommitted, notCommittedRetry, "", false},
-		{"store failed for good", wrap(blob.ErrStoreFailed), true, codes.Unavailable, "storage unavailable; not stored, safe to retry", ReasonNotCommitted, notCommittedRetry, "", true},
-		{"store failed by this write", fmt.Errorf("%w (%w)", blob.ErrStoreFailed, blob.ErrOutcomeUnknown), true, codes.Unavailable, "may have been stored", ReasonOutcomeUnknown, 0, "", true},
-		{"shutting down", wrap(ErrShuttingDown), true, codes.Unavailable, "shutting down; not stored, safe to retry", ReasonNotCommitted, notCommittedRetry, "", false},
-		{"storage refused the write", wrap(blob.ErrUnavailable), true, codes.Unavailable, "storage unavailable; not stored, safe to retry", ReasonNotCommitted, notCommittedRetry, "", true},
-		{"deadline before sending", wrap(context.DeadlineExceeded), true, codes.DeadlineExceeded, "not sent, so not stored", ReasonNotCommitted, 0, "", false},
-		{"cancelled before sending", wrap(context.Canceled), true, codes.Canceled, "not sent, so not stored", ReasonNotCommitted, 0, "", false},
+		{"fenced", fenced, true, nil, codes.Unavailable, "epoch 3 fenced by epoch 4; not stored, safe to retry", ReasonNotCommitted, notCommittedRetry, "", false},
+		{"aborted", wrap(shard.ErrAborted), true, nil, codes.Unavailable, "aborted; not stored, safe to retry", ReasonNotCommitted, notCommittedRetry, "", false},
+		{"closed", wrap(shard.ErrClosed), true, nil, codes.Unavailable, "closed; not stored, safe to retry", ReasonNotCommitted, notCommittedRetry, "", false},
+		{"stale", wrap(shard.ErrStale), true, nil, codes.Unavailable, "stale; not stored, safe to retry", ReasonNotCommitted, notCommittedRetry, "", false},
+		{"store failed for good", wrap(blob.ErrStoreFailed), true, nil, codes.Unavailable, "storage unavailable; not stored, safe to retry", ReasonNotCommitted, notCommittedRetry, "", true},
+		{"store failed by this write", fmt.Errorf("%w (%w)", blob.ErrStoreFailed, blob.ErrOutcomeUnknown), true, nil, codes.Unavailable, "may have been stored", ReasonOutcomeUnknown, outcomeUnknownRetry, "", true},
+		{"shutting down", wrap(ErrShuttingDown), true, nil, codes.Unavailable, "shutting down; not stored, safe to retry", ReasonNotCommitted, notCommittedRetry, "", false},
+		{"storage refused the write", wrap(blob.ErrUnavailable), true, nil, codes.Unavailable, "storage unavailable; not stored, safe to retry", ReasonNotCommitted, notCommittedRetry, "", true},
+		{"deadline before sending", wrap(context.DeadlineExceeded), true, context.DeadlineExceeded, codes.DeadlineExceeded, "not sent, so not stored", ReasonNotCommitted, 0, "", false},
+		{"cancelled before sending", wrap(context.Canceled), true, context.Canceled, codes.Canceled, "not sent, so not stored", ReasonNotCommitted, 0, "", false},
 
 		// Append: may have been stored. The reason wins over every other
 		// class the error wraps; the code keeps a context's.
-		{"outcome unknown", wrap(shard.ErrOutcomeUnknown), true, codes.Unavailable, "may have been stored: retry with the same ids or request_id", ReasonOutcomeUnknown, 0, "", false},
-		{"storage outcome unknown", wrap(blob.ErrOutcomeUnknown), true, codes.Unavailable, "may have been stored", ReasonOutcomeUnknown, 0, "", true},
-		{"deadline, commit in flight", cutOff, true, codes.DeadlineExceeded, "may have been stored", ReasonOutcomeUnknown, 0, "", false},
-		{"cancelled, commit in flight", fmt.Errorf("%w (%w)", context.Canceled, blob.ErrOutcomeUnknown), true, codes.Canceled, "may have been stored", ReasonOutcomeUnknown, 0, "", false},
-		{"fenced, commit in flight", fmt.Errorf("%w after %w", shard.ErrOutcomeUnknown, &shard.FencedError{Shard: "s", Local: 3, Stored: 4}), true, codes.Unavailable, "may have been stored", ReasonOutcomeUnknown, 0, "", false},
-		{"storage refused the re-read", fmt.Errorf("%w (%w)", shard.ErrOutcomeUnknown, blob.ErrUnavailable), true, codes.Unavailable, "may have been stored", ReasonOutcomeUnknown, 0, "", true},
+		{"outcome unknown", wrap(shard.ErrOutcomeUnknown), true, nil, codes.Unavailable, "may have been stored: retry with the same ids or request_id", ReasonOutcomeUnknown, outcomeUnknownRetry, "", false},
+		{"storage outcome unknown", wrap(blob.ErrOutcomeUnknown), true, nil, codes.Unavailable, "may have been stored", ReasonOutcomeUnknown, outcomeUnknownRetry, "", true},
+		{"deadline, commit in flight", cutOff, true, context.DeadlineExceeded, codes.DeadlineExceeded, "may have been stored", ReasonOutcomeUnknown, 0, "", false},
+		{"cancelled, commit in flight", fmt.Errorf("%w (%w)", context.Canceled, blob.ErrOutcomeUnknown), true, context.Canceled, codes.Canceled, "may have been stored", ReasonOutcomeUnknown, 0, "", false},
+		{"fenced, commit in flight", fmt.Errorf("%w after %w", shard.ErrOutcomeUnknown, &shard.FencedError{Shard: "s", Local: 3, Stored: 4}), true, nil, codes.Unavailable, "may have been stored", ReasonOutcomeUnknown, outcomeUnknownRetry, "", false},
+		{"storage refused the re-read", fmt.Errorf("%w (%w)", shard.ErrOutcomeUnknown, blob.ErrUnavailable), true, nil, codes.Unavailable, "may have been stored", ReasonOutcomeUnknown, outcomeUnknownRetry, "", true},
+
+		// A timeout of the server's own (CommitTimeout, the open timeout, a
+		// storage try) inside a call whose deadline is still far is never
+		// DEADLINE_EXCEEDED: UNAVAILABLE, with a RetryInfo, and its text
+		// withheld (it may name a blob).
+		{"commit timeout, call's deadline far", cutOff, true, nil, codes.Unavailable, "may have been stored", ReasonOutcomeUnknown, outcomeUnknownRetry, "", true},
+		{"server timeout before sending", wrap(context.DeadlineExceeded), true, nil, codes.Unavailable, "not stored, safe to retry", ReasonNotCommitted, notCommittedRetry, "", true},
+		{"server cancellation before sending", wrap(context.Canceled), true, nil, codes.Unavailable, "not stored, safe to retry", ReasonNotCommitted, notCommittedRetry, "", true},
+		{"read, server timeout", wrap(context.DeadlineExceeded), false, nil, codes.Unavailable, "retry", "", 0, "", true},
+		// A call past its deadline keeps the class of an error that is not the deadline.
+		{"deadline, storage refused the write", wrap(blob.ErrUnavailable), true, context.DeadlineExceeded, codes.Unavailable, "not stored, safe to retry", ReasonNotCommitted, notCommittedRetry, "", true},
 
 		// Reads: a storage or context error says nothing about a write.
-		{"read, storage unavailable", wrap(blob.ErrUnavailable), false, codes.Unavailable, "storage unavailable; retry", "", 0, "", true},
-		{"read, deadline", wrap(context.DeadlineExceeded), false, codes.DeadlineExceeded, "deadline", "", 0, "", false},
-		{"read, cancelled", wrap(context.Canceled), false, codes.Canceled, "canceled", "", 0, "", false},
-		{"read, shutting down", wrap(ErrShuttingDown), false, codes.Unavailable, "shutting down; retry", "", 0, "", false},
-		{"read, store failed", wrap(blob.ErrStoreFailed), false, codes.Unavailable, "storage unavailable; retry", "", 0, "", true},
+		{"read, storage unavailable", wrap(blob.ErrUnavailable), false, nil, codes.Unavailable, "storage unavailable; retry", "", 0, "", true},
+		{"read, deadline", wrap(context.DeadlineExceeded), false, context.DeadlineExceeded, codes.DeadlineExceeded, "deadline", "", 0, "", false},
+		{"read, cancelled", wrap(context.Canceled), false, context.Canceled, codes.Canceled, "canceled", "", 0, "", false},
+		{"read, shutting down", wrap(ErrShuttingDown), false, nil, codes.Unavailable, "shutting down; retry", "", 0, "", false},
+		{"read, store failed", wrap(blob.ErrStoreFailed), false, nil, codes.Unavailable, "storage unavailable; retry", "", 0, "", true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			mapper := toStatus
+			ctx := endedContext(t, tt.ended)
+			mapper := func(err error) error { return toStatus(ctx, err) }
 			if tt.write {
-				mapper = appendStatus
+				mapper = func(err error) error { return appendStatus(ctx, err) }
 			}
 			err := mapper(tt.err)
 			st := status.Convert(err)
@@ -190,17 +203,37 @@ func TestToStatus(t *testing.T) {
 			}
 		})
 	}
-	if toStatus(nil) != nil || appendStatus(nil) != nil {
+	if toStatus(t.Context(), nil) != nil || appendStatus(t.Context(), nil) != nil {
 		t.Error("nil maps to a status")
 	}
 	// A message that reads "may have been stored" never comes with "not
 	// stored", and the old blanket hint is gone.
 	for _, tt := range tests {
-		msg := status.Convert(appendStatus(tt.err)).Message()
+		msg := status.Convert(appendStatus(endedContext(t, tt.ended), tt.err)).Message()
 		if strings.Contains(msg, "may have been stored") && strings.Contains(msg, "not stored") {
 			t.Errorf("%q: both hints: %q", tt.name, msg)
 		}
 	}
+}
+
+// endedContext is an RPC context whose Err is ended: nil for one that
+// runs, context.DeadlineExceeded for one past its deadline, or
+// context.Canceled.
+func endedContext(t *testing.T, ended error) context.Context {
+	switch ended {
+	case nil:
+		return t.Context()
+	case context.DeadlineExceeded:
+		ctx, cancel := context.WithDeadline(t.Context(), time.Unix(0, 0))
+		t.Cleanup(cancel)
+		return ctx
+	case context.Canceled:
+		ctx, cancel := context.WithCancel(t.Context())
+		cancel()
+		return ctx
+	}
+	t.Fatalf("endedContext(%v)", ended)
+	return nil
 }
 
 // A Scan that ends after its request was accepted names the cursor to
@@ -214,12 +247,19 @@ func TestScanResumeAt(t *testing.T) {
 	}{
 		{fmt.Errorf("read: %w", blob.ErrUnavailable), codes.Unavailable, ReasonScanInterrupted},
 		{fmt.Errorf("read: %w", context.DeadlineExceeded), codes.DeadlineExceeded, ReasonScanInterrupted},
+		{fmt.Errorf("read: %w", context.Canceled), codes.Canceled, ReasonScanInterrupted},
 		{fmt.Errorf("%w: blob x: bad crc", shard.ErrCorrupt), codes.DataLoss, ""},
 		{errors.New("boom"), codes.Internal, ""},
 		{shard.ErrShardNotFound, codes.NotFound, ""},
 	}
 	for _, tt := range tests {
-		st := classify(tt.err, false).resumeAt(41).status("")
+		ctx := t.Context()
+		if errors.Is(tt.err, context.DeadlineExceeded) {
+			ctx = endedContext(t, context.DeadlineExceeded)
+		} else if errors.Is(tt.err, context.Canceled) {
+			ctx = endedContext(t, context.Canceled)
+		}
+		st := classify(ctx, tt.err, false).resumeAt(41).status("")
 		d := detailsOf(t, st)
 		if st.Code() != tt.code || d.reason(t) != tt.reason || d.retry != nil || d.bad != nil {
 			t.Errorf("%q: %v %v, want %v %q", tt.err, st, st.Details(), tt.code, tt.reason)

@@ -182,7 +182,7 @@ func (g *guard) check(ctx context.Context, method string, verb authz.Verb, msg a
 	}
 	r, ok := msg.(shardRequest)
 	if !ok {
-		return toStatus(fmt.Errorf("%w: %s: the request names no shard", authz.ErrDenied, method))
+		return toStatus(ctx, fmt.Errorf("%w: %s: the request names no shard", authz.ErrDenied, method))
 	}
 	identity := peerIdentity(ctx)
 	if g.trust != nil {
@@ -191,18 +191,18 @@ func (g *guard) check(ctx context.Context, method string, verb authz.Verb, msg a
 				g.denied.WithLabelValues(string(verb)).Inc()
 				g.log.Info("rpc denied", zap.String("identity", identity), zap.String("verb", string(verb)),
 					zap.String("shard", r.GetShard()), zap.String("peer", peerAddr(ctx)), zap.Error(err))
-				return toStatus(untrusted(identity, err, false))
+				return toStatus(ctx, untrusted(identity, err, false))
 			}
 		}
 	}
 	if g.authz != nil {
 		if err := g.authz.Authorize(identity, verb, r.GetShard()); err != nil {
-			if status.Code(toStatus(err)) == codes.PermissionDenied {
+			if status.Code(toStatus(ctx, err)) == codes.PermissionDenied {
 				g.denied.WithLabelValues(string(verb)).Inc()
 				g.log.Info("rpc denied", clientString("identity", identity), zap.String("verb", string(verb)),
 					clientString("shard", r.GetShard()), zap.String("peer", peerAddr(ctx)))
 			}
-			return toStatus(err)
+			return toStatus(ctx, err)
 		}
 	}
 	if g.limiter != nil && verb == authz.Append {
@@ -215,7 +215,7 @@ func (g *guard) check(ctx context.Context, method string, verb authz.Verb, msg a
 		m, _ := msg.(proto.Message)
 		if err := g.limiter.Take(key, proto.Size(m)); err != nil {
 			g.limited.Inc()
-			return toStatus(err)
+			return toStatus(ctx, err)
 		}
 	}
 	return nil
@@ -268,7 +268,8 @@ func (g *guard) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInf
 }
 
 func (g *guard) uncovered(method string) error {
-	return toStatus(fmt.Errorf("%w: %s has no authorization verb, so no policy can allow it", authz.ErrDenied, method))
+	ctx := context.Background() // a refusal before any work: no deadline is involved
+	return toStatus(ctx, fmt.Errorf("%w: %s has no authorization verb, so no policy can allow it", authz.ErrDenied, method))
 }
 
 // tracks reports whether streams are registered for re-checks: only when
@@ -334,7 +335,7 @@ func (g *guard) recheckOne(s *guardedStream, verifyChain bool) bool {
 	if err == nil {
 		return false
 	}
-	st := toStatus(err)
+	st := toStatus(s.Context(), err)
 	if !s.revoke(st) {
 		return false
 	}
@@ -488,7 +489,7 @@ func (g *guard) checkPrefix(ctx context.Context, verb authz.Verb, r prefixReques
 		if chain := peerChain(ctx); len(chain) > 0 {
 			if err := g.trust.verify(chain); err != nil {
 				g.denied.WithLabelValues(string(verb)).Inc()
-				return toStatus(untrusted(identity, err, false))
+				return toStatus(ctx, untrusted(identity, err, false))
 			}
 		}
 	}
@@ -497,9 +498,9 @@ func (g *guard) checkPrefix(ctx context.Context, verb authz.Verb, r prefixReques
 		g.log.Info("rpc denied", clientString("identity", identity), zap.String("verb", string(verb)),
 			clientString("prefix", r.GetPrefix()), zap.String("peer", peerAddr(ctx)))
 		if identity == "" {
-			return toStatus(&authz.DeniedError{Verb: verb, Shard: r.GetPrefix()})
+			return toStatus(ctx, &authz.DeniedError{Verb: verb, Shard: r.GetPrefix()})
 		}
-		return toStatus(fmt.Errorf("%w: identity %q may not %s any shard: no grant of the authorization policy allows it", authz.ErrDenied, identity, verb))
+		return toStatus(ctx, fmt.Errorf("%w: identity %q may not %s any shard: no grant of the authorization policy allows it", authz.ErrDenied, identity, verb))
 	}
 	return nil
 }

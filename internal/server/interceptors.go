@@ -177,7 +177,7 @@ func (s *Server) answer(ctx context.Context, c *rpcCall, method string, err erro
 		if _, ok := status.FromError(err); ok {
 			return err
 		}
-		if err = toStatus(err); !errors.As(err, &ie) {
+		if err = toStatus(ctx, err); !errors.As(err, &ie) {
 			return err
 		}
 	}

@@ -48,11 +48,11 @@ func (s *service) ListShards(ctx context.Context, req *rolloutv1.ListShardsReque
 	prefix := strings.TrimSuffix(req.GetPrefix(), "/")
 	if prefix != "" {
 		if err := validate.Shard(prefix); err != nil {
-			return nil, toStatus(&validate.FieldError{Field: "prefix", Rule: "must be empty or a shard name", Detail: err.Error()})
+			return nil, toStatus(ctx, &validate.FieldError{Field: "prefix", Rule: "must be empty or a shard name", Detail: err.Error()})
 		}
 	}
 	if req.GetPageSize() < 0 {
-		return nil, toStatus(&validate.FieldError{Field: "page_size", Rule: "must not be negative", Detail: fmt.Sprintf("got %d", req.GetPageSize())})
+		return nil, toStatus(ctx, &validate.FieldError{Field: "page_size", Rule: "must not be negative", Detail: fmt.Sprintf("got %d", req.GetPageSize())})
 	}
 	size := int(req.GetPageSize())
 	switch {
@@ -63,7 +63,7 @@ func (s *service) ListShards(ctx context.Context, req *rolloutv1.ListShardsReque
 	}
 	page, err := shard.ListShards(ctx, s.life.store, prefix, req.GetPageToken(), size)
 	if err != nil {
-		return nil, toStatus(err)
+		return nil, toStatus(ctx, err)
 	}
 	resp := &rolloutv1.ListShardsResponse{NextPageToken: page.Next}
 	identity := peerIdentity(ctx)
@@ -93,7 +93,7 @@ func (s *service) ListShards(ctx context.Context, req *rolloutv1.ListShardsReque
 		})
 	}
 	if err := g.Wait(); err != nil {
-		return nil, toStatus(err)
+		return nil, toStatus(ctx, err)
 	}
 	return resp, nil
 }
@@ -101,11 +101,11 @@ func (s *service) ListShards(ctx context.Context, req *rolloutv1.ListShardsReque
 // DescribeShard describes one shard from its current manifest.
 func (s *service) DescribeShard(ctx context.Context, req *rolloutv1.DescribeShardRequest) (*rolloutv1.ShardInfo, error) {
 	if err := validate.Shard(req.GetShard()); err != nil {
-		return nil, toStatus(err)
+		return nil, toStatus(ctx, err)
 	}
 	info, err := s.reader.Describe(ctx, req.GetShard())
 	if err != nil {
-		return nil, toStatus(err)
+		return nil, toStatus(ctx, err)
 	}
 	return s.shardInfo(info), nil
 }
@@ -143,27 +143,27 @@ func timestamp(t time.Time) *timestamppb.Timestamp {
 // BatchGet reads many records of one shard with one manifest read.
 func (s *service) BatchGet(ctx context.Context, req *rolloutv1.BatchGetRequest) (*rolloutv1.BatchGetResponse, error) {
 	if err := validate.Shard(req.GetShard()); err != nil {
-		return nil, toStatus(err)
+		return nil, toStatus(ctx, err)
 	}
 	ids := req.GetIds()
 	switch {
 	case len(ids) == 0:
-		return nil, toStatus(&validate.FieldError{Field: "ids", Rule: "must name at least one id"})
+		return nil, toStatus(ctx, &validate.FieldError{Field: "ids", Rule: "must name at least one id"})
 	case len(ids) > maxBatchGetIDs:
-		return nil, toStatus(&validate.FieldError{Field: "ids", Rule: fmt.Sprintf("must name at most %d ids", maxBatchGetIDs), Detail: fmt.Sprintf("got %d", len(ids))})
+		return nil, toStatus(ctx, &validate.FieldError{Field: "ids", Rule: fmt.Sprintf("must name at most %d ids", maxBatchGetIDs), Detail: fmt.Sprintf("got %d", len(ids))})
 	}
 	for i, id := range ids {
 		if err := validate.RecordID(id); err != nil {
-			return nil, toStatus(&validate.FieldError{Field: fmt.Sprintf("ids[%d]", i), Rule: "must be a record id", Detail: err.Error()})
+			return nil, toStatus(ctx, &validate.FieldError{Field: fmt.Sprintf("ids[%d]", i), Rule: "must be a record id", Detail: err.Error()})
 		}
 	}
 	project, err := projection(req.GetFields())
 	if err != nil {
-		return nil, toStatus(err)
+		return nil, toStatus(ctx, err)
 	}
 	res, err := s.reader.BatchGet(ctx, req.GetShard(), ids, shard.BatchGetOptions{MaxBytes: s.life.batchGetBytes, Project: project})
 	if err != nil {
-		return nil, toStatus(err)
+		return nil, toStatus(ctx, err)
 	}
 	resp := &rolloutv1.BatchGetResponse{Results: make([]*rolloutv1.BatchGetResult, len(ids))}
 	for i, r := range res {
@@ -186,11 +186,11 @@ func (s *service) BatchGet(ctx context.Context, req *rolloutv1.BatchGetRequest) 
 // taken effect when it returns, the storage is reclaimed after.
 func (s *service) DeleteShard(ctx context.Context, req *rolloutv1.DeleteShardRequest) (*rolloutv1.DeleteShardResponse, error) {
 	if err := validate.Shard(req.GetShard()); err != nil {
-		return nil, toStatus(err)
+		return nil, toStatus(ctx, err)
 	}
 	d, err := shard.Delete(ctx, s.life.store, req.GetShard(), shard.DeleteOptions{ExpectedLastSeq: req.ExpectedLastSeq, Clock: s.clock})
 	if err != nil {
-		return nil, toStatus(err)
+		return nil, toStatus(ctx, err)
 	}
 	// The tombstone fenced it already; retiring it now saves its next
 	// append a failed commit.

@@ -20,6 +20,7 @@ type Metrics struct {
 	generationsPerRPC prometheus.Histogram
 	residentWriters   prometheus.Gauge
 	writerOpens       prometheus.Counter
+	openBackoffs      prometheus.Counter
 	openDuration      prometheus.Histogram
 	evictions         prometheus.Counter
 	fences            prometheus.Counter
@@ -71,6 +72,10 @@ func NewMetrics() *Metrics {
 		writerOpens: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "rolloutd_writer_opens_total",
 			Help: "Shard writer opens (epoch claims), successful or not.",
+		}),
+		openBackoffs: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "rolloutd_writer_open_backoffs_total",
+			Help: "Failed shard writer opens after which the shard's next open backs off (doubling up to 2 s while its opens keep failing, as in a storage partition).",
 		}),
 		openDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "rolloutd_writer_open_duration_seconds",
@@ -133,7 +138,7 @@ func NewMetrics() *Metrics {
 	}
 	m.collectors = []prometheus.Collector{
 		m.rpcDuration, m.recordsAppended, m.bytesAppended, m.alreadyPresent, m.generationsPerRPC,
-		m.residentWriters, m.writerOpens, m.openDuration, m.evictions, m.fences, m.logFences, m.checkpoints, m.selfHeals, m.panics, m.decodeFailures,
+		m.residentWriters, m.writerOpens, m.openBackoffs, m.openDuration, m.evictions, m.fences, m.logFences, m.checkpoints, m.selfHeals, m.panics, m.decodeFailures,
 		m.scannedRecords, m.merges, m.mergeDuration, m.mergeSources, m.errorReasons, m.shutdownTimeouts,
 	}
 	for _, method := range requestMethods {

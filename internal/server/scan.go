@@ -22,14 +22,14 @@ import (
 // gRPC flow control holds a slow consumer's stream back without buffering
 // more than a batch, and without touching the appends.
 func (s *service) Scan(req *rolloutv1.ScanRequest, stream grpc.ServerStreamingServer[rolloutv1.ScanResponse]) error {
+	ctx := stream.Context()
 	if err := validate.Shard(req.GetShard()); err != nil {
-		return toStatus(err)
+		return toStatus(ctx, err)
 	}
 	project, err := projection(req.GetFields())
 	if err != nil {
-		return toStatus(err)
+		return toStatus(ctx, err)
 	}
-	ctx := stream.Context()
 	call := callFrom(ctx)
 	cursor := req.GetAfterSeq()
 	opts := shard.ScanOptions{
@@ -73,7 +73,7 @@ func (s *service) Scan(req *rolloutv1.ScanRequest, stream grpc.ServerStreamingSe
 		f := failure{code: codes.Unavailable, msg: fmt.Sprintf("scan of shard %q ended (%v)", req.GetShard(), context.Cause(ctx)), hint: fmt.Sprintf("; resume with after_seq=%d", cursor)}
 		return f.resumeAt(cursor).err()
 	}
-	f := classify(err, false)
+	f := classify(ctx, err, false)
 	f.hint += fmt.Sprintf(" (resume with after_seq=%d)", cursor)
 	return f.resumeAt(cursor).err()
 }

@@ -107,7 +107,7 @@ func TestFenceStillFencedAfterAttempts(t *testing.T) {
 	if !errors.Is(err, shard.ErrFenced) {
 		t.Fatalf("append: %v, want ErrFenced", err)
 	}
-	st := appendStatus(err)
+	st := appendStatus(context.Background(), err)
 	msg := st.Error()
 	for _, want := range []string{`"contended"`, "epoch 7", "epoch 8", "not stored, safe to retry", "Unavailable"} {
 		if !strings.Contains(msg, want) {

@@ -36,11 +36,11 @@ var _ rolloutv1.RolloutServiceServer = (*service)(nil)
 // through the writer set.
 func (s *service) Append(ctx context.Context, req *rolloutv1.AppendRequest) (*rolloutv1.AppendResponse, error) {
 	if err := s.checkAppend(req); err != nil {
-		return nil, toStatus(err)
+		return nil, toStatus(ctx, err)
 	}
 	entries, derived, err := s.prepare(req)
 	if err != nil {
-		return nil, toStatus(err)
+		return nil, toStatus(ctx, err)
 	}
 	results, err := s.writers.append(ctx, req.GetShard(), entries)
 	if err != nil {
@@ -49,7 +49,7 @@ func (s *service) Append(ctx context.Context, req *rolloutv1.AppendRequest) (*ro
 			// The shard's error names the id; say where it came from.
 			err = fmt.Errorf("%w; it was derived from request_id %q, which must not be reused for different records", err, req.GetRequestId())
 		}
-		return nil, appendStatus(err)
+		return nil, appendStatus(ctx, err)
 	}
 	var size int
 	for _, e := range entries {
@@ -146,11 +146,11 @@ func (s *service) prepare(req *rolloutv1.AppendRequest) (entries []shard.Entry, 
 // sees every append acknowledged before it started, by any instance.
 func (s *service) Get(ctx context.Context, req *rolloutv1.GetRequest) (*rolloutv1.GetResponse, error) {
 	if err := validate.GetRequest(req); err != nil {
-		return nil, toStatus(err)
+		return nil, toStatus(ctx, err)
 	}
 	rec, err := s.reader.Get(ctx, req.GetShard(), req.GetId())
 	if err != nil {
-		return nil, toStatus(err)
+		return nil, toStatus(ctx, err)
 	}
 	return &rolloutv1.GetResponse{Record: rec}, nil
 }

@@ -45,9 +45,18 @@ type appendRetry struct {
 // instance therefore never opens a second writer for a shard it holds, which
 // would fence the first.
 //
-// A writer that failed for good (fenced, or aborted or closed under a request)
-// is retired: it leaves byShard at once, so the next request opens a
-// replacement, and it is aborted at its last unpin.
+// A writer that stopped for good, whatever its lasting error (fenced,
+// aborted or closed under a request, stale, or stopped by a create left
+// undecided), is retired: it leaves byShard at once, so the next request
+// opens a replacement, and it is aborted at its last unpin. A writer that
+// stopped with a create in doubt tells the replacement so through
+// shard.Lineage, and the replacement fences the log.
+//
+// A shard whose opens keep failing (a partition of its store) backs off:
+// each failed open in a row doubles the wait before the next one, up to
+// maxReopenBackoff, so that no stream of appends turns into a loop of
+// claims and probes against a failing store. An append that cannot wait
+// that long within its deadline is refused at once (reopenBackoff).
 type writerSet struct {
 	open        openFunc
 	openTimeout time.Duration
@@ -66,6 +75,7 @@ type writerSet struct {
 	byShard map[string]*held    // the writer handed out for each shard
 	all     map[*held]struct{}  // every writer not yet aborted or closed
 	opening map[string]*opening // single-flight opens, by shard
+	failing map[string]*reopen  // shards whose last open failed
 	closed  bool
 }
 
@@ -107,6 +117,7 @@ func newWriterSet(maxWriters int, open openFunc, openTimeout time.Duration, retr
 		byShard:     map[string]*held{},
 		all:         map[*held]struct{}{},
 		opening:     map[string]*opening{},
+		failing:     map[string]*reopen{},
 		clock:       clock.Real{},
 	}
 }
@@ -146,8 +157,12 @@ func (s *writerSet) append(ctx context.Context, shardName string, entries []shar
 		if errors.Is(err, shard.ErrOutcomeUnknown) {
 			landed = err
 		}
+		// A writer that stopped, whatever its lasting error, serves no
+		// one again: replace it. Retrying on the replacement settles an
+		// append whose create was left in doubt too, since it keeps its
+		// ids: the replacement fences the log and inherits what landed.
 		replace := ctx.Err() == nil && (errors.Is(err, shard.ErrFenced) || errors.Is(err, shard.ErrClosed) ||
-			errors.Is(err, shard.ErrAborted) || errors.Is(err, shard.ErrStale))
+			errors.Is(err, shard.ErrAborted) || errors.Is(err, shard.ErrStale) || h.w.Err() != nil)
 		if replace {
 			s.retire(h, err)
 		}
@@ -191,15 +206,31 @@ func (s *writerSet) acquire(ctx context.Context, shardName string) (*held, error
 		s.mu.Unlock()
 		return nil, fmt.Errorf("shard %q: %w", shardName, ErrShuttingDown)
 	}
+	var stopped []*held
 	if h, ok := s.byShard[shardName]; ok {
-		h.pins++
-		victims := s.touchLocked(h)
-		s.mu.Unlock()
-		s.abort(victims, "evicted")
-		return h, nil
+		err := h.w.Err()
+		if err == nil {
+			h.pins++
+			victims := s.touchLocked(h)
+			s.mu.Unlock()
+			s.abort(victims, "evicted")
+			return h, nil
+		}
+		// It stopped since its last use (a checkpoint found it fenced, say):
+		// replace it now rather than let a request fail on it first.
+		s.retireLocked(h, err)
+		if h.pins == 0 {
+			s.dropLocked(h)
+			stopped = append(stopped, h)
+		}
 	}
+	defer s.abort(stopped, "retired")
 	op, ok := s.opening[shardName]
 	if !ok {
+		if err := s.reopenBackoffLocked(ctx, shardName); err != nil {
+			s.mu.Unlock()
+			return nil, err
+		}
 		op = &opening{done: make(chan struct{})}
 		s.opening[shardName] = op
 		s.opens.Add(1)
@@ -236,6 +267,21 @@ func (s *writerSet) acquire(ctx context.Context, shardName string) (*held, error
 // writer opened after every waiter left still serves the next request.
 func (s *writerSet) openInBackground(shardName string, op *opening) {
 	defer s.opens.Done()
+	s.mu.Lock()
+	var at time.Time
+	if r := s.failing[shardName]; r != nil {
+		at = r.at
+	}
+	s.mu.Unlock()
+	if d := time.Until(at); d > 0 {
+		// Real time, like at: the backoff paces I/O, not the test clock.
+		t := time.NewTimer(d)
+		select {
+		case <-t.C:
+		case <-s.ctx.Done():
+		}
+		t.Stop()
+	}
 	ctx, cancel := context.WithTimeout(s.ctx, s.openTimeout)
 	start := time.Now()
 	w, err := s.safeOpen(ctx, shardName)
@@ -257,7 +303,13 @@ func (s *writerSet) openInBackground(shardName string, op *opening) {
 			err = fmt.Errorf("%w (last try: %v)", blob.ErrUnavailable, err)
 		}
 		op.err = fmt.Errorf("open writer: %w", err)
+		s.openFailedLocked(shardName, op.err)
 	default:
+		if r := s.failing[shardName]; r != nil {
+			delete(s.failing, shardName)
+			s.log.Info("shard writer opened after failed opens", zap.String("shard", shardName),
+				zap.Uint64("epoch", w.Epoch()), zap.Int("failed_opens", r.fails))
+		}
 		h := &held{shard: shardName, w: w, pins: op.waiters}
 		s.byShard[shardName] = h
 		s.all[h] = struct{}{}
@@ -345,6 +397,12 @@ func (s *writerSet) release(h *held) {
 func (s *writerSet) retire(h *held, cause error) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	return s.retireLocked(h, cause)
+}
+
+// retireLocked is retire, for a caller that holds mu. It aborts nothing:
+// h is aborted at its last unpin, or by the caller when nothing pins it.
+func (s *writerSet) retireLocked(h *held, cause error) bool {
 	if h.dead {
 		return false
 	}

@@ -51,7 +51,9 @@
 //     with an empty tail does an edit force one, after EditDelay. No
 //     position beyond checkpoint+2K is
 //     created until a checkpoint lands, so readers and claims probe a
-//     bounded tail. A checkpoint covers every position of every generation
+//     bounded tail; a commit waiting there stops waiting, with the
+//     writer's reason, when the writer stops (a checkpoint found it
+//     fenced, say). A checkpoint covers every position of every generation
 //     it lists.
 //  6. Get and Scan read the manifest, then the log positions after its
 //     checkpoint until the first missing one, which a manifest GET sent

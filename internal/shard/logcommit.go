@@ -214,6 +214,14 @@ func (c *committer) awaitCheckpointRoom(ctx context.Context) error {
 		w.checkpointer.wake()
 		select {
 		case <-landed:
+		case <-w.halted:
+			// No checkpoint of this writer's will land: fenced by the
+			// checkpointer, say. Nothing was sent; the writer's own reason
+			// tells the caller where to go (a fence: to a new writer).
+			w.mu.Lock()
+			err := w.refuseLocked()
+			w.mu.Unlock()
+			return err
 		case <-ctx.Done():
 			if w.ctx.Err() != nil {
 				return fmt.Errorf("shard %q epoch %d: %w before the commit was sent", w.shard, w.epoch, ErrAborted)

@@ -82,13 +82,21 @@ type writer struct {
 	// mu guards the fields below it.
 	mu       sync.Mutex
 	state    state                  // changed only by toLocked
-	fenceErr error                  // sticky once fenced
+	fenceErr error                  // sticky once fenced: why the writer stopped
 	queue    []*pending             // appends waiting for the committer
 	queued   int64                  // bytes queued or in flight
 	inflight map[string]inflightRef // the ids of appends queued or being committed
 	edits    []*edit                // manifest edits waiting for the next commit
 	editsAt  time.Time              // when the oldest of edits was queued
 	minGen   uint64                 // lowest generation number not yet used by this writer
+	// refuseErr is what a fenced writer answers an append that was never
+	// sent: the fence itself, or, when the writer stopped for another
+	// reason (a create left undecided), a not-sent error, since only the
+	// appends of that create may have landed.
+	refuseErr error
+	// halted is closed when the writer stops in the fenced state, so that
+	// a commit waiting for a checkpoint stops waiting (awaitCheckpointRoom).
+	halted chan struct{}
 	// m is the last manifest this writer committed or read. The committer
 	// replaces it and never mutates it, so others may read a snapshot of
 	// the pointer.
@@ -121,6 +129,7 @@ func Open(ctx context.Context, store blob.Store, shard string, opts Options) (*W
 		id:       newWriterID(),
 		inflight: map[string]inflightRef{},
 		claims:   newClaims(),
+		halted:   make(chan struct{}),
 	}
 	w.committer = committer{w: w, kick: make(chan struct{}, 1), done: make(chan struct{})}
 	w.merger = merger{w: w, kick: make(chan struct{}, 1), done: make(chan struct{})}
@@ -187,12 +196,14 @@ func (h *Writer) QueuedBytes() int64 {
 }
 
 // Err returns why the writer takes no more appends, or nil while it is
-// open: ErrClosed when closing or closed, ErrAborted, or the *FencedError.
-// A holder can drop a dead writer without waiting for an append to fail.
+// open: ErrClosed when closing or closed, ErrAborted, the *FencedError, or
+// the lasting error that stopped it (a create left undecided, which
+// matches ErrOutcomeUnknown, or ErrStale). A holder can drop a dead writer
+// without waiting for an append to fail.
 func (h *Writer) Err() error {
 	h.w.mu.Lock()
 	defer h.w.mu.Unlock()
-	return h.w.refuseLocked()
+	return h.w.stoppedLocked()
 }
 
 // Stats is a snapshot of a writer's bounded resources and work, for metrics.
@@ -308,10 +319,19 @@ func (w *writer) refuseLocked() error {
 	case stateAborted:
 		return fmt.Errorf("shard %q epoch %d: %w", w.shard, w.epoch, ErrAborted)
 	case stateFenced:
-		return w.fenceErr
+		return w.refuseErr
 	default:
 		return fmt.Errorf("shard %q epoch %d: %w", w.shard, w.epoch, ErrClosed)
 	}
+}
+
+// stoppedLocked is refuseLocked, but for a fenced writer the error that
+// stopped it rather than the answer to an append that was not sent.
+func (w *writer) stoppedLocked() error {
+	if w.state == stateFenced {
+		return w.fenceErr
+	}
+	return w.refuseLocked()
 }
 
 // takeQueueLocked takes every queued append out of the queue. The caller
@@ -370,7 +390,7 @@ func (w *writer) close(ctx context.Context) error {
 		return nil
 	}
 	// A second Close, or a Close that an Abort or a fence overtook.
-	return w.refuseLocked()
+	return w.stoppedLocked()
 }
 
 // abort is Abort: stop, then wait for the writer's goroutines.
@@ -422,16 +442,17 @@ func (w *writer) fence(err *FencedError) {
 	}
 }
 
-// halt stops the writer for good, in the fenced state: every future
-// append fails with err, and every queued one with queuedErr. It reports
-// whether this call stopped it.
+// halt stops the writer for good, in the fenced state: err says why, and
+// every queued and future append fails with queuedErr, since none of them
+// was sent. It reports whether this call stopped it.
 func (w *writer) halt(err, queuedErr error) bool {
 	w.mu.Lock()
 	if !w.toLocked(stateFenced) {
 		w.mu.Unlock()
 		return false
 	}
-	w.fenceErr = err
+	w.fenceErr, w.refuseErr = err, queuedErr
+	close(w.halted)
 	queued := w.takeQueueLocked()
 	w.mu.Unlock()
 	for _, p := range queued {

@@ -22,7 +22,10 @@ def append_retry(err: errors.RolloutdError) -> bool:
     """Whether an append that failed with err is worth resending unchanged
     (same records, same request_id).
 
-    OUTCOME_UNKNOWN, NOT_COMMITTED and BACKPRESSURE always are; RATE_LIMITED
+    OUTCOME_UNKNOWN, NOT_COMMITTED and BACKPRESSURE always are, whatever
+    the code: the server sends them on UNAVAILABLE with a RetryInfo (an
+    OUTCOME_UNKNOWN after the server's own commit timeout included), and on
+    DEADLINE_EXCEEDED only when the call's deadline passed. RATE_LIMITED
     only with a RetryInfo (without one the batch never fits). A status with
     no ErrorInfo counts as OUTCOME_UNKNOWN when it is UNAVAILABLE (the
     connection broke, or no server answered) or DEADLINE_EXCEEDED (this

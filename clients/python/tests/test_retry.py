@@ -54,6 +54,16 @@ def test_retried_reasons_keep_the_request_id(reason, code):
     assert srv.requests[0] == srv.requests[2], "every attempt sends the same request"
 
 
+def test_outcome_unknown_after_the_server_commit_timeout_is_resent():
+    # The server gave up on a commit after its commit timeout, far inside
+    # the call's deadline: OUTCOME_UNKNOWN on UNAVAILABLE with a RetryInfo,
+    # never DEADLINE_EXCEEDED. The resend keeps the request_id.
+    srv, res, err = run([fail(U, "OUTCOME_UNKNOWN", retry=0.05), ok])
+    assert err is None and len(res) == 2
+    assert len(srv.requests) == 2
+    assert srv.requests[0] == srv.requests[1]
+
+
 def test_no_error_info_unavailable_counts_as_outcome_unknown():
     srv, res, err = run([fail(U), ok])
     assert err is None and len(srv.requests) == 2

@@ -69,7 +69,8 @@ const (
 	// the context's error is returned.
 	Delay
 	// Hang blocks until the context is done and returns its error, wrapped;
-	// the inner store is not called. Use a context with a deadline.
+	// the inner store is not called. Use a context with a deadline, or
+	// Rule.Until.
 	Hang
 	// LoseResponse calls the inner store, so the operation takes effect, and
 	// then returns an error as if the response had been lost in transit:
@@ -113,9 +114,13 @@ type Rule struct {
 	Count int
 	// Delay is the latency a Delay rule adds.
 	Delay time.Duration
-	// Err is what a Fail rule returns (wrapped); nil means
-	// blob.ErrUnavailable.
+	// Err is what a Fail rule returns (wrapped), and a Hang rule whose
+	// Until closed; nil means blob.ErrUnavailable.
 	Err error
+	// Until, for a Hang rule, ends the calls it holds when closed: they
+	// fail with Err. Calls already held stay held after the rule is
+	// removed, as requests cut by a partition do, until then.
+	Until <-chan struct{}
 }
 
 func (r *Rule) matches(op Op, name string) bool {
@@ -335,8 +340,16 @@ func (s *Store) do(ctx context.Context, op Op, name string, valid bool, call fun
 		return true, fmt.Errorf("faultstore: %s %q: injected failure: %w", op, name, err)
 	case Hang:
 		s.injected[op].Add(1)
-		<-ctx.Done()
-		return true, fmt.Errorf("faultstore: %s %q: injected hang: %w", op, name, ctx.Err())
+		select {
+		case <-ctx.Done():
+			return true, fmt.Errorf("faultstore: %s %q: injected hang: %w", op, name, ctx.Err())
+		case <-r.Until:
+			err := r.Err
+			if err == nil {
+				err = blob.ErrUnavailable
+			}
+			return true, fmt.Errorf("faultstore: %s %q: injected hang, ended: %w", op, name, err)
+		}
 	}
 	s.forwarded[op].Add(1)
 	err = call(ctx)

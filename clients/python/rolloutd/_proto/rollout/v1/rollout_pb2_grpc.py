@@ -13,18 +13,26 @@ class RolloutServiceStub(object):
     code says what to do (INVALID_ARGUMENT, NOT_FOUND, ALREADY_EXISTS,
     PERMISSION_DENIED, DATA_LOSS, INTERNAL, and UNAVAILABLE from Get).
 
-    OUTCOME_UNKNOWN (UNAVAILABLE, or DEADLINE_EXCEEDED/CANCELLED when the
-    call's context ended first): the Append may or may not have been
-    stored. Resend the same request, with the same ids or the same
-    request_id, to learn the outcome: records that landed come back with
+    OUTCOME_UNKNOWN (UNAVAILABLE with a RetryInfo, as when the server gave
+    up on a commit after its commit timeout; or DEADLINE_EXCEEDED/
+    CANCELLED, without one, only when the call's own deadline passed or
+    it was cancelled): the Append may or may not have been stored.
+    Resend the same request, with the same ids or the same request_id,
+    to learn the outcome: records that landed come back with
     already_present set. A resend of records without ids and without a
     request_id may store them twice.
     NOT_COMMITTED (UNAVAILABLE with a RetryInfo; or DEADLINE_EXCEEDED/
-    CANCELLED, when the append was never sent): the Append was certainly
-    not stored (its writer was fenced, aborted or closed, the server is
-    shutting down, or storage refused the write). Retrying is safe. It
-    speaks for this call only: after an earlier OUTCOME_UNKNOWN for the
-    same records, keep resending with the same ids or request_id.
+    CANCELLED, without one, when the call's own deadline passed or it
+    was cancelled before the append was sent): the Append was certainly
+    not stored (its writer was fenced, aborted, closed or stopped, the
+    server is shutting down, storage refused the write or timed out, or
+    the shard's writer is backing off after failed opens). Retrying is
+    safe. It speaks for this call only: after an earlier OUTCOME_UNKNOWN
+    for the same records, keep resending with the same ids or
+    request_id.
+    DEADLINE_EXCEEDED is only ever the call's own deadline (the client's,
+    or the server's default when the client set none): a timeout inside
+    the server is UNAVAILABLE.
     BACKPRESSURE (RESOURCE_EXHAUSTED, with a RetryInfo): the shard's writer
     has its cap of bytes queued; nothing was stored. Retry after the
     delay, with backoff.
@@ -36,7 +44,8 @@ class RolloutServiceStub(object):
     is over a server limit; nothing was stored and no resend of the same
     request can succeed. A google.rpc.BadRequest names the field:
     "records[i]" for a record, "records" for the batch. Split it.
-    SCAN_INTERRUPTED (UNAVAILABLE, DEADLINE_EXCEEDED or CANCELLED): a Scan
+    SCAN_INTERRUPTED (UNAVAILABLE; DEADLINE_EXCEEDED or CANCELLED when the
+    call's own deadline passed or it was cancelled): a Scan
     ended early, for a cause a new Scan gets past. Resume with after_seq
     set to the ErrorInfo metadata "resume_after_seq".
     SHARD_DELETED (NOT_FOUND): the shard was deleted (DeleteShard) while the
@@ -108,18 +117,26 @@ class RolloutServiceServicer(object):
     code says what to do (INVALID_ARGUMENT, NOT_FOUND, ALREADY_EXISTS,
     PERMISSION_DENIED, DATA_LOSS, INTERNAL, and UNAVAILABLE from Get).
 
-    OUTCOME_UNKNOWN (UNAVAILABLE, or DEADLINE_EXCEEDED/CANCELLED when the
-    call's context ended first): the Append may or may not have been
-    stored. Resend the same request, with the same ids or the same
-    request_id, to learn the outcome: records that landed come back with
+    OUTCOME_UNKNOWN (UNAVAILABLE with a RetryInfo, as when the server gave
+    up on a commit after its commit timeout; or DEADLINE_EXCEEDED/
+    CANCELLED, without one, only when the call's own deadline passed or
+    it was cancelled): the Append may or may not have been stored.
+    Resend the same request, with the same ids or the same request_id,
+    to learn the outcome: records that landed come back with
     already_present set. A resend of records without ids and without a
     request_id may store them twice.
     NOT_COMMITTED (UNAVAILABLE with a RetryInfo; or DEADLINE_EXCEEDED/
-    CANCELLED, when the append was never sent): the Append was certainly
-    not stored (its writer was fenced, aborted or closed, the server is
-    shutting down, or storage refused the write). Retrying is safe. It
-    speaks for this call only: after an earlier OUTCOME_UNKNOWN for the
-    same records, keep resending with the same ids or request_id.
+    CANCELLED, without one, when the call's own deadline passed or it
+    was cancelled before the append was sent): the Append was certainly
+    not stored (its writer was fenced, aborted, closed or stopped, the
+    server is shutting down, storage refused the write or timed out, or
+    the shard's writer is backing off after failed opens). Retrying is
+    safe. It speaks for this call only: after an earlier OUTCOME_UNKNOWN
+    for the same records, keep resending with the same ids or
+    request_id.
+    DEADLINE_EXCEEDED is only ever the call's own deadline (the client's,
+    or the server's default when the client set none): a timeout inside
+    the server is UNAVAILABLE.
     BACKPRESSURE (RESOURCE_EXHAUSTED, with a RetryInfo): the shard's writer
     has its cap of bytes queued; nothing was stored. Retry after the
     delay, with backoff.
@@ -131,7 +148,8 @@ class RolloutServiceServicer(object):
     is over a server limit; nothing was stored and no resend of the same
     request can succeed. A google.rpc.BadRequest names the field:
     "records[i]" for a record, "records" for the batch. Split it.
-    SCAN_INTERRUPTED (UNAVAILABLE, DEADLINE_EXCEEDED or CANCELLED): a Scan
+    SCAN_INTERRUPTED (UNAVAILABLE; DEADLINE_EXCEEDED or CANCELLED when the
+    call's own deadline passed or it was cancelled): a Scan
     ended early, for a cause a new Scan gets past. Resume with after_seq
     set to the ErrorInfo metadata "resume_after_seq".
     SHARD_DELETED (NOT_FOUND): the shard was deleted (DeleteShard) while the
@@ -281,18 +299,26 @@ class RolloutService(object):
     code says what to do (INVALID_ARGUMENT, NOT_FOUND, ALREADY_EXISTS,
     PERMISSION_DENIED, DATA_LOSS, INTERNAL, and UNAVAILABLE from Get).
 
-    OUTCOME_UNKNOWN (UNAVAILABLE, or DEADLINE_EXCEEDED/CANCELLED when the
-    call's context ended first): the Append may or may not have been
-    stored. Resend the same request, with the same ids or the same
-    request_id, to learn the outcome: records that landed come back with
+    OUTCOME_UNKNOWN (UNAVAILABLE with a RetryInfo, as when the server gave
+    up on a commit after its commit timeout; or DEADLINE_EXCEEDED/
+    CANCELLED, without one, only when the call's own deadline passed or
+    it was cancelled): the Append may or may not have been stored.
+    Resend the same request, with the same ids or the same request_id,
+    to learn the outcome: records that landed come back with
     already_present set. A resend of records without ids and without a
     request_id may store them twice.
     NOT_COMMITTED (UNAVAILABLE with a RetryInfo; or DEADLINE_EXCEEDED/
-    CANCELLED, when the append was never sent): the Append was certainly
-    not stored (its writer was fenced, aborted or closed, the server is
-    shutting down, or storage refused the write). Retrying is safe. It
-    speaks for this call only: after an earlier OUTCOME_UNKNOWN for the
-    same records, keep resending with the same ids or request_id.
+    CANCELLED, without one, when the call's own deadline passed or it
+    was cancelled before the append was sent): the Append was certainly
+    not stored (its writer was fenced, aborted, closed or stopped, the
+    server is shutting down, storage refused the write or timed out, or
+    the shard's writer is backing off after failed opens). Retrying is
+    safe. It speaks for this call only: after an earlier OUTCOME_UNKNOWN
+    for the same records, keep resending with the same ids or
+    request_id.
+    DEADLINE_EXCEEDED is only ever the call's own deadline (the client's,
+    or the server's default when the client set none): a timeout inside
+    the server is UNAVAILABLE.
     BACKPRESSURE (RESOURCE_EXHAUSTED, with a RetryInfo): the shard's writer
     has its cap of bytes queued; nothing was stored. Retry after the
     delay, with backoff.
@@ -304,7 +330,8 @@ class RolloutService(object):
     is over a server limit; nothing was stored and no resend of the same
     request can succeed. A google.rpc.BadRequest names the field:
     "records[i]" for a record, "records" for the batch. Split it.
-    SCAN_INTERRUPTED (UNAVAILABLE, DEADLINE_EXCEEDED or CANCELLED): a Scan
+    SCAN_INTERRUPTED (UNAVAILABLE; DEADLINE_EXCEEDED or CANCELLED when the
+    call's own deadline passed or it was cancelled): a Scan
     ended early, for a cause a new Scan gets past. Resume with after_seq
     set to the ErrorInfo metadata "resume_after_seq".
     SHARD_DELETED (NOT_FOUND): the shard was deleted (DeleteShard) while the
