@@ -210,10 +210,7 @@ func (a *admission) tap(ctx context.Context, info *tap.Info) (context.Context, e
 	if conn == nil {
 		conn = &connUsage{} // not served through connTagger: a share of its own
 	}
-	key := identity
-	if key == "" {
-		key = "addr:" + peerHost(ctx)
-	}
+	key := ClientOf(ctx)
 	overhead := int64(streamWindow)
 	for k, vs := range info.Header {
 		for _, v := range vs {
