@@ -59,9 +59,11 @@ type Config struct {
 	// 30 s.
 	OpenTimeout time.Duration
 
-	// BatchGetBytes caps the record bytes of one BatchGet response; the
-	// records past it are marked over the limit, for the client to ask
-	// again. Default 3 MiB, under a client's default 4 MiB receive limit.
+	// BatchGetBytes caps the bytes of one BatchGet response, records and
+	// their framing; the records past it are marked over the limit, for the
+	// client to ask again. The first record found is returned whatever its
+	// size. Default DefaultBatchGetBytes, under a client's default 4 MiB
+	// receive limit.
 	BatchGetBytes int
 	// MaxMessageBytes is the largest request the server receives. Default
 	// 16 MiB (see docs/operations.md, "Memory").
@@ -145,6 +147,7 @@ const (
 	DefaultDeadline        = 30 * time.Second
 	DefaultAppendAttempts  = 4
 	DefaultRetryBackoff    = 10 * time.Millisecond
+	DefaultBatchGetBytes   = 3 << 20
 )
 
 // DefaultMaxRecordBytes is the largest record (its encoding as the client
@@ -207,6 +210,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.MaxMessageBytes == 0 {
 		c.MaxMessageBytes = DefaultMaxMessageBytes
+	}
+	if c.BatchGetBytes == 0 {
+		c.BatchGetBytes = DefaultBatchGetBytes
 	}
 	if c.MaxBatchRecords == 0 {
 		c.MaxBatchRecords = DefaultMaxBatchRecords
