@@ -135,6 +135,11 @@ type Config struct {
 	// after its headers; a stream past it is cancelled. Default
 	// DefaultRecvTimeout.
 	RecvTimeout time.Duration
+	// SendTimeout bounds how long a response may wait, built, for its
+	// client to take it; past it the server closes the connection (every
+	// stream on it ends), which frees the response. Default
+	// DefaultSendTimeout.
+	SendTimeout time.Duration
 }
 
 // Defaults.
@@ -235,6 +240,9 @@ func (c Config) withDefaults() Config {
 	if c.RecvTimeout == 0 {
 		c.RecvTimeout = DefaultRecvTimeout
 	}
+	if c.SendTimeout == 0 {
+		c.SendTimeout = DefaultSendTimeout
+	}
 	if c.Writer.MaxGenerationBytes == 0 {
 		// A batch that the server accepts must fit one generation.
 		c.Writer.MaxGenerationBytes = int64(c.MaxMessageBytes) + int64(c.MaxBatchRecords)*recordOverhead
@@ -260,6 +268,8 @@ func (c Config) validate() error {
 		return errors.New("server: durations must not be negative")
 	case c.RecvTimeout < 0:
 		return fmt.Errorf("server: RecvTimeout must be positive, got %s", c.RecvTimeout)
+	case c.SendTimeout < 0:
+		return fmt.Errorf("server: SendTimeout must be positive, got %s", c.SendTimeout)
 	}
 	if err := c.validateBudget(); err != nil {
 		return err
@@ -308,7 +318,7 @@ func New(cfg Config) (*Server, error) {
 	s.admission = newAdmission(cfg, s.guard, s.access)
 	s.log.Info("request memory budget", zap.Int64("budget_bytes", cfg.RequestBudgetBytes),
 		zap.Int64("connection_share_bytes", s.admission.budget.connLimit), zap.Int64("identity_share_bytes", s.admission.budget.identityLimit),
-		zap.Int("max_message_bytes", cfg.MaxMessageBytes), zap.Duration("recv_timeout", cfg.RecvTimeout))
+		zap.Int("max_message_bytes", cfg.MaxMessageBytes), zap.Duration("recv_timeout", cfg.RecvTimeout), zap.Duration("send_timeout", cfg.SendTimeout))
 
 	cache := shard.NewBlobCache(cfg.IndexCacheBytes)
 	notifier := shard.NewNotifier()
@@ -415,7 +425,8 @@ func New(cfg Config) (*Server, error) {
 // Serve serves gRPC on lis until Shutdown. It returns nil after Shutdown.
 func (s *Server) Serve(lis net.Listener) error {
 	s.log.Info("serving gRPC", zap.String("addr", lis.Addr().String()))
-	return s.grpc.Serve(lis)
+	// The send timeout closes connections it finds through the listener.
+	return s.grpc.Serve(s.admission.conns.listen(lis))
 }
 
 // Shutdown stops the server in order, bounded by ctx:
