@@ -157,6 +157,9 @@ type admission struct {
 	maxRecord     int64 // the largest stored record a response may carry
 	batchGetBytes int64
 	conns         *connRegistry
+	// storedSize is a record's stored size when the reader's cache knows
+	// it (shard.Reader.StoredSize); nil: unknown.
+	storedSize func(shard, id string) (int64, bool)
 
 	admitted []string // the services registered through registrar
 }

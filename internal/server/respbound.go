@@ -9,6 +9,14 @@ import rolloutv1 "github.com/rolloutd/rolloutd/gen/rollout/v1"
 func (a *admission) responseBound(req any) int64 {
 	switch r := req.(type) {
 	case *rolloutv1.GetRequest:
+		// The record's own size when the reader's cache knows it: charging
+		// the largest record let a connection build only about 14 Gets of
+		// small records at once.
+		if a.storedSize != nil {
+			if n, ok := a.storedSize(r.GetShard(), r.GetId()); ok {
+				return responseBuildFactor * (n + responseFraming)
+			}
+		}
 		return responseBuildFactor * (a.maxRecord + responseFraming)
 	case *rolloutv1.BatchGetRequest:
 		// Records and their framing within the cap, the first whatever

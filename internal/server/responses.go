@@ -15,7 +15,8 @@ import (
 //
 //  1. Before a handler builds its response it charges what building may
 //     hold (responseBound: twice the largest response the request can
-//     have, for the bytes read from the store and their decoded copy), and
+//     have, for the bytes read from the store and their decoded copy; for a
+//     Get of a record the reader's cache knows, twice its size), and
 //     waits up to admissionWait for it to fit, or is refused with
 //     BACKPRESSURE and RetryInfo. A Scan charges each batch before it
 //     encodes it (reserveSend).

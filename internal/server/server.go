@@ -354,6 +354,7 @@ func New(cfg Config) (*Server, error) {
 		maxBatchRecords: cfg.MaxBatchRecords,
 		maxRecordBytes:  cfg.MaxRecordBytes,
 	}
+	s.admission.storedSize = svc.reader.StoredSize
 	s.purger = shard.NewPurger(cfg.Store, 2, cfg.Logger)
 	svc.life = lifecycle{store: cfg.Store, authz: cfg.Authorizer, purger: s.purger, log: cfg.Logger, batchGetBytes: cfg.BatchGetBytes}
 

@@ -39,3 +39,26 @@ func BenchmarkConcurrentSmallGets(b *testing.B) {
 	}
 	wg.Wait()
 }
+
+// A Get of a record the reader's cache knows is charged that record's
+// size before it is read, not the largest record's: small Gets are not
+// throttled by large ones they are not.
+func TestGetChargesKnownRecordSize(t *testing.T) {
+	ts := startServer(t, Config{Store: memstore.New()})
+	ctx := context.Background()
+	if _, err := ts.client.Append(ctx, appendReq("s", "small")); err != nil {
+		t.Fatal(err)
+	}
+	req := &rolloutv1.GetRequest{Shard: "s", Id: "small"}
+	largest := ts.admission.responseBound(&rolloutv1.GetRequest{Shard: "s", Id: "never-read"})
+	if _, err := ts.client.Get(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	size, ok := ts.admission.storedSize("s", "small")
+	if !ok {
+		t.Fatal("the reader does not know the size of a record it just read")
+	}
+	if got, want := ts.admission.responseBound(req), int64(responseBuildFactor)*(size+responseFraming); got != want || got >= largest {
+		t.Fatalf("a Get of a known %d-byte record is charged %d before it is built, want %d (the largest record's charge is %d)", size, got, want, largest)
+	}
+}
