@@ -88,15 +88,22 @@ func (c *Client) DescribeShard(ctx context.Context, shard string) (*rolloutv1.Sh
 }
 
 // BatchGet returns one result per id, in order: the record, or NotFound.
+// A repeated id is asked for once; its results are the same value.
 // Results the server marks over its response limit are asked for again,
 // in further calls, so that none comes back over the limit. fields, when
 // not empty, names the top-level Record fields to return (id and seq
 // always are).
 func (c *Client) BatchGet(ctx context.Context, shard string, ids []string, fields ...string) ([]*rolloutv1.BatchGetResult, error) {
 	out := make([]*rolloutv1.BatchGetResult, len(ids))
-	todo := make([]int, len(ids)) // indexes into ids still to answer
-	for i := range todo {
-		todo[i] = i
+	// The server answers each id once (a repeat is INVALID_ARGUMENT): ask
+	// for the first occurrence of each, and copy its result to the others.
+	first := make(map[string]int, len(ids))
+	var todo []int // indexes into ids still to answer
+	for i, id := range ids {
+		if _, ok := first[id]; !ok {
+			first[id] = i
+			todo = append(todo, i)
+		}
 	}
 	var mask *fieldmaskpb.FieldMask
 	if len(fields) > 0 {
@@ -132,6 +139,9 @@ func (c *Client) BatchGet(ctx context.Context, shard string, ids []string, field
 			return nil, errors.New("client: BatchGet made no progress")
 		}
 		todo = again
+	}
+	for i, id := range ids {
+		out[i] = out[first[id]]
 	}
 	return out, nil
 }

@@ -54,6 +54,7 @@ type config struct {
 
 	RequestBudgetBytes byteSize // 0: from the memory limit
 	RecvTimeout        time.Duration
+	SendTimeout        time.Duration
 
 	ShutdownTimeout time.Duration
 	DrainDelay      time.Duration
@@ -144,6 +145,8 @@ Flags of serve:
 		"Over it, requests fail RESOURCE_EXHAUSTED (reason BACKPRESSURE, with a RetryInfo). Default: 25% of GOMEMLIMIT or of\n"+
 		"the cgroup memory limit, whichever is smaller; 1GiB without either")
 	fs.DurationVar(&c.RecvTimeout, "recv-timeout", server.DefaultRecvTimeout, "time a request's message may take to arrive after its headers; a slower stream is cancelled (DEADLINE_EXCEEDED)")
+	fs.DurationVar(&c.SendTimeout, "send-timeout", server.DefaultSendTimeout, "time a built response may wait for its client to take it; past it the server closes the client's connection,\n"+
+		"ending every stream on it (behind an L7 proxy, other clients' streams too) and freeing the response")
 	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", 30*time.Second, "budget for the whole shutdown on SIGTERM/SIGINT; rolloutd exits within it")
 	fs.DurationVar(&c.DrainDelay, "drain-delay", 2*time.Second, "how long to keep serving after reporting NOT_SERVING on shutdown, so load balancers stop sending")
 	fs.StringVar(&c.LogFormat, "log-format", "json", "log `format`: json or console")
@@ -248,6 +251,7 @@ func (c *config) validate() error {
 		{"default-deadline", int64(c.DefaultDeadline)},
 		{"commit-timeout", int64(c.CommitTimeout)},
 		{"recv-timeout", int64(c.RecvTimeout)},
+		{"send-timeout", int64(c.SendTimeout)},
 		{"shutdown-timeout", int64(c.ShutdownTimeout)},
 	}
 	for _, p := range positive {

@@ -22,7 +22,7 @@ func TestConfigDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.Listen != ":50051" || c.MetricsListen != ":9090" || c.MaxMessageBytes != 16<<20 || c.RecvTimeout != 10*time.Second || c.RequestBudgetBytes != 0 || c.LogFormat != "json" ||
+	if c.Listen != ":50051" || c.MetricsListen != ":9090" || c.MaxMessageBytes != 16<<20 || c.RecvTimeout != 10*time.Second || c.SendTimeout != 30*time.Second || c.RequestBudgetBytes != 0 || c.LogFormat != "json" ||
 		c.store.Container != "" || !strings.HasSuffix(c.store.Dir, "/rolloutd-data") {
 		t.Errorf("defaults: %+v", c)
 	}
@@ -99,6 +99,8 @@ func TestConfigRejects(t *testing.T) {
 		{args: []string{"--max-record-bytes", "128MiB"}, want: "--max-record-bytes"},
 		{args: []string{"--max-message-bytes", "64MiB", "--request-budget-bytes", "512MiB"}, want: "--request-budget-bytes 512MiB is too small for --max-message-bytes 64MiB: "},
 		{args: []string{"--recv-timeout", "0s"}, want: "--recv-timeout"},
+		{args: []string{"--send-timeout", "0s"}, want: "--send-timeout"},
+		{env: []string{"ROLLOUTD_SEND_TIMEOUT", "soon"}, want: "ROLLOUTD_SEND_TIMEOUT"},
 		{args: []string{"--shutdown-timeout", "0s"}, want: "--shutdown-timeout"},
 		{args: []string{"--drain-delay", "20s"}, want: "--drain-delay"},
 		{args: []string{"--log-format", "xml"}, want: "--log-format"},
@@ -121,7 +123,7 @@ func TestConfigHelp(t *testing.T) {
 	}
 	for _, f := range []string{"-listen", "-metrics-listen", "-store", "-azure-account-url", "-max-writers", "-shutdown-timeout",
 		"-drain-delay", "-default-deadline", "-max-message-bytes", "-max-batch-records", "-max-record-bytes", "-log-format",
-		"-log-level", "-writer-queue-bytes", "-index-cache-bytes", "-request-budget-bytes", "-recv-timeout", "ROLLOUTD_"} {
+		"-log-level", "-writer-queue-bytes", "-index-cache-bytes", "-request-budget-bytes", "-recv-timeout", "-send-timeout", "ROLLOUTD_"} {
 		if !strings.Contains(out.String(), f) {
 			t.Errorf("--help does not explain %s", f)
 		}

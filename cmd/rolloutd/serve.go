@@ -110,6 +110,7 @@ func serve(ctx context.Context, stopSignals func(), cfg *config) error {
 
 		RequestBudgetBytes: int64(cfg.RequestBudgetBytes),
 		RecvTimeout:        cfg.RecvTimeout,
+		SendTimeout:        cfg.SendTimeout,
 	}
 	sec.apply(&scfg)
 	srv, err := server.New(scfg)

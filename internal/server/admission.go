@@ -151,6 +151,16 @@ type admission struct {
 	refused *prometheus.CounterVec
 	gauges  []prometheus.Collector
 
+	// Responses (responses.go).
+	sendTimeout   time.Duration
+	sendTimeouts  prometheus.Counter
+	maxRecord     int64 // the largest stored record a response may carry
+	batchGetBytes int64
+	conns         *connRegistry
+	// storedSize is a record's stored size when the reader's cache knows
+	// it (shard.Reader.StoredSize); nil: unknown.
+	storedSize func(shard, id string) (int64, bool)
+
 	admitted []string // the services registered through registrar
 }
 
@@ -159,9 +169,17 @@ func newAdmission(cfg Config, g *guard, log *zap.Logger) *admission {
 		budget:      newBudget(cfg.RequestBudgetBytes, cfg.RequestBudgetBytes/connShareDivisor, cfg.RequestBudgetBytes/identityShareDivisor),
 		maxMessage:  int64(cfg.MaxMessageBytes),
 		recvTimeout: cfg.RecvTimeout,
-		authz:       cfg.Authorizer,
-		guard:       g,
-		log:         log,
+		sendTimeout: cfg.SendTimeout,
+		sendTimeouts: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "rolloutd_send_timeouts_total",
+			Help: "Responses not taken by their client within the send timeout (--send-timeout); each closed its connection.",
+		}),
+		maxRecord:     int64(cfg.MaxRecordBytes) + storedRecordGrowth,
+		batchGetBytes: int64(cfg.BatchGetBytes),
+		conns:         newConnRegistry(),
+		authz:         cfg.Authorizer,
+		guard:         g,
+		log:           log,
 		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "rolloutd_admission_refusals_total",
 			Help: "Requests refused before or as their message was read, by reason: budget, connection_share, identity_share (the request memory budget), recv_timeout (the message did not arrive in time), no_grants (the caller may not use the method or the shard it names).",
@@ -184,13 +202,13 @@ func newAdmission(cfg Config, g *guard, log *zap.Logger) *admission {
 }
 
 func (a *admission) collectors() []prometheus.Collector {
-	return append([]prometheus.Collector{a.refused}, a.gauges...)
+	return append([]prometheus.Collector{a.refused, a.sendTimeouts}, a.gauges...)
 }
 
 // options are the gRPC server options that admit requests.
 func (a *admission) options() []grpc.ServerOption {
 	return []grpc.ServerOption{
-		grpc.StatsHandler(connTagger{}),
+		grpc.StatsHandler(connTagger{conns: a.conns}),
 		grpc.InTapHandle(a.tap),
 		grpc.StaticStreamWindowSize(streamWindow),
 		grpc.StaticConnWindowSize(connWindow),
@@ -210,10 +228,7 @@ func (a *admission) tap(ctx context.Context, info *tap.Info) (context.Context, e
 	if conn == nil {
 		conn = &connUsage{} // not served through connTagger: a share of its own
 	}
-	key := identity
-	if key == "" {
-		key = "addr:" + peerHost(ctx)
-	}
+	key := ClientOf(ctx)
 	overhead := int64(streamWindow)
 	for k, vs := range info.Header {
 		for _, v := range vs {
@@ -223,7 +238,7 @@ func (a *admission) tap(ctx context.Context, info *tap.Info) (context.Context, e
 	if err := a.budget.charge(conn, key, overhead); err != nil {
 		return nil, a.refuse(ctx, err)
 	}
-	r := &reservation{budget: a.budget, conn: conn, identity: key, overhead: overhead, held: overhead, holds: 1}
+	r := &reservation{a: a, budget: a.budget, conn: conn, identity: key, overhead: overhead, held: overhead, holds: 1}
 	inner, cancel := context.WithCancelCause(ctx)
 	r.cancel = cancel
 	r.timer = time.AfterFunc(a.recvTimeout, func() {
@@ -269,6 +284,12 @@ func (a *admission) authorizeEarly(ctx context.Context, identity string, info *t
 
 // refuse counts an over-budget refusal and returns its status.
 func (a *admission) refuse(ctx context.Context, err error) error {
+	a.countRefusal(err)
+	return toStatus(ctx, err)
+}
+
+// countRefusal counts an over-budget refusal.
+func (a *admission) countRefusal(err error) {
 	reason := refusedServer
 	var oe *OverBudgetError
 	if errors.As(err, &oe) {
@@ -280,7 +301,6 @@ func (a *admission) refuse(ctx context.Context, err error) error {
 		}
 	}
 	a.refused.WithLabelValues(reason).Inc()
-	return toStatus(ctx, err)
 }
 
 // decodedCost is what a request message costs once decoded.
@@ -323,7 +343,9 @@ func (r *admittedRegistrar) RegisterService(desc *grpc.ServiceDesc, impl any) {
 }
 
 // unaryHandler admits h's request: it charges the message before h's
-// decoder reads it, and its decoded cost after.
+// decoder reads it, and its decoded cost after. Then it charges what
+// building the response may hold, and hands that charge to the response
+// (responses.go).
 func (a *admission) unaryHandler(h grpc.MethodHandler) grpc.MethodHandler {
 	return func(srv any, ctx context.Context, dec func(any) error, interceptor grpc.UnaryServerInterceptor) (any, error) {
 		r := reservationOf(ctx)
@@ -334,7 +356,22 @@ func (a *admission) unaryHandler(h grpc.MethodHandler) grpc.MethodHandler {
 			return nil, status.FromContextError(context.Cause(ctx)).Err()
 		}
 		defer r.exit()
-		return h(srv, ctx, func(m any) error { return a.recv(ctx, r, m, false, dec) }, interceptor)
+		var rc *respCharge
+		reply, err := h(srv, ctx, func(m any) error {
+			if err := a.recv(ctx, r, m, false, dec); err != nil {
+				return err
+			}
+			var err error
+			rc, err = a.reserveResponse(ctx, r, a.responseBound(m))
+			return toStatus(ctx, err)
+		}, interceptor)
+		if rc == nil || err != nil || reply == nil {
+			if rc != nil {
+				rc.release()
+			}
+			return reply, err
+		}
+		return &chargedReply{msg: reply, rc: rc}, nil
 	}
 }
 
@@ -399,6 +436,7 @@ func (a *admission) recvFailed(ctx context.Context, err error) error {
 
 // reservation is one stream's charge against the budget.
 type reservation struct {
+	a        *admission
 	budget   *budget
 	conn     *connUsage
 	identity string
@@ -413,6 +451,30 @@ type reservation struct {
 	arrived  bool  // a request message was received
 	message  bool  // a message's charge is held (from reserveMessage to received)
 	timedOut bool
+	// responses are the charges of responses being built, not yet handed
+	// to the transport: released with the last hold.
+	responses map[*respCharge]struct{}
+}
+
+// holdResponse keeps rc with the stream until the codec takes it; false
+// means the stream has ended.
+func (r *reservation) holdResponse(rc *respCharge) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.holds == 0 {
+		return false
+	}
+	if r.responses == nil {
+		r.responses = map[*respCharge]struct{}{}
+	}
+	r.responses[rc] = struct{}{}
+	return true
+}
+
+func (r *reservation) unholdResponse(rc *respCharge) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	delete(r.responses, rc)
 }
 
 // reserveMessage charges a message of up to n bytes before it is read,
@@ -492,15 +554,21 @@ func (r *reservation) streamEnded() {
 // drop ends one hold and releases the charge with the last.
 func (r *reservation) drop() {
 	r.mu.Lock()
-	defer r.mu.Unlock()
 	r.holds--
 	if r.holds > 0 {
+		r.mu.Unlock()
 		return
 	}
 	r.timer.Stop()
 	r.unwatch()
 	_ = r.budget.charge(r.conn, r.identity, -r.held)
 	r.held = 0
+	responses := r.responses
+	r.responses = nil
+	r.mu.Unlock()
+	for rc := range responses {
+		rc.release()
+	}
 }
 
 type reservationKey struct{}
@@ -537,15 +605,28 @@ func (c *admittedContext) Err() error {
 }
 
 // connTagger gives every connection its share of the budget, in the context
-// its streams derive from.
-type connTagger struct{}
+// its streams derive from, and the means to close it (connRegistry). When
+// the connection ends, it releases what its responses still hold.
+type connTagger struct{ conns *connRegistry }
 
 type connKey struct{}
 
-func (connTagger) TagConn(ctx context.Context, _ *stats.ConnTagInfo) context.Context {
-	return context.WithValue(ctx, connKey{}, &connUsage{})
+func (t connTagger) TagConn(ctx context.Context, info *stats.ConnTagInfo) context.Context {
+	c := &connUsage{}
+	if t.conns != nil {
+		c.close = t.conns.closer(info.RemoteAddr, info.LocalAddr)
+	}
+	return context.WithValue(ctx, connKey{}, c)
 }
-func (connTagger) HandleConn(context.Context, stats.ConnStats) {}
+
+func (connTagger) HandleConn(ctx context.Context, s stats.ConnStats) {
+	if _, ok := s.(*stats.ConnEnd); !ok {
+		return
+	}
+	if c, ok := ctx.Value(connKey{}).(*connUsage); ok {
+		c.end()
+	}
+}
 func (connTagger) TagRPC(ctx context.Context, _ *stats.RPCTagInfo) context.Context {
 	return ctx
 }

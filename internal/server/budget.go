@@ -37,7 +37,7 @@ func (e *OverBudgetError) Error() string {
 	case shareIdentity:
 		holder = "this client identity holds its share:"
 	}
-	return fmt.Sprintf("%s: %s %d of %d bytes of requests in flight, and this request needs %d more",
+	return fmt.Sprintf("%s: %s %d of %d bytes of requests and responses in flight, and this call needs %d more",
 		ErrOverBudget.Error(), holder, e.Used, e.Limit, e.Need)
 }
 
@@ -65,9 +65,19 @@ type budget struct {
 	released   chan struct{}    // guarded by mu; closed (and replaced) when a charge decreases
 }
 
-// connUsage is one connection's share of the budget. Its field is guarded
-// by the budget's mu.
-type connUsage struct{ used int64 }
+// connUsage is one connection's share of the budget, and what the send
+// deadline needs of it (responses.go).
+type connUsage struct {
+	used int64 // guarded by the budget's mu
+
+	// close closes the connection (its net.Conn); nil when the listener
+	// could not tell which it is (see connRegistry).
+	close func() error
+
+	mu      sync.Mutex
+	pending map[*respCharge]struct{} // guarded by mu: responses handed to the transport
+	ended   bool                     // guarded by mu: the transport is closed
+}
 
 func newBudget(limit, connLimit, identityLimit int64) *budget {
 	return &budget{limit: limit, connLimit: connLimit, identityLimit: identityLimit, byIdentity: map[string]int64{}, released: make(chan struct{})}
@@ -109,6 +119,20 @@ func (b *budget) chargeWait(ctx context.Context, c *connUsage, identity string, 
 			return err
 		}
 	}
+}
+
+// force is charge without a limit: for a response whose bytes exist
+// already, where refusing would free nothing.
+func (b *budget) force(c *connUsage, identity string, n int64) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if n > 0 {
+		b.used += n
+		c.used += n
+		b.byIdentity[identity] += n
+		return
+	}
+	_ = b.chargeLocked(c, identity, n)
 }
 
 func (b *budget) chargeLocked(c *connUsage, identity string, n int64) error {

@@ -65,8 +65,12 @@ func decodeMethod(v any) string {
 }
 
 // Marshal sends a scanFrame's bytes as they are, and encodes anything else
-// with the proto codec.
+// with the proto codec. A charged response's buffer holds its charge until
+// the transport frees it (responses.go).
 func (c passthroughCodec) Marshal(v any) (mem.BufferSlice, error) {
+	if cr, ok := v.(*chargedReply); ok {
+		return cr.marshal(c)
+	}
 	if f, ok := v.(*scanFrame); ok {
 		return mem.BufferSlice{mem.SliceBuffer(f.wire)}, nil
 	}
@@ -82,13 +86,21 @@ const (
 	scanResponseCursor  = 2
 )
 
+// scanFrameSize is the size of newScanFrame(records, cursor).
+func scanFrameSize(records [][]byte, cursor uint64) int {
+	n := 0
+	for _, r := range records {
+		n += protowire.SizeTag(scanResponseRecords) + protowire.SizeBytes(len(r))
+	}
+	if cursor != 0 {
+		n += protowire.SizeTag(scanResponseCursor) + protowire.SizeVarint(cursor)
+	}
+	return n
+}
+
 // newScanFrame encodes a ScanResponse of already-encoded records.
 func newScanFrame(records [][]byte, cursor uint64) *scanFrame {
-	n := 11
-	for _, r := range records {
-		n += len(r) + 6
-	}
-	b := make([]byte, 0, n)
+	b := make([]byte, 0, scanFrameSize(records, cursor))
 	for _, r := range records {
 		b = protowire.AppendTag(b, scanResponseRecords, protowire.BytesType)
 		b = protowire.AppendBytes(b, r)

@@ -152,16 +152,24 @@ func (s *service) BatchGet(ctx context.Context, req *rolloutv1.BatchGetRequest) 
 	case len(ids) > maxBatchGetIDs:
 		return nil, toStatus(ctx, &validate.FieldError{Field: "ids", Rule: fmt.Sprintf("must name at most %d ids", maxBatchGetIDs), Detail: fmt.Sprintf("got %d", len(ids))})
 	}
+	first := make(map[string]int, len(ids))
 	for i, id := range ids {
 		if err := validate.RecordID(id); err != nil {
 			return nil, toStatus(ctx, &validate.FieldError{Field: fmt.Sprintf("ids[%d]", i), Rule: "must be a record id", Detail: err.Error()})
 		}
+		// Each id is answered once: a repeat would send its record again,
+		// and 1000 repeats of one large record built a response of
+		// gigabytes (see BatchGetRequest.ids).
+		if j, ok := first[id]; ok {
+			return nil, toStatus(ctx, &validate.FieldError{Field: fmt.Sprintf("ids[%d]", i), Rule: "must not repeat an id", Detail: fmt.Sprintf("ids[%d] names it too", j)})
+		}
+		first[id] = i
 	}
 	project, err := projection(req.GetFields())
 	if err != nil {
 		return nil, toStatus(ctx, err)
 	}
-	res, err := s.reader.BatchGet(ctx, req.GetShard(), ids, shard.BatchGetOptions{MaxBytes: s.life.batchGetBytes, Project: project})
+	res, err := s.reader.BatchGet(ctx, req.GetShard(), ids, shard.BatchGetOptions{MaxBytes: batchGetRecordBytes(s.life.batchGetBytes, ids), Project: project})
 	if err != nil {
 		return nil, toStatus(ctx, err)
 	}
@@ -180,6 +188,25 @@ func (s *service) BatchGet(ctx context.Context, req *rolloutv1.BatchGetRequest) 
 	}
 	return resp, nil
 }
+
+// batchGetRecordBytes is the record bytes a BatchGet of ids may return
+// for its response to stay within capBytes: what the response adds to each
+// record is taken off the cap first, so that the cap counts the bytes sent.
+// The first record found is returned whatever its size.
+func batchGetRecordBytes(capBytes int, ids []string) int {
+	if capBytes <= 0 {
+		capBytes = DefaultBatchGetBytes
+	}
+	for _, id := range ids {
+		capBytes -= batchGetResultOverhead(len(id))
+	}
+	return max(capBytes, 1)
+}
+
+// batchGetResultOverhead bounds what one BatchGetResult adds to its record
+// in a BatchGetResponse: the result's tag and length (1+3), its id (1+1+n,
+// an id being at most 128 bytes), and the record's tag and length (1+4).
+func batchGetResultOverhead(idLen int) int { return (1 + 3) + (1 + 1 + idLen) + (1 + 4) }
 
 // DeleteShard writes the shard's tombstone, retires this instance's writer
 // of it, and hands reclaiming the old blobs to the purger: the delete has

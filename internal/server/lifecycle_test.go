@@ -89,7 +89,7 @@ func TestLifecycleRPCs(t *testing.T) {
 	_, err = c.DescribeShard(ctx, &rolloutv1.DescribeShardRequest{Shard: "never"})
 	wantReason(t, "DescribeShard of a shard never written", err, codes.NotFound, "")
 
-	req := []string{"b0-1", "nope", "b0-1", "b2-3", "b1-0", "b1-1", "b1-2"}
+	req := []string{"b0-1", "nope", "b2-3", "b1-0", "b1-1", "b1-2"}
 	bg, err := c.BatchGet(ctx, &rolloutv1.BatchGetRequest{Shard: "exp/a", Ids: req})
 	if err != nil {
 		t.Fatal(err)
@@ -116,6 +116,8 @@ func TestLifecycleRPCs(t *testing.T) {
 	if got := strings.Join(kinds, ""); !strings.HasPrefix(got, "rnrr") || strings.Count(got, "n") != 1 {
 		t.Fatalf("BatchGet results %q", got)
 	}
+	_, err = c.BatchGet(ctx, &rolloutv1.BatchGetRequest{Shard: "exp/a", Ids: []string{"b0-1", "nope", "b0-1"}})
+	wantReason(t, "BatchGet of a repeated id", err, codes.InvalidArgument, "")
 	_, err = c.BatchGet(ctx, &rolloutv1.BatchGetRequest{Shard: "exp/a", Ids: make([]string, 1001)})
 	wantReason(t, "BatchGet of 1001 ids", err, codes.InvalidArgument, "")
 

@@ -8,6 +8,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/types/known/fieldmaskpb"
 
@@ -32,25 +33,22 @@ func (s *service) Scan(req *rolloutv1.ScanRequest, stream grpc.ServerStreamingSe
 	}
 	call := callFrom(ctx)
 	cursor := req.GetAfterSeq()
+	batchBytes, keep := scanSizes(ctx)
 	opts := shard.ScanOptions{
-		AfterSeq: req.GetAfterSeq(),
-		Limit:    int(req.GetLimit()),
-		Filter:   scanFilter(req),
-		Follow:   req.GetFollow(),
-		Notifier: s.notifier,
+		AfterSeq:   req.GetAfterSeq(),
+		Limit:      int(req.GetLimit()),
+		Filter:     scanFilter(req),
+		Follow:     req.GetFollow(),
+		Notifier:   s.notifier,
+		ReadBytes:  scanReadBytes,
+		BatchBytes: batchBytes,
 	}
 	// Without a filter or a projection, records go out as stored. The
 	// reader projects, so that it sizes batches by the bytes sent.
 	opts.Raw = opts.Filter == nil && project == nil
 	opts.Project = project
 	err = s.reader.Scan(ctx, req.GetShard(), opts, func(b shard.Batch) error {
-		var err error
-		if opts.Raw {
-			err = stream.SendMsg(newScanFrame(b.Raw, b.Cursor))
-		} else {
-			err = stream.Send(&rolloutv1.ScanResponse{Records: b.Records, Cursor: b.Cursor})
-		}
-		if err != nil {
+		if err := sendBatch(ctx, stream, b, opts.Raw, keep); err != nil {
 			return err
 		}
 		cursor = b.Cursor
@@ -76,6 +74,58 @@ func (s *service) Scan(req *rolloutv1.ScanRequest, stream grpc.ServerStreamingSe
 	f := classify(ctx, err, false)
 	f.hint += fmt.Sprintf(" (resume with after_seq=%d)", cursor)
 	return f.resumeAt(cursor).err()
+}
+
+// A Scan's sizes: scanReadBytes bounds one ranged read
+// (shard.ScanOptions.ReadBytes), and scanBatchBytes one batch, unless a
+// single record is larger. A scan holds two reads (one being delivered, the
+// next read ahead) beside the batch it sends.
+const (
+	scanReadBytes  = 4 << 20
+	scanBatchBytes = 1 << 20
+)
+
+// scanSizes are a Scan's batch bound and what each batch is charged beside
+// its own bytes while it waits in the transport (the scan's read ahead):
+// each at most an eighth of a connection's share of the budget, so that a
+// batch always fits it.
+func scanSizes(ctx context.Context) (batchBytes int, keep int64) {
+	batchBytes, keep = scanBatchBytes, scanReadBytes
+	if r := reservationOf(ctx); r != nil {
+		share := r.budget.connLimit / 8
+		batchBytes, keep = int(min(int64(batchBytes), share)), min(keep, share)
+	}
+	return batchBytes, keep
+}
+
+// sendBatch sends one batch, charged to the budget before it is encoded
+// (responses.go): its bytes, and keep more while it waits in the
+// transport. A refusal (*OverBudgetError) ends the scan, which the client
+// resumes from its cursor after the RetryInfo delay.
+func sendBatch(ctx context.Context, stream grpc.ServerStreamingServer[rolloutv1.ScanResponse], b shard.Batch, raw bool, keep int64) error {
+	var msg any
+	var size int
+	if raw {
+		size = scanFrameSize(b.Raw, b.Cursor)
+	} else {
+		resp := &rolloutv1.ScanResponse{Records: b.Records, Cursor: b.Cursor}
+		msg, size = resp, proto.Size(resp)
+	}
+	rc, err := reserveSend(ctx, int64(size)+keep)
+	if err != nil {
+		return err
+	}
+	if raw {
+		msg = newScanFrame(b.Raw, b.Cursor)
+	}
+	if rc != nil {
+		msg = &chargedReply{msg: msg, rc: rc, keep: keep}
+	}
+	err = stream.SendMsg(msg)
+	if rc != nil {
+		rc.abandon() // if the codec did not take it
+	}
+	return err
 }
 
 // scanFilter returns the request's record filter, or nil for none.

@@ -59,9 +59,11 @@ type Config struct {
 	// 30 s.
 	OpenTimeout time.Duration
 
-	// BatchGetBytes caps the record bytes of one BatchGet response; the
-	// records past it are marked over the limit, for the client to ask
-	// again. Default 3 MiB, under a client's default 4 MiB receive limit.
+	// BatchGetBytes caps the bytes of one BatchGet response, records and
+	// their framing; the records past it are marked over the limit, for the
+	// client to ask again. The first record found is returned whatever its
+	// size. Default DefaultBatchGetBytes, under a client's default 4 MiB
+	// receive limit.
 	BatchGetBytes int
 	// MaxMessageBytes is the largest request the server receives. Default
 	// 16 MiB (see docs/operations.md, "Memory").
@@ -133,6 +135,11 @@ type Config struct {
 	// after its headers; a stream past it is cancelled. Default
 	// DefaultRecvTimeout.
 	RecvTimeout time.Duration
+	// SendTimeout bounds how long a response may wait, built, for its
+	// client to take it; past it the server closes the connection (every
+	// stream on it ends), which frees the response. Default
+	// DefaultSendTimeout.
+	SendTimeout time.Duration
 }
 
 // Defaults.
@@ -145,6 +152,7 @@ const (
 	DefaultDeadline        = 30 * time.Second
 	DefaultAppendAttempts  = 4
 	DefaultRetryBackoff    = 10 * time.Millisecond
+	DefaultBatchGetBytes   = 3 << 20
 )
 
 // DefaultMaxRecordBytes is the largest record (its encoding as the client
@@ -208,6 +216,9 @@ func (c Config) withDefaults() Config {
 	if c.MaxMessageBytes == 0 {
 		c.MaxMessageBytes = DefaultMaxMessageBytes
 	}
+	if c.BatchGetBytes == 0 {
+		c.BatchGetBytes = DefaultBatchGetBytes
+	}
 	if c.MaxBatchRecords == 0 {
 		c.MaxBatchRecords = DefaultMaxBatchRecords
 	}
@@ -228,6 +239,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.RecvTimeout == 0 {
 		c.RecvTimeout = DefaultRecvTimeout
+	}
+	if c.SendTimeout == 0 {
+		c.SendTimeout = DefaultSendTimeout
 	}
 	if c.Writer.MaxGenerationBytes == 0 {
 		// A batch that the server accepts must fit one generation.
@@ -254,6 +268,8 @@ func (c Config) validate() error {
 		return errors.New("server: durations must not be negative")
 	case c.RecvTimeout < 0:
 		return fmt.Errorf("server: RecvTimeout must be positive, got %s", c.RecvTimeout)
+	case c.SendTimeout < 0:
+		return fmt.Errorf("server: SendTimeout must be positive, got %s", c.SendTimeout)
 	}
 	if err := c.validateBudget(); err != nil {
 		return err
@@ -302,7 +318,7 @@ func New(cfg Config) (*Server, error) {
 	s.admission = newAdmission(cfg, s.guard, s.access)
 	s.log.Info("request memory budget", zap.Int64("budget_bytes", cfg.RequestBudgetBytes),
 		zap.Int64("connection_share_bytes", s.admission.budget.connLimit), zap.Int64("identity_share_bytes", s.admission.budget.identityLimit),
-		zap.Int("max_message_bytes", cfg.MaxMessageBytes), zap.Duration("recv_timeout", cfg.RecvTimeout))
+		zap.Int("max_message_bytes", cfg.MaxMessageBytes), zap.Duration("recv_timeout", cfg.RecvTimeout), zap.Duration("send_timeout", cfg.SendTimeout))
 
 	cache := shard.NewBlobCache(cfg.IndexCacheBytes)
 	notifier := shard.NewNotifier()
@@ -338,6 +354,7 @@ func New(cfg Config) (*Server, error) {
 		maxBatchRecords: cfg.MaxBatchRecords,
 		maxRecordBytes:  cfg.MaxRecordBytes,
 	}
+	s.admission.storedSize = svc.reader.StoredSize
 	s.purger = shard.NewPurger(cfg.Store, 2, cfg.Logger)
 	svc.life = lifecycle{store: cfg.Store, authz: cfg.Authorizer, purger: s.purger, log: cfg.Logger, batchGetBytes: cfg.BatchGetBytes}
 
@@ -409,7 +426,8 @@ func New(cfg Config) (*Server, error) {
 // Serve serves gRPC on lis until Shutdown. It returns nil after Shutdown.
 func (s *Server) Serve(lis net.Listener) error {
 	s.log.Info("serving gRPC", zap.String("addr", lis.Addr().String()))
-	return s.grpc.Serve(lis)
+	// The send timeout closes connections it finds through the listener.
+	return s.grpc.Serve(s.admission.conns.listen(lis))
 }
 
 // Shutdown stops the server in order, bounded by ctx:

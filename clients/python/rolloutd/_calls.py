@@ -67,6 +67,29 @@ def batch_get_ids(ids: Sequence[str]) -> List[str]:
     return out
 
 
+def batch_get_firsts(ids: List[str]) -> List[int]:
+    """The index of each id's first occurrence: the server answers each id
+    once (a repeated id is INVALID_ARGUMENT), so a repeat is asked for once
+    and answered by batch_get_repeats."""
+    seen = set()
+    out = []
+    for i, rid in enumerate(ids):
+        if rid not in seen:
+            seen.add(rid)
+            out.append(i)
+    return out
+
+
+def batch_get_repeats(out: List[Optional[Record]], ids: List[str]) -> None:
+    """Copies each id's answer to its repeats in out."""
+    first = {}
+    for i, rid in enumerate(ids):
+        if rid in first:
+            out[i] = out[first[rid]]
+        else:
+            first[rid] = i
+
+
 def batch_get_request(shard: str, ids: Sequence[str], fields: Optional[Sequence[str]]) -> rollout_pb2.BatchGetRequest:
     req = rollout_pb2.BatchGetRequest(shard=shard, ids=ids)
     if fields:

@@ -181,11 +181,12 @@ class Client:
         """See :meth:`rolloutd.Client.batch_get`."""
         ids = _calls.batch_get_ids(ids)
         out: List[Optional[Record]] = [None] * len(ids)
-        todo = list(range(len(ids)))
+        todo = _calls.batch_get_firsts(ids)
         while todo:
             req = _calls.batch_get_request(shard, [ids[i] for i in todo], fields)
             resp = await self._unary(_calls.BATCH_GET, shard, req, timeout, _retry.read_retry)
             todo = _calls.batch_get_fill(out, todo, resp)
+        _calls.batch_get_repeats(out, ids)
         return out
 
     async def delete_shard(self, shard: str, *, expected_last_seq: Optional[int] = None, timeout: Optional[float] = None) -> DeleteResult:

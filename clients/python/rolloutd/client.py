@@ -218,7 +218,7 @@ class Client:
         """Returns the records with ids, one entry per id in request order:
         the :class:`Record`, or None when the shard holds no record with
         that id (a missing id is not an error). An id may repeat; each
-        occurrence gets its entry.
+        occurrence gets its entry (it is asked for once).
 
         Up to 1000 ids (the server's limit: InvalidArgument past it). The
         server answers at most about 3 MiB of records per call and marks the
@@ -231,11 +231,12 @@ class Client:
         """
         ids = _calls.batch_get_ids(ids)
         out: List[Optional[Record]] = [None] * len(ids)
-        todo = list(range(len(ids)))
+        todo = _calls.batch_get_firsts(ids)
         while todo:
             req = _calls.batch_get_request(shard, [ids[i] for i in todo], fields)
             resp = self._unary(_calls.BATCH_GET, shard, req, timeout, _retry.read_retry)
             todo = _calls.batch_get_fill(out, todo, resp)
+        _calls.batch_get_repeats(out, ids)
         return out
 
     def delete_shard(self, shard: str, *, expected_last_seq: Optional[int] = None, timeout: Optional[float] = None) -> DeleteResult:

@@ -1326,8 +1326,11 @@ type BatchGetRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The shard that holds the records (same grammar as AppendRequest.shard).
 	Shard string `protobuf:"bytes,1,opt,name=shard,proto3" json:"shard,omitempty"`
-	// The records' ids, 1 to 1000 (same grammar as GetRequest.id). An id may
-	// repeat; each occurrence gets its own result.
+	// The records' ids, 1 to 1000 (same grammar as GetRequest.id), each at
+	// most once: a repeated id is INVALID_ARGUMENT, since answering it again
+	// would send its record again. The response's records and their framing
+	// stay within the server's response limit (3 MiB by default), except that
+	// the first record found is returned whatever its size.
 	Ids []string `protobuf:"bytes,2,rep,name=ids,proto3" json:"ids,omitempty"`
 	// Top-level Record fields to return, as in ScanRequest.fields; empty
 	// returns whole records. id and seq are always returned.
