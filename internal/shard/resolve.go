@@ -68,9 +68,6 @@ type query struct {
 	// ahead of the one being delivered; 0 reads one at a time, in the
 	// caller's goroutine.
 	parallel int
-	// strict keeps an old difference of BatchGet: a record that fails its
-	// check is ErrCorrupt, without asking whether its blob was replaced.
-	strict bool
 }
 
 // span is one ranged GET of records of one generation.
@@ -379,7 +376,7 @@ func (r *Reader) readSpans(ctx context.Context, shard string, q query, next func
 			}
 			res.data, res.err = r.readSpan(ctx, shard, s)
 		}
-		recs, err := r.checkSpan(ctx, shard, s, res, q.strict)
+		recs, err := r.checkSpan(ctx, shard, s, res, true)
 		if err != nil {
 			return err
 		}
@@ -401,15 +398,18 @@ func (r *Reader) readSpan(ctx context.Context, shard string, s span) ([]byte, er
 }
 
 // checkSpan verifies the records of s in res against their footer
-// entries. A record that fails is ErrCorrupt, or, when its log position
-// holds another entry now, the batch being gone (corruptOrReplaced).
-func (r *Reader) checkSpan(ctx context.Context, shard string, s span, res spanRead, strict bool) ([][]byte, error) {
+// entries. A record that fails is ErrCorrupt, or, with classify, when its
+// log position holds another entry now, the batch being gone
+// (corruptOrReplaced): a late fence created the position again after GC,
+// and the index the cache holds is the listed batch's, so only the
+// record's bytes can tell.
+func (r *Reader) checkSpan(ctx context.Context, shard string, s span, res spanRead, classify bool) ([][]byte, error) {
 	if res.err != nil {
 		return nil, res.err
 	}
 	name := keyOf(s.g).name(shard)
 	corrupt := func(err error) error {
-		if strict {
+		if !classify {
 			return fmt.Errorf("%w: blob %s: %w", ErrCorrupt, name, err)
 		}
 		return corruptOrReplaced(ctx, r.store, shard, s.g, name, err)
