@@ -293,7 +293,13 @@ func (it *rangeSpans) next(ctx context.Context) (span, bool, error) {
 		}
 		entries := idx.footer.GetEntries()
 		i := sort.Search(len(entries), func(i int) bool { return entries[i].GetSeq() > it.after })
+		if i == len(entries) {
+			continue
+		}
 		it.pending = appendSpans(it.pending, g, entries[i:], it.readBytes, it.readBytes)
+		// The next generation is read after these records, as a cursor
+		// that had delivered them would resume.
+		it.after = entries[len(entries)-1].GetSeq()
 	}
 	s := it.pending[0]
 	it.pending = it.pending[1:]
