@@ -22,7 +22,7 @@ import (
 // checked against the view), reads them with ranged GETs, checks each, and
 // reads the view again when a blob it listed was replaced or collected
 // meanwhile. Only readSpan, which resolve alone calls, reads record bytes
-// (resolve_test.go holds the package to that).
+// (readpath_test.go holds the package to that).
 //
 // A resolve keeps nothing of its own between calls but the caller's
 // cursor: what it caches is the Reader's, per process and keyed by shard.
