@@ -235,7 +235,10 @@ func (r *Reader) locateIDs(ctx context.Context, shard string, gens []*storagepb.
 				continue
 			}
 			for id, a := range at {
-				if _, ok := idx[i-lo].byID[id]; ok && a.gen < 0 {
+				if a.gen >= 0 {
+					continue // found in a newer generation
+				}
+				if _, ok := idx[i-lo].byID[id]; ok {
 					at[id] = idAt{i, idx[i-lo]}
 					wanted--
 				}
@@ -413,8 +416,8 @@ func (r *Reader) checkSpan(ctx context.Context, shard string, s span, res spanRe
 	if res.err != nil {
 		return nil, res.err
 	}
-	name := keyOf(s.g).name(shard)
 	corrupt := func(err error) error {
+		name := keyOf(s.g).name(shard)
 		if !classify {
 			return fmt.Errorf("%w: blob %s: %w", ErrCorrupt, name, err)
 		}
