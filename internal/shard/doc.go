@@ -60,8 +60,11 @@
 //     after that probe confirms: if the new checkpoint covers the missing
 //     position (it was collected, or created and checkpointed meanwhile),
 //     the read starts again from it (reader.go). A reader that cached a
-//     shard probes its cached tail's next position first. Following scans
-//     probe the log too.
+//     shard probes its cached tail's next position first. Get, BatchGet,
+//     Scan and following scans all read records through one function,
+//     resolve (resolve.go), which reads this view, finds records through
+//     the shared cache, and reads the view again when a blob it listed was
+//     collected or replaced by a late fence.
 //  7. Merge outputs live in _g/ and only the manifest lists them. GC deletes
 //     a log position only once a durable checkpoint covers it and a merge
 //     retired it; a fence is never listed, never retired, so it is kept

@@ -63,23 +63,23 @@ func deletedError(shard string) error {
 	return fmt.Errorf("shard %q: %w", shard, ErrShardDeleted)
 }
 
-// checkIncarnation checks m, the manifest a scan pass just read, against the
-// incarnation the scan reads. A scan reads one incarnation: the first it
-// sees live. A deleted shard's records are gone, so a scan that meets a
-// tombstone or a later incarnation ends with ErrShardDeleted; a following
-// scan that has seen nothing live yet waits for the shard to be written,
-// as it waits for a shard never written (wait).
-func (s *scanner) checkIncarnation(m *storagepb.Manifest) (wait bool, err error) {
+// check checks m, a view a read just took, against the incarnation the
+// cursor reads. A cursor reads one incarnation: the first it sees live. A
+// deleted shard's records are gone, so a read that meets a tombstone or a
+// later incarnation ends with ErrShardDeleted; a follower (follow) that
+// has seen nothing live yet waits for the shard to be written, as it waits
+// for a shard never written (wait).
+func (c *cursor) check(shard string, m *storagepb.Manifest, follow bool) (wait bool, err error) {
 	switch {
-	case s.seen && (m.GetIncarnation() != s.incarnation || m.GetTombstone() != nil):
-		return false, deletedError(s.shard)
-	case s.seen:
+	case c.seen && (m.GetIncarnation() != c.incarnation || m.GetTombstone() != nil):
+		return false, deletedError(shard)
+	case c.seen:
 		return false, nil
-	case m.GetTombstone() != nil && s.opts.Follow:
+	case m.GetTombstone() != nil && follow:
 		return true, nil
 	case m.GetTombstone() != nil:
-		return false, deletedError(s.shard)
+		return false, deletedError(shard)
 	}
-	s.seen, s.incarnation = true, m.GetIncarnation()
+	c.seen, c.incarnation = true, m.GetIncarnation()
 	return false, nil
 }

@@ -77,71 +77,82 @@ const maxReadRetries = 3
 // Errors: ErrShardNotFound, ErrRecordNotFound, ErrCorrupt naming the blob,
 // or a storage error (blob.ErrUnavailable, …).
 func (r *Reader) Get(ctx context.Context, shard, id string) (*rolloutv1.Record, error) {
-	rec, m, err := r.speculate(ctx, shard, id)
-	if rec != nil || err != nil {
-		return rec, err
+	var rec *rolloutv1.Record
+	err := r.resolve(ctx, shard, &cursor{}, query{ids: []string{id}, speculate: true}, func(s span, recs [][]byte) error {
+		var err error
+		rec, err = decodeRecord(shard, s.g, s.entries[0], recs[0])
+		return err
+	})
+	switch {
+	case err != nil:
+		return nil, err
+	case rec == nil:
+		return nil, fmt.Errorf("shard %q: id %q: %w", shard, id, ErrRecordNotFound)
 	}
-	var lastErr error
-	for range maxReadRetries {
-		if m == nil {
-			if m, err = r.Manifest(ctx, shard); err != nil {
-				return nil, err
-			}
-		}
-		rec, err := r.find(ctx, shard, m, id)
-		if !errors.Is(err, blob.ErrNotFound) {
-			return rec, err
-		}
-		lastErr, m = err, nil
+	return rec, nil
+}
+
+// decodeRecord decodes b, the checked encoding of footer entry e of g.
+func decodeRecord(shard string, g *storagepb.Generation, e *storagepb.FooterEntry, b []byte) (*rolloutv1.Record, error) {
+	rec := &rolloutv1.Record{}
+	if err := proto.Unmarshal(b, rec); err != nil {
+		return nil, fmt.Errorf("%w: blob %s: record %q: %w", ErrCorrupt, keyOf(g).name(shard), e.GetId(), err)
 	}
-	return nil, fmt.Errorf("shard %q: generations kept vanishing while reading %q: %w", shard, id, lastErr)
+	return rec, nil
 }
 
 // speculate overlaps the two reads of a Get when the cached manifest and
-// index already say where id is: the ranged GET of the record goes out
+// index already say where its id is: the ranged GET of the record goes out
 // beside the conditional GET of the manifest, so a Get costs about one
 // round trip instead of two. The record stands only if the current
 // manifest still lists its generation (usually it is unchanged: a 304).
 // That is enough because a committed id lives in exactly one live
 // generation (appends are idempotent by id) and generations are immutable.
 //
-// It returns the record, or else the current manifest it read (nil when it
-// did not speculate) for Get to look id up in, or the manifest's error.
-func (r *Reader) speculate(ctx context.Context, shard, id string) (*rolloutv1.Record, *storagepb.Manifest, error) {
+// It reports whether it delivered the record to got, or else returns the
+// current manifest it read (nil when it did not speculate) for resolve to
+// go on with, or the manifest's error.
+func (r *Reader) speculate(ctx context.Context, shard string, c *cursor, q query, got func(span, [][]byte) error) (bool, *storagepb.Manifest, error) {
 	r.mu.Lock()
 	cached, ok := r.manifests.Peek(shard)
 	r.mu.Unlock()
+	if !ok || q.all || len(q.ids) != 1 || q.take != nil {
+		return false, nil, nil
+	}
+	g, e, ok := r.locate(shard, cached.view, q.ids[0])
 	if !ok {
-		return nil, nil, nil
+		return false, nil, nil
 	}
-	g, e, ok := r.locate(shard, cached.view, id)
-	if !ok {
-		return nil, nil, nil
-	}
-	type read struct {
-		rec *rolloutv1.Record
-		err error
-	}
+	s := span{g: g, entries: []*storagepb.FooterEntry{e}, first: e.GetOffset(), end: e.GetOffset() + uint64(e.GetLength())}
 	rctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	done := make(chan read, 1)
+	done := make(chan spanRead, 1)
 	go func() {
-		rec, err := r.readRecord(rctx, shard, g, e)
-		done <- read{rec, err}
+		data, err := r.readSpan(rctx, shard, s)
+		done <- spanRead{data, err}
 	}()
 	m, err := r.Manifest(ctx, shard)
 	stands := err == nil && (m == cached.view || lists(m, g))
 	if !stands {
 		cancel() // its answer would be thrown away
 	}
-	res := <-done // the read never outlives Get
-	switch {
-	case err != nil:
-		return nil, nil, err
-	case stands && res.err == nil:
-		return res.rec, nil, nil
+	res := <-done // the read never outlives the resolve
+	if err != nil {
+		return false, nil, err
 	}
-	return nil, m, nil
+	if !stands {
+		return false, m, nil
+	}
+	// A record that fails its check is read again on m, which decides
+	// whether its blob was replaced.
+	recs, err := r.checkSpan(ctx, shard, s, res, false)
+	if err != nil {
+		return false, m, nil
+	}
+	if wait, err := c.check(shard, m, q.follow); wait || err != nil {
+		return true, nil, err
+	}
+	return true, nil, got(s, recs)
 }
 
 // locate finds id in m from cached filters and indexes only.
@@ -283,51 +294,4 @@ func (r *Reader) remember(shard string, c cachedManifest) {
 	r.mu.Lock()
 	r.manifests.Add(shard, c)
 	r.mu.Unlock()
-}
-
-// find looks id up in the manifest's live generations, newest first.
-// A generation that is gone yields blob.ErrNotFound, so Get re-reads.
-func (r *Reader) find(ctx context.Context, shard string, m *storagepb.Manifest, id string) (*rolloutv1.Record, error) {
-	if m.GetTombstone() != nil {
-		return nil, deletedError(shard) // lifecycle.go
-	}
-	gens := m.GetGenerations()
-	for i := len(gens) - 1; i >= 0; i-- {
-		g := gens[i]
-		f, err := loadFilter(ctx, r.store, r.cache, shard, g)
-		if err != nil {
-			return nil, err
-		}
-		if !f.TestString(id) {
-			continue
-		}
-		idx, err := loadIndex(ctx, r.store, r.cache, shard, g)
-		if err != nil {
-			return nil, err
-		}
-		e, ok := idx.byID[id]
-		if !ok {
-			continue
-		}
-		return r.readRecord(ctx, shard, g, e)
-	}
-	return nil, fmt.Errorf("shard %q: id %q: %w", shard, id, ErrRecordNotFound)
-}
-
-// readRecord reads the record that footer entry e of generation g points
-// at, with one ranged GET.
-func (r *Reader) readRecord(ctx context.Context, shard string, g *storagepb.Generation, e *storagepb.FooterEntry) (*rolloutv1.Record, error) {
-	name := keyOf(g).name(shard)
-	data, _, err := r.store.Get(ctx, name, blob.GetOptions{Offset: int64(e.GetOffset()), Length: int64(e.GetLength())})
-	if err != nil {
-		return nil, fmt.Errorf("shard %q: read record %q from %s: %w", shard, e.GetId(), name, err)
-	}
-	if _, err := format.Record(data, e); err != nil {
-		return nil, corruptOrReplaced(ctx, r.store, shard, g, name, err)
-	}
-	rec := &rolloutv1.Record{}
-	if err := proto.Unmarshal(data, rec); err != nil {
-		return nil, fmt.Errorf("%w: blob %s: record %q: %w", ErrCorrupt, name, e.GetId(), err)
-	}
-	return rec, nil
 }

@@ -3,18 +3,12 @@ package shard
 import (
 	"context"
 	"errors"
-	"fmt"
-	"sort"
-	"sync"
 	"time"
 
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
 	rolloutv1 "github.com/rolloutd/rolloutd/gen/rollout/v1"
-	"github.com/rolloutd/rolloutd/internal/blob"
-	"github.com/rolloutd/rolloutd/internal/shard/format"
-	"github.com/rolloutd/rolloutd/internal/shard/storagepb"
 )
 
 // ScanOptions select what Scan delivers.
@@ -104,7 +98,7 @@ func (r *Reader) Scan(ctx context.Context, shard string, opts ScanOptions, emit 
 		return errors.New("shard: a raw scan cannot filter or project")
 	}
 	opts = opts.withDefaults()
-	s := &scanner{r: r, shard: shard, opts: opts, emit: emit, cursor: opts.AfterSeq, emitted: opts.AfterSeq}
+	s := &scanner{r: r, shard: shard, opts: opts, emit: emit, at: cursor{seq: opts.AfterSeq}, emitted: opts.AfterSeq}
 	var wait func() <-chan struct{}
 	if opts.Follow && opts.Notifier != nil {
 		var cancel func()
@@ -141,146 +135,49 @@ func (r *Reader) Scan(ctx context.Context, shard string, opts ScanOptions, emit 
 }
 
 type scanner struct {
-	r         *Reader
-	shard     string
-	opts      ScanOptions
-	emit      func(Batch) error
-	cursor    uint64 // last seq examined
+	r     *Reader
+	shard string
+	opts  ScanOptions
+	emit  func(Batch) error
+	// at is where the scan resumes, and the incarnation it reads once it
+	// has seen the shard live.
+	at        cursor
 	emitted   uint64 // cursor of the last batch emitted
 	sent      int    // records in batches already emitted
 	delivered int
 	batch     Batch
 	batchSize int
-	// The incarnation the scan reads, once it has seen the shard live
-	// (see checkIncarnation, in lifecycle.go).
-	seen        bool
-	incarnation uint64
 }
 
-// pass reads everything committed after the cursor in the current manifest.
+// pass reads everything committed after the cursor in the current view.
 // It reports whether the cursor moved.
 func (s *scanner) pass(ctx context.Context) (bool, error) {
-	start := s.cursor
-	stuckAt := s.cursor
-	for attempt := 0; ; attempt++ {
-		m, err := s.r.Manifest(ctx, s.shard)
-		if errors.Is(err, ErrShardNotFound) && s.opts.Follow {
-			return false, nil // not written yet: a follower waits for it
-		}
-		if err != nil {
-			return false, err
-		}
-		if wait, err := s.checkIncarnation(m); wait || err != nil {
-			return false, err // lifecycle.go
-		}
-		err = s.generations(ctx, m)
-		if errors.Is(err, blob.ErrNotFound) {
-			// A merge replaced a generation and GC deleted it; the new
-			// manifest has its records, and the cursor says where we were.
-			// A long scan may meet this many times; give up only when it
-			// keeps happening without progress.
-			if s.cursor != stuckAt {
-				stuckAt, attempt = s.cursor, 0
-			}
-			if attempt < maxReadRetries {
-				continue
-			}
-		}
-		if err != nil {
-			return s.cursor != start, err
-		}
-		return s.cursor != start, s.flush()
+	start := s.at.seq
+	q := query{all: true, follow: s.opts.Follow, readBytes: s.opts.ReadBytes, parallel: 1}
+	if err := s.r.resolve(ctx, s.shard, &s.at, q, s.deliver); err != nil {
+		return s.at.seq != start, err
 	}
+	return s.at.seq != start, s.flush()
 }
 
-func (s *scanner) generations(ctx context.Context, m *storagepb.Manifest) error {
-	for _, g := range m.GetGenerations() {
-		if g.GetLastSeq() <= s.cursor {
+// deliver adds the records of one span read to the batch.
+func (s *scanner) deliver(sp span, recs [][]byte) error {
+	for i, e := range sp.entries {
+		if s.opts.Raw {
+			if err := s.addRaw(recs[i], e.GetSeq()); err != nil {
+				return err
+			}
 			continue
 		}
-		if err := s.generation(ctx, g); err != nil {
+		rec, err := decodeRecord(s.shard, sp.g, e, recs[i])
+		if err != nil {
+			return err
+		}
+		if err := s.add(rec, e.GetSeq(), recs[i]); err != nil {
 			return err
 		}
 	}
 	return nil
-}
-
-func (s *scanner) generation(ctx context.Context, g *storagepb.Generation) error {
-	idx, err := loadIndex(ctx, s.r.store, s.r.cache, s.shard, g)
-	if err != nil {
-		return err
-	}
-	entries := idx.footer.GetEntries()
-	i := sort.Search(len(entries), func(i int) bool { return entries[i].GetSeq() > s.cursor })
-	// Split the rest into runs of adjacent records, one ranged GET each.
-	var chunks []chunk
-	for i < len(entries) {
-		j := i + 1
-		first := entries[i].GetOffset()
-		for j < len(entries) && int64(entries[j].GetOffset()+uint64(entries[j].GetLength())-first) <= s.opts.ReadBytes {
-			j++
-		}
-		chunks = append(chunks, chunk{entries: entries[i:j], first: first, end: entries[j-1].GetOffset() + uint64(entries[j-1].GetLength())})
-		i = j
-	}
-	name := keyOf(g).name(s.shard)
-	// One goroutine reads the next run while this one decodes and delivers
-	// the last: at most two runs are in memory, and the scan waits for the
-	// reader before it returns.
-	rctx, cancel := context.WithCancel(ctx)
-	read := make(chan chunk, 1)
-	var wg sync.WaitGroup
-	defer func() { cancel(); wg.Wait() }()
-	wg.Go(func() {
-		defer close(read)
-		for _, c := range chunks {
-			c.data, _, c.err = s.r.store.Get(rctx, name, blob.GetOptions{Offset: int64(c.first), Length: int64(c.end - c.first)})
-			select {
-			case read <- c:
-			case <-rctx.Done():
-				return
-			}
-			if c.err != nil {
-				return
-			}
-		}
-	})
-	for c := range read {
-		if c.err != nil {
-			return fmt.Errorf("shard %q: scan %s: %w", s.shard, name, c.err)
-		}
-		if uint64(len(c.data)) != c.end-c.first {
-			return corruptOrReplaced(ctx, s.r.store, s.shard, g, name, fmt.Errorf("ranged read returned %d bytes, want %d", len(c.data), c.end-c.first))
-		}
-		for _, e := range c.entries {
-			b, err := format.Record(c.data[e.GetOffset()-c.first:e.GetOffset()-c.first+uint64(e.GetLength())], e)
-			if err != nil {
-				return corruptOrReplaced(ctx, s.r.store, s.shard, g, name, err)
-			}
-			if s.opts.Raw {
-				if err := s.addRaw(b, e.GetSeq()); err != nil {
-					return err
-				}
-				continue
-			}
-			rec := &rolloutv1.Record{}
-			if err := proto.Unmarshal(b, rec); err != nil {
-				return fmt.Errorf("%w: blob %s: record %q: %w", ErrCorrupt, name, e.GetId(), err)
-			}
-			if err := s.add(rec, e.GetSeq(), b); err != nil {
-				return err
-			}
-		}
-	}
-	return nil
-}
-
-// chunk is one ranged read of adjacent records.
-type chunk struct {
-	entries    []*storagepb.FooterEntry
-	first, end uint64
-	data       []byte
-	err        error
 }
 
 // addRaw puts one record's encoding into the batch.
@@ -289,7 +186,6 @@ func (s *scanner) addRaw(b []byte, seq uint64) error {
 	if err := s.makeRoom(size); err != nil {
 		return err
 	}
-	s.cursor = seq
 	s.batch.Cursor = seq
 	s.batch.Raw = append(s.batch.Raw, b)
 	s.batchSize += size
@@ -312,7 +208,6 @@ func (s *scanner) add(rec *rolloutv1.Record, seq uint64, b []byte) error {
 			return err
 		}
 	}
-	s.cursor = seq
 	s.batch.Cursor = seq
 	if keep {
 		s.batch.Records = append(s.batch.Records, rec)
