@@ -155,7 +155,14 @@ func (c *committer) createBatch(ctx context.Context, live []*pending) (map[*pend
 		if w.ctx.Err() != nil {
 			werr = fmt.Errorf("shard %q epoch %d: aborted while its commit was in flight: %w", w.shard, w.epoch, werr)
 		}
-		w.halt(werr, w.staleErr(fmt.Errorf("a commit before this append's is undecided: %w", err)))
+		refuse := w.staleErr(fmt.Errorf("a commit before this append's is undecided: %w", err))
+		if errors.Is(err, blob.ErrStoreFailed) {
+			// A failed store refuses every call until a restart: the
+			// appends refused here must say so, not only that they
+			// were not sent.
+			refuse = fmt.Errorf("%w: %w", refuse, blob.ErrStoreFailed)
+		}
+		w.halt(werr, refuse)
 		return nil, werr
 	case err != nil:
 		c.inDoubt = false
