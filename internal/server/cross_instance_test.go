@@ -65,9 +65,13 @@ func TestTwoInstances(t *testing.T) {
 	heals := testutil.ToFloat64(a.metrics.selfHeals) + testutil.ToFloat64(b.metrics.selfHeals)
 	t.Logf("%d alternating appends: all acked; %v fences, %v self-heals", n, fences, heals)
 	// The first append on each instance opens a writer; every later one
-	// finds its writer fenced by the other instance and replaces it.
-	if fences != n-2 || heals != n-2 {
-		t.Errorf("%v fences and %v self-heals for %d alternating appends, want %d each", fences, heals, n, n-2)
+	// finds its writer fenced by the other instance and replaces it: as a
+	// self-heal when the append failed on it, or before the append when
+	// the writer's own checkpoint found the fence first (acquire replaces
+	// a stopped writer), which no append pays for. That second way is
+	// rare: the checkpoint must run between two alternating appends.
+	if fences != n-2 || heals > fences || heals < (n-2)*9/10 {
+		t.Errorf("%v fences and %v self-heals for %d alternating appends, want %d fences and at most as many self-heals, nearly all", fences, heals, n, n-2)
 	}
 }
 
