@@ -20,8 +20,8 @@ import (
 
 // The shard lifecycle RPCs: ListShards, DescribeShard, BatchGet and
 // DeleteShard. Their storage work is package shard's; here they are
-// validated, authorized beyond what the guard can decide (ListShards'
-// filtering), and answered.
+// validated, authorized beyond what the guard can decide (ListShards
+// lists inside the caller's list grants only), and answered.
 
 const (
 	defaultListPageSize = 100
@@ -43,7 +43,8 @@ type lifecycle struct {
 }
 
 // ListShards lists the shards under the request's prefix that the caller
-// may list, a page at a time.
+// may list, a page at a time, asking the store about nothing else
+// (docs/security.md, "Listing stays inside the caller's grants").
 func (s *service) ListShards(ctx context.Context, req *rolloutv1.ListShardsRequest) (*rolloutv1.ListShardsResponse, error) {
 	prefix := strings.TrimSuffix(req.GetPrefix(), "/")
 	if prefix != "" {
@@ -61,16 +62,17 @@ func (s *service) ListShards(ctx context.Context, req *rolloutv1.ListShardsReque
 	case size > maxListPageSize:
 		size = maxListPageSize
 	}
-	page, err := shard.ListShards(ctx, s.life.store, prefix, req.GetPageToken(), size)
+	identity := peerIdentity(ctx)
+	opts := shard.ListOptions{Prefix: prefix, Caller: identity, Token: req.GetPageToken(), Max: size, Unrestricted: s.life.authz == nil}
+	if s.life.authz != nil {
+		opts.Grants = s.life.authz.Prefixes(identity, authz.List)
+	}
+	page, err := shard.List(ctx, s.life.store, opts)
 	if err != nil {
 		return nil, toStatus(err)
 	}
 	resp := &rolloutv1.ListShardsResponse{NextPageToken: page.Next}
-	identity := peerIdentity(ctx)
 	for _, name := range page.Shards {
-		if s.life.authz != nil && !s.life.authz.Allows(identity, authz.List, name) {
-			continue
-		}
 		resp.Shards = append(resp.Shards, &rolloutv1.ListedShard{Shard: name})
 	}
 	if !req.GetIncludeSummary() {
