@@ -267,6 +267,7 @@ type Server struct {
 	cfg     Config
 	log     *zap.Logger
 	access  *zap.Logger
+	errLog  *errorLog // the error lines each client may cause
 	metrics *Metrics
 	grpc    *grpc.Server
 	health  *health.Server
@@ -293,6 +294,7 @@ func New(cfg Config) (*Server, error) {
 		log:     cfg.Logger,
 		metrics: NewMetrics(),
 		health:  health.NewServer(),
+		errLog:  newErrorLog(),
 	}
 	s.access = cfg.Logger.Named("access").WithOptions(zap.WrapCore(func(c zapcore.Core) zapcore.Core {
 		return zapcore.NewSamplerWithOptions(c, time.Second, 10, 100)
@@ -370,7 +372,7 @@ func New(cfg Config) (*Server, error) {
 				return nil, fmt.Errorf("server: register metrics: %w", err)
 			}
 		}
-		for _, c := range append(s.guard.collectors(), s.admission.collectors()...) {
+		for _, c := range append(append(s.guard.collectors(), s.admission.collectors()...), s.errLog.dropped) {
 			if err := reg.Register(c); err != nil {
 				return nil, fmt.Errorf("server: register metrics: %w", err)
 			}
