@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
@@ -14,6 +15,7 @@ import (
 	rolloutv1 "github.com/rolloutd/rolloutd/gen/rollout/v1"
 	"github.com/rolloutd/rolloutd/internal/authz"
 	"github.com/rolloutd/rolloutd/internal/blob"
+	"github.com/rolloutd/rolloutd/internal/ratelimit"
 	"github.com/rolloutd/rolloutd/internal/shard"
 	"github.com/rolloutd/rolloutd/internal/validate"
 )
@@ -34,10 +36,11 @@ const (
 
 // lifecycle is the state the lifecycle RPCs share beyond the service's.
 type lifecycle struct {
-	store  blob.Store
-	authz  *authz.Authorizer // nil: no policy, every shard listed
-	purger *shard.Purger
-	log    *zap.Logger
+	store       blob.Store
+	listLimiter *ratelimit.Limiter // nil: listings cost nothing
+	authz       *authz.Authorizer  // nil: no policy, every shard listed
+	purger      *shard.Purger
+	log         *zap.Logger
 	// batchGetBytes caps one BatchGet response's record bytes.
 	batchGetBytes int
 }
@@ -61,6 +64,15 @@ func (s *service) ListShards(ctx context.Context, req *rolloutv1.ListShardsReque
 		size = defaultListPageSize
 	case size > maxListPageSize:
 		size = maxListPageSize
+	}
+	if l := s.life.listLimiter; l != nil {
+		client := clientKey(ctx)
+		if err := l.Admit(client); err != nil {
+			return nil, toStatus(err)
+		}
+		var ops *atomic.Int64
+		ctx, ops = countingOps(ctx)
+		defer func() { l.Charge(client, int(ops.Load())) }()
 	}
 	identity := peerIdentity(ctx)
 	opts := shard.ListOptions{Prefix: prefix, Caller: identity, Token: req.GetPageToken(), Max: size, Unrestricted: s.life.authz == nil}

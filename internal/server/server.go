@@ -103,6 +103,10 @@ type Config struct {
 	// AppendLimiter bounds the bytes each client identity appends per
 	// second; nil means no limit.
 	AppendLimiter *ratelimit.Limiter
+	// ListLimiter (ratelimit.NewCost) charges each client the store
+	// operations its ListShards calls cause, summaries included, and
+	// refuses its calls while it is in debt; nil means no limit.
+	ListLimiter *ratelimit.Limiter
 	// MaxConcurrentStreams bounds the RPCs in flight on one connection.
 	// Default 1024.
 	MaxConcurrentStreams uint32
@@ -333,7 +337,7 @@ func New(cfg Config) (*Server, error) {
 	s.writers.clock = cfg.Clock
 	svc := &service{
 		writers:         s.writers,
-		reader:          shard.NewReader(cfg.Store, shard.ReaderOptions{Logger: cfg.Logger, Cache: cache}),
+		reader:          shard.NewReader(countedStore{cfg.Store}, shard.ReaderOptions{Logger: cfg.Logger, Cache: cache}),
 		notifier:        notifier,
 		clock:           cfg.Clock,
 		metrics:         s.metrics,
@@ -341,7 +345,7 @@ func New(cfg Config) (*Server, error) {
 		maxRecordBytes:  cfg.MaxRecordBytes,
 	}
 	s.purger = shard.NewPurger(cfg.Store, 2, cfg.Logger)
-	svc.life = lifecycle{store: cfg.Store, authz: cfg.Authorizer, purger: s.purger, log: cfg.Logger, batchGetBytes: cfg.BatchGetBytes}
+	svc.life = lifecycle{store: countedStore{cfg.Store}, listLimiter: cfg.ListLimiter, authz: cfg.Authorizer, purger: s.purger, log: cfg.Logger, batchGetBytes: cfg.BatchGetBytes}
 
 	if reg := cfg.Registerer; reg != nil {
 		for _, c := range s.metrics.collectors {
