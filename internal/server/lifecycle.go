@@ -10,6 +10,7 @@ import (
 
 	"go.uber.org/zap"
 	"golang.org/x/sync/errgroup"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	rolloutv1 "github.com/rolloutd/rolloutd/gen/rollout/v1"
@@ -38,6 +39,7 @@ const (
 type lifecycle struct {
 	store       blob.Store
 	listLimiter *ratelimit.Limiter // nil: listings cost nothing
+	errLog      *errorLog          // the error lines each client may cause
 	authz       *authz.Authorizer  // nil: no policy, every shard listed
 	purger      *shard.Purger
 	log         *zap.Logger
@@ -100,8 +102,11 @@ func (s *service) ListShards(ctx context.Context, req *rolloutv1.ListShardsReque
 				ls.Summary = s.shardInfo(info)
 			case notFound(err):
 				// Its last blob went between the listing and the read.
+			case ctx.Err() != nil:
+				return err // the call ended, not the shard
 			default:
-				return err
+				// One bad shard fails only itself.
+				ls.SummaryError = s.summaryError(ctx, ls.GetShard(), err)
 			}
 			return nil
 		})
@@ -110,6 +115,25 @@ func (s *service) ListShards(ctx context.Context, req *rolloutv1.ListShardsReque
 		return nil, toStatus(err)
 	}
 	return resp, nil
+}
+
+// summaryError is a shard's summary failure as DescribeShard would answer
+// it, "Code: message": a text that may carry the server's internals is
+// withheld and logged under the call's request id, within the client's
+// error-line rate.
+func (s *service) summaryError(ctx context.Context, shardName string, err error) string {
+	st := toStatus(err)
+	var ie *internalError
+	if errors.As(st, &ie) {
+		id := callFrom(ctx).id
+		if ok, extra := s.life.errLog.allow(clientKey(ctx)); ok {
+			s.life.log.Warn("shard summary withheld from the client", append(extra, clientString("shard", shardName),
+				zap.String("request_id", id), zap.String("code", ie.f.code.String()), boundedString("error", ie.detail(), maxLoggedError))...)
+		}
+		return ie.f.code.String() + ": " + ie.f.status(id).Message()
+	}
+	sts := status.Convert(st)
+	return sts.Code().String() + ": " + sts.Message()
 }
 
 // DescribeShard describes one shard from its current manifest.

@@ -345,7 +345,7 @@ func New(cfg Config) (*Server, error) {
 		maxRecordBytes:  cfg.MaxRecordBytes,
 	}
 	s.purger = shard.NewPurger(cfg.Store, 2, cfg.Logger)
-	svc.life = lifecycle{store: countedStore{cfg.Store}, listLimiter: cfg.ListLimiter, authz: cfg.Authorizer, purger: s.purger, log: cfg.Logger, batchGetBytes: cfg.BatchGetBytes}
+	svc.life = lifecycle{store: countedStore{cfg.Store}, listLimiter: cfg.ListLimiter, errLog: s.errLog, authz: cfg.Authorizer, purger: s.purger, log: cfg.Logger, batchGetBytes: cfg.BatchGetBytes}
 
 	if reg := cfg.Registerer; reg != nil {
 		for _, c := range s.metrics.collectors {
