@@ -33,12 +33,21 @@ const (
 	maxBatchGetIDs = 1000
 	// summaryParallelism bounds the manifest reads of one page of summaries.
 	summaryParallelism = 8
+	// summarySlots bounds the summaries being read in the whole process,
+	// so that many clients listing with summaries at once share a fixed
+	// part of the store and the CPU instead of crowding out appends and
+	// gets: the per-client listing limit alone grows with the clients.
+	summarySlots = 4
+	// allClients is the key of the listing limit of all clients together.
+	allClients = "all clients"
 )
 
 // lifecycle is the state the lifecycle RPCs share beyond the service's.
 type lifecycle struct {
 	store       blob.Store
 	listLimiter *ratelimit.Limiter // nil: listings cost nothing
+	listTotal   *ratelimit.Limiter // the same for all clients together (key allClients)
+	summaries   chan struct{}      // summarySlots; nil: no process-wide bound
 	errLog      *errorLog          // the error lines each client may cause
 	authz       *authz.Authorizer  // nil: no policy, every shard listed
 	purger      *shard.Purger
@@ -67,14 +76,19 @@ func (s *service) ListShards(ctx context.Context, req *rolloutv1.ListShardsReque
 	case size > maxListPageSize:
 		size = maxListPageSize
 	}
-	if l := s.life.listLimiter; l != nil {
-		client := clientKey(ctx)
-		if err := l.Admit(client); err != nil {
-			return nil, toStatus(err)
+	if limits := s.listLimits(ctx); len(limits) > 0 {
+		for _, l := range limits {
+			if err := l.Admit(l.key); err != nil {
+				return nil, toStatus(err)
+			}
 		}
 		var ops *atomic.Int64
 		ctx, ops = countingOps(ctx)
-		defer func() { l.Charge(client, int(ops.Load())) }()
+		defer func() {
+			for _, l := range limits {
+				l.Charge(l.key, int(ops.Load()))
+			}
+		}()
 	}
 	identity := peerIdentity(ctx)
 	opts := shard.ListOptions{Prefix: prefix, Caller: identity, Token: req.GetPageToken(), Max: size, Unrestricted: s.life.authz == nil}
@@ -96,6 +110,14 @@ func (s *service) ListShards(ctx context.Context, req *rolloutv1.ListShardsReque
 	g.SetLimit(summaryParallelism)
 	for _, ls := range resp.Shards {
 		g.Go(func() error {
+			if s.life.summaries != nil {
+				select {
+				case s.life.summaries <- struct{}{}:
+					defer func() { <-s.life.summaries }()
+				case <-gctx.Done():
+					return gctx.Err()
+				}
+			}
 			info, err := s.reader.Describe(gctx, ls.GetShard())
 			switch {
 			case err == nil, shardDeleted(err):
@@ -115,6 +137,25 @@ func (s *service) ListShards(ctx context.Context, req *rolloutv1.ListShardsReque
 		return nil, toStatus(err)
 	}
 	return resp, nil
+}
+
+// keyedLimit is a listing limit and the key a call is charged under.
+type keyedLimit struct {
+	*ratelimit.Limiter
+	key string
+}
+
+// listLimits are the listing limits a call is charged to: its client's,
+// and all clients'.
+func (s *service) listLimits(ctx context.Context) []keyedLimit {
+	var out []keyedLimit
+	if l := s.life.listLimiter; l != nil {
+		out = append(out, keyedLimit{l, clientKey(ctx)})
+	}
+	if l := s.life.listTotal; l != nil {
+		out = append(out, keyedLimit{l, allClients})
+	}
+	return out
 }
 
 // summaryError is a shard's summary failure as DescribeShard would answer

@@ -53,7 +53,11 @@ func TestListShardsChargedByStoreOps(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ts := startTCP(t, Config{Store: store, ListLimiter: lim})
+	total, err := ratelimit.NewCost("listing (all clients)", "store ops", 0.001, 10*burst)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := startTCP(t, Config{Store: store, ListLimiter: lim, ListTotalLimiter: total})
 	c := dial(t, ts.addr, insecure.NewCredentials())
 	for i := range 40 {
 		if _, err := c.Append(rpcCtx(t), appendReq(fmt.Sprintf("exp/s%02d", i), "r-1")); err != nil {
@@ -71,6 +75,9 @@ func TestListShardsChargedByStoreOps(t *testing.T) {
 	t.Logf("a page of 40 summaries: %d store ops, %.1f charged", ops, charged)
 	if ops < 41 || charged < float64(ops)-0.5 || charged > float64(ops)+0.5 {
 		t.Fatalf("a page of 40 summaries caused %d store ops and was charged %.1f", ops, charged)
+	}
+	if all := 10*burst - total.Tokens(allClients); all < charged-0.5 || all > charged+0.5 {
+		t.Fatalf("all clients' limit was charged %.1f, the client's %.1f", all, charged)
 	}
 	// Each summarised shard's reads, not one per page.
 	if _, err := c.ListShards(rpcCtx(t), &rolloutv1.ListShardsRequest{Prefix: "exp", PageSize: 1000, IncludeSummary: true}); err != nil {

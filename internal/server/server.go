@@ -107,6 +107,9 @@ type Config struct {
 	// operations its ListShards calls cause, summaries included, and
 	// refuses its calls while it is in debt; nil means no limit.
 	ListLimiter *ratelimit.Limiter
+	// ListTotalLimiter is ListLimiter for all clients together, so that
+	// many clients listing at once cannot crowd out appends and gets.
+	ListTotalLimiter *ratelimit.Limiter
 	// MaxConcurrentStreams bounds the RPCs in flight on one connection.
 	// Default 1024.
 	MaxConcurrentStreams uint32
@@ -345,7 +348,7 @@ func New(cfg Config) (*Server, error) {
 		maxRecordBytes:  cfg.MaxRecordBytes,
 	}
 	s.purger = shard.NewPurger(cfg.Store, 2, cfg.Logger)
-	svc.life = lifecycle{store: countedStore{cfg.Store}, listLimiter: cfg.ListLimiter, errLog: s.errLog, authz: cfg.Authorizer, purger: s.purger, log: cfg.Logger, batchGetBytes: cfg.BatchGetBytes}
+	svc.life = lifecycle{store: countedStore{cfg.Store}, listLimiter: cfg.ListLimiter, listTotal: cfg.ListTotalLimiter, summaries: make(chan struct{}, summarySlots), errLog: s.errLog, authz: cfg.Authorizer, purger: s.purger, log: cfg.Logger, batchGetBytes: cfg.BatchGetBytes}
 
 	if reg := cfg.Registerer; reg != nil {
 		for _, c := range s.metrics.collectors {
