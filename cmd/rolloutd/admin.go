@@ -99,7 +99,7 @@ func runAdmin(args []string, stdout, stderr io.Writer) error {
 	var what string    // what the command does, for its --help
 	switch sub {
 	case "list":
-		what = "Lists the shards under a prefix (whole '/'-separated segments), one per line;\nwith --summary, a table of their sizes, last seqs and last commits."
+		what = "Lists the shards under a prefix (whole '/'-separated segments), one per line;\nwith --summary, a table of their sizes, last seqs and last commits;\na shard whose summary cannot be read is named on stderr, and the exit status is 1."
 		fs.StringVar(prefix, "prefix", "", "list the shards this `prefix` covers on whole segments; empty lists all")
 		fs.BoolVar(summary, "summary", false, "show each shard's records, bytes, last seq and last commit (a manifest read each)")
 	case "describe":
@@ -152,7 +152,7 @@ func runAdmin(args []string, stdout, stderr io.Writer) error {
 	defer cancel()
 	switch sub {
 	case "list":
-		return adminList(ctx, c, stdout, *prefix, *summary)
+		return adminList(ctx, c, stdout, stderr, *prefix, *summary)
 	case "describe":
 		info, err := c.DescribeShard(ctx, rest[0])
 		if err != nil {
@@ -256,12 +256,12 @@ func parseAge(s string) (time.Duration, error) {
 	return d, nil
 }
 
-func adminList(ctx context.Context, c *client.Client, stdout io.Writer, prefix string, summary bool) error {
+func adminList(ctx context.Context, c *client.Client, stdout, stderr io.Writer, prefix string, summary bool) error {
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
 	if summary {
 		fmt.Fprintln(tw, "SHARD\tRECORDS\tBYTES\tLAST SEQ\tLAST COMMIT\tSTATE")
 	}
-	n := 0
+	n, failed := 0, 0
 	for s, err := range c.AllShards(ctx, prefix, 1000, summary) {
 		if err != nil {
 			tw.Flush()
@@ -272,6 +272,13 @@ func adminList(ctx context.Context, c *client.Client, stdout io.Writer, prefix s
 			fmt.Fprintln(tw, s.GetShard())
 			continue
 		}
+		if e := s.GetSummaryError(); e != "" {
+			// One bad shard fails only itself: say which, and go on.
+			failed++
+			fmt.Fprintf(tw, "%s	-	-	-	-	unreadable\n", s.GetShard())
+			fmt.Fprintf(stderr, "list: %s: %s\n", s.GetShard(), e)
+			continue
+		}
 		sum := s.GetSummary()
 		state := "live"
 		if sum.GetDeleted() {
@@ -279,7 +286,13 @@ func adminList(ctx context.Context, c *client.Client, stdout io.Writer, prefix s
 		}
 		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%s\t%s\n", s.GetShard(), sum.GetRecords(), sum.GetBytes(), sum.GetLastSeq(), when(sum.GetLastCommitAt().AsTime(), sum.GetLastCommitAt() != nil), state)
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if failed > 0 {
+		return fmt.Errorf("admin list: %d of %d shards could not be summarised (see above)", failed, n)
+	}
+	return nil
 }
 
 func when(t time.Time, set bool) string {
@@ -332,6 +345,12 @@ func adminPurge(ctx context.Context, c *client.Client, stdout, stderr io.Writer,
 		}
 		examined++
 		sum := s.GetSummary()
+		if e := s.GetSummaryError(); e != "" {
+			// Its age is unknown: keep it, say so, and go on.
+			failed++
+			fmt.Fprintf(stderr, "purge: %s: cannot read its summary: %s\n", s.GetShard(), e)
+			continue
+		}
 		if sum == nil {
 			continue // gone between the listing and its read
 		}

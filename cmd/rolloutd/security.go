@@ -46,8 +46,11 @@ type securityConfig struct {
 	MaxConnectionAge             time.Duration
 	MaxConnectionAgeGrace        time.Duration
 
-	AppendRateLimit byteSize
-	AppendRateBurst byteSize
+	AppendRateLimit  byteSize
+	AppendRateBurst  byteSize
+	ListOpsRate      int
+	ListOpsBurst     int
+	ListOpsTotalRate int
 
 	AzureConnectionStringFile string
 }
@@ -88,6 +91,12 @@ func (c *securityConfig) registerFlags(fs *flag.FlagSet) {
 		"Over it, Append fails RESOURCE_EXHAUSTED with a google.rpc.RetryInfo delay")
 	fs.Var(&c.AppendRateBurst, "append-rate-burst", "`bytes` an identity may append at once under --append-rate-limit (default: the larger of the limit and\n"+
 		"--max-message-bytes, so that every batch the server accepts can pass)")
+	fs.IntVar(&c.ListOpsRate, "list-ops-rate", 1000, "store `operations` per second each client's ListShards calls may cause, summaries included (by client\n"+
+		"address without mTLS); a client in debt gets RESOURCE_EXHAUSTED with a google.rpc.RetryInfo delay. 0: no limit")
+	fs.IntVar(&c.ListOpsBurst, "list-ops-burst", 2500, "store `operations` a client's listings may cause at once under --list-ops-rate; one page of 1,000\n"+
+		"summaries costs 2,000 to 5,000 (a list, then a manifest read and log probes per shard)")
+	fs.IntVar(&c.ListOpsTotalRate, "list-ops-total-rate", 2000, "store `operations` per second the ListShards calls of all clients together may cause (burst\n"+
+		"--list-ops-burst), so that many listing clients cannot crowd out appends and gets. 0: no limit")
 	fs.StringVar(&c.AzureConnectionStringFile, "azure-connection-string-file", "", "`file` holding the Azure Storage connection string (Azurite, development), as an alternative to\n"+
 		envConnectionString+"; there is no flag for the string itself, since flags show in ps")
 }
@@ -112,6 +121,8 @@ func (c *config) validateSecurity() error {
 		return errors.New("--max-connection-age must not be negative and --max-connection-age-grace must be positive")
 	case s.AppendRateBurst > 0 && s.AppendRateLimit == 0:
 		return errors.New("--append-rate-burst needs --append-rate-limit")
+	case s.ListOpsRate < 0 || s.ListOpsTotalRate < 0 || ((s.ListOpsRate > 0 || s.ListOpsTotalRate > 0) && s.ListOpsBurst < 1):
+		return errors.New("--list-ops-rate and --list-ops-total-rate must not be negative, and --list-ops-burst must be at least 1")
 	}
 	switch s.MetricsTLS {
 	case metricsTLSOff:
@@ -180,6 +191,8 @@ type security struct {
 	tls      *tlsreload.Reloader // nil without --tls-cert
 	authz    *authz.Authorizer   // nil without --authz-file
 	limiter  *ratelimit.Limiter  // nil without --append-rate-limit
+	listCost *ratelimit.Limiter  // nil with --list-ops-rate 0
+	listAll  *ratelimit.Limiter  // nil with --list-ops-total-rate 0
 	grpcOpts []grpc.ServerOption
 }
 
@@ -228,11 +241,28 @@ func newSecurity(cfg *config, log *zap.Logger, reg prometheus.Registerer) (*secu
 		}
 		s.limiter = l
 	}
+	if c.ListOpsRate > 0 {
+		l, err := ratelimit.NewCost("listing", "store ops", float64(c.ListOpsRate), c.ListOpsBurst)
+		if err != nil {
+			s.Close()
+			return nil, fmt.Errorf("--list-ops-rate: %w", err)
+		}
+		s.listCost = l
+	}
+	if c.ListOpsTotalRate > 0 {
+		l, err := ratelimit.NewCost("listing (all clients)", "store ops", float64(c.ListOpsTotalRate), c.ListOpsBurst)
+		if err != nil {
+			s.Close()
+			return nil, fmt.Errorf("--list-ops-total-rate: %w", err)
+		}
+		s.listAll = l
+	}
 	log.Info("security",
 		zap.Bool("tls", s.tls != nil), zap.Bool("mtls", c.TLSClientCA != ""), zap.String("authz_file", c.AuthzFile),
 		zap.String("health_listen", c.HealthListen), zap.String("metrics_tls", c.MetricsTLS),
 		zap.Strings("metrics_client_identities", c.MetricsClientIdentities), zap.Bool("pprof", c.Pprof),
-		zap.Int64("append_rate_limit_bytes", int64(c.AppendRateLimit)), zap.Int64("append_rate_burst_bytes", int64(c.AppendRateBurst)))
+		zap.Int64("append_rate_limit_bytes", int64(c.AppendRateLimit)), zap.Int64("append_rate_burst_bytes", int64(c.AppendRateBurst)),
+		zap.Int("list_ops_rate", c.ListOpsRate), zap.Int("list_ops_burst", c.ListOpsBurst), zap.Int("list_ops_total_rate", c.ListOpsTotalRate))
 	if s.tls == nil {
 		log.Warn("gRPC is plaintext: anyone who reaches --listen can read and write every shard; set --tls-cert, --tls-key and --tls-client-ca outside development")
 	}
@@ -246,6 +276,8 @@ func (s *security) apply(sc *server.Config) {
 		sc.ClientCAs = s.tls
 	}
 	sc.AppendLimiter = s.limiter
+	sc.ListLimiter = s.listCost
+	sc.ListTotalLimiter = s.listAll
 	sc.ServerOptions = append(sc.ServerOptions, s.grpcOpts...)
 	sc.MaxConcurrentStreams = uint32(s.cfg.MaxConcurrentStreams)
 	sc.KeepaliveMinTime = s.cfg.KeepaliveMinTime

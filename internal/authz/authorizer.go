@@ -122,6 +122,12 @@ func (a *Authorizer) Allows(identity string, verb Verb, shard string) bool {
 	return a.cur.Load().Allows(identity, verb, shard)
 }
 
+// Prefixes returns the shard prefixes of identity's grants of verb under
+// the policy in force: ListShards lists inside them and nowhere else.
+func (a *Authorizer) Prefixes(identity string, verb Verb) []string {
+	return a.cur.Load().Prefixes(identity, verb)
+}
+
 // AllowsAny reports whether identity may do verb on any shard under the
 // policy in force.
 func (a *Authorizer) AllowsAny(identity string, verb Verb) bool {

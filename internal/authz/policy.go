@@ -239,6 +239,15 @@ func (p *Policy) AllowsAny(identity string, verb Verb) bool {
 	return p != nil && identity != "" && len(p.grants[identity][verb]) > 0
 }
 
+// Prefixes returns the shard prefixes (AllShards for all) of identity's
+// grants of verb, so that a listing can stay inside them.
+func (p *Policy) Prefixes(identity string, verb Verb) []string {
+	if p == nil || identity == "" {
+		return nil
+	}
+	return slices.Clone(p.grants[identity][verb])
+}
+
 // cnHint explains a refusal of a common-name identity whose value the
 // policy grants as a DNS or URI SAN: an untagged name in a policy that once
 // matched a certificate's CN no longer does. "" otherwise.

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -463,10 +464,15 @@ func rangeTotal(cr string) (int64, bool) {
 	return n, err == nil
 }
 
-// ListDelimited implements blob.Store with one List Blobs request in its
+// ListDelimited implements blob.Store with List Blobs requests in their
 // hierarchical form: Azure rolls names up at the delimiter itself, so a
 // listing of shards costs one entry per shard however many generations
-// each holds.
+// each holds. Its tokens are "m" and Azure's NextMarker, or a
+// blob.DelimitedToken a caller built to start after a name, sent as
+// startFrom. An emulator that ignores startFrom (Azurite 3.35.0) lists
+// from the start instead: what the token says was listed is dropped, and
+// the listing goes on with markers until it is past the token, so a
+// listing never silently restarts.
 func (s *Store) ListDelimited(ctx context.Context, prefix, delimiter, token string, max int) (blob.DelimitedPage, error) {
 	if err := blob.ValidatePrefix(prefix); err != nil {
 		return blob.DelimitedPage{}, err
@@ -478,12 +484,11 @@ func (s *Store) ListDelimited(ctx context.Context, prefix, delimiter, token stri
 	if err != nil {
 		return blob.DelimitedPage{}, err
 	}
-	release, err := s.begin(ctx)
+	bigPage := int32(MaxListMax)
+	marker, after, err := parseDelimitedToken(token)
 	if err != nil {
-		return blob.DelimitedPage{}, opError("list", prefix, nil, err)
+		return blob.DelimitedPage{}, err
 	}
-	defer release()
-
 	lo := &container.ListBlobsHierarchyOptions{
 		Include:    container.ListBlobsInclude{Metadata: true},
 		MaxResults: &n,
@@ -491,12 +496,91 @@ func (s *Store) ListDelimited(ctx context.Context, prefix, delimiter, token stri
 	if full != "" {
 		lo.Prefix = &full
 	}
-	if token != "" {
-		lo.Marker = &token
+	switch {
+	case marker != "":
+		lo.Marker = &marker
+	case after != nil:
+		from := s.prefix + after.Last
+		lo.StartFrom = &from
+		if s.startFromIgnored.Load() > 0 {
+			lo.MaxResults = &bigPage // skip in few requests
+		}
 	}
+	for {
+		page, next, err := s.listHierarchy(ctx, prefix, delimiter, lo)
+		if err != nil {
+			return blob.DelimitedPage{}, err
+		}
+		if after != nil {
+			dropListed(&page, *after)
+		}
+		if next != "" {
+			page.Next = "m" + next
+		}
+		if len(page.Items)+len(page.Prefixes) > 0 || next == "" || after == nil {
+			truncatePage(&page, int(n))
+			return page, nil
+		}
+		// Everything on this page was at or before the token: startFrom
+		// was ignored. Go on from the marker, in large pages.
+		s.startFromIgnored.Add(1)
+		lo.StartFrom, lo.Marker = nil, &next
+		lo.MaxResults = &bigPage
+	}
+}
+
+// truncatePage keeps a page's first n entries in name order; the token
+// then starts after the last one kept.
+func truncatePage(page *blob.DelimitedPage, n int) {
+	if len(page.Items)+len(page.Prefixes) <= n {
+		return
+	}
+	var last blob.DelimitedToken
+	i, j := 0, 0
+	for i+j < n {
+		if j == len(page.Prefixes) || (i < len(page.Items) && page.Items[i].Name < page.Prefixes[j]) {
+			last = blob.DelimitedToken{Last: page.Items[i].Name}
+			i++
+		} else {
+			last = blob.DelimitedToken{Last: page.Prefixes[j], IsPrefix: true}
+			j++
+		}
+	}
+	page.Items, page.Prefixes, page.Next = page.Items[:i], page.Prefixes[:j], last.Encode()
+}
+
+// parseDelimitedToken splits ListDelimited's token into Azure's marker or
+// a position to start after.
+func parseDelimitedToken(token string) (marker string, after *blob.DelimitedToken, err error) {
+	if token == "" {
+		return "", nil, nil
+	}
+	if m, ok := strings.CutPrefix(token, "m"); ok && m != "" {
+		return m, nil, nil
+	}
+	t, err := blob.ParseDelimitedToken(token)
+	if err != nil {
+		return "", nil, err
+	}
+	return "", &t, nil
+}
+
+// dropListed drops from page what the token says was listed already.
+func dropListed(page *blob.DelimitedPage, after blob.DelimitedToken) {
+	page.Items = slices.DeleteFunc(page.Items, func(a blob.Attrs) bool { return !after.After(a.Name) })
+	page.Prefixes = slices.DeleteFunc(page.Prefixes, func(p string) bool { return !after.After(p) })
+}
+
+// listHierarchy sends one List Blobs request.
+func (s *Store) listHierarchy(ctx context.Context, prefix, delimiter string, lo *container.ListBlobsHierarchyOptions) (blob.DelimitedPage, string, error) {
+	release, err := s.begin(ctx)
+	if err != nil {
+		return blob.DelimitedPage{}, "", opError("list", prefix, nil, err)
+	}
+	defer release()
 	resp, err := s.client.NewListBlobsHierarchyPager(delimiter, lo).NextPage(ctx)
 	if err != nil {
-		return blob.DelimitedPage{}, opError("list", prefix, classify(ctx, err, nil, false), err)
+		return blob.DelimitedPage{}, "", opError("list", prefix, classify(ctx, err, nil, false), err)
 	}
 	var page blob.DelimitedPage
 	if seg := resp.Segment; seg != nil {
@@ -519,8 +603,13 @@ func (s *Store) ListDelimited(ctx context.Context, prefix, delimiter, token stri
 			page.Prefixes = append(page.Prefixes, name)
 		}
 	}
+	next := ""
 	if resp.NextMarker != nil {
-		page.Next = *resp.NextMarker
+		next = *resp.NextMarker
 	}
-	return page, nil
+	return page, next, nil
 }
+
+// StartFromIgnored counts the listing requests that found the backend had
+// ignored startFrom (Azurite does): each cost one more request.
+func (s *Store) StartFromIgnored() uint64 { return s.startFromIgnored.Load() }

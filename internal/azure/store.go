@@ -18,6 +18,7 @@ import (
 	"net/url"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore"
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore/policy"
@@ -41,6 +42,8 @@ type Store struct {
 	log       *zap.Logger
 
 	slots chan struct{} // bounds requests in flight to MaxConns
+
+	startFromIgnored atomic.Uint64
 
 	mu       sync.Mutex
 	closed   bool

@@ -151,6 +151,10 @@ type Store interface {
 	// Items. A rolled-up prefix is listed once across pages, and a page
 	// holds at most max entries, items and prefixes together; each list
 	// is in byte-wise order. A prefix stands for at least one stored blob.
+	// token is "", a previous page's Next, or a DelimitedToken's Encode
+	// that a caller built: the listing then continues after it, as if it
+	// had been the last entry of a page, so a caller can start a listing
+	// at a name without holding a backend's token.
 	// Errors: as List, and ErrInvalidName for an empty delimiter.
 	ListDelimited(ctx context.Context, prefix, delimiter, token string, max int) (DelimitedPage, error)
 }

@@ -231,10 +231,14 @@ func Run(ctx context.Context, opts Options) (*Summary, error) {
 		listed[ref.Name] = true
 		cached, known := st.Shards[ref.Name]
 		var res ShardResult
-		if ref.Deleted {
+		switch {
+		case ref.Err != "":
+			res = ShardResult{Shard: ref.Name, Status: StatusFailed, AfterSeq: cached.LastSeq, LastSeq: cached.LastSeq, Error: ref.Err}
+			opts.Logger.Error("export failed", zap.String("shard", ref.Name), zap.String("error", ref.Err))
+		case ref.Deleted:
 			res = ShardResult{Shard: ref.Name, Status: StatusGone, LastSeq: cached.LastSeq,
 				Note: fmt.Sprintf("deleted (incarnation %d); its parts stay in DEST", ref.Incarnation)}
-		} else {
+		default:
 			res = exportShard(ctx, opts, st, ref.Name)
 			if known && (cached.Incarnation != ref.Incarnation || cached.Deleted) {
 				res.Note = strings.TrimPrefix(res.Note+"; "+fmt.Sprintf("deleted and written again since the last run (incarnation %d, was %d): "+

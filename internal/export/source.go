@@ -26,12 +26,16 @@ type ShardRef struct {
 	Incarnation uint64
 	// Deleted: the shard is a tombstone; its records are gone.
 	Deleted bool
+	// Err, if set, is why the shard could not be described (a corrupt
+	// manifest): it is reported as failed, and the others go on.
+	Err string
 }
 
 // Source is where records come from.
 type Source interface {
 	// Shards lists the shards whose names start with prefix, sorted by
-	// name, deleted ones included.
+	// name, deleted ones included, and those that cannot be described
+	// with their Err: its error is for the listing as a whole.
 	Shards(ctx context.Context, prefix string) ([]ShardRef, error)
 	// Scan delivers the shard's records with seq > after, in seq order,
 	// in batches; emit may keep a batch.
@@ -58,7 +62,8 @@ func NewStoreSource(store blob.Store) *StoreSource {
 var shardsRoot = strings.TrimSuffix(format.ShardPrefix("x"), "x/")
 
 // Shards lists the shards that have a manifest, and reads each one's to
-// tell a deleted shard and its incarnation.
+// tell a deleted shard and its incarnation; a shard whose manifest cannot
+// be read is listed with its error.
 func (s *StoreSource) Shards(ctx context.Context, prefix string) ([]ShardRef, error) {
 	manifest := strings.TrimPrefix(format.ManifestName("x"), shardsRoot+"x")
 	var shards []string
@@ -85,8 +90,12 @@ func (s *StoreSource) Shards(ctx context.Context, prefix string) ([]ShardRef, er
 		switch {
 		case errors.Is(err, shard.ErrShardNotFound):
 			continue // deleted and reclaimed since the listing
-		case err != nil && !errors.Is(err, shard.ErrShardDeleted):
+		case ctx.Err() != nil:
 			return nil, fmt.Errorf("export: describe shard %q: %w", sh, err)
+		case err != nil && !errors.Is(err, shard.ErrShardDeleted):
+			// One bad shard fails only itself.
+			refs = append(refs, ShardRef{Name: sh, Err: fmt.Sprintf("describe: %v", err)})
+			continue
 		}
 		refs = append(refs, ShardRef{Name: sh, Incarnation: info.Incarnation, Deleted: info.Deleted})
 	}
@@ -138,8 +147,10 @@ func (c *ClientSource) Shards(ctx context.Context, prefix string) ([]ShardRef, e
 				refs = append(refs, ShardRef{Name: sh, Deleted: true})
 			case errors.Is(err, client.ErrNotFound):
 				// Never written: nothing to export, and nothing gone.
-			case err != nil:
+			case ctx.Err() != nil:
 				return nil, fmt.Errorf("export: describe shard %q through the server: %w", sh, err)
+			case err != nil:
+				refs = append(refs, ShardRef{Name: sh, Err: fmt.Sprintf("describe through the server: %v", err)})
 			default:
 				refs = append(refs, ShardRef{Name: sh, Incarnation: info.GetIncarnation()})
 			}
@@ -156,7 +167,11 @@ func (c *ClientSource) Shards(ctx context.Context, prefix string) ([]ShardRef, e
 		}
 		for _, l := range resp.GetShards() {
 			if strings.HasPrefix(l.GetShard(), prefix) {
-				refs = append(refs, ShardRef{Name: l.GetShard(), Incarnation: l.GetSummary().GetIncarnation(), Deleted: l.GetSummary().GetDeleted()})
+				ref := ShardRef{Name: l.GetShard(), Incarnation: l.GetSummary().GetIncarnation(), Deleted: l.GetSummary().GetDeleted()}
+				if e := l.GetSummaryError(); e != "" {
+					ref = ShardRef{Name: l.GetShard(), Err: "summary from the server: " + e}
+				}
+				refs = append(refs, ref)
 			}
 		}
 		if token = resp.GetNextPageToken(); token == "" {

@@ -138,3 +138,33 @@ func TestConcurrentTake(t *testing.T) {
 	}
 	wg.Wait()
 }
+
+// A cost limiter admits a call while its identity is not in debt, charges
+// what the call cost after it, into debt beyond the burst, and refuses
+// with the time the debt takes to repay.
+func TestCostLimiter(t *testing.T) {
+	l, err := NewCost("listing", "store ops", 100, 50)
+	if err != nil {
+		t.Fatal(err)
+	}
+	clk := &fakeNow{t: time.Unix(1_000_000, 0)}
+	l.now = clk.now
+	if err := l.Admit("a"); err != nil {
+		t.Fatal(err)
+	}
+	l.Charge("a", 250) // five bursts' worth: 200 in debt
+	if got := l.Tokens("a"); got != -200 {
+		t.Fatalf("tokens after charging 250 of 50 = %v, want -200", got)
+	}
+	var le *LimitedError
+	if err := l.Admit("a"); !errors.As(err, &le) || (le.Retry-2010*time.Millisecond).Abs() > time.Millisecond || !strings.Contains(err.Error(), "listing rate limit") {
+		t.Fatalf("Admit in debt = %v, want a refusal for 2.01s", err)
+	}
+	if err := l.Admit("b"); err != nil {
+		t.Fatalf("another identity: %v", err)
+	}
+	clk.advance(2011 * time.Millisecond)
+	if err := l.Admit("a"); err != nil {
+		t.Fatalf("after the debt was repaid: %v", err)
+	}
+}

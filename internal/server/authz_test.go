@@ -56,6 +56,12 @@ type authzServer struct {
 
 func startAuthz(t *testing.T, policy string) *authzServer {
 	t.Helper()
+	return startAuthzConfig(t, policy, Config{})
+}
+
+// startAuthzConfig is startAuthz with more of the server's config.
+func startAuthzConfig(t *testing.T, policy string, cfg Config) *authzServer {
+	t.Helper()
 	p := newPKI(t, true)
 	file := filepath.Join(p.dir, "policy.yaml")
 	testpki.WriteFile(t, file, []byte(policy))
@@ -65,7 +71,9 @@ func startAuthz(t *testing.T, policy string) *authzServer {
 	}
 	t.Cleanup(az.Close)
 	as := &authzServer{p: p, policyFile: file, az: az, clients: map[string]rolloutv1.RolloutServiceClient{}}
-	as.tcpServer = startTCP(t, Config{Authorizer: az, ServerOptions: []grpc.ServerOption{grpc.Creds(credentials.NewTLS(p.reloader.Config()))}})
+	cfg.Authorizer = az
+	cfg.ServerOptions = append(cfg.ServerOptions, grpc.Creds(credentials.NewTLS(p.reloader.Config())))
+	as.tcpServer = startTCP(t, cfg)
 	for _, id := range []string{idTrainer, idReader, idAdmin, idOther, idImpostor} {
 		as.clients[id] = dial(t, as.addr, p.creds(t, testLeaf(t, p.clientCA, id)))
 	}

@@ -38,7 +38,7 @@ func (s *Server) accessLog(ctx context.Context, req any, info *grpc.UnaryServerI
 
 	fields := append(s.rpcFields(ctx, c, method), zap.String("code", code.String()), zap.Duration("duration", elapsed))
 	fields = append(fields, requestFields(req)...)
-	s.logRPC(code, fields, err)
+	s.logRPC(ctx, code, fields, err)
 	return resp, err
 }
 
@@ -64,7 +64,7 @@ func (s *Server) streamLog(srv any, ss grpc.ServerStream, info *grpc.StreamServe
 	fields := append(s.rpcFields(ctx, c, method), zap.String("code", code.String()), zap.Duration("duration", elapsed))
 	fields = append(fields, ls.request()...)
 	fields = append(fields, zap.Int64("records_sent", c.records.Load()), zap.Int64("bytes_sent", c.bytesSent.Load()))
-	s.logRPC(code, fields, err)
+	s.logRPC(ctx, code, fields, err)
 	return err
 }
 
@@ -145,11 +145,19 @@ func requestFields(req any) []zap.Field {
 }
 
 // logRPC writes an RPC's access-log line: "rpc", or "rpc failed" with the
-// status message (Warn when it points at the server).
-func (s *Server) logRPC(code codes.Code, fields []zap.Field, err error) {
-	switch code {
-	case codes.OK:
+// status message (Warn when it points at the server), within the client's
+// error-line rate (errlog.go).
+func (s *Server) logRPC(ctx context.Context, code codes.Code, fields []zap.Field, err error) {
+	if code == codes.OK {
 		s.access.Info("rpc", fields...)
+		return
+	}
+	ok, extra := s.errLog.allow(ClientOf(ctx))
+	if !ok {
+		return
+	}
+	fields = append(fields, extra...)
+	switch code {
 	case codes.Internal, codes.DataLoss, codes.Unknown:
 		s.access.Warn("rpc failed", append(fields, errorField(err))...)
 	default:
@@ -164,8 +172,9 @@ func (s *Server) logRPC(code codes.Code, fields []zap.Field, err error) {
 // A failure whose text may carry the server's internals (an
 // *internalError: Internal, DataLoss, storage-caused Unavailable) is
 // answered with a generic text naming the RPC's request id, keeping its
-// ErrorInfo and RetryInfo, and its text is logged under that id, unsampled,
-// so that the id always finds it. An error that is not a gRPC status (a
+// ErrorInfo and RetryInfo, and its text is logged under that id, within
+// the client's error-line rate (errlog.go): the id finds it unless that
+// client's lines were being dropped, which the log then says. An error that is not a gRPC status (a
 // handler that skipped toStatus) is classified first, so that its text does
 // not reach the client as Unknown.
 func (s *Server) answer(ctx context.Context, c *rpcCall, method string, err error) error {
@@ -185,8 +194,11 @@ func (s *Server) answer(ctx context.Context, c *rpcCall, method string, err erro
 	if ie.f.code == codes.Unavailable {
 		lvl = zap.WarnLevel
 	}
-	fields := append(s.rpcFields(ctx, c, method), zap.String("code", ie.f.code.String()), boundedString("error", ie.detail(), maxLoggedError))
-	s.log.Log(lvl, "rpc error withheld from the client", fields...)
+	if ok, extra := s.errLog.allow(ClientOf(ctx)); ok {
+		fields := append(s.rpcFields(ctx, c, method), zap.String("code", ie.f.code.String()), boundedString("error", ie.detail(), maxLoggedError))
+		// The stack would be this function's, the same on every line.
+		s.log.WithOptions(zap.AddStacktrace(zap.FatalLevel)).Log(lvl, "rpc error withheld from the client", append(fields, extra...)...)
+	}
 	return ie.f.status(c.id).Err()
 }
 

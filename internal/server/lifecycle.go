@@ -5,23 +5,26 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
 	"golang.org/x/sync/errgroup"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	rolloutv1 "github.com/rolloutd/rolloutd/gen/rollout/v1"
 	"github.com/rolloutd/rolloutd/internal/authz"
 	"github.com/rolloutd/rolloutd/internal/blob"
+	"github.com/rolloutd/rolloutd/internal/ratelimit"
 	"github.com/rolloutd/rolloutd/internal/shard"
 	"github.com/rolloutd/rolloutd/internal/validate"
 )
 
 // The shard lifecycle RPCs: ListShards, DescribeShard, BatchGet and
 // DeleteShard. Their storage work is package shard's; here they are
-// validated, authorized beyond what the guard can decide (ListShards'
-// filtering), and answered.
+// validated, authorized beyond what the guard can decide (ListShards
+// lists inside the caller's list grants only), and answered.
 
 const (
 	defaultListPageSize = 100
@@ -30,20 +33,32 @@ const (
 	maxBatchGetIDs = 1000
 	// summaryParallelism bounds the manifest reads of one page of summaries.
 	summaryParallelism = 8
+	// summarySlots bounds the summaries being read in the whole process,
+	// so that many clients listing with summaries at once share a fixed
+	// part of the store and the CPU instead of crowding out appends and
+	// gets: the per-client listing limit alone grows with the clients.
+	summarySlots = 4
+	// allClients is the key of the listing limit of all clients together.
+	allClients = "all clients"
 )
 
 // lifecycle is the state the lifecycle RPCs share beyond the service's.
 type lifecycle struct {
-	store  blob.Store
-	authz  *authz.Authorizer // nil: no policy, every shard listed
-	purger *shard.Purger
-	log    *zap.Logger
+	store       blob.Store
+	listLimiter *ratelimit.Limiter // nil: listings cost nothing
+	listTotal   *ratelimit.Limiter // the same for all clients together (key allClients)
+	summaries   chan struct{}      // summarySlots; nil: no process-wide bound
+	errLog      *errorLog          // the error lines each client may cause
+	authz       *authz.Authorizer  // nil: no policy, every shard listed
+	purger      *shard.Purger
+	log         *zap.Logger
 	// batchGetBytes caps one BatchGet response's record bytes.
 	batchGetBytes int
 }
 
 // ListShards lists the shards under the request's prefix that the caller
-// may list, a page at a time.
+// may list, a page at a time, asking the store about nothing else
+// (docs/security.md, "Listing stays inside the caller's grants").
 func (s *service) ListShards(ctx context.Context, req *rolloutv1.ListShardsRequest) (*rolloutv1.ListShardsResponse, error) {
 	prefix := strings.TrimSuffix(req.GetPrefix(), "/")
 	if prefix != "" {
@@ -61,16 +76,31 @@ func (s *service) ListShards(ctx context.Context, req *rolloutv1.ListShardsReque
 	case size > maxListPageSize:
 		size = maxListPageSize
 	}
-	page, err := shard.ListShards(ctx, s.life.store, prefix, req.GetPageToken(), size)
+	if limits := s.listLimits(ctx); len(limits) > 0 {
+		for _, l := range limits {
+			if err := l.Admit(l.key); err != nil {
+				return nil, toStatus(ctx, err)
+			}
+		}
+		var ops *atomic.Int64
+		ctx, ops = countingOps(ctx)
+		defer func() {
+			for _, l := range limits {
+				l.Charge(l.key, int(ops.Load()))
+			}
+		}()
+	}
+	identity := peerIdentity(ctx)
+	opts := shard.ListOptions{Prefix: prefix, Caller: identity, Token: req.GetPageToken(), Max: size, Unrestricted: s.life.authz == nil}
+	if s.life.authz != nil {
+		opts.Grants = s.life.authz.Prefixes(identity, authz.List)
+	}
+	page, err := shard.List(ctx, s.life.store, opts)
 	if err != nil {
 		return nil, toStatus(ctx, err)
 	}
 	resp := &rolloutv1.ListShardsResponse{NextPageToken: page.Next}
-	identity := peerIdentity(ctx)
 	for _, name := range page.Shards {
-		if s.life.authz != nil && !s.life.authz.Allows(identity, authz.List, name) {
-			continue
-		}
 		resp.Shards = append(resp.Shards, &rolloutv1.ListedShard{Shard: name})
 	}
 	if !req.GetIncludeSummary() {
@@ -80,14 +110,25 @@ func (s *service) ListShards(ctx context.Context, req *rolloutv1.ListShardsReque
 	g.SetLimit(summaryParallelism)
 	for _, ls := range resp.Shards {
 		g.Go(func() error {
+			if s.life.summaries != nil {
+				select {
+				case s.life.summaries <- struct{}{}:
+					defer func() { <-s.life.summaries }()
+				case <-gctx.Done():
+					return gctx.Err()
+				}
+			}
 			info, err := s.reader.Describe(gctx, ls.GetShard())
 			switch {
 			case err == nil, shardDeleted(err):
 				ls.Summary = s.shardInfo(info)
 			case notFound(err):
 				// Its last blob went between the listing and the read.
+			case ctx.Err() != nil:
+				return err // the call ended, not the shard
 			default:
-				return err
+				// One bad shard fails only itself.
+				ls.SummaryError = s.summaryError(ctx, ls.GetShard(), err)
 			}
 			return nil
 		})
@@ -96,6 +137,44 @@ func (s *service) ListShards(ctx context.Context, req *rolloutv1.ListShardsReque
 		return nil, toStatus(ctx, err)
 	}
 	return resp, nil
+}
+
+// keyedLimit is a listing limit and the key a call is charged under.
+type keyedLimit struct {
+	*ratelimit.Limiter
+	key string
+}
+
+// listLimits are the listing limits a call is charged to: its client's,
+// and all clients'.
+func (s *service) listLimits(ctx context.Context) []keyedLimit {
+	var out []keyedLimit
+	if l := s.life.listLimiter; l != nil {
+		out = append(out, keyedLimit{l, ClientOf(ctx)})
+	}
+	if l := s.life.listTotal; l != nil {
+		out = append(out, keyedLimit{l, allClients})
+	}
+	return out
+}
+
+// summaryError is a shard's summary failure as DescribeShard would answer
+// it, "Code: message": a text that may carry the server's internals is
+// withheld and logged under the call's request id, within the client's
+// error-line rate.
+func (s *service) summaryError(ctx context.Context, shardName string, err error) string {
+	st := toStatus(ctx, err)
+	var ie *internalError
+	if errors.As(st, &ie) {
+		id := callFrom(ctx).id
+		if ok, extra := s.life.errLog.allow(ClientOf(ctx)); ok {
+			s.life.log.Warn("shard summary withheld from the client", append(extra, clientString("shard", shardName),
+				zap.String("request_id", id), zap.String("code", ie.f.code.String()), boundedString("error", ie.detail(), maxLoggedError))...)
+		}
+		return ie.f.code.String() + ": " + ie.f.status(id).Message()
+	}
+	sts := status.Convert(st)
+	return sts.Code().String() + ": " + sts.Message()
 }
 
 // DescribeShard describes one shard from its current manifest.

@@ -105,6 +105,13 @@ type Config struct {
 	// AppendLimiter bounds the bytes each client identity appends per
 	// second; nil means no limit.
 	AppendLimiter *ratelimit.Limiter
+	// ListLimiter (ratelimit.NewCost) charges each client the store
+	// operations its ListShards calls cause, summaries included, and
+	// refuses its calls while it is in debt; nil means no limit.
+	ListLimiter *ratelimit.Limiter
+	// ListTotalLimiter is ListLimiter for all clients together, so that
+	// many clients listing at once cannot crowd out appends and gets.
+	ListTotalLimiter *ratelimit.Limiter
 	// MaxConcurrentStreams bounds the RPCs in flight on one connection.
 	// Default 1024.
 	MaxConcurrentStreams uint32
@@ -283,6 +290,7 @@ type Server struct {
 	cfg     Config
 	log     *zap.Logger
 	access  *zap.Logger
+	errLog  *errorLog // the error lines each client may cause
 	metrics *Metrics
 	grpc    *grpc.Server
 	health  *health.Server
@@ -309,6 +317,7 @@ func New(cfg Config) (*Server, error) {
 		log:     cfg.Logger,
 		metrics: NewMetrics(),
 		health:  health.NewServer(),
+		errLog:  newErrorLog(),
 	}
 	s.access = cfg.Logger.Named("access").WithOptions(zap.WrapCore(func(c zapcore.Core) zapcore.Core {
 		return zapcore.NewSamplerWithOptions(c, time.Second, 10, 100)
@@ -347,7 +356,7 @@ func New(cfg Config) (*Server, error) {
 	s.writers.clock = cfg.Clock
 	svc := &service{
 		writers:         s.writers,
-		reader:          shard.NewReader(cfg.Store, shard.ReaderOptions{Logger: cfg.Logger, Cache: cache}),
+		reader:          shard.NewReader(countedStore{cfg.Store}, shard.ReaderOptions{Logger: cfg.Logger, Cache: cache}),
 		notifier:        notifier,
 		clock:           cfg.Clock,
 		metrics:         s.metrics,
@@ -356,7 +365,7 @@ func New(cfg Config) (*Server, error) {
 	}
 	s.admission.storedSize = svc.reader.StoredSize
 	s.purger = shard.NewPurger(cfg.Store, 2, cfg.Logger)
-	svc.life = lifecycle{store: cfg.Store, authz: cfg.Authorizer, purger: s.purger, log: cfg.Logger, batchGetBytes: cfg.BatchGetBytes}
+	svc.life = lifecycle{store: countedStore{cfg.Store}, listLimiter: cfg.ListLimiter, listTotal: cfg.ListTotalLimiter, summaries: make(chan struct{}, summarySlots), errLog: s.errLog, authz: cfg.Authorizer, purger: s.purger, log: cfg.Logger, batchGetBytes: cfg.BatchGetBytes}
 
 	if reg := cfg.Registerer; reg != nil {
 		for _, c := range s.metrics.collectors {
@@ -387,7 +396,7 @@ func New(cfg Config) (*Server, error) {
 				return nil, fmt.Errorf("server: register metrics: %w", err)
 			}
 		}
-		for _, c := range append(s.guard.collectors(), s.admission.collectors()...) {
+		for _, c := range append(append(s.guard.collectors(), s.admission.collectors()...), s.errLog.dropped) {
 			if err := reg.Register(c); err != nil {
 				return nil, fmt.Errorf("server: register metrics: %w", err)
 			}

@@ -411,20 +411,20 @@ func firstDifference(a, b []string) int {
 // A page token is the client's to send back: any bytes decode to an
 // error or to a token that round-trips, never a panic.
 func FuzzDecodePageToken(f *testing.F) {
-	f.Add("exp", encodePageToken("exp", "pshards/exp/a/_"))
-	f.Add("", "")
-	f.Add("x", "not base64!")
-	f.Fuzz(func(t *testing.T, prefix, token string) {
-		next, err := decodePageToken(prefix, token)
+	f.Add("exp", "id", encodePageToken("exp", "id", "exp/a"))
+	f.Add("", "", "")
+	f.Add("x", "", "not base64!")
+	f.Fuzz(func(t *testing.T, prefix, caller, token string) {
+		last, err := decodePageToken(token, prefix, caller)
 		if err != nil {
 			if !errors.Is(err, ErrBadPageToken) {
 				t.Fatalf("unclassified error %v", err)
 			}
 			return
 		}
-		if token != "" && encodePageToken(prefix, next) != token && !strings.Contains(prefix+next, "\x00") {
+		if token != "" && encodePageToken(prefix, caller, last) != token && !strings.Contains(prefix, "\x00") {
 			// Strict base64 has one encoding per byte string.
-			t.Fatalf("token %q decodes to %q, which encodes to %q", token, next, encodePageToken(prefix, next))
+			t.Fatalf("token %q decodes to %q, which encodes to %q", token, last, encodePageToken(prefix, caller, last))
 		}
 	})
 }

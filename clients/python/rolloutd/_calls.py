@@ -53,7 +53,7 @@ def list_shards_request(prefix: str, page_size: int, page_token: str, include_su
 
 def shard_page(resp: rollout_pb2.ListShardsResponse) -> ShardPage:
     return ShardPage(
-        [ListedShard(s.shard, ShardInfo.from_message(s.summary) if s.HasField("summary") else None) for s in resp.shards],
+        [ListedShard(s.shard, ShardInfo.from_message(s.summary) if s.HasField("summary") else None, s.summary_error) for s in resp.shards],
         resp.next_page_token,
     )
 

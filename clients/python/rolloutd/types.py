@@ -150,10 +150,14 @@ class ShardInfo:
 
 @dataclass(frozen=True)
 class ListedShard:
-    """One shard of a listing; ``summary`` only with include_summary."""
+    """One shard of a listing; ``summary`` only with include_summary.
+    ``summary_error``, with include_summary, says why this shard has no
+    summary (its manifest could not be read); the other shards are
+    summarised as usual."""
 
     shard: str
     summary: Optional[ShardInfo] = None
+    summary_error: str = ""
 
 
 @dataclass(frozen=True)

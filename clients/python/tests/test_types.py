@@ -71,3 +71,19 @@ def test_generated_classes_pickle():
     m = rollout_pb2.Record(id="x")
     assert type(m).__module__ == "rolloutd._proto.rollout.v1.rollout_pb2"
     assert pickle.loads(pickle.dumps(m)) == m
+
+
+def test_listed_shard_summary_error():
+    """A shard whose summary could not be read carries the server's error;
+    the others keep their summaries."""
+    from rolloutd._calls import shard_page
+    from rolloutd._proto.rollout.v1 import rollout_pb2
+
+    resp = rollout_pb2.ListShardsResponse(shards=[
+        rollout_pb2.ListedShard(shard="exp/a", summary=rollout_pb2.ShardInfo(shard="exp/a", records=1)),
+        rollout_pb2.ListedShard(shard="exp/bad", summary_error="DataLoss: stored data failed verification"),
+    ])
+    page = shard_page(resp)
+    assert page.shards[0].summary is not None and page.shards[0].summary_error == ""
+    assert page.shards[1].summary is None
+    assert page.shards[1].summary_error.startswith("DataLoss")

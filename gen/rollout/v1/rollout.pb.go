@@ -926,11 +926,13 @@ type ListShardsRequest struct {
 	// '/' is ignored.
 	Prefix string `protobuf:"bytes,1,opt,name=prefix,proto3" json:"prefix,omitempty"`
 	// At most this many shards per page: default 100, at most 1000 (larger
-	// values are treated as 1000). A page may hold fewer, even none, and
-	// still have a next page.
+	// values are treated as 1000). A page may hold fewer; only the last page
+	// may be empty.
 	PageSize int32 `protobuf:"varint,2,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
-	// The next_page_token of the previous page, with the same prefix; empty
-	// for the first page. Opaque.
+	// The next_page_token of the previous page, with the same prefix, by the
+	// same caller; empty for the first page. Opaque. A token that is not
+	// one, or names a position the caller may no longer list, is
+	// INVALID_ARGUMENT: list again from the start.
 	PageToken string `protobuf:"bytes,3,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
 	// Include each shard's summary (one manifest read per shard). Off by
 	// default: a page then costs one storage listing.
@@ -1059,7 +1061,13 @@ type ListedShard struct {
 	Shard string `protobuf:"bytes,1,opt,name=shard,proto3" json:"shard,omitempty"`
 	// Its summary, with include_summary; for a deleted shard only shard,
 	// deleted, incarnation, last_seq and deleted_at are set.
-	Summary       *ShardInfo `protobuf:"bytes,2,opt,name=summary,proto3" json:"summary,omitempty"`
+	Summary *ShardInfo `protobuf:"bytes,2,opt,name=summary,proto3" json:"summary,omitempty"`
+	// With include_summary, why this shard has no summary: its manifest could
+	// not be read (corrupt, or the store failed for it), as
+	// "CODE: message", the message as DescribeShard would give it. The
+	// other shards of the page are listed and summarised as usual: one bad
+	// shard fails only itself.
+	SummaryError  string `protobuf:"bytes,3,opt,name=summary_error,json=summaryError,proto3" json:"summary_error,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1106,6 +1114,13 @@ func (x *ListedShard) GetSummary() *ShardInfo {
 		return x.Summary
 	}
 	return nil
+}
+
+func (x *ListedShard) GetSummaryError() string {
+	if x != nil {
+		return x.SummaryError
+	}
+	return ""
 }
 
 // DescribeShardRequest names a shard.
@@ -1772,10 +1787,11 @@ const file_rollout_v1_rollout_proto_rawDesc = "" +
 	"\x0finclude_summary\x18\x04 \x01(\bR\x0eincludeSummary\"m\n" +
 	"\x12ListShardsResponse\x12/\n" +
 	"\x06shards\x18\x01 \x03(\v2\x17.rollout.v1.ListedShardR\x06shards\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"T\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"y\n" +
 	"\vListedShard\x12\x14\n" +
 	"\x05shard\x18\x01 \x01(\tR\x05shard\x12/\n" +
-	"\asummary\x18\x02 \x01(\v2\x15.rollout.v1.ShardInfoR\asummary\",\n" +
+	"\asummary\x18\x02 \x01(\v2\x15.rollout.v1.ShardInfoR\asummary\x12#\n" +
+	"\rsummary_error\x18\x03 \x01(\tR\fsummaryError\",\n" +
 	"\x14DescribeShardRequest\x12\x14\n" +
 	"\x05shard\x18\x01 \x01(\tR\x05shard\"\xfd\x03\n" +
 	"\tShardInfo\x12\x14\n" +

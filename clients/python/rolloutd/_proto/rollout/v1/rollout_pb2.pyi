@@ -134,12 +134,14 @@ class ListShardsResponse(_message.Message):
     def __init__(self, shards: _Optional[_Iterable[_Union[ListedShard, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
 
 class ListedShard(_message.Message):
-    __slots__ = ["shard", "summary"]
+    __slots__ = ["shard", "summary", "summary_error"]
     SHARD_FIELD_NUMBER: _ClassVar[int]
+    SUMMARY_ERROR_FIELD_NUMBER: _ClassVar[int]
     SUMMARY_FIELD_NUMBER: _ClassVar[int]
     shard: str
     summary: ShardInfo
-    def __init__(self, shard: _Optional[str] = ..., summary: _Optional[_Union[ShardInfo, _Mapping]] = ...) -> None: ...
+    summary_error: str
+    def __init__(self, shard: _Optional[str] = ..., summary: _Optional[_Union[ShardInfo, _Mapping]] = ..., summary_error: _Optional[str] = ...) -> None: ...
 
 class Record(_message.Message):
     __slots__ = ["advantage", "binary_payload", "content", "content_type", "created_at", "dataset", "grader_id", "id", "include_in_training", "input_tokens", "loss_mask", "metadata", "output_logprobs", "output_tokens", "policy_version", "problem_id", "ref_logprobs", "relationships", "reward", "role", "rollout_id", "score", "seq", "sequence_order"]
