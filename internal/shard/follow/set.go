@@ -85,6 +85,7 @@ func NewSet(r *shard.Reader, opts Options) *Set {
 func (s *Set) Close() {
 	s.mu.Lock()
 	s.closed = true
+	clear(s.readers)
 	s.mu.Unlock()
 	s.stop()
 	s.wg.Wait()
@@ -124,6 +125,9 @@ func (s *Set) startLocked(shardName string, at shard.Position) *tail {
 	go func() {
 		defer s.wg.Done()
 		defer close(t.done)
+		// Whatever ended the reader (Close, above all), no follower is
+		// left waiting on it.
+		defer t.dropAll()
 		t.run(ctx, at)
 	}()
 	return t

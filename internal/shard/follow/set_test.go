@@ -296,3 +296,25 @@ func TestFollowerEndsAtDelete(t *testing.T) {
 		t.Fatalf("%d readers left", n)
 	}
 }
+
+// Close stops the readers and ends the followers still on them with
+// ErrClosed, rather than leaving them waiting.
+func TestCloseEndsFollowers(t *testing.T) {
+	e := newEnv(t, quick)
+	tail := e.appendN(1)
+	f := e.follow(shard.ScanOptions{}, nil)
+	f.waitFor(t, tail)
+	e.set.Close()
+	select {
+	case err := <-f.done:
+		f.done = nil
+		if !errors.Is(err, ErrClosed) {
+			t.Fatalf("follower ended with %v, want ErrClosed", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("follower still waits on a closed set")
+	}
+	if n := e.set.Readers(); n != 0 {
+		t.Fatalf("%d readers after Close", n)
+	}
+}

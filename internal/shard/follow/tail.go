@@ -177,6 +177,16 @@ func (t *tail) fail(err error) {
 	t.cancel()
 }
 
+// dropAll drops every follower left when the reader has stopped.
+func (t *tail) dropAll() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.retired = true
+	for f := range t.subs {
+		t.dropLocked(f)
+	}
+}
+
 // isDropped reports whether s is out of its tail.
 func (s *sub) isDropped() bool {
 	s.t.mu.Lock()
