@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"os"
+	"runtime"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -95,6 +97,22 @@ func appendForFollowers(t testing.TB, c rolloutv1.RolloutServiceClient, shard st
 	return resp.GetResults()[len(resp.GetResults())-1].GetSeq()
 }
 
+// goroutinesIn counts the goroutines with any of fns on their stack.
+func goroutinesIn(fns ...string) int {
+	buf := make([]byte, 64<<20)
+	buf = buf[:runtime.Stack(buf, true)]
+	n := 0
+	for _, g := range strings.Split(string(buf), "\n\n") {
+		for _, fn := range fns {
+			if strings.Contains(g, fn) {
+				n++
+				break
+			}
+		}
+	}
+	return n
+}
+
 func storeOps(fs *faultstore.Store) int64 {
 	var n int64
 	for _, op := range faultstore.Ops {
@@ -149,6 +167,9 @@ func TestFollowSoakStoreOpsPerAppend(t *testing.T) {
 		tail := appendForFollowers(t, s.client, "s", 0)
 		fs := startFollowers(t, s.client, "s", tail, n)
 		defer fs.stop()
+		tail = appendForFollowers(t, s.client, "s", int(tail))
+		fs.waitFor(t, tail)
+		t.Logf("%d followers: %d goroutines in the process, %d of them shard readers, %d running a Scan handler", n, runtime.NumGoroutine(), goroutinesIn("follow.(*tail).run"), goroutinesIn("(*service).Scan("))
 		before := storeOps(store)
 		start := time.Now()
 		appends := 0
@@ -169,5 +190,23 @@ func TestFollowSoakStoreOpsPerAppend(t *testing.T) {
 	t.Logf("store ops per append: %.2f with one follower, %.2f with 2000 (%.2fx)", one, many, many/one)
 	if many > 2*one {
 		t.Errorf("2000 followers cost %.2f store ops per append, more than twice one follower's %.2f", many, one)
+	}
+}
+
+// A follow stream costs the server one goroutine: the stream's own, which
+// runs the handler. The shard's reader is one more for all of them.
+func TestFollowStreamCostsOneGoroutine(t *testing.T) {
+	s := startServer(t, Config{Store: memstore.New()})
+	tail := appendForFollowers(t, s.client, "s", 0)
+	const n = 20
+	fs := startFollowers(t, s.client, "s", tail, n)
+	tail = appendForFollowers(t, s.client, "s", int(tail))
+	fs.waitFor(t, tail)
+	// A goroutine serving a stream has the interceptor or the handler on
+	// its stack.
+	streams := goroutinesIn("(*Server).cancelOnShutdown", "(*service).Scan(")
+	readers := goroutinesIn("follow.(*tail).run")
+	if streams != n || readers != 1 {
+		t.Errorf("%d follow streams run %d goroutines and %d shard readers, want %d and 1", n, streams, readers, n)
 	}
 }
