@@ -198,7 +198,7 @@ func BenchmarkAzuriteGet(b *testing.B) {
 		b.Fatal(err)
 	}
 	g := m.GetGenerations()[len(m.GetGenerations())-1]
-	genName := format.GenerationName("bench", g.GetEpoch(), g.GetNumber())
+	genName := format.BlobOf("bench", g)
 	r := NewReader(store, ReaderOptions{})
 	for _, id := range ids[:20] { // warm the caches, as a serving reader's are
 		if _, err := r.Get(ctx, "bench", id); err != nil {

@@ -69,7 +69,6 @@ func (r *Reader) BatchGet(ctx context.Context, shard string, ids []string, opts 
 		gap:       opts.GapBytes,
 		readBytes: opts.ReadBytes,
 		parallel:  opts.Parallelism,
-		strict:    true,
 		take: func(located map[string]*storagepb.FooterEntry) map[string]bool {
 			results = make([]BatchResult, len(ids))
 			out = make(map[string]*rolloutv1.Record, len(located))

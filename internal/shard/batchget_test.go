@@ -2,14 +2,18 @@ package shard
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"testing"
+	"time"
 
 	"google.golang.org/protobuf/proto"
 
 	rolloutv1 "github.com/rolloutd/rolloutd/gen/rollout/v1"
+	"github.com/rolloutd/rolloutd/internal/blob"
 	"github.com/rolloutd/rolloutd/internal/blob/faultstore"
 	"github.com/rolloutd/rolloutd/internal/blob/memstore"
+	"github.com/rolloutd/rolloutd/internal/shard/format"
 )
 
 func TestBatchGet(t *testing.T) {
@@ -128,4 +132,103 @@ func TestBatchGet(t *testing.T) {
 			t.Fatalf("projected BatchGet = %v, %v", res, err)
 		}
 	})
+}
+
+// A reader on the writer's own instance shares the writer's cache, which
+// still holds the index of a log batch that a merge retired and GC
+// collected. When a late fence lands in that position and the reader's
+// view still lists the batch, the put id checks out against the cached
+// footer and the ranged read returns the fence's bytes. Every read must
+// take those for a replaced batch and read the view again, as Get always
+// did, never answer ErrCorrupt (DATA_LOSS) for a healthy shard.
+func TestReadsTellALateFenceFromACachedBatch(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		read func(ctx context.Context, r *Reader) (uint64, error)
+	}{
+		{"Get", func(ctx context.Context, r *Reader) (uint64, error) {
+			rec, err := r.Get(ctx, "s", "x")
+			return rec.GetSeq(), err
+		}},
+		{"BatchGet", func(ctx context.Context, r *Reader) (uint64, error) {
+			res, err := r.BatchGet(ctx, "s", []string{"x"}, BatchGetOptions{})
+			if err != nil {
+				return 0, err
+			}
+			return res[0].Record.GetSeq(), nil
+		}},
+		{"Scan", func(ctx context.Context, r *Reader) (uint64, error) {
+			var seq uint64
+			err := r.Scan(ctx, "s", ScanOptions{Limit: 1}, func(b Batch) error {
+				if len(b.Records) > 0 {
+					seq = b.Records[0].GetSeq()
+				}
+				return nil
+			})
+			return seq, err
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			store, cache, old, seq := lateFenceAfterCollect(t)
+			// Both manifest reads of the view (the first and the
+			// confirming one) return the manifest that lists the batch.
+			r := NewReader(&staleManifests{Store: store, old: old, n: 2}, ReaderOptions{Cache: cache})
+			got, err := tc.read(context.Background(), r)
+			if err != nil || got != seq {
+				t.Fatalf("%s(x) with a late fence where its cached batch was: seq %d, %v; want seq %d", tc.name, got, err, seq)
+			}
+		})
+	}
+}
+
+// lateFenceAfterCollect commits x at log position 1 of shard s, lets a
+// merge retire it and GC collect it, and creates a late fence there. It
+// returns the writer's cache, which holds position 1's batch index, a
+// manifest that still lists that batch, and x's seq.
+func lateFenceAfterCollect(t *testing.T) (blob.Store, *BlobCache, []byte, uint64) {
+	t.Helper()
+	store := memstore.New()
+	ctx := context.Background()
+	opts := collectingOptions(t)
+	opts.Cache = NewBlobCache(DefaultCacheBytes)
+	w, err := Open(ctx, store, "s", opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(w.Abort)
+	rs, err := w.Append(ctx, entries(t, "x"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var old []byte
+	waitFor(t, "a checkpoint that lists position 1", func() bool {
+		b, _, err := store.Get(ctx, format.ManifestName("s"), blob.GetOptions{})
+		m, derr := format.DecodeManifest(b)
+		if err != nil || derr != nil || len(m.GetGenerations()) == 0 || m.GetGenerations()[0].GetPosition() != 1 {
+			return false
+		}
+		old = b
+		return true
+	})
+	deadline := time.Now().Add(time.Minute)
+	for i := 0; ; i++ {
+		if _, err := w.Append(ctx, entries(t, fmt.Sprint("y", i))); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := store.Head(ctx, format.LogName("s", 1)); errors.Is(err, blob.ErrNotFound) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("GC never collected log position 1")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	fence, err := format.EncodeFence(format.LogEntry{Shard: "s", Epoch: 7, Position: 1, Writer: "late", PutID: "late-1", NextSeq: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := store.Put(ctx, format.LogName("s", 1), fence.Data, blob.PutOptions{IfNoneMatch: true}); err != nil {
+		t.Fatal(err)
+	}
+	return store, opts.Cache, old, rs[0].Seq
 }

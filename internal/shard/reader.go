@@ -145,7 +145,7 @@ func (r *Reader) speculate(ctx context.Context, shard string, c *cursor, q query
 	}
 	// A record that fails its check is read again on m, which decides
 	// whether its blob was replaced.
-	recs, err := r.checkSpan(ctx, shard, s, res, true)
+	recs, err := r.checkSpan(ctx, shard, s, res, false)
 	if err != nil {
 		return false, m, nil
 	}

@@ -22,7 +22,7 @@ import (
 // checked against the view), reads them with ranged GETs, checks each, and
 // reads the view again when a blob it listed was replaced or collected
 // meanwhile. Only readSpan, which resolve alone calls, reads record bytes
-// (resolve_test.go holds the package to that).
+// (readpath_test.go holds the package to that).
 //
 // A resolve keeps nothing of its own between calls but the caller's
 // cursor: what it caches is the Reader's, per process and keyed by shard.
@@ -68,9 +68,6 @@ type query struct {
 	// ahead of the one being delivered; 0 reads one at a time, in the
 	// caller's goroutine.
 	parallel int
-	// strict keeps an old difference of BatchGet: a record that fails its
-	// check is ErrCorrupt, without asking whether its blob was replaced.
-	strict bool
 }
 
 // span is one ranged GET of records of one generation.
@@ -238,7 +235,10 @@ func (r *Reader) locateIDs(ctx context.Context, shard string, gens []*storagepb.
 				continue
 			}
 			for id, a := range at {
-				if _, ok := idx[i-lo].byID[id]; ok && a.gen < 0 {
+				if a.gen >= 0 {
+					continue // found in a newer generation
+				}
+				if _, ok := idx[i-lo].byID[id]; ok {
 					at[id] = idAt{i, idx[i-lo]}
 					wanted--
 				}
@@ -296,7 +296,13 @@ func (it *rangeSpans) next(ctx context.Context) (span, bool, error) {
 		}
 		entries := idx.footer.GetEntries()
 		i := sort.Search(len(entries), func(i int) bool { return entries[i].GetSeq() > it.after })
+		if i == len(entries) {
+			continue
+		}
 		it.pending = appendSpans(it.pending, g, entries[i:], it.readBytes, it.readBytes)
+		// The next generation is read after these records, as a cursor
+		// that had delivered them would resume.
+		it.after = entries[len(entries)-1].GetSeq()
 	}
 	s := it.pending[0]
 	it.pending = it.pending[1:]
@@ -379,7 +385,7 @@ func (r *Reader) readSpans(ctx context.Context, shard string, q query, next func
 			}
 			res.data, res.err = r.readSpan(ctx, shard, s)
 		}
-		recs, err := r.checkSpan(ctx, shard, s, res, q.strict)
+		recs, err := r.checkSpan(ctx, shard, s, res, true)
 		if err != nil {
 			return err
 		}
@@ -401,15 +407,18 @@ func (r *Reader) readSpan(ctx context.Context, shard string, s span) ([]byte, er
 }
 
 // checkSpan verifies the records of s in res against their footer
-// entries. A record that fails is ErrCorrupt, or, when its log position
-// holds another entry now, the batch being gone (corruptOrReplaced).
-func (r *Reader) checkSpan(ctx context.Context, shard string, s span, res spanRead, strict bool) ([][]byte, error) {
+// entries. A record that fails is ErrCorrupt, or, with classify, when its
+// log position holds another entry now, the batch being gone
+// (corruptOrReplaced): a late fence created the position again after GC,
+// and the index the cache holds is the listed batch's, so only the
+// record's bytes can tell.
+func (r *Reader) checkSpan(ctx context.Context, shard string, s span, res spanRead, classify bool) ([][]byte, error) {
 	if res.err != nil {
 		return nil, res.err
 	}
-	name := keyOf(s.g).name(shard)
 	corrupt := func(err error) error {
-		if strict {
+		name := keyOf(s.g).name(shard)
+		if !classify {
 			return fmt.Errorf("%w: blob %s: %w", ErrCorrupt, name, err)
 		}
 		return corruptOrReplaced(ctx, r.store, shard, s.g, name, err)
