@@ -2,7 +2,7 @@ package server
 
 import (
 	"context"
-	"errors"
+	"math/rand/v2"
 	"os"
 	"runtime"
 	"strconv"
@@ -24,6 +24,7 @@ import (
 type followers struct {
 	mu      sync.Mutex
 	cursors []uint64
+	retries int // streams refused with BACKPRESSURE, and opened again
 	moved   chan struct{}
 	cancel  context.CancelFunc
 	wg      sync.WaitGroup
@@ -34,19 +35,25 @@ func startFollowers(t testing.TB, c rolloutv1.RolloutServiceClient, shard string
 	ctx, cancel := context.WithCancel(context.Background())
 	fs := &followers{cursors: make([]uint64, n), moved: make(chan struct{}, 1), cancel: cancel}
 	for i := range n {
+		fs.cursors[i] = after
+		fs.wg.Go(func() { fs.follow(t, ctx, c, shard, i) })
+	}
+	t.Cleanup(fs.stop)
+	return fs
+}
+
+// follow runs follower i as a client should: refused with BACKPRESSURE
+// (opening many streams at once on one connection can be), it backs off
+// and resumes from its cursor.
+func (fs *followers) follow(t testing.TB, ctx context.Context, c rolloutv1.RolloutServiceClient, shard string, i int) {
+	for {
+		fs.mu.Lock()
+		after := fs.cursors[i]
+		fs.mu.Unlock()
 		stream, err := c.Scan(ctx, &rolloutv1.ScanRequest{Shard: shard, AfterSeq: after, Follow: true})
-		if err != nil {
-			t.Fatal(err)
-		}
-		fs.wg.Go(func() {
-			for {
-				resp, err := stream.Recv()
-				if err != nil {
-					if status.Code(err) != codes.Canceled && !errors.Is(err, context.Canceled) {
-						t.Errorf("follower %d: %v", i, err)
-					}
-					return
-				}
+		for err == nil {
+			var resp *rolloutv1.ScanResponse
+			if resp, err = stream.Recv(); err == nil {
 				fs.mu.Lock()
 				fs.cursors[i] = resp.GetCursor()
 				fs.mu.Unlock()
@@ -55,10 +62,20 @@ func startFollowers(t testing.TB, c rolloutv1.RolloutServiceClient, shard string
 				default:
 				}
 			}
-		})
+		}
+		switch {
+		case ctx.Err() != nil:
+			return
+		case status.Code(err) == codes.ResourceExhausted:
+			fs.mu.Lock()
+			fs.retries++
+			fs.mu.Unlock()
+			time.Sleep(time.Duration(10+rand.IntN(90)) * time.Millisecond)
+		default:
+			t.Errorf("follower %d: %v", i, err)
+			return
+		}
 	}
-	t.Cleanup(fs.stop)
-	return fs
 }
 
 func (fs *followers) stop() { fs.cancel(); fs.wg.Wait() }
@@ -169,6 +186,9 @@ func TestFollowSoakStoreOpsPerAppend(t *testing.T) {
 		defer fs.stop()
 		tail = appendForFollowers(t, s.client, "s", int(tail))
 		fs.waitFor(t, tail)
+		fs.mu.Lock()
+		t.Logf("%d followers (%d streams refused BACKPRESSURE while opening, and opened again)", n, fs.retries)
+		fs.mu.Unlock()
 		t.Logf("%d followers: %d goroutines in the process, %d of them shard readers, %d running a Scan handler", n, runtime.NumGoroutine(), goroutinesIn("follow.(*tail).run"), goroutinesIn("(*service).Scan("))
 		before := storeOps(store)
 		start := time.Now()
