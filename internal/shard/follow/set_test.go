@@ -318,3 +318,37 @@ func TestCloseEndsFollowers(t *testing.T) {
 		t.Fatalf("%d readers after Close", n)
 	}
 }
+
+// A follower started on a deleted shard waits for it to be written again,
+// and then sees only the new incarnation's records, as a following Scan
+// does; so does one that joins the reader of the new incarnation late.
+func TestFollowerWaitsForRecreatedShard(t *testing.T) {
+	e := newEnv(t, quick)
+	e.appendN(1)
+	e.w.Abort()
+	if _, err := shard.Delete(context.Background(), e.store, "s", shard.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	f := e.follow(shard.ScanOptions{}, nil)
+	time.Sleep(20 * time.Millisecond) // it polls the tombstone meanwhile
+	w2, err := shard.Open(context.Background(), e.store, "s", shard.Options{RetryBackoff: time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w2.Abort()
+	e.w = w2
+	tail := e.appendN(2)
+	late := e.follow(shard.ScanOptions{}, nil)
+	f.waitFor(t, tail)
+	late.waitFor(t, tail)
+	for _, f := range []*follower{f, late} {
+		f.stop(t)
+		var seqs []uint64
+		for _, r := range f.records() {
+			seqs = append(seqs, r.GetSeq())
+		}
+		if len(seqs) != 2 || seqs[0] != 2 || seqs[1] != 3 {
+			t.Fatalf("a follower of the re-created shard saw seqs %v, want [2 3]", seqs)
+		}
+	}
+}
