@@ -15,6 +15,7 @@ import (
 	"github.com/rolloutd/rolloutd/internal/blob"
 	"github.com/rolloutd/rolloutd/internal/clock"
 	"github.com/rolloutd/rolloutd/internal/shard"
+	shardfollow "github.com/rolloutd/rolloutd/internal/shard/follow"
 )
 
 // testWriterOptions keep retries fast and background work quiet.
@@ -46,9 +47,13 @@ func newTestService(t testing.TB, store blob.Store, maxWriters int, open openFun
 		defer cancel()
 		ws.closeAll(ctx)
 	})
+	reader := shard.NewReader(store, shard.ReaderOptions{Logger: log})
+	fs := shardfollow.NewSet(reader, shardfollow.Options{Logger: log})
+	t.Cleanup(fs.Close)
 	return &service{
 		writers:         ws,
-		reader:          shard.NewReader(store, shard.ReaderOptions{Logger: log}),
+		reader:          reader,
+		follow:          fs,
 		clock:           clock.Real{},
 		metrics:         m,
 		maxBatchRecords: DefaultMaxBatchRecords,

@@ -225,7 +225,7 @@ func (s *Server) recoverUnary(ctx context.Context, req any, info *grpc.UnaryServ
 }
 
 // recoverStream is recoverUnary for streaming RPCs. It must be the
-// innermost stream interceptor: cancelOnShutdown runs the handler in a
+// innermost stream interceptor: cancelOnShutdown may run the handler in a
 // goroutine of its own, and a panic is recovered only in its goroutine.
 func (s *Server) recoverStream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) (err error) {
 	defer func() {
@@ -255,11 +255,19 @@ func (s *Server) panicked(ctx context.Context, method string, p any) error {
 // A handler blocked in RecvMsg does not watch it, so the stream is answered
 // Unavailable at once; finishing the stream makes that RecvMsg fail, and the
 // handler returns soon after.
-func (s *Server) cancelOnShutdown(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+//
+// A server-streaming handler (Scan, a health Watch) reads its one request
+// first and then watches its context, so it runs in the stream's own
+// goroutine: a follow Scan costs one goroutine, not two. One whose request
+// never arrives is ended by --recv-timeout, or by Stop.
+func (s *Server) cancelOnShutdown(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
 	ctx, cancel := context.WithCancel(ss.Context())
 	defer cancel()
 	stop := context.AfterFunc(s.streams, cancel)
 	defer stop()
+	if !info.IsClientStream {
+		return handler(srv, &serverStream{ServerStream: ss, ctx: ctx})
+	}
 	errc := make(chan error, 1)
 	go func() { errc <- handler(srv, &serverStream{ServerStream: ss, ctx: ctx}) }()
 	select {

@@ -21,7 +21,9 @@ import (
 // projected, in batches that each carry the cursor to resume from. It reads
 // from storage, never from a writer's memory, and sends one batch at a time:
 // gRPC flow control holds a slow consumer's stream back without buffering
-// more than a batch, and without touching the appends.
+// more than a batch, and without touching the appends. A following Scan
+// shares its shard's one reader with every other follower of the instance
+// (internal/shard/follow), and costs no goroutine beyond its handler's.
 func (s *service) Scan(req *rolloutv1.ScanRequest, stream grpc.ServerStreamingServer[rolloutv1.ScanResponse]) error {
 	ctx := stream.Context()
 	if err := validate.Shard(req.GetShard()); err != nil {
@@ -47,7 +49,11 @@ func (s *service) Scan(req *rolloutv1.ScanRequest, stream grpc.ServerStreamingSe
 	// reader projects, so that it sizes batches by the bytes sent.
 	opts.Raw = opts.Filter == nil && project == nil
 	opts.Project = project
-	err = s.reader.Scan(ctx, req.GetShard(), opts, func(b shard.Batch) error {
+	scan := s.reader.Scan
+	if opts.Follow && s.follow != nil {
+		scan = s.follow.Scan
+	}
+	err = scan(ctx, req.GetShard(), opts, func(b shard.Batch) error {
 		if err := sendBatch(ctx, stream, b, opts.Raw, keep); err != nil {
 			return err
 		}

@@ -28,6 +28,7 @@ import (
 	"github.com/rolloutd/rolloutd/internal/clock"
 	"github.com/rolloutd/rolloutd/internal/ratelimit"
 	"github.com/rolloutd/rolloutd/internal/shard"
+	shardfollow "github.com/rolloutd/rolloutd/internal/shard/follow"
 )
 
 // Config configures a Server. Zero values take the defaults below.
@@ -299,10 +300,11 @@ type Server struct {
 	streams       context.Context // parent of every streaming RPC's context
 	cancelStreams context.CancelFunc
 
-	purger     *shard.Purger // reclaims deleted shards' blobs (lifecycle.go)
-	guard      *guard        // authorization and the append rate limit
-	admission  *admission    // the request memory budget
-	healthOnly *grpc.Server  // grpc.health.v1 alone, for ServeHealth
+	purger     *shard.Purger    // reclaims deleted shards' blobs (lifecycle.go)
+	follow     *shardfollow.Set // one reader per shard for following Scans (scan.go)
+	guard      *guard           // authorization and the append rate limit
+	admission  *admission       // the request memory budget
+	healthOnly *grpc.Server     // grpc.health.v1 alone, for ServeHealth
 }
 
 // New builds a Server over cfg.Store and registers its metrics with
@@ -364,6 +366,10 @@ func New(cfg Config) (*Server, error) {
 		maxRecordBytes:  cfg.MaxRecordBytes,
 	}
 	s.admission.storedSize = svc.reader.StoredSize
+	// Following Scans share one reader per shard, woken by this
+	// instance's commits.
+	s.follow = shardfollow.NewSet(svc.reader, shardfollow.Options{Notifier: notifier, Logger: cfg.Logger})
+	svc.follow = s.follow
 	s.purger = shard.NewPurger(cfg.Store, 2, cfg.Logger)
 	svc.life = lifecycle{store: countedStore{cfg.Store}, listLimiter: cfg.ListLimiter, listTotal: cfg.ListTotalLimiter, summaries: make(chan struct{}, summarySlots), errLog: s.errLog, authz: cfg.Authorizer, purger: s.purger, log: cfg.Logger, batchGetBytes: cfg.BatchGetBytes}
 
@@ -493,6 +499,8 @@ func (s *Server) Shutdown(ctx context.Context) {
 		<-stopped
 	}
 	s.healthOnly.Stop()
+	// Every following Scan has ended: stop the shard readers they left.
+	s.follow.Close()
 	// A purge cut short here is finished by the next DeleteShard of the
 	// shard, or rolloutd admin purge.
 	s.purger.Close()

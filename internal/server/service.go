@@ -10,6 +10,7 @@ import (
 	rolloutv1 "github.com/rolloutd/rolloutd/gen/rollout/v1"
 	"github.com/rolloutd/rolloutd/internal/clock"
 	"github.com/rolloutd/rolloutd/internal/shard"
+	shardfollow "github.com/rolloutd/rolloutd/internal/shard/follow"
 	"github.com/rolloutd/rolloutd/internal/validate"
 )
 
@@ -20,7 +21,8 @@ type service struct {
 
 	writers  *writerSet
 	reader   *shard.Reader
-	notifier *shard.Notifier // wakes following scans on this instance's commits
+	notifier *shard.Notifier  // wakes following scans on this instance's commits
+	follow   *shardfollow.Set // following Scans share one reader per shard; nil: each reads alone
 	clock    clock.Clock
 	metrics  *Metrics
 

@@ -64,7 +64,9 @@
 //     Scan and following scans all read records through one function,
 //     resolve (resolve.go), which reads this view, finds records through
 //     the shared cache, and reads the view again when a blob it listed was
-//     collected or replaced by a late fence.
+//     collected or replaced by a late fence. A server's following scans
+//     share one reader per shard (internal/shard/follow, over ReadNew and
+//     Follower in follower.go): a commit is read once however many follow.
 //  7. Merge outputs live in _g/ and only the manifest lists them. GC deletes
 //     a log position only once a durable checkpoint covers it and a merge
 //     retired it; a fence is never listed, never retired, so it is kept

@@ -1,0 +1,354 @@
+package follow
+
+import (
+	"context"
+	"errors"
+
+	"math/rand/v2"
+	"runtime"
+	"sync"
+	"testing"
+	"time"
+
+	rolloutv1 "github.com/rolloutd/rolloutd/gen/rollout/v1"
+	"github.com/rolloutd/rolloutd/internal/shard"
+)
+
+// quick polls fast, so that a test does not wait on backoff.
+var quick = Options{PollMin: time.Millisecond, PollMax: 10 * time.Millisecond}
+
+// all reads the shard as a plain (not following) Scan does.
+func (e *env) all() []*rolloutv1.Record {
+	e.t.Helper()
+	var out []*rolloutv1.Record
+	if err := e.reader.Scan(context.Background(), "s", shard.ScanOptions{}, func(b shard.Batch) error {
+		out = append(out, b.Records...)
+		return nil
+	}); err != nil {
+		e.t.Fatal(err)
+	}
+	return out
+}
+
+// Many followers, started at different cursors with different filters and
+// masks while commits land, each get every acknowledged record they select
+// once, in seq order, and nothing else.
+func TestFanOutDeliversEveryRecordOnceInOrder(t *testing.T) {
+	e := newEnv(t, quick)
+	e.appendN(5)
+	byRollout := func(r *rolloutv1.Record) bool { return r.GetRolloutId() == "r-1" }
+	byRole := func(r *rolloutv1.Record) bool { return r.GetRole() == 2 }
+	idOnly := func(r *rolloutv1.Record) { r.Content, r.RolloutId = "", "" }
+	type spec struct {
+		opts   shard.ScanOptions
+		filter func(*rolloutv1.Record) bool
+		f      *follower
+	}
+	var specs []*spec
+	var tail uint64
+	for i := range 40 {
+		o := shard.ScanOptions{AfterSeq: uint64(i % 7), BatchRecords: 1 + i%5}
+		var filter func(*rolloutv1.Record) bool
+		switch i % 4 {
+		case 1:
+			o.Filter, filter = byRollout, byRollout
+		case 2:
+			o.Filter, filter, o.Project = byRole, byRole, idOnly
+		case 3:
+			o.Raw = true
+		}
+		specs = append(specs, &spec{opts: o, filter: filter, f: e.follow(o, nil)})
+		if i%8 == 0 {
+			tail = e.appendN(1 + i%4)
+		}
+	}
+	for range 30 {
+		tail = e.appendN(1 + rand.IntN(5))
+	}
+	want := e.all()
+	for i, s := range specs {
+		s.f.waitFor(t, tail)
+		s.f.stop(t)
+		got := s.f.records()
+		var exp []*rolloutv1.Record
+		for _, r := range want {
+			if r.GetSeq() > s.opts.AfterSeq && (s.filter == nil || s.filter(r)) {
+				exp = append(exp, r)
+			}
+		}
+		if s.opts.Raw {
+			continue // raw batches carry encodings; their cursors reached the tail
+		}
+		if len(got) != len(exp) {
+			t.Fatalf("follower %d got %d records, want %d", i, len(got), len(exp))
+		}
+		for j := range got {
+			if got[j].GetSeq() != exp[j].GetSeq() || got[j].GetId() != exp[j].GetId() {
+				t.Fatalf("follower %d record %d: got %s/%d, want %s/%d", i, j, got[j].GetId(), got[j].GetSeq(), exp[j].GetId(), exp[j].GetSeq())
+			}
+			if s.opts.Project != nil && got[j].GetContent() != "" {
+				t.Fatalf("follower %d: its field mask was not applied", i)
+			}
+			if s.opts.Project == nil && got[j].GetContent() != exp[j].GetContent() {
+				t.Fatalf("follower %d: another follower's field mask was applied to its records", i)
+			}
+		}
+	}
+	if n := e.set.Readers(); n != 0 {
+		t.Fatalf("%d readers run after every follower left", n)
+	}
+}
+
+// rawFollower counts raw records and checks their seqs by the cursor.
+func TestRawFollowersSeeEveryRecord(t *testing.T) {
+	e := newEnv(t, quick)
+	var mu sync.Mutex
+	n := 0
+	f := e.follow(shard.ScanOptions{Raw: true, BatchRecords: 3}, func(b shard.Batch) {
+		mu.Lock()
+		n += len(b.Raw)
+		mu.Unlock()
+	})
+	var tail uint64
+	for range 20 {
+		tail = e.appendN(3)
+	}
+	f.waitFor(t, tail)
+	f.stop(t)
+	if n != int(tail) {
+		t.Fatalf("raw follower got %d records, want %d", n, tail)
+	}
+}
+
+// A follower that does not take its batches is dropped from the shared
+// reader and catches up on its own; the others keep getting every commit
+// meanwhile, and it still gets every record once, in order.
+func TestSlowFollowerDoesNotStallOthers(t *testing.T) {
+	o := quick
+	o.BufferRuns = 2
+	e := newEnv(t, o)
+	release := make(chan struct{})
+	var released sync.Once
+	unblock := func() { released.Do(func() { close(release) }) }
+	var once sync.Once
+	slow := e.follow(shard.ScanOptions{}, func(shard.Batch) {
+		once.Do(func() { <-release })
+	})
+	t.Cleanup(unblock) // runs before the follower's stop
+	fast := e.follow(shard.ScanOptions{}, nil)
+	var tail uint64
+	for range 20 {
+		tail = e.appendN(2)
+		fast.waitFor(t, tail) // fails if the slow follower holds up the reader
+	}
+	// The slow follower's buffer filled: it is out of the reader, holding
+	// nothing, and will read on its own.
+	e.set.mu.Lock()
+	r := e.set.readers["s"]
+	e.set.mu.Unlock()
+	r.mu.Lock()
+	subs := len(r.subs)
+	r.mu.Unlock()
+	if subs != 1 {
+		t.Fatalf("the reader feeds %d followers, want only the fast one", subs)
+	}
+	unblock()
+	slow.waitFor(t, tail)
+	for _, f := range []*follower{slow, fast} {
+		f.stop(t)
+		got := f.records()
+		if len(got) != int(tail) {
+			t.Fatalf("got %d records, want %d", len(got), tail)
+		}
+		for i, r := range got {
+			if r.GetSeq() != uint64(i+1) {
+				t.Fatalf("record %d has seq %d: skipped or repeated", i, r.GetSeq())
+			}
+		}
+	}
+}
+
+// Followers join and leave at random cursors while commits land: each sees
+// a gap-free run from its cursor, and when the last leaves no reader is
+// left running (goleak checks its goroutine is gone).
+func TestJoinLeaveRace(t *testing.T) {
+	e := newEnv(t, quick)
+	e.appendN(3)
+	stop := make(chan struct{})
+	var appender sync.WaitGroup
+	var mu sync.Mutex
+	tail := uint64(3)
+	appender.Go(func() {
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			seq := e.appendN(1 + rand.IntN(3))
+			mu.Lock()
+			tail = seq
+			mu.Unlock()
+			time.Sleep(time.Millisecond)
+		}
+	})
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Go(func() {
+			for i := range 15 {
+				mu.Lock()
+				after := uint64(rand.IntN(int(tail) + 1))
+				mu.Unlock()
+				ctx, cancel := context.WithTimeout(context.Background(), time.Duration(1+rand.IntN(20))*time.Millisecond)
+				var got []uint64
+				err := e.set.Scan(ctx, "s", shard.ScanOptions{AfterSeq: after, BatchRecords: 1 + i%4}, func(b shard.Batch) error {
+					for _, r := range b.Records {
+						got = append(got, r.GetSeq())
+					}
+					return nil
+				})
+				cancel()
+				if !errors.Is(err, context.DeadlineExceeded) {
+					t.Errorf("follower %d/%d ended with %v", g, i, err)
+				}
+				for j, s := range got {
+					if s != after+uint64(j)+1 {
+						t.Errorf("follower %d/%d from %d: record %d has seq %d", g, i, after, j, s)
+						return
+					}
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(stop)
+	appender.Wait()
+	if n := e.set.Readers(); n != 0 {
+		t.Fatalf("%d readers run after every follower left", n)
+	}
+}
+
+// N followers cause the store reads per commit one follower does: the
+// shard's reader reads each commit once and fans it out. Each follower
+// costs no goroutine beyond its caller's.
+func TestStoreReadsPerCommitDoNotGrowWithFollowers(t *testing.T) {
+	// Only the Notifier wakes the reader, so that every read counted is
+	// caused by a commit.
+	e := newEnv(t, Options{PollMin: time.Hour, PollMax: time.Hour})
+	tail := e.appendN(1)
+	perCommit := func(fs []*follower) float64 {
+		// Every follower is in: it has seen a commit since it started.
+		tail = e.appendN(1)
+		for _, f := range fs {
+			f.waitFor(t, tail)
+		}
+		before := e.reads()
+		const commits = 10
+		for range commits {
+			tail = e.appendN(1)
+			for _, f := range fs {
+				f.waitFor(t, tail)
+			}
+		}
+		return float64(e.reads()-before) / commits
+	}
+	base := runtime.NumGoroutine()
+	fs := []*follower{e.follow(shard.ScanOptions{AfterSeq: tail}, nil)}
+	one := perCommit(fs)
+	for range 99 {
+		fs = append(fs, e.follow(shard.ScanOptions{AfterSeq: tail}, nil))
+	}
+	many := perCommit(fs)
+	t.Logf("store reads per commit: %.1f with one follower, %.1f with %d", one, many, len(fs))
+	if many > one+0.5 {
+		t.Errorf("store reads per commit grew from %.1f with one follower to %.1f with %d", one, many, len(fs))
+	}
+	// Each follower here is one goroutine of the test's: the Set adds one
+	// reader for the shard, and nothing per follower.
+	if g := runtime.NumGoroutine() - base; g > len(fs)+2 {
+		t.Errorf("%d followers run %d goroutines, want at most %d", len(fs), g, len(fs)+2)
+	}
+	if n := e.set.Readers(); n != 1 {
+		t.Errorf("%d readers for one shard", n)
+	}
+}
+
+// A follower of a deleted incarnation ends with ErrShardDeleted, as a
+// following Scan does; a follower of the shard re-created goes on.
+func TestFollowerEndsAtDelete(t *testing.T) {
+	e := newEnv(t, quick)
+	tail := e.appendN(2)
+	f := e.follow(shard.ScanOptions{}, nil)
+	f.waitFor(t, tail)
+	if _, err := shard.Delete(context.Background(), e.store, "s", shard.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-f.done:
+		f.done = nil
+		if !errors.Is(err, shard.ErrShardDeleted) {
+			t.Fatalf("follower ended with %v, want ErrShardDeleted", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("follower did not end at the delete")
+	}
+	if n := e.set.Readers(); n != 0 {
+		t.Fatalf("%d readers left", n)
+	}
+}
+
+// Close stops the readers and ends the followers still on them with
+// ErrClosed, rather than leaving them waiting.
+func TestCloseEndsFollowers(t *testing.T) {
+	e := newEnv(t, quick)
+	tail := e.appendN(1)
+	f := e.follow(shard.ScanOptions{}, nil)
+	f.waitFor(t, tail)
+	e.set.Close()
+	select {
+	case err := <-f.done:
+		f.done = nil
+		if !errors.Is(err, ErrClosed) {
+			t.Fatalf("follower ended with %v, want ErrClosed", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("follower still waits on a closed set")
+	}
+	if n := e.set.Readers(); n != 0 {
+		t.Fatalf("%d readers after Close", n)
+	}
+}
+
+// A follower started on a deleted shard waits for it to be written again,
+// and then sees only the new incarnation's records, as a following Scan
+// does; so does one that joins the reader of the new incarnation late.
+func TestFollowerWaitsForRecreatedShard(t *testing.T) {
+	e := newEnv(t, quick)
+	e.appendN(1)
+	e.w.Abort()
+	if _, err := shard.Delete(context.Background(), e.store, "s", shard.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	f := e.follow(shard.ScanOptions{}, nil)
+	time.Sleep(20 * time.Millisecond) // it polls the tombstone meanwhile
+	w2, err := shard.Open(context.Background(), e.store, "s", shard.Options{RetryBackoff: time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w2.Abort()
+	e.w = w2
+	tail := e.appendN(2)
+	late := e.follow(shard.ScanOptions{}, nil)
+	f.waitFor(t, tail)
+	late.waitFor(t, tail)
+	for _, f := range []*follower{f, late} {
+		f.stop(t)
+		var seqs []uint64
+		for _, r := range f.records() {
+			seqs = append(seqs, r.GetSeq())
+		}
+		if len(seqs) != 2 || seqs[0] != 2 || seqs[1] != 3 {
+			t.Fatalf("a follower of the re-created shard saw seqs %v, want [2 3]", seqs)
+		}
+	}
+}
