@@ -51,13 +51,22 @@ type ScanOptions struct {
 	Raw bool
 }
 
+// PollBounds is the polling interval of a follower, from lo when it has
+// just seen a commit up to hi while the shard stays idle, with the defaults
+// (50 ms and 2 s) for what is unset. A following Scan and the shared
+// follow readers poll alike.
+func PollBounds(lo, hi time.Duration) (time.Duration, time.Duration) {
+	if lo <= 0 {
+		lo = 50 * time.Millisecond
+	}
+	if hi < lo {
+		hi = max(lo, 2*time.Second)
+	}
+	return lo, hi
+}
+
 func (o ScanOptions) withDefaults() ScanOptions {
-	if o.PollMin <= 0 {
-		o.PollMin = 50 * time.Millisecond
-	}
-	if o.PollMax < o.PollMin {
-		o.PollMax = max(o.PollMin, 2*time.Second)
-	}
+	o.PollMin, o.PollMax = PollBounds(o.PollMin, o.PollMax)
 	if o.BatchRecords <= 0 {
 		o.BatchRecords = 256
 	}

@@ -36,12 +36,7 @@ type Options struct {
 }
 
 func (o Options) withDefaults() Options {
-	if o.PollMin <= 0 {
-		o.PollMin = 50 * time.Millisecond
-	}
-	if o.PollMax < o.PollMin {
-		o.PollMax = max(o.PollMin, 2*time.Second)
-	}
+	o.PollMin, o.PollMax = shard.PollBounds(o.PollMin, o.PollMax)
 	if o.ReadBytes <= 0 {
 		o.ReadBytes = 4 << 20
 	}
