@@ -114,7 +114,9 @@ func lookupCommitted(ctx context.Context, store blob.Store, cache *BlobCache, sh
 // listed with its put id whose position now holds another valid log
 // entry: it was collected and created again by a late fence (see
 // checkPutID), which reads as the batch being gone, so that the caller
-// reads the manifest again. Only this error path reads the blob whole.
+// reads the manifest again. When the blob cannot be read whole to tell,
+// the re-read's error is returned. Only this error path reads the blob
+// whole.
 func corruptOrReplaced(ctx context.Context, store blob.Store, shard string, g *storagepb.Generation, name string, err error) error {
 	corrupt := fmt.Errorf("%w: blob %s: %w", ErrCorrupt, name, err)
 	if g.GetPosition() == 0 || g.GetPutId() == "" {
@@ -125,7 +127,11 @@ func corruptOrReplaced(ctx context.Context, store blob.Store, shard string, g *s
 		return fmt.Errorf("shard %q: %s is gone: %w", shard, name, gerr)
 	}
 	if gerr != nil {
-		return fmt.Errorf("%w (and re-reading it: %w)", corrupt, gerr)
+		// Undecided: the bytes may be a late fence's, which a read of the
+		// view again would step past. Say what stopped the re-read (a
+		// storage error, the call's end), never ErrCorrupt: a healthy
+		// shard must not answer DATA_LOSS for a failed read.
+		return fmt.Errorf("shard %q: %s failed its check (%v), and re-reading it to tell a late fence from corruption failed: %w", shard, name, err, gerr)
 	}
 	if f, derr := format.DecodeLogEntry(shard, g.GetPosition(), data); derr == nil && f.GetPutId() != g.GetPutId() {
 		return fmt.Errorf("shard %q: %s holds put %q, not the listed batch %q: %w", shard, name, f.GetPutId(), g.GetPutId(), blob.ErrNotFound)
