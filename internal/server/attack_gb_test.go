@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"context"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"os"
@@ -19,51 +18,51 @@ import (
 
 	rolloutv1 "github.com/rolloutd/rolloutd/gen/rollout/v1"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/status"
 )
 
 // The read attacks at full scale, against a rolloutd process run as the
 // Deployment runs it (GOMEMLIMIT=1800MiB) inside a 2 GiB memory cgroup:
 // one BatchGet naming one 4 MB record 1000 times, 256 unread BatchGets,
-// 4 connections × 256 unread Gets, and 256 unread Scans, with a bystander
-// appending and reading 1 KiB every 200 ms. Peak RSS must stay within 60%
-// of the cgroup's limit, nothing is OOM-killed, and the budget is released
-// within the send timeout. Root, cgroup v1 or v2, and minutes:
+// 4 connections × 256 unread Gets, 256 unread Scans, and 2,000 follow Scans
+// on one shard appended to about once a second, with a bystander appending
+// and reading 1 KiB every 200 ms. Once in plaintext (the bystander shares
+// the attacker's address, so its share) and once under mTLS with the
+// attacker and the bystander as distinct identities. Peak RSS must stay
+// within 60% of the cgroup's limit, nothing is OOM-killed, and the budget
+// is released within the send timeout. Root, cgroup v1 or v2, and minutes:
 // ROLLOUTD_ATTACK_GB=1.
 func TestReadAttacksGB(t *testing.T) {
 	if os.Getenv("ROLLOUTD_ATTACK_GB") == "" {
 		t.Skip("set ROLLOUTD_ATTACK_GB=1 to run the read attacks at full scale (minutes, root)")
 	}
-	const (
-		limit       = 2 << 30
-		recordBytes = 4_190_000
-		sendTimeout = 30 * time.Second
-		streams     = 256
-	)
 	dir := t.TempDir()
 	bin := filepath.Join(dir, "rolloutd")
 	if out, err := exec.Command("go", "build", "-o", bin, "../../cmd/rolloutd").CombinedOutput(); err != nil {
 		t.Fatalf("build: %v\n%s", err, out)
 	}
-	cg := newMemoryCgroup(t, limit)
-	addr, metrics := freeAddr(t), freeAddr(t)
-	cmd := exec.Command("sh", "-c", "echo $$ > "+cg.procs+" && exec "+bin+" --listen="+addr+" --metrics-listen="+metrics+
-		" --store="+filepath.Join(dir, "data")+" --log-level=warn --send-timeout="+sendTimeout.String())
-	cmd.Env = append(os.Environ(), "GOMEMLIMIT=1800MiB")
-	cmd.Stderr = io.Discard
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
+	for _, mode := range []string{"plaintext", "mtls"} {
+		t.Run(mode, func(t *testing.T) {
+			if load, err := os.ReadFile("/proc/loadavg"); err == nil {
+				t.Logf("%s: load average at the start %s", mode, strings.TrimSpace(string(load)))
+			}
+			readAttacksGB(t, startAttackTarget(t, bin, mode == "mtls"))
+		})
 	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		<-exited
-	})
-	waitServing(t, addr)
-	pid := cmd.Process.Pid
+}
 
-	c := dial(t, addr, nil)
+const (
+	attackLimit       = 2 << 30
+	attackSendTimeout = 30 * time.Second
+)
+
+func readAttacksGB(t *testing.T, tg *attackTarget) {
+	const (
+		recordBytes = 4_190_000
+		streams     = 256
+	)
+	c := dial(t, tg.addr, tg.attackerCreds)
 	ctx := context.Background()
 	for i := range 4 {
 		rec := &rolloutv1.Record{Id: fmt.Sprintf("id-%d", i), Content: strings.Repeat("x", recordBytes-64)}
@@ -71,9 +70,8 @@ func TestReadAttacksGB(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	by := startBystander(t, addr)
-	budgetInUse := func() float64 { return scrape(t, metrics, "rolloutd_request_budget_in_use_bytes") }
-	rss := func() (int64, int64) { return procStatusKB(t, pid, "VmRSS"), procStatusKB(t, pid, "VmHWM") }
+	by := startBystander(t, tg.addr, tg.bystanderCreds)
+	budgetInUse := func() float64 { return scrape(t, tg.metrics, "rolloutd_request_budget_in_use_bytes") }
 
 	// Attack 1: one id 1000 times.
 	ids := make([]string, 1000)
@@ -87,9 +85,10 @@ func TestReadAttacksGB(t *testing.T) {
 
 	attack := func(name string, conns int, req func(*rawH2, uint32)) {
 		start := time.Now()
+		by.mark()
 		var atk []*rawH2
 		for range conns {
-			a := dialRawH2(t, addr, nil)
+			a := dialRawH2(t, tg.addr, tg.attackerTLS)
 			a.zeroWindow()
 			atk = append(atk, a)
 		}
@@ -99,19 +98,19 @@ func TestReadAttacksGB(t *testing.T) {
 			}
 		}
 		time.Sleep(5 * time.Second)
-		now, peak := rss()
+		now, peak := tg.rss()
 		held := budgetInUse()
 		for _, a := range atk {
-			if !a.closed(sendTimeout + 10*time.Second - time.Since(start)) {
-				t.Errorf("%s: a connection is still open %s after the attack began (send timeout %s)", name, time.Since(start), sendTimeout)
+			if !a.closed(attackSendTimeout + 10*time.Second - time.Since(start)) {
+				t.Errorf("%s: a connection is still open %s after the attack began (send timeout %s)", name, time.Since(start), attackSendTimeout)
 			}
 		}
 		closedAt := time.Since(start)
 		time.Sleep(2 * time.Second)
 		after := budgetInUse()
-		nowAfter, _ := rss()
-		t.Logf("%s × %d on %d connection(s): after 5s RSS %d MiB (peak so far %d MiB), budget in use %.0f MiB; connections closed by %s; 2s later budget in use %.0f bytes, RSS %d MiB",
-			name, streams, conns, now>>10, peak>>10, held/(1<<20), closedAt.Round(100*time.Millisecond), after, nowAfter>>10)
+		nowAfter, _ := tg.rss()
+		t.Logf("%s × %d on %d connection(s): after 5s RSS %d MiB (peak so far %d MiB), budget in use %.0f MiB; connections closed by %s; 2s later budget in use %.0f bytes, RSS %d MiB; bystander meanwhile: %s",
+			name, streams, conns, now>>10, peak>>10, held/(1<<20), closedAt.Round(100*time.Millisecond), after, nowAfter>>10, by.summarySinceMark())
 		if after > 1<<20 {
 			t.Errorf("%s: budget in use %.0f bytes after the connections closed", name, after)
 		}
@@ -122,20 +121,25 @@ func TestReadAttacksGB(t *testing.T) {
 	attack(getMethod, 4, func(a *rawH2, id uint32) { a.call(id, &rolloutv1.GetRequest{Shard: "big", Id: "id-0"}) })
 	attack(scanMethod, 1, func(a *rawH2, id uint32) { a.call(id, &rolloutv1.ScanRequest{Shard: "big"}) })
 
-	select {
-	case err := <-exited:
-		t.Fatalf("rolloutd exited during the attacks: %v (OOM kills: %d)", err, cg.oomKills())
-	default:
-	}
-	_, peak := rss()
+	by.mark()
+	followAttackGB(t, tg)
+	t.Logf("bystander during the follow attack: %s", by.summarySinceMark())
+
+	tg.checkAlive(t)
+	_, peak := tg.rss()
 	by.stop()
-	t.Logf("peak RSS %d MiB (%.0f%% of %d MiB); cgroup peak usage %d MiB; OOM kills %d; bystander: %s",
-		peak>>10, 100*float64(peak<<10)/limit, limit>>20, cg.peak()>>20, cg.oomKills(), by.summary())
-	if peak<<10 > limit*6/10 {
-		t.Errorf("peak RSS %d MiB, over 60%% of the %d MiB limit", peak>>10, limit>>20)
+	t.Logf("peak RSS %d MiB (%.0f%% of %d MiB); cgroup peak usage %d MiB; OOM kills %d; bystander throughout: %s",
+		peak>>10, 100*float64(peak<<10)/attackLimit, attackLimit>>20, tg.cg.peak()>>20, tg.cg.oomKills(), by.summary())
+	if peak<<10 > attackLimit*6/10 {
+		t.Errorf("peak RSS %d MiB, over 60%% of the %d MiB limit", peak>>10, attackLimit>>20)
 	}
-	if n := cg.oomKills(); n > 0 {
+	if n := tg.cg.oomKills(); n > 0 {
 		t.Errorf("%d OOM kills in the cgroup", n)
+	}
+	if tg.mtls {
+		if p99, errs := by.p99(); p99 > time.Second || errs > 0 {
+			t.Errorf("under mTLS the bystander (its own identity) had p99 %s and %d errors, want p99 ≤ 1s and none", p99, errs)
+		}
 	}
 }
 
@@ -144,7 +148,7 @@ type memoryCgroup struct{ dir, procs, v string }
 
 func newMemoryCgroup(t *testing.T, limit int64) *memoryCgroup {
 	t.Helper()
-	name := fmt.Sprintf("rolloutd-attack-%d", os.Getpid())
+	name := fmt.Sprintf("rolloutd-attack-%d-%d", os.Getpid(), time.Now().UnixNano())
 	var cg *memoryCgroup
 	if _, err := os.Stat("/sys/fs/cgroup/cgroup.controllers"); err == nil {
 		cg = &memoryCgroup{dir: "/sys/fs/cgroup/" + name, v: "2"}
@@ -262,10 +266,12 @@ type bystander struct {
 	mu     sync.Mutex
 	lat    []time.Duration
 	errs   map[codes.Code]int
+	// since is where lat and errs stood at the last mark.
+	sinceLat, sinceErrs int
 }
 
-func startBystander(t *testing.T, addr string) *bystander {
-	c := dial(t, addr, nil)
+func startBystander(t *testing.T, addr string, creds credentials.TransportCredentials) *bystander {
+	c := dial(t, addr, creds)
 	ctx, cancel := context.WithCancel(context.Background())
 	b := &bystander{cancel: cancel, done: make(chan struct{}), errs: map[codes.Code]int{}}
 	go func() {
@@ -306,11 +312,49 @@ func (b *bystander) stop() {
 func (b *bystander) summary() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	return latencySummary(b.lat, b.nerrs(), fmt.Sprint(b.errs))
+}
+
+// mark starts a new period for summarySinceMark.
+func (b *bystander) mark() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.sinceLat, b.sinceErrs = len(b.lat), b.nerrs()
+}
+
+func (b *bystander) summarySinceMark() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	n := b.nerrs() - b.sinceErrs
+	return latencySummary(b.lat[b.sinceLat:], n, fmt.Sprintf("%d", n))
+}
+
+func (b *bystander) nerrs() int {
+	n := 0
+	for _, c := range b.errs {
+		n += c
+	}
+	return n
+}
+
+// p99 is the p99 over the whole run, and the number of failed calls.
+func (b *bystander) p99() (time.Duration, int) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
 	lat := slices.Clone(b.lat)
 	slices.Sort(lat)
 	if len(lat) == 0 {
-		return fmt.Sprintf("no success, errors %v", b.errs)
+		return time.Hour, b.nerrs()
+	}
+	return lat[int(0.99*float64(len(lat)-1))], b.nerrs()
+}
+
+func latencySummary(lat []time.Duration, nerrs int, errs string) string {
+	lat = slices.Clone(lat)
+	slices.Sort(lat)
+	if len(lat) == 0 {
+		return fmt.Sprintf("no success, errors %s", errs)
 	}
 	q := func(p float64) time.Duration { return lat[int(p*float64(len(lat)-1))] }
-	return fmt.Sprintf("%d append+get ok, p50 %s, p99 %s, max %s; errors %v", len(lat), q(0.5), q(0.99), lat[len(lat)-1], b.errs)
+	return fmt.Sprintf("%d append+get ok, p50 %s, p99 %s, max %s; %d errors %s", len(lat), q(0.5).Round(time.Millisecond), q(0.99).Round(time.Millisecond), lat[len(lat)-1].Round(time.Millisecond), nerrs, errs)
 }
