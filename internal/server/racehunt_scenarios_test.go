@@ -160,6 +160,18 @@ func (a *huntAcks) between(from, to time.Time, n int) []huntAck {
 	return out
 }
 
+// since returns up to n of the records acknowledged at or after from, the
+// earliest first.
+func (a *huntAcks) since(from time.Time, n int) []huntAck {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	i := len(a.list)
+	for i > 0 && !a.list[i-1].at.Before(from) {
+		i--
+	}
+	return append([]huntAck(nil), a.list[i:min(i+n, len(a.list))]...)
+}
+
 // lateFence appends to hunt/f0 through an instance of its own and reads
 // what was acknowledged back through that instance's BatchGet and Get
 // handlers, whose reader shares the writers' cache; meanwhile a third
@@ -169,6 +181,14 @@ func (a *huntAcks) between(from, to time.Time, n int) []huntAck {
 // deadline): reads slower than the retire grace, under which the store
 // changed. No read may answer DATA_LOSS, and every acknowledged record must
 // be found at its seq.
+//
+// The readers that can meet the late fence are few: one must locate
+// records of the fence's position p while its view still lists p (between
+// the commit of p and the merge that retires it, some 100 ms), through the
+// writers' cache that holds p's index, and be patient until the fence lands.
+// The readers polling at random were mostly held in earlier reads then, so
+// the moment p is written (the claim's create sees it) starts a burst of
+// patient BatchGets of the records acknowledged since (burstReads).
 func (h *hunter) lateFence() {
 	s := huntFenceShard
 	// An instance of its own, holding a writer of every shard: evictions
@@ -214,28 +234,52 @@ func (h *hunter) lateFence() {
 					now = from.Add(400 * time.Millisecond)
 				}
 				if want := acks.between(from, now, 100); len(want) > 0 {
-					h.readBack(svc, s, want)
+					h.readBack(svc, s, want, h.rng.between(200*time.Millisecond, 4*time.Second))
 				}
 			}
 		})
 	}
+	written := make(chan time.Time, 1)
+	wg.Go(func() { h.burstReads(svc, s, &acks, written, done, &wg) })
 	time.Sleep(h.rng.between(20*time.Millisecond, 60*time.Millisecond))
 	claimed.Store(time.Now().UnixNano())
-	h.lateClaim(s, wakeReads)
+	h.lateClaim(s, func() { written <- time.Now() }, wakeReads)
 	time.Sleep(h.rng.between(50*time.Millisecond, 200*time.Millisecond))
 	close(done)
 	wakeReads()
 	wg.Wait()
 }
 
+// burstReads waits until the late fence's position was written (a time on
+// written), then for 400 ms starts a patient BatchGet every 5-20 ms, in
+// goroutines of wg, of the records acknowledged since just before: those of
+// the fence's position among them, located while the view lists it, and
+// read back only once the fence landed there.
+func (h *hunter) burstReads(svc *service, s string, acks *huntAcks, written <-chan time.Time, done chan struct{}, wg *sync.WaitGroup) {
+	var at time.Time
+	select {
+	case at = <-written:
+	case <-done:
+		return
+	}
+	h.count("late-fence-burst")
+	for end := time.Now().Add(400 * time.Millisecond); time.Now().Before(end) && !huntClosed(done); {
+		time.Sleep(h.rng.between(5*time.Millisecond, 20*time.Millisecond))
+		if want := acks.since(at.Add(-20*time.Millisecond), 40); len(want) > 0 {
+			wg.Go(func() { h.readBack(svc, s, want, 5*time.Second) })
+		}
+	}
+}
+
 // lateClaim claims a shard as another instance would, with the create of
 // its fence held back on the way to the store until its position has been
 // written by the writer it fences and collected since by a merge and GC
 // (or for a while, or a random delay): then it lands in the collected
-// position.
-func (h *hunter) lateClaim(s string, landed func()) {
+// position. written is called once when that position was written, landed
+// once the create landed there after it was collected.
+func (h *hunter) lateClaim(s string, written, landed func()) {
 	h.count("late-claim")
-	view := &huntLateCreate{Store: h.part, inner: h.inner, prefix: format.LogPrefix(s), max: 3 * time.Second, landed: landed}
+	view := &huntLateCreate{Store: h.part, inner: h.inner, prefix: format.LogPrefix(s), max: 3 * time.Second, written: written, landed: landed}
 	if h.rng.chance(0.1) {
 		view.max = h.rng.between(50*time.Millisecond, 400*time.Millisecond)
 		view.blind = true
@@ -262,6 +306,7 @@ type huntLateCreate struct {
 	prefix    string
 	max       time.Duration
 	blind     bool
+	written   func() // called once the position was seen written
 	landed    func() // called once the create landed in a collected position
 	held      atomic.Bool
 	collected atomic.Bool
@@ -279,6 +324,9 @@ func (l *huntLateCreate) Put(ctx context.Context, name string, data []byte, opts
 		_, err := l.inner.Head(ctx, name)
 		switch {
 		case err == nil:
+			if !seen {
+				l.written()
+			}
 			seen = true
 		case errors.Is(err, blob.ErrNotFound) && seen:
 			l.collected.Store(true)
@@ -296,10 +344,9 @@ func (l *huntLateCreate) Put(ctx context.Context, name string, data []byte, opts
 // readBack reads acknowledged records through an instance's BatchGet
 // handler, and sometimes one through Get. No blob is ever corrupted, so
 // DATA_LOSS is always wrong; storage errors are not.
-func (h *hunter) readBack(svc *service, s string, want []huntAck) {
-	// Patient reads (their record reads wait for the late fence) and
-	// impatient ones.
-	ctx, cancel := context.WithTimeout(context.Background(), h.rng.between(200*time.Millisecond, 4*time.Second))
+// patience bounds the read: a patient one waits for the late fence.
+func (h *hunter) readBack(svc *service, s string, want []huntAck, patience time.Duration) {
+	ctx, cancel := context.WithTimeout(context.Background(), patience)
 	defer cancel()
 	if h.rng.chance(0.2) {
 		a := want[h.rng.intN(len(want))]
