@@ -226,44 +226,62 @@ func TestCompositionCheckFires(t *testing.T) {
 	t.Logf("a part that rewrites the server's image is caught:\n%s", problems[0])
 }
 
-// docComponents returns the components that docs/operations.md tells
-// operators to append to their overlay's kustomization.yaml.
+// docComponents returns the components docs/operations.md lists in the
+// overlay's components: key (section 12's yaml block), after checking that
+// section 5 starts that key with the spiffe component.
 func docComponents(t *testing.T) []string {
 	t.Helper()
 	doc := string(readRepoFile(t, opsDoc))
+	parse := func(what, text string) []string {
+		var k struct{ Components []string }
+		if err := yaml.UnmarshalStrict([]byte(text), &k); err != nil {
+			t.Fatalf("%s: %s does not parse: %v\n%s", opsDoc, what, err, text)
+		}
+		var out []string
+		for _, c := range k.Components {
+			out = append(out, strings.TrimPrefix(c, "../../"))
+		}
+		return out
+	}
 	m := regexp.MustCompile(`(?s)cat >> deploy/k8s/overlays/aks/kustomization.yaml <<'EOF'\n(.*?)\nEOF\n`).FindStringSubmatch(doc)
+	if m == nil || fmt.Sprint(parse("the components section 5 appends", m[1])) != "[components/spiffe]" {
+		t.Errorf("%s: section 5 should append `components:` with ../../components/spiffe to the overlay", opsDoc)
+	}
+	m = regexp.MustCompile("(?s)```yaml\n(components:\n.*?)```").FindStringSubmatch(doc)
 	if m == nil {
-		t.Fatalf("%s: no `cat >> deploy/k8s/overlays/aks/kustomization.yaml <<'EOF'` that lists the components", opsDoc)
+		t.Fatalf("%s: no ```yaml block that lists the overlay's components:", opsDoc)
 	}
-	var k struct{ Components []string }
-	if err := yaml.UnmarshalStrict([]byte(m[1]), &k); err != nil {
-		t.Fatalf("%s: the components it appends do not parse: %v\n%s", opsDoc, err, m[1])
-	}
-	var out []string
-	for _, c := range k.Components {
-		out = append(out, strings.TrimPrefix(c, "../../"))
-	}
-	return out
+	return parse("the components: list", m[1])
 }
 
-// The components docs/operations.md lists are the optional parts, and
-// together they still leave overlays/aks unchanged.
+// The components docs/operations.md lists are the optional parts and the
+// spiffe component: the optional parts together leave overlays/aks
+// unchanged, and all of them together render and pass the spiffe checks.
 func TestDocsComponentsCompose(t *testing.T) {
 	listed := docComponents(t)
 	own := map[string]string{}
+	var optional []string
 	for _, part := range optionalParts {
 		if !slices.Contains(listed, part.component) {
 			t.Errorf("%s does not show how to list %s", opsDoc, part.component)
 		}
+		optional = append(optional, part.component)
 		out, _ := renderOnDisk(t, part.own)
 		for k, v := range splitObjects(t, out) {
 			own[k] = v
 		}
 	}
+	if !slices.Contains(listed, "components/spiffe") {
+		t.Errorf("%s does not list components/spiffe", opsDoc)
+	}
 	alone, _ := renderAKSWith(t)
-	with, _ := renderAKSWith(t, listed...)
+	with, _ := renderAKSWith(t, optional...)
 	for _, p := range compositionProblems(alone, with, own) {
 		t.Error(p)
+	}
+	_, all := renderAKSWith(t, listed...)
+	for _, p := range spiffeProblems(all.objects) {
+		t.Errorf("overlays/aks with %v: %s", listed, p)
 	}
 }
 
