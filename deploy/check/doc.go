@@ -51,7 +51,17 @@
 //     on every condition the docs name, and select only metrics that the
 //     binary, started under mutual TLS with a policy, exports;
 //   - the aks overlay (mtls plus the AKS values) passes the same rules as
-//     the mtls overlay, and is the text docs/operations.md writes.
+//     the mtls overlay, and is the text docs/operations.md writes;
+//   - the optional parts (components/purge, export, monitoring) compose on
+//     the aks overlay: with each, every object of the overlay renders
+//     byte-identical and only the part's own objects are added, and the aks
+//     example policy grants the purge job's identity what it needs;
+//   - the spiffe component (csi-driver-spiffe with approver-policy) renders
+//     on the aks overlay and decodes strictly (CertificateRequestPolicy
+//     against a local transcription of its fields): one root signs the
+//     SVIDs and the server's chain, every Certificate has a policy bound in
+//     its own namespace, none selects the SVIDs' issuer, and the policy's
+//     identities have the form the driver issues.
 //
 // The package is its own Go module (deploy/check/go.mod) so that the heavy
 // tool dependencies (k8s.io/api, kustomize, buildkit, prometheus) stay out of the root

@@ -77,15 +77,18 @@ func decodeManifests(data []byte) ([]runtime.Object, error) {
 }
 
 // decodeKustomization strictly decodes a kustomization.yaml into
-// kustomize's own type.
+// kustomize's own type: a Kustomization, or a Component (the optional
+// parts that an overlay lists under components:).
 func decodeKustomization(data []byte) (*types.Kustomization, error) {
 	var k types.Kustomization
 	if err := yaml.UnmarshalStrict(data, &k); err != nil {
 		return nil, err
 	}
-	if k.Kind != types.KustomizationKind || k.APIVersion != types.KustomizationVersion {
-		return nil, fmt.Errorf("want apiVersion %s and kind %s, got %q %q",
-			types.KustomizationVersion, types.KustomizationKind, k.APIVersion, k.Kind)
+	okKustomization := k.Kind == types.KustomizationKind && k.APIVersion == types.KustomizationVersion
+	okComponent := k.Kind == types.ComponentKind && k.APIVersion == types.ComponentVersion
+	if !okKustomization && !okComponent {
+		return nil, fmt.Errorf("want apiVersion %s and kind %s (or %s and %s), got %q %q",
+			types.KustomizationVersion, types.KustomizationKind, types.ComponentVersion, types.ComponentKind, k.APIVersion, k.Kind)
 	}
 	return &k, nil
 }

@@ -3,8 +3,6 @@ package check
 import (
 	"encoding/json"
 	"fmt"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -16,12 +14,14 @@ import (
 
 func init() { utilruntime.Must(batchv1.AddToScheme(scheme)) }
 
-// The optional purge overlay renders: the mTLS overlay plus a CronJob that
+// The optional purge component renders on overlays/aks: a CronJob that
 // runs `rolloutd admin purge` under its own ServiceAccount and client
-// certificate, whose identity the policy grants list, describe and delete
-// (and nothing else), with the server's image, hardened like the server.
-func TestPurgeOverlay(t *testing.T) {
-	_, b := renderOnDisk(t, "overlays/purge")
+// certificate, whose identity the aks example policy (the ConfigMap key
+// policy.json, which a component cannot extend) grants list, describe and
+// delete on the prefix the job purges (and nothing else), with the
+// server's image, hardened like the server.
+func TestPurgeComponent(t *testing.T) {
+	_, b := renderAKSWith(t, "components/purge")
 	kinds := map[string]int{}
 	var cj *batchv1.CronJob
 	var sa *corev1.ServiceAccount
@@ -99,11 +99,11 @@ func TestPurgeOverlay(t *testing.T) {
 			Identities, ShardPrefixes, Verbs []string
 		}
 	}
-	data, err := os.ReadFile(filepath.Join(k8sDir(), "overlays", "mtls", "authz-policy.json"))
-	if err != nil {
-		t.Fatal(err)
+	authz := b.configMap("rolloutd-authz")
+	if authz == nil || authz.Data["policy.json"] == "" {
+		t.Fatal("overlays/aks renders no ConfigMap rolloutd-authz with a key policy.json")
 	}
-	if err := json.Unmarshal(data, &policy); err != nil {
+	if err := json.Unmarshal([]byte(authz.Data["policy.json"]), &policy); err != nil {
 		t.Fatal(err)
 	}
 	var verbs []string
@@ -119,6 +119,6 @@ func TestPurgeOverlay(t *testing.T) {
 	}
 	slices.Sort(verbs)
 	if fmt.Sprint(verbs) != "[delete describe list]" {
-		t.Errorf("the policy grants the purge identity %v, want exactly delete, describe and list", verbs)
+		t.Errorf("the aks policy grants the purge identity %s %v, want exactly delete, describe and list: add its grant to authz-policy.json (docs/operations.md, section 12)", cert.Spec.URIs[0], verbs)
 	}
 }
