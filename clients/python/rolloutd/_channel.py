@@ -24,6 +24,13 @@ RECEIVE_MARGIN = 1 << 10
 #: hashes it; the Python client sends it too, for any L7 proxy that does).
 SHARD_HEADER = "rolloutd-shard"
 
+#: The connection's reconnect backoff, in ms (docs/clients.md): from 100 ms,
+#: growing 1.6x (grpc's C core, with 20 % jitter), to at most 1 s; a
+#: connection attempt may take 20 s. The Go client sets the same.
+RECONNECT_FIRST_MS = 100
+RECONNECT_MAX_MS = 1_000
+CONNECT_TIMEOUT_MS = 20_000
+
 SERVICE_CONFIG = json.dumps({"loadBalancingConfig": [{"pick_first": {}}]})
 
 Options = List[Tuple[str, Union[str, int]]]
@@ -78,11 +85,14 @@ def channel_options(max_message_bytes: int, tls: Optional[TLS], server_name: Opt
         ("grpc.max_send_message_length", max_message_bytes),
         ("grpc.max_receive_message_length", max_message_bytes + RECEIVE_MARGIN),
         ("grpc.service_config", SERVICE_CONFIG),
-        # A server that restarts (a rolling update) is back within a
-        # second or two; grpc's default first reconnect backoff (1 s,
-        # growing 1.6x) would leave the channel idle well after that.
-        ("grpc.initial_reconnect_backoff_ms", 100),
-        ("grpc.max_reconnect_backoff_ms", 5_000),
+        # The connection's own reconnect backoff (docs/clients.md): grpc's
+        # default (1 s growing 1.6x to 120 s) fails every attempt at once
+        # while it runs, so a server back after a restart would not be
+        # tried again within a call's budget. min_reconnect_backoff_ms is
+        # C core's minimum connect timeout, set to its default.
+        ("grpc.initial_reconnect_backoff_ms", RECONNECT_FIRST_MS),
+        ("grpc.max_reconnect_backoff_ms", RECONNECT_MAX_MS),
+        ("grpc.min_reconnect_backoff_ms", CONNECT_TIMEOUT_MS),
         # rolloutd disconnects clients that ping more often than every 10 s.
         ("grpc.keepalive_time_ms", 30_000),
         ("grpc.keepalive_timeout_ms", 10_000),

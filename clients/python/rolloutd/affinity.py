@@ -195,6 +195,10 @@ class Endpoints(Generic[C]):
         self._thread.start()
 
     @property
+    def target(self) -> str:
+        return self._target
+
+    @property
     def ring(self) -> Optional[Ring]:
         return self._ring
 

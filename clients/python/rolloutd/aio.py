@@ -25,6 +25,7 @@ from . import _calls, _retry, errors
 from ._channel import DEFAULT_MAX_MESSAGE_BYTES, SHARD_HEADER, TLS, channel_options, resolve_tls, strip_scheme
 from ._proto.rollout.v1 import rollout_pb2
 from ._proto.rolloutd_vendor.grpc.health.v1 import health_pb2
+from ._retry import DEFAULT_RETRY, RetryPolicy
 from .affinity import Affinity, Endpoints
 from .client import DEFAULT_ATTEMPT_TIMEOUT, DEFAULT_TIMEOUT
 from .types import AppendResult, DeleteResult, HealthStatus, ListedShard, Record, RecordLike, Role, ShardInfo, ShardPage
@@ -60,12 +61,16 @@ class Client:
         affinity: Optional[Affinity] = None,
         timeout: float = DEFAULT_TIMEOUT,
         attempt_timeout: float = DEFAULT_ATTEMPT_TIMEOUT,
+        retry: RetryPolicy = DEFAULT_RETRY,
         max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
         options: Sequence[Tuple[str, Any]] = (),
     ) -> None:
         self._tls = resolve_tls(tls)
         self._timeout = timeout
         self._attempt_timeout = attempt_timeout
+        if not isinstance(retry, RetryPolicy):
+            raise TypeError("retry: want a rolloutd.RetryPolicy, got %s" % type(retry).__name__)
+        self._retry = retry
         creds = self._tls.credentials() if self._tls else None
         host = strip_scheme(target).rpartition(":")[0].strip("[]") if affinity is not None else None
 
@@ -100,6 +105,10 @@ class Client:
         if self._closed:
             raise ValueError("rolloutd.aio.Client is closed")
 
+    @staticmethod
+    async def _connected(stubs: _Stubs) -> bool:
+        return stubs.channel.get_state(try_to_connect=False) == grpc.ChannelConnectivity.READY
+
     async def _pause(self, stubs: _Stubs, wait: float, transport: bool) -> None:
         if not transport or self._endpoints.ring is not None:
             await asyncio.sleep(wait)
@@ -112,14 +121,15 @@ class Client:
 
     async def _unary(self, method: str, shard: str, req: Any, timeout: Optional[float], retry: Callable[[errors.RolloutdError], bool], request_id: Optional[str] = None, mutates: bool = False) -> Any:
         self._check_open()
-        deadline = time.monotonic() + (self._timeout if timeout is None else timeout)
-        backoff = _retry.Backoff()
+        budget = _retry.Budget(self._retry, self._endpoints.target, method.rsplit("/", 1)[-1], self._timeout if timeout is None else timeout)
         md = ((SHARD_HEADER, shard),)
         # An earlier attempt of this append or delete may have taken effect.
         landed = False
         while True:
             addr, stubs = self._endpoints.pick(shard)
-            remaining = deadline - time.monotonic()
+            remaining = budget.remaining()
+            assert remaining is not None
+            budget.attempts += 1
             try:
                 if remaining <= 0:
                     raise errors.DeadlineExceeded("the call's deadline passed before an attempt could start", request_id=request_id)
@@ -134,14 +144,12 @@ class Client:
                 err.may_have_taken_effect = landed
                 if request_id is not None:  # an append
                     err.may_have_been_stored = landed
-            transport = err.code == grpc.StatusCode.UNAVAILABLE and err.reason is None
+            transport = _retry.transport_failure(err)
             if transport:
                 self._endpoints.eject(addr)
-            if not retry(err):
-                raise err from cause
-            wait = backoff.wait(err.retry_delay)
-            if time.monotonic() + wait >= deadline:
-                raise err from cause
+            wait = budget.next_wait(err) if retry(err) else None
+            if wait is None:
+                raise budget.give_up(err, (await self._connected(stubs)) if transport else None, addr) from cause
             await self._pause(stubs, wait, transport)
 
     async def append(self, shard: str, records: Iterable[RecordLike], *, request_id: Optional[str] = None, timeout: Optional[float] = None) -> List[AppendResult]:
@@ -306,8 +314,8 @@ class Scan(AsyncIterator[Record]):
             await self._fill()
 
     async def _fill(self) -> None:
-        backoff = _retry.Backoff(maximum=2.0)
-        give_up = time.monotonic() + self._reconnect_timeout
+        # The budget of resuming after this break (docs/clients.md).
+        budget: Optional[_retry.Budget] = None
         while True:
             if self._done:
                 raise StopAsyncIteration
@@ -332,10 +340,14 @@ class Scan(AsyncIterator[Record]):
                     self.cursor = max(self.cursor, resume)
                 if err.reason is None:
                     self._client._endpoints.eject(self._addr)
-                wait = backoff.wait(err.retry_delay)
-                if time.monotonic() + wait >= give_up:
+                if budget is None:
+                    budget = _retry.Budget(self._client._retry, self._addr, "Scan", self._reconnect_timeout)
+                budget.attempts += 1
+                wait = budget.next_wait(err)
+                if wait is None:
                     self._done = True
-                    raise err from e
+                    transport = _retry.transport_failure(err)
+                    raise budget.give_up(err, (await self._client._connected(self._stubs)) if transport else None, self._addr) from e
                 await self._client._pause(self._stubs, wait, err.code == grpc.StatusCode.UNAVAILABLE)
                 self.reconnects += 1
                 continue

@@ -13,13 +13,16 @@ from . import _calls, _retry, errors
 from ._channel import DEFAULT_MAX_MESSAGE_BYTES, SHARD_HEADER, TLS, channel_options, resolve_tls, strip_scheme
 from ._proto.rollout.v1 import rollout_pb2
 from ._proto.rolloutd_vendor.grpc.health.v1 import health_pb2
+from ._retry import DEFAULT_RETRY, RetryPolicy
 from .affinity import Affinity, Endpoints
 from .types import AppendResult, DeleteResult, HealthStatus, ListedShard, Record, RecordLike, Role, ShardInfo, ShardPage
 
 __all__ = ["Client", "Scan"]
 
-DEFAULT_TIMEOUT = 30.0
-DEFAULT_ATTEMPT_TIMEOUT = 10.0
+# The policy's defaults live in _retry (docs/clients.md); these names stay
+# importable from here.
+DEFAULT_TIMEOUT = _retry.DEFAULT_TIMEOUT
+DEFAULT_ATTEMPT_TIMEOUT = _retry.DEFAULT_ATTEMPT_TIMEOUT
 
 
 class _Stubs:
@@ -45,6 +48,8 @@ class Client:
             one pod as grpc's ring_hash does (``Affinity()`` resolves target).
         timeout: the default deadline of a call, in seconds, retries
             included. A scan's is None (no deadline) unless given.
+            docs/clients.md is the whole retry policy, the same as the Go
+            client's.
         attempt_timeout: the most one attempt may take, so that one hung try
             cannot use up a call's deadline.
         max_message_bytes: the server's --max-message-bytes; sets the send
@@ -62,12 +67,16 @@ class Client:
         affinity: Optional[Affinity] = None,
         timeout: float = DEFAULT_TIMEOUT,
         attempt_timeout: float = DEFAULT_ATTEMPT_TIMEOUT,
+        retry: RetryPolicy = DEFAULT_RETRY,
         max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
         options: Sequence[Tuple[str, Any]] = (),
     ) -> None:
         self._tls = resolve_tls(tls)
         self._timeout = timeout
         self._attempt_timeout = attempt_timeout
+        if not isinstance(retry, RetryPolicy):
+            raise TypeError("retry: want a rolloutd.RetryPolicy, got %s" % type(retry).__name__)
+        self._retry = retry
         creds = self._tls.credentials() if self._tls else None
         host = strip_scheme(target).rpartition(":")[0].strip("[]") if affinity is not None else None
 
@@ -105,14 +114,15 @@ class Client:
 
     def _unary(self, method: str, shard: str, req: Any, timeout: Optional[float], retry: Callable[[errors.RolloutdError], bool], request_id: Optional[str] = None, mutates: bool = False) -> Any:
         self._check_open()
-        deadline = time.monotonic() + (self._timeout if timeout is None else timeout)
-        backoff = _retry.Backoff()
+        budget = _retry.Budget(self._retry, self._endpoints.target, method.rsplit("/", 1)[-1], self._timeout if timeout is None else timeout)
         md = ((SHARD_HEADER, shard),)
         # An earlier attempt of this append or delete may have taken effect.
         landed = False
         while True:
             addr, stubs = self._endpoints.pick(shard)
-            remaining = deadline - time.monotonic()
+            remaining = budget.remaining()
+            assert remaining is not None
+            budget.attempts += 1
             try:
                 if remaining <= 0:
                     raise errors.DeadlineExceeded("the call's deadline passed before an attempt could start", request_id=request_id)
@@ -127,15 +137,31 @@ class Client:
                 err.may_have_taken_effect = landed
                 if request_id is not None:  # an append
                     err.may_have_been_stored = landed
-            transport = err.code == grpc.StatusCode.UNAVAILABLE and err.reason is None
+            transport = _retry.transport_failure(err)
             if transport:
                 self._endpoints.eject(addr)
-            if not retry(err):
-                raise err from cause
-            wait = backoff.wait(err.retry_delay)
-            if time.monotonic() + wait >= deadline:
-                raise err from cause
+            wait = budget.next_wait(err) if retry(err) else None
+            if wait is None:
+                raise budget.give_up(err, (self._connected(stubs)) if transport else None, addr) from cause
             self._pause(stubs, wait, transport)
+
+    @staticmethod
+    def _connected(stubs: _Stubs) -> bool:
+        """Whether stubs' channel is READY now. grpc's blocking channel has
+        no get_state: a subscription delivers the current state at once."""
+        got: List[grpc.ChannelConnectivity] = []
+        seen = threading.Event()
+
+        def watch(state: grpc.ChannelConnectivity) -> None:
+            got.append(state)
+            seen.set()
+
+        stubs.channel.subscribe(watch)
+        try:
+            seen.wait(0.5)
+        finally:
+            stubs.channel.unsubscribe(watch)
+        return bool(got) and got[0] == grpc.ChannelConnectivity.READY
 
     def _pause(self, stubs: _Stubs, wait: float, transport: bool) -> None:
         """Waits before a retry. After a transport failure on the only
@@ -311,8 +337,9 @@ class Client:
         new records until closed. When the stream breaks (UNAVAILABLE, for
         example a server that shuts down and names its resume point), it
         reconnects and resumes from its cursor, so every record is yielded
-        exactly once; it gives up after reconnect_timeout seconds (default:
-        the client's timeout) without a delivered batch. timeout bounds the
+        exactly once; it gives up after the retry policy's max_attempts failed
+        attempts in a row, or reconnect_timeout seconds (default: the
+        client's timeout) after the break (docs/clients.md). timeout bounds the
         whole scan (default: none).
         """
         self._check_open()
@@ -404,8 +431,8 @@ class Scan(Iterator[Record]):
     def _fill(self) -> None:
         """Reads the next batch, reconnecting from the cursor when the stream
         breaks in a way a new Scan gets past."""
-        backoff = _retry.Backoff(maximum=2.0)
-        give_up = time.monotonic() + self._reconnect_timeout
+        # The budget of resuming after this break (docs/clients.md).
+        budget: Optional[_retry.Budget] = None
         while True:
             with self._lock:
                 if self._done:
@@ -432,10 +459,14 @@ class Scan(Iterator[Record]):
                     self.cursor = max(self.cursor, resume)
                 if err.reason is None:
                     self._client._endpoints.eject(self._addr)
-                wait = backoff.wait(err.retry_delay)
-                if time.monotonic() + wait >= give_up:
+                if budget is None:
+                    budget = _retry.Budget(self._client._retry, self._addr, "Scan", self._reconnect_timeout)
+                budget.attempts += 1
+                wait = budget.next_wait(err)
+                if wait is None:
                     self._done = True
-                    raise err from e
+                    transport = _retry.transport_failure(err)
+                    raise budget.give_up(err, (self._client._connected(self._stubs)) if transport else None, self._addr) from e
                 self._client._pause(self._stubs, wait, err.code == grpc.StatusCode.UNAVAILABLE)
                 self.reconnects += 1
                 continue
