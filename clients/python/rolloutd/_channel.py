@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import ssl
 from dataclasses import dataclass
 from typing import List, Optional, Sequence, Tuple, Union
 
@@ -36,6 +37,11 @@ SERVICE_CONFIG = json.dumps({"loadBalancingConfig": [{"pick_first": {}}]})
 Options = List[Tuple[str, Union[str, int]]]
 
 
+#: A TLS config's files as they are on disk: (path, device, inode, size,
+#: mtime in ns) for each.
+Stamp = Tuple[Tuple[str, int, int, int, int], ...]
+
+
 @dataclass(frozen=True)
 class TLS:
     """TLS settings from PEM files (see docs/security.md).
@@ -47,27 +53,61 @@ class TLS:
         server_name: the name to check the server's certificate against,
             when it differs from the target's host (for example when
             dialing a pod's IP).
+        reload_interval: how often, at most, a call checks whether the
+            files changed (seconds; 0 checks on every call). When they
+            did (a certificate renewed by cert-manager or
+            csi-driver-spiffe), the client reads them again and opens new
+            connections with them; calls in flight finish on the old ones.
+
+    grpcio cannot reload a channel's credentials, so the client replaces
+    its channels instead (see ``rolloutd.Client``).
     """
 
     ca: Optional[str] = None
     cert: Optional[str] = None
     key: Optional[str] = None
     server_name: Optional[str] = None
+    reload_interval: float = 1.0
 
     def __post_init__(self) -> None:
         if (self.cert is None) != (self.key is None):
             raise ValueError("TLS: give both cert and key for mTLS, or neither")
+        if self.reload_interval < 0:
+            raise ValueError("TLS: reload_interval must be >= 0")
 
-    def credentials(self) -> grpc.ChannelCredentials:
+    def stamp(self) -> Stamp:
+        """The files' identity and change time; raises OSError when one is
+        missing."""
+        out = []
+        for path in (self.ca, self.cert, self.key):
+            if path is not None:
+                st = os.stat(os.fspath(path))
+                out.append((os.fspath(path), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns))
+        return tuple(out)
+
+    def load(self) -> Tuple[Stamp, grpc.ChannelCredentials]:
+        """Reads the files into credentials, with their stamp. Raises
+        OSError (ssl.SSLError included) when a file is missing, the key does
+        not match the certificate, or a file changed while being read: a
+        renewal caught half-written."""
+        before = self.stamp()
+
         def read(path: Optional[str]) -> Optional[bytes]:
             if path is None:
                 return None
             with open(os.fspath(path), "rb") as f:
                 return f.read()
 
-        return grpc.ssl_channel_credentials(
-            root_certificates=read(self.ca), private_key=read(self.key), certificate_chain=read(self.cert)
-        )
+        ca, cert, key = read(self.ca), read(self.cert), read(self.key)
+        if self.cert is not None and self.key is not None:
+            # grpc would take a mismatched pair and fail every handshake.
+            ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT).load_cert_chain(self.cert, self.key, password=b"")
+        if self.stamp() != before:
+            raise OSError("TLS files changed while being read")
+        return before, grpc.ssl_channel_credentials(root_certificates=ca, private_key=key, certificate_chain=cert)
+
+    def credentials(self) -> grpc.ChannelCredentials:
+        return self.load()[1]
 
 
 def resolve_tls(tls: Union[None, bool, TLS]) -> Optional[TLS]:

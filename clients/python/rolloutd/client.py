@@ -9,7 +9,7 @@ from typing import Any, Callable, Iterable, Iterator, List, Optional, Sequence, 
 
 import grpc
 
-from . import _calls, _retry, errors
+from . import _calls, _retry, _tlsreload, errors
 from ._channel import DEFAULT_MAX_MESSAGE_BYTES, SHARD_HEADER, TLS, channel_options, resolve_tls, strip_scheme
 from ._proto.rollout.v1 import rollout_pb2
 from ._proto.rolloutd_vendor.grpc.health.v1 import health_pb2
@@ -77,12 +77,15 @@ class Client:
         if not isinstance(retry, RetryPolicy):
             raise TypeError("retry: want a rolloutd.RetryPolicy, got %s" % type(retry).__name__)
         self._retry = retry
-        creds = self._tls.credentials() if self._tls else None
+        # Read again when the files change (a renewed certificate): grpcio
+        # cannot reload a channel's credentials, so the channels are
+        # replaced (see _pick).
+        self._creds = _tlsreload.Credentials(self._tls) if self._tls else None
         host = strip_scheme(target).rpartition(":")[0].strip("[]") if affinity is not None else None
 
         def make(addr: str) -> _Stubs:
             opts = channel_options(max_message_bytes, self._tls, host, options)
-            ch = grpc.secure_channel(addr, creds, opts) if creds is not None else grpc.insecure_channel(addr, opts)
+            ch = grpc.secure_channel(addr, self._creds.current, opts) if self._creds is not None else grpc.insecure_channel(addr, opts)
             return _Stubs(ch)
 
         self._endpoints: Endpoints[_Stubs] = Endpoints(target, affinity, make, lambda s: s.channel.close())
@@ -119,31 +122,46 @@ class Client:
         # An earlier attempt of this append or delete may have taken effect.
         landed = False
         while True:
-            addr, stubs = self._endpoints.pick(shard)
-            remaining = budget.remaining()
-            assert remaining is not None
-            budget.attempts += 1
+            addr, stubs = self._pick(shard)
             try:
-                if remaining <= 0:
-                    raise errors.DeadlineExceeded("the call's deadline passed before an attempt could start", request_id=request_id)
-                resp = stubs.calls[method](req, timeout=min(self._attempt_timeout, remaining), metadata=md)
-                self._endpoints.healthy(addr)
-                return resp
-            except grpc.RpcError as e:
-                err = errors.from_rpc_error(e, request_id)
-                cause: Optional[BaseException] = e
-            if request_id is not None or mutates:
-                landed = landed or _retry.may_have_landed(err)
-                err.may_have_taken_effect = landed
-                if request_id is not None:  # an append
-                    err.may_have_been_stored = landed
-            transport = _retry.transport_failure(err)
-            if transport:
-                self._endpoints.eject(addr)
-            wait = budget.next_wait(err) if retry(err) else None
-            if wait is None:
-                raise budget.give_up(err, (self._connected(stubs)) if transport else None, addr) from cause
-            self._pause(stubs, wait, transport)
+                remaining = budget.remaining()
+                assert remaining is not None
+                budget.attempts += 1
+                try:
+                    if remaining <= 0:
+                        raise errors.DeadlineExceeded("the call's deadline passed before an attempt could start", request_id=request_id)
+                    resp = stubs.calls[method](req, timeout=min(self._attempt_timeout, remaining), metadata=md)
+                    self._endpoints.healthy(addr)
+                    return resp
+                except grpc.RpcError as e:
+                    err = errors.from_rpc_error(e, request_id)
+                    cause: Optional[BaseException] = e
+                if request_id is not None or mutates:
+                    landed = landed or _retry.may_have_landed(err)
+                    err.may_have_taken_effect = landed
+                    if request_id is not None:  # an append
+                        err.may_have_been_stored = landed
+                transport = _retry.transport_failure(err)
+                if transport:
+                    self._endpoints.eject(addr)
+                wait = budget.next_wait(err) if retry(err) else None
+                if wait is None:
+                    raise budget.give_up(err, (self._connected(stubs)) if transport else None, addr) from cause
+                self._pause(stubs, wait, transport)
+            finally:
+                self._endpoints.release(stubs)
+
+    def _renew_if_changed(self) -> None:
+        """Replaces the channels when the TLS files changed (a renewed
+        client certificate): new calls handshake with the new files."""
+        if self._creds is not None and self._creds.check():
+            self._endpoints.renew()
+
+    def _pick(self, shard: str) -> Tuple[str, _Stubs]:
+        """The channel for one call on shard, counted in flight until
+        ``self._endpoints.release``."""
+        self._renew_if_changed()
+        return self._endpoints.acquire(shard)
 
     @staticmethod
     def _connected(stubs: _Stubs) -> bool:
@@ -301,12 +319,16 @@ class Client:
         t = self._timeout if timeout is None else timeout
         first: Optional[HealthStatus] = None
         last_err: Optional[errors.RolloutdError] = None
+        self._renew_if_changed()
         for _, stubs in self._endpoints.channels():
+            self._endpoints.hold(stubs)
             try:
                 resp = stubs.calls[_calls.HEALTH_CHECK](health_pb2.HealthCheckRequest(service=service), timeout=t)
             except grpc.RpcError as e:
                 last_err = errors.from_rpc_error(e)
                 continue
+            finally:
+                self._endpoints.release(stubs)
             st = HealthStatus(resp.status)
             if st == HealthStatus.SERVING:
                 return st
@@ -378,6 +400,12 @@ class Scan(Iterator[Record]):
         self._batch_cursor: Optional[int] = None
         self._done = False
         self._lock = threading.Lock()
+        # The channel of the open stream, counted in flight so that a
+        # certificate renewal does not close it under the stream.
+        self._held: Optional[_Stubs] = None
+        # The budget of resuming after the current break (docs/clients.md);
+        # None while batches arrive.
+        self._break: Optional[_retry.Budget] = None
         #: How many times the stream was reopened after a break.
         self.reconnects = 0
 
@@ -396,6 +424,14 @@ class Scan(Iterator[Record]):
             self._done = True
             if self._stream is not None:
                 self._stream.cancel()
+        self._let_go()
+
+    def _let_go(self) -> None:
+        """Ends the count of the stream's channel in flight; idempotent."""
+        with self._lock:
+            held, self._held = self._held, None
+        if held is not None:
+            self._client._endpoints.release(held)
 
     def _open(self) -> Any:
         req = rollout_pb2.ScanRequest()
@@ -408,8 +444,8 @@ class Scan(Iterator[Record]):
             timeout = self._deadline - time.monotonic()
             if timeout <= 0:
                 raise errors.DeadlineExceeded("the scan's deadline passed")
-        addr, stubs = self._client._endpoints.pick(self._shard)
-        self._addr, self._stubs = addr, stubs
+        addr, stubs = self._client._pick(self._shard)
+        self._addr, self._stubs, self._held = addr, stubs, stubs
         return stubs.calls[_calls.SCAN](req, timeout=timeout, metadata=((SHARD_HEADER, self._shard),))
 
     def __next__(self) -> Record:
@@ -431,8 +467,6 @@ class Scan(Iterator[Record]):
     def _fill(self) -> None:
         """Reads the next batch, reconnecting from the cursor when the stream
         breaks in a way a new Scan gets past."""
-        # The budget of resuming after this break (docs/clients.md).
-        budget: Optional[_retry.Budget] = None
         while True:
             with self._lock:
                 if self._done:
@@ -444,33 +478,45 @@ class Scan(Iterator[Record]):
                 resp = next(stream)
             except StopIteration:
                 self._done = True
+                self._let_go()
                 raise
             except grpc.RpcError as e:
                 with self._lock:
                     self._stream = None
-                    if self._done:  # closed by close()
+                    closed = self._done  # by close()
+                try:
+                    if closed:
                         raise StopIteration from None
-                err = errors.from_rpc_error(e)
-                if not _retry.scan_resumable(err) or (self._deadline is not None and time.monotonic() >= self._deadline):
-                    self._done = True
-                    raise err from e
-                resume = _retry.resume_after(err)
-                if resume is not None:
-                    self.cursor = max(self.cursor, resume)
-                if err.reason is None:
-                    self._client._endpoints.eject(self._addr)
-                if budget is None:
-                    budget = _retry.Budget(self._client._retry, self._addr, "Scan", self._reconnect_timeout)
-                budget.attempts += 1
-                wait = budget.next_wait(err)
-                if wait is None:
-                    self._done = True
-                    transport = _retry.transport_failure(err)
-                    raise budget.give_up(err, (self._client._connected(self._stubs)) if transport else None, self._addr) from e
-                self._client._pause(self._stubs, wait, err.code == grpc.StatusCode.UNAVAILABLE)
+                    self._resume_or_raise(e)
+                finally:
+                    self._let_go()
                 self.reconnects += 1
                 continue
+            self._break = None
             self._batch = resp.records
             self._pos = 0
             self._batch_cursor = resp.cursor
             return
+
+    def _resume_or_raise(self, e: grpc.RpcError) -> None:
+        """Waits before reopening a stream that broke with e, or raises
+        when it cannot be resumed or the budget of this break is spent."""
+        err = errors.from_rpc_error(e)
+        if not _retry.scan_resumable(err) or (self._deadline is not None and time.monotonic() >= self._deadline):
+            self._done = True
+            raise err from e
+        resume = _retry.resume_after(err)
+        if resume is not None:
+            self.cursor = max(self.cursor, resume)
+        if err.reason is None:
+            self._client._endpoints.eject(self._addr)
+        if self._break is None:
+            self._break = _retry.Budget(self._client._retry, self._addr, "Scan", self._reconnect_timeout)
+        budget = self._break
+        budget.attempts += 1
+        wait = budget.next_wait(err)
+        if wait is None:
+            self._done = True
+            transport = _retry.transport_failure(err)
+            raise budget.give_up(err, (self._client._connected(self._stubs)) if transport else None, self._addr) from e
+        self._client._pause(self._stubs, wait, err.code == grpc.StatusCode.UNAVAILABLE)
