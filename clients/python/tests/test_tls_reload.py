@@ -132,3 +132,26 @@ def test_unusable_files_are_warned_about_once(pki, tmp_path, caplog):
         for _ in range(3):
             assert not creds.check()
     assert caplog.text.count("cannot be used yet") == 1
+
+
+@pytest.mark.asyncio
+async def test_the_asyncio_client_uses_a_renewed_certificate(start_server, pki, tmp_path):
+    import rolloutd.aio
+
+    srv = start_server(args=[
+        "--tls-cert", str(pki / "server.crt"), "--tls-key", str(pki / "server.key"),
+        "--tls-client-ca", str(pki / "ca.crt"), "--authz-file", str(pki / "policy.yaml"),
+    ])
+    install(pki, "a", tmp_path)
+    tls = rolloutd.TLS(ca=str(pki / "ca.crt"), cert=str(tmp_path / "tls.crt"), key=str(tmp_path / "tls.key"), reload_interval=0)
+    async with rolloutd.aio.Client(srv.addr, tls=tls) as c:
+        await c.append("team-a/aio", [{"id": "r-1"}])
+        follow = c.scan("team-a/aio", follow=True, timeout=30)
+        assert (await follow.__anext__()).id == "r-1"
+        install(pki, "b", tmp_path)
+        await c.append("team-b/aio", [{"id": "b-1"}])
+        with pytest.raises(rolloutd.PermissionDenied):
+            await c.append("team-a/aio", [{"id": "r-x"}])
+        assert c.endpoints.draining == 1
+        await follow.aclose()
+        assert c.endpoints.draining == 0
