@@ -92,9 +92,10 @@ func (o *scanConfig) request(shard string, after uint64, limit uint32) *rolloutv
 // stream after its cursor, so that no record is missed or yielded twice,
 // waiting between attempts as a unary call does (docs/clients.md). It
 // gives up after the retry budget's MaxAttempts consecutive failures with
-// nothing received, or the call timeout after the break. Errors: ErrNotFound (the shard was never written; a following
-// scan waits for it instead), ErrInvalidArgument, ErrPermissionDenied, and
-// the last failure once the budget or ctx is spent.
+// nothing received, or the call timeout after the break. Errors:
+// ErrNotFound (the shard was never written; a following scan waits for it
+// instead), ErrInvalidArgument, ErrPermissionDenied, and the last failure
+// once the budget or ctx is spent.
 func (c *Client) Scan(ctx context.Context, shard string, opts ...ScanOption) iter.Seq2[*rolloutv1.Record, error] {
 	o := scanConfig{}
 	for _, opt := range opts {
