@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync/atomic"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -33,6 +34,7 @@ const responseGrowth = 1 << 10
 // one per process and share it.
 type Client struct {
 	conn   *grpc.ClientConn
+	target string
 	rpc    rolloutv1.RolloutServiceClient
 	cfg    config
 	closed atomic.Bool
@@ -53,6 +55,8 @@ func New(target string, opts ...Option) (*Client, error) {
 		return nil, errors.New("client: RetryPolicy: want 0 <= InitialBackoff <= MaxBackoff")
 	case cfg.attemptTimeout <= 0:
 		return nil, fmt.Errorf("client: attempt timeout %v: want more than 0", cfg.attemptTimeout)
+	case cfg.callTimeout <= 0:
+		return nil, fmt.Errorf("client: call timeout %v: want more than 0", cfg.callTimeout)
 	case cfg.maxMessage <= 0:
 		return nil, fmt.Errorf("client: max message bytes %d: want more than 0", cfg.maxMessage)
 	}
@@ -72,6 +76,7 @@ func New(target string, opts ...Option) (*Client, error) {
 		// The client owns retries (see the package comment); the
 		// channel's own would stack on them.
 		grpc.WithDisableRetry(),
+		grpc.WithConnectParams(reconnect),
 	}
 	if cfg.affinity {
 		dial = append(dial, grpc.WithDefaultServiceConfig(ServiceConfig))
@@ -80,7 +85,7 @@ func New(target string, opts ...Option) (*Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("client: %w", err)
 	}
-	return &Client{conn: conn, rpc: rolloutv1.NewRolloutServiceClient(conn), cfg: cfg}, nil
+	return &Client{conn: conn, target: target, rpc: rolloutv1.NewRolloutServiceClient(conn), cfg: cfg}, nil
 }
 
 // Close closes the connection. Calls in flight fail; later calls return
@@ -99,9 +104,16 @@ func withShard(ctx context.Context, shard string) context.Context {
 
 // unary runs one unary call with c's retry budget: attempt runs one
 // attempt under its own timeout; kind decides which failures are resent.
+// The call's time budget is ctx's deadline, or the call timeout.
 func (c *Client) unary(ctx context.Context, kind callKind, attempt func(ctx context.Context) error) error {
 	if c.closed.Load() {
 		return ErrClosed
+	}
+	start := time.Now()
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, c.cfg.callTimeout)
+		defer cancel()
 	}
 	p := c.cfg.retry
 	// mayHaveLanded: an earlier attempt of this Append (or DeleteShard)
@@ -128,10 +140,10 @@ func (c *Client) unary(ctx context.Context, kind callKind, attempt func(ctx cont
 			e.unknown = e.unknown || mayHaveLanded
 		}
 		if ctx.Err() != nil || n >= p.MaxAttempts || !retryable(kind, e) || c.closed.Load() {
-			return e
+			return c.giveUp(e, start)
 		}
-		if !sleep(ctx, p.backoff(n, e.RetryDelay, jitter)) {
-			return e
+		if !c.pause(ctx, p.backoff(n, e.RetryDelay, jitter), transportFailure(e)) {
+			return c.giveUp(e, start)
 		}
 	}
 }

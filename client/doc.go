@@ -26,11 +26,22 @@
 // already_present: nothing is stored twice. Get resends on UNAVAILABLE and
 // on an attempt's timeout. DeleteShard resends those only with an
 // expected last seq, which keeps a resend from deleting records appended
-// after its first attempt landed (see DeleteShard). Waits are jittered and grow, never shorter than
-// the server's RetryInfo, and never past the call's deadline; each attempt
-// has its own timeout (WithAttemptTimeout), so one hung attempt cannot use
-// up the call's deadline. Everything else returns at once. See "Errors and
-// retries" in the README for what each reason means.
+// after its first attempt landed (see DeleteShard). Everything else returns
+// at once. See "Errors and retries" in the README for what each reason
+// means.
+//
+// How often and how long: docs/clients.md, one policy with the same
+// defaults as the Python client. A call's budget is its context's deadline,
+// or DefaultCallTimeout (30 s, WithCallTimeout) without one; it makes at
+// most DefaultRetryPolicy.MaxAttempts (8) attempts, each bounded by the
+// attempt timeout (10 s, WithAttemptTimeout), with jittered waits of
+// 100 ms doubling to 2 s, never shorter than the server's RetryInfo and
+// never past the budget. Attempts do not wait for a connection; after one
+// that got no answer, the wait ends as soon as the connection is READY
+// again, and the connection's own reconnect backoff is capped at 1 s, so a
+// restarted server is reached promptly. With the server down a call fails
+// after 3.55 s to 7.1 s, with an error such as "server unreachable at
+// localhost:50051: 8 attempts over 5.2s: ...".
 //
 // # Errors
 //

@@ -118,11 +118,17 @@ type Error struct {
 	// Attempts is how many attempts the call made; for Scan, how many
 	// attempts in a row failed without receiving anything.
 	Attempts int
+	// Elapsed is how long the call took, from its start until it gave up;
+	// for Scan, from the break.
+	Elapsed time.Duration
 
 	// unknown: an Append failure that counts as OUTCOME_UNKNOWN: it has no
 	// ErrorInfo, or an earlier attempt of the same Append may have landed.
 	unknown bool
-	st      *status.Status
+	// unreachable is the client's target when the call gave up without
+	// an answer and the connection was not READY.
+	unreachable string
+	st          *status.Status
 }
 
 // newError decodes err, the error of an RPC, into an *Error. err is a gRPC
@@ -160,11 +166,24 @@ func (e *Error) Error() string {
 	if e.Reason != "" {
 		b.WriteString(" (" + e.Reason + ")")
 	}
+	if e.unreachable != "" {
+		fmt.Fprintf(&b, ": server unreachable at %s: %s: %s", e.unreachable, e.tries(), e.Message)
+		return b.String()
+	}
 	b.WriteString(": " + e.Message)
 	if e.Attempts > 1 {
-		fmt.Fprintf(&b, " (after %d attempts)", e.Attempts)
+		fmt.Fprintf(&b, " (%s)", e.tries())
 	}
 	return b.String()
+}
+
+// tries is "8 attempts over 6.1s", as the Python client writes it.
+func (e *Error) tries() string {
+	noun := "attempts"
+	if e.Attempts == 1 {
+		noun = "attempt"
+	}
+	return fmt.Sprintf("%d %s over %.1fs", e.Attempts, noun, e.Elapsed.Seconds())
 }
 
 // Is reports whether e belongs to the class target: one of this package's

@@ -13,13 +13,14 @@ type config struct {
 	tls            *TLSConfig
 	affinity       bool
 	attemptTimeout time.Duration
+	callTimeout    time.Duration
 	retry          RetryPolicy
 	maxMessage     int
 	dial           []grpc.DialOption
 }
 
 func defaultConfig() config {
-	return config{attemptTimeout: DefaultAttemptTimeout, retry: DefaultRetryPolicy, maxMessage: DefaultMaxMessageBytes}
+	return config{attemptTimeout: DefaultAttemptTimeout, callTimeout: DefaultCallTimeout, retry: DefaultRetryPolicy, maxMessage: DefaultMaxMessageBytes}
 }
 
 // WithTLS connects over TLS, verifying the server with the CA of
@@ -40,6 +41,14 @@ func WithAffinity(on bool) Option { return func(c *config) { c.affinity = on } }
 // resent. For Scan it bounds the wait for a connection when resuming.
 func WithAttemptTimeout(d time.Duration) Option {
 	return func(c *config) { c.attemptTimeout = d }
+}
+
+// WithCallTimeout sets the time budget of a unary call whose context has
+// no deadline, every attempt and wait included (default
+// DefaultCallTimeout), and of a Scan's resumes after one break. A
+// context's deadline replaces it.
+func WithCallTimeout(d time.Duration) Option {
+	return func(c *config) { c.callTimeout = d }
 }
 
 // WithRetry sets the retry budget of every call (default

@@ -5,11 +5,16 @@ import (
 	"math/rand/v2"
 	"time"
 
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/connectivity"
 )
 
 // RetryPolicy is the retry budget of one call: how many attempts, and how
-// long to wait between them.
+// long to wait between them. The whole policy, with the call's time budget
+// and the connection's reconnect backoff, is written once for the Go and
+// the Python client in docs/clients.md.
 type RetryPolicy struct {
 	// MaxAttempts bounds the attempts of one call, the first included; 1
 	// turns retries off. For Scan it bounds the consecutive failed
@@ -23,13 +28,38 @@ type RetryPolicy struct {
 	MaxBackoff     time.Duration
 }
 
-// DefaultRetryPolicy: 5 attempts, 100 ms growing to at most 5 s (about 1.5 s
-// of waiting in all when the server sends no RetryInfo).
-var DefaultRetryPolicy = RetryPolicy{MaxAttempts: 5, InitialBackoff: 100 * time.Millisecond, MaxBackoff: 5 * time.Second}
+// DefaultRetryPolicy: 8 attempts, waits of 100 ms doubling to at most 2 s.
+// With the server down a call fails after 3.55 s to 7.1 s of waiting
+// (docs/clients.md), the same in the Python client.
+var DefaultRetryPolicy = RetryPolicy{MaxAttempts: 8, InitialBackoff: 100 * time.Millisecond, MaxBackoff: 2 * time.Second}
 
-// DefaultAttemptTimeout bounds one attempt of Append or Get, and the wait
-// of a resuming Scan for a connection.
+// DefaultAttemptTimeout bounds one attempt of a unary call, and the wait
+// of a resuming Scan for its stream to open.
 const DefaultAttemptTimeout = 10 * time.Second
+
+// DefaultCallTimeout is the time budget of a unary call whose context has
+// no deadline, every attempt and wait included; a context's deadline
+// replaces it. For Scan it bounds the resumes after one break.
+const DefaultCallTimeout = 30 * time.Second
+
+// reconnect is the connection's own backoff between attempts to connect.
+// gRPC's default starts at 1 s and grows to 120 s, and while it runs a
+// connection in TRANSIENT_FAILURE fails every attempt at once: a server
+// back after a restart would not be reached within a call's budget.
+// Capped at 1 s, a restarted server is reached within about 1.2 s (with
+// jitter) of listening. The Python client sets the same numbers (grpc's
+// C core has the same multiplier and jitter).
+var reconnect = grpc.ConnectParams{
+	Backoff: backoff.Config{
+		BaseDelay:  100 * time.Millisecond,
+		Multiplier: 1.6,
+		Jitter:     0.2,
+		MaxDelay:   time.Second,
+	},
+	// gRPC's default, set because a zero here would bound a connection
+	// attempt (TLS handshake included) by the backoff alone.
+	MinConnectTimeout: 20 * time.Second,
+}
 
 // callKind says which rules decide a resend.
 type callKind int
@@ -124,4 +154,54 @@ func sleep(ctx context.Context, d time.Duration) bool {
 	case <-t.C:
 		return true
 	}
+}
+
+// pause waits d before the next attempt, or until ctx ends; it reports
+// whether the next attempt should go ahead. A wait that would end past
+// ctx's deadline is not started. After an attempt that got no answer
+// (transport: UNAVAILABLE without a reason) it ends early, once the
+// connection is READY again, but not before d/10: a connection in
+// TRANSIENT_FAILURE fails attempts at once until its reconnect succeeds,
+// and a server that restarts should be reached as soon as it listens.
+func (c *Client) pause(ctx context.Context, d time.Duration, transport bool) bool {
+	if dl, ok := ctx.Deadline(); ok && time.Until(dl) < d {
+		return false
+	}
+	if !transport {
+		return sleep(ctx, d)
+	}
+	if !sleep(ctx, d/10) {
+		return false
+	}
+	wctx, cancel := context.WithTimeout(ctx, d-d/10)
+	defer cancel()
+	for {
+		s := c.conn.GetState()
+		if s == connectivity.Ready {
+			return true
+		}
+		if s == connectivity.Idle {
+			c.conn.Connect()
+		}
+		if !c.conn.WaitForStateChange(wctx, s) {
+			return ctx.Err() == nil
+		}
+	}
+}
+
+// transportFailure reports whether e is a failure without an answer from
+// rolloutd: UNAVAILABLE without a reason (a connection refused, broken or
+// not yet made). A read's storage UNAVAILABLE looks the same; the
+// connection's state tells them apart in giveUp.
+func transportFailure(e *Error) bool { return e.Code == codes.Unavailable && e.Reason == "" }
+
+// giveUp completes e, the last failure of a call that made its attempts
+// over the time since start: a transport failure while the connection is
+// not READY says the server is unreachable.
+func (c *Client) giveUp(e *Error, start time.Time) *Error {
+	e.Elapsed = time.Since(start)
+	if transportFailure(e) && c.conn.GetState() != connectivity.Ready {
+		e.unreachable = c.target
+	}
+	return e
 }

@@ -2,6 +2,9 @@ package client
 
 import (
 	"errors"
+	"fmt"
+	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -84,5 +87,66 @@ func TestStoreFullClass(t *testing.T) {
 	if !errors.Is(e, ErrStoreFull) || errors.Is(e, ErrTooLarge) || errors.Is(e, ErrBackpressure) || errors.Is(e, ErrOutcomeUnknown) {
 		t.Errorf("STORE_FULL: ErrStoreFull %v, ErrTooLarge %v, ErrBackpressure %v, ErrOutcomeUnknown %v; want only the first",
 			errors.Is(e, ErrStoreFull), errors.Is(e, ErrTooLarge), errors.Is(e, ErrBackpressure), errors.Is(e, ErrOutcomeUnknown))
+	}
+}
+
+// The defaults are docs/clients.md's table, which the Python client's
+// tests check too: the two clients cannot drift apart.
+func TestDefaultsMatchTheDoc(t *testing.T) {
+	doc := docDefaults(t)
+	c := defaultConfig()
+	got := map[string]string{
+		"call_timeout":    c.callTimeout.String(),
+		"max_attempts":    fmt.Sprint(c.retry.MaxAttempts),
+		"first_backoff":   c.retry.InitialBackoff.String(),
+		"max_backoff":     c.retry.MaxBackoff.String(),
+		"attempt_timeout": c.attemptTimeout.String(),
+		"reconnect_first": reconnect.Backoff.BaseDelay.String(),
+		"reconnect_max":   reconnect.Backoff.MaxDelay.String(),
+		"connect_timeout": reconnect.MinConnectTimeout.String(),
+	}
+	for k, v := range got {
+		if doc[k] != v {
+			t.Errorf("%s: the Go client has %s, docs/clients.md says %q", k, v, doc[k])
+		}
+	}
+	if len(doc) != len(got) {
+		t.Errorf("docs/clients.md lists %v, the test knows %d keys", doc, len(got))
+	}
+	// gRPC's C core (the Python client) has these built in.
+	if reconnect.Backoff.Multiplier != 1.6 || reconnect.Backoff.Jitter != 0.2 {
+		t.Errorf("reconnect backoff %+v: want multiplier 1.6, jitter 0.2, as grpc's C core", reconnect.Backoff)
+	}
+}
+
+// docDefaults reads the defaults table of docs/clients.md: key -> default.
+func docDefaults(t *testing.T) map[string]string {
+	t.Helper()
+	b, err := os.ReadFile("../docs/clients.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]string{}
+	for _, line := range strings.Split(string(b), "\n") {
+		cells := strings.Split(line, "|")
+		if len(cells) < 4 || !strings.HasPrefix(strings.TrimSpace(cells[1]), "`") {
+			continue
+		}
+		out[strings.Trim(strings.TrimSpace(cells[1]), "`")] = strings.TrimSpace(cells[2])
+	}
+	return out
+}
+
+// With the server down, the waits of the default policy add up to the
+// bounds docs/clients.md states: 3.55 s to 7.1 s.
+func TestDefaultWaitBounds(t *testing.T) {
+	var lo, hi time.Duration
+	p := DefaultRetryPolicy
+	for n := 1; n < p.MaxAttempts; n++ {
+		lo += p.backoff(n, 0, func(time.Duration) time.Duration { return 0 })
+		hi += p.backoff(n, 0, func(d time.Duration) time.Duration { return d - 1 })
+	}
+	if lo != 3550*time.Millisecond || hi != 7100*time.Millisecond {
+		t.Errorf("the default waits add up to %v..%v, docs/clients.md says 3.55s..7.1s", lo, hi)
 	}
 }

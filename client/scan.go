@@ -89,12 +89,13 @@ func (o *scanConfig) request(shard string, after uint64, limit uint32) *rolloutv
 // When the stream breaks with UNAVAILABLE (the server shutting down ends
 // it with SCAN_INTERRUPTED and the cursor to resume from), or with
 // SCAN_INTERRUPTED for a cause a new stream gets past, Scan opens a new
-// stream after its cursor, waiting up to the attempt timeout for a
-// connection, so that no record is missed or yielded twice. It gives up
-// after the retry budget's MaxAttempts consecutive failures with nothing
-// received. Errors: ErrNotFound (the shard was never written; a following
-// scan waits for it instead), ErrInvalidArgument, ErrPermissionDenied, and
-// the last failure once the budget or ctx is spent.
+// stream after its cursor, so that no record is missed or yielded twice,
+// waiting between attempts as a unary call does (docs/clients.md). It
+// gives up after the retry budget's MaxAttempts consecutive failures with
+// nothing received, or the call timeout after the break. Errors:
+// ErrNotFound (the shard was never written; a following scan waits for it
+// instead), ErrInvalidArgument, ErrPermissionDenied, and the last failure
+// once the budget or ctx is spent.
 func (c *Client) Scan(ctx context.Context, shard string, opts ...ScanOption) iter.Seq2[*rolloutv1.Record, error] {
 	o := scanConfig{}
 	for _, opt := range opts {
@@ -114,6 +115,7 @@ func (c *Client) Scan(ctx context.Context, shard string, opts ...ScanOption) ite
 		cur.seq.Store(cursor)
 		p := c.cfg.retry
 		failures := 0
+		var broke time.Time // when the failures in a row began
 		for {
 			stream, cancel, err := c.openScan(ctx, o.request(shard, cursor, left), failures > 0)
 			if err == nil {
@@ -142,6 +144,9 @@ func (c *Client) Scan(ctx context.Context, shard string, opts ...ScanOption) ite
 			if err == io.EOF || (o.limit > 0 && left == 0) {
 				return
 			}
+			if failures == 0 {
+				broke = time.Now()
+			}
 			failures++
 			e := newError(err, failures)
 			if e.Reason == ReasonScanInterrupted {
@@ -153,18 +158,26 @@ func (c *Client) Scan(ctx context.Context, shard string, opts ...ScanOption) ite
 				}
 			}
 			if ctx.Err() != nil || failures >= p.MaxAttempts || !retryable(readCall, e) || c.closed.Load() ||
-				!sleep(ctx, p.backoff(failures, e.RetryDelay, jitter)) {
-				yield(nil, e)
+				!c.resumePause(ctx, broke, p.backoff(failures, e.RetryDelay, jitter), transportFailure(e)) {
+				yield(nil, c.giveUp(e, broke))
 				return
 			}
 		}
 	}
 }
 
+// resumePause is pause within the resumes' budget: the call timeout since
+// the stream broke.
+func (c *Client) resumePause(ctx context.Context, broke time.Time, d time.Duration, transport bool) bool {
+	rctx, cancel := context.WithDeadline(ctx, broke.Add(c.cfg.callTimeout))
+	defer cancel()
+	return c.pause(rctx, d, transport)
+}
+
 // openScan opens a Scan stream under a context of its own; the caller
 // calls the returned cancel when done with the stream. A resuming scan
-// waits for a ready connection (a server restarting), but not longer than
-// the attempt timeout.
+// gives up opening after the attempt timeout: a connection that is still
+// CONNECTING holds a new stream until it is READY or fails.
 func (c *Client) openScan(ctx context.Context, req *rolloutv1.ScanRequest, resume bool) (grpc.ServerStreamingClient[rolloutv1.ScanResponse], context.CancelFunc, error) {
 	sctx, cancel := context.WithCancel(ctx)
 	if !resume {
@@ -176,10 +189,10 @@ func (c *Client) openScan(ctx context.Context, req *rolloutv1.ScanRequest, resum
 		return stream, cancel, nil
 	}
 	t := time.AfterFunc(c.cfg.attemptTimeout, cancel)
-	stream, err := c.rpc.Scan(sctx, req, grpc.WaitForReady(true))
+	stream, err := c.rpc.Scan(sctx, req)
 	if !t.Stop() && ctx.Err() == nil {
 		cancel()
-		return nil, nil, status.Errorf(codes.DeadlineExceeded, "resuming the scan after seq %d: no connection within %v", req.GetAfterSeq(), c.cfg.attemptTimeout)
+		return nil, nil, status.Errorf(codes.DeadlineExceeded, "resuming the scan after seq %d: no stream within %v", req.GetAfterSeq(), c.cfg.attemptTimeout)
 	}
 	if err != nil {
 		cancel()

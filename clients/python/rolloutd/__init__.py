@@ -11,6 +11,7 @@
 """
 
 from ._channel import DEFAULT_MAX_MESSAGE_BYTES, SHARD_HEADER, TLS
+from ._retry import RetryPolicy
 from .affinity import Affinity, Ring
 from .client import Client, Scan
 from .errors import (
@@ -43,7 +44,7 @@ __all__ = [
     "Aborted", "Affinity", "AlreadyExists", "AppendResult", "Cancelled", "Client", "DataLoss",
     "DEFAULT_MAX_MESSAGE_BYTES", "DeadlineExceeded", "FailedPrecondition", "FieldViolation",
     "HealthStatus", "Internal", "InvalidArgument", "NotFound", "OutOfRange", "PermissionDenied",
-    "Record", "RecordLike", "Relationship", "ResourceExhausted", "Ring", "Role", "RolloutdError",
+    "Record", "RecordLike", "Relationship", "ResourceExhausted", "RetryPolicy", "Ring", "Role", "RolloutdError",
     "Scan", "SHARD_HEADER", "TLS", "Unauthenticated", "Unavailable", "Unimplemented", "UnknownError",
     "DeleteResult", "ListedShard", "SeqMismatch", "ShardDeleted", "ShardInfo", "ShardPage",
 ]

@@ -179,8 +179,14 @@ class Endpoints(Generic[C]):
         self._make = make_channel
         self._close = close_channel
         self._clock = clock
-        self._lock = threading.Lock()
+        # Reentrant: acquire holds it around pick, which creates channels
+        # under it.
+        self._lock = threading.RLock()
         self._channels: Dict[str, C] = {}
+        # Calls in flight per channel, and the channels renew retired that
+        # still have some: each is closed when its last call ends.
+        self._inflight: Dict[C, int] = {}
+        self._draining: Dict[C, None] = {}
         self._ejected: Dict[str, float] = {}
         self._ring: Optional[Ring] = None
         self._stop = threading.Event()
@@ -193,6 +199,10 @@ class Endpoints(Generic[C]):
         self._ring = Ring(resolve_addresses(target), affinity.min_ring_size, affinity.max_ring_size)
         self._thread = threading.Thread(target=self._refresh_loop, name="rolloutd-resolver", daemon=True)
         self._thread.start()
+
+    @property
+    def target(self) -> str:
+        return self._target
 
     @property
     def ring(self) -> Optional[Ring]:
@@ -253,6 +263,57 @@ class Endpoints(Generic[C]):
         assert first is not None
         return first, self._channel(first)
 
+    def acquire(self, shard: str) -> Tuple[str, C]:
+        """pick, counting a call in flight on the channel until release."""
+        with self._lock:
+            addr, ch = self.pick(shard)
+            self._inflight[ch] = self._inflight.get(ch, 0) + 1
+            return addr, ch
+
+    def hold(self, ch: C) -> None:
+        """Counts a call in flight on ch, one of ``channels()``."""
+        with self._lock:
+            self._inflight[ch] = self._inflight.get(ch, 0) + 1
+
+    def release(self, ch: C) -> None:
+        """Ends a call counted by acquire or hold; the last call on a
+        retired channel closes it."""
+        with self._lock:
+            n = self._inflight.get(ch, 0) - 1
+            if n > 0:
+                self._inflight[ch] = n
+                return
+            self._inflight.pop(ch, None)
+            if ch not in self._draining:
+                return
+            del self._draining[ch]
+        self._close(ch)
+
+    def renew(self) -> None:
+        """Retires every channel: later calls get new ones from
+        make_channel (new TLS credentials, after a certificate renewal). A
+        retired channel without calls in flight is closed now; the others
+        when their last call ends, so that no call in flight fails (a
+        following scan keeps its stream until it ends or breaks, and then
+        resumes on a new channel)."""
+        with self._lock:
+            old = list(self._channels.values())
+            self._channels.clear()
+            self._ejected.clear()
+            idle = []
+            for ch in old:
+                if self._inflight.get(ch):
+                    self._draining[ch] = None
+                else:
+                    idle.append(ch)
+        for ch in idle:
+            self._close(ch)
+
+    @property
+    def draining(self) -> int:
+        """How many retired channels still carry calls in flight."""
+        return len(self._draining)
+
     def eject(self, addr: str) -> None:
         """Skips addr for eject_seconds: its connection failed."""
         if self._aff is not None and self._ring is not None:
@@ -273,6 +334,8 @@ class Endpoints(Generic[C]):
         if self._thread is not None:
             self._thread.join(timeout=5)
         with self._lock:
-            chans = list(self._channels.values())
+            chans = list(self._channels.values()) + list(self._draining)
             self._channels.clear()
+            self._draining.clear()
+            self._inflight.clear()
         return chans

@@ -21,10 +21,11 @@ from typing import Any, AsyncIterator, Callable, Iterable, List, Optional, Seque
 import grpc
 import grpc.aio
 
-from . import _calls, _retry, errors
+from . import _calls, _retry, _tlsreload, errors
 from ._channel import DEFAULT_MAX_MESSAGE_BYTES, SHARD_HEADER, TLS, channel_options, resolve_tls, strip_scheme
 from ._proto.rollout.v1 import rollout_pb2
 from ._proto.rolloutd_vendor.grpc.health.v1 import health_pb2
+from ._retry import DEFAULT_RETRY, RetryPolicy
 from .affinity import Affinity, Endpoints
 from .client import DEFAULT_ATTEMPT_TIMEOUT, DEFAULT_TIMEOUT
 from .types import AppendResult, DeleteResult, HealthStatus, ListedShard, Record, RecordLike, Role, ShardInfo, ShardPage
@@ -60,19 +61,26 @@ class Client:
         affinity: Optional[Affinity] = None,
         timeout: float = DEFAULT_TIMEOUT,
         attempt_timeout: float = DEFAULT_ATTEMPT_TIMEOUT,
+        retry: RetryPolicy = DEFAULT_RETRY,
         max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
         options: Sequence[Tuple[str, Any]] = (),
     ) -> None:
         self._tls = resolve_tls(tls)
         self._timeout = timeout
         self._attempt_timeout = attempt_timeout
-        creds = self._tls.credentials() if self._tls else None
+        if not isinstance(retry, RetryPolicy):
+            raise TypeError("retry: want a rolloutd.RetryPolicy, got %s" % type(retry).__name__)
+        self._retry = retry
+        # Read again when the files change (a renewed certificate): grpcio
+        # cannot reload a channel's credentials, so the channels are
+        # replaced (see _pick).
+        self._creds = _tlsreload.Credentials(self._tls) if self._tls else None
         host = strip_scheme(target).rpartition(":")[0].strip("[]") if affinity is not None else None
 
         def make(addr: str) -> _Stubs:
             opts = channel_options(max_message_bytes, self._tls, host, options)
-            if creds is not None:
-                return _Stubs(grpc.aio.secure_channel(addr, creds, opts))
+            if self._creds is not None:
+                return _Stubs(grpc.aio.secure_channel(addr, self._creds.current, opts))
             return _Stubs(grpc.aio.insecure_channel(addr, opts))
 
         self._endpoints: Endpoints[_Stubs] = Endpoints(target, affinity, make, _close_later)
@@ -100,6 +108,22 @@ class Client:
         if self._closed:
             raise ValueError("rolloutd.aio.Client is closed")
 
+    def _renew_if_changed(self) -> None:
+        """Replaces the channels when the TLS files changed (a renewed
+        client certificate): new calls handshake with the new files."""
+        if self._creds is not None and self._creds.check():
+            self._endpoints.renew()
+
+    def _pick(self, shard: str) -> Tuple[str, _Stubs]:
+        """The channel for one call on shard, counted in flight until
+        ``self._endpoints.release``."""
+        self._renew_if_changed()
+        return self._endpoints.acquire(shard)
+
+    @staticmethod
+    async def _connected(stubs: _Stubs) -> bool:
+        return stubs.channel.get_state(try_to_connect=False) == grpc.ChannelConnectivity.READY
+
     async def _pause(self, stubs: _Stubs, wait: float, transport: bool) -> None:
         if not transport or self._endpoints.ring is not None:
             await asyncio.sleep(wait)
@@ -112,37 +136,39 @@ class Client:
 
     async def _unary(self, method: str, shard: str, req: Any, timeout: Optional[float], retry: Callable[[errors.RolloutdError], bool], request_id: Optional[str] = None, mutates: bool = False) -> Any:
         self._check_open()
-        deadline = time.monotonic() + (self._timeout if timeout is None else timeout)
-        backoff = _retry.Backoff()
+        budget = _retry.Budget(self._retry, self._endpoints.target, method.rsplit("/", 1)[-1], self._timeout if timeout is None else timeout)
         md = ((SHARD_HEADER, shard),)
         # An earlier attempt of this append or delete may have taken effect.
         landed = False
         while True:
-            addr, stubs = self._endpoints.pick(shard)
-            remaining = deadline - time.monotonic()
+            addr, stubs = self._pick(shard)
             try:
-                if remaining <= 0:
-                    raise errors.DeadlineExceeded("the call's deadline passed before an attempt could start", request_id=request_id)
-                resp = await stubs.calls[method](req, timeout=min(self._attempt_timeout, remaining), metadata=md)
-                self._endpoints.healthy(addr)
-                return resp
-            except grpc.RpcError as e:
-                err = errors.from_rpc_error(e, request_id)
-                cause: Optional[BaseException] = e
-            if request_id is not None or mutates:
-                landed = landed or _retry.may_have_landed(err)
-                err.may_have_taken_effect = landed
-                if request_id is not None:  # an append
-                    err.may_have_been_stored = landed
-            transport = err.code == grpc.StatusCode.UNAVAILABLE and err.reason is None
-            if transport:
-                self._endpoints.eject(addr)
-            if not retry(err):
-                raise err from cause
-            wait = backoff.wait(err.retry_delay)
-            if time.monotonic() + wait >= deadline:
-                raise err from cause
-            await self._pause(stubs, wait, transport)
+                remaining = budget.remaining()
+                assert remaining is not None
+                budget.attempts += 1
+                try:
+                    if remaining <= 0:
+                        raise errors.DeadlineExceeded("the call's deadline passed before an attempt could start", request_id=request_id)
+                    resp = await stubs.calls[method](req, timeout=min(self._attempt_timeout, remaining), metadata=md)
+                    self._endpoints.healthy(addr)
+                    return resp
+                except grpc.RpcError as e:
+                    err = errors.from_rpc_error(e, request_id)
+                    cause: Optional[BaseException] = e
+                if request_id is not None or mutates:
+                    landed = landed or _retry.may_have_landed(err)
+                    err.may_have_taken_effect = landed
+                    if request_id is not None:  # an append
+                        err.may_have_been_stored = landed
+                transport = _retry.transport_failure(err)
+                if transport:
+                    self._endpoints.eject(addr)
+                wait = budget.next_wait(err) if retry(err) else None
+                if wait is None:
+                    raise budget.give_up(err, (await self._connected(stubs)) if transport else None, addr) from cause
+                await self._pause(stubs, wait, transport)
+            finally:
+                self._endpoints.release(stubs)
 
     async def append(self, shard: str, records: Iterable[RecordLike], *, request_id: Optional[str] = None, timeout: Optional[float] = None) -> List[AppendResult]:
         """See :meth:`rolloutd.Client.append`."""
@@ -201,12 +227,16 @@ class Client:
         t = self._timeout if timeout is None else timeout
         first: Optional[HealthStatus] = None
         last_err: Optional[errors.RolloutdError] = None
+        self._renew_if_changed()
         for _, stubs in self._endpoints.channels():
+            self._endpoints.hold(stubs)
             try:
                 resp = await stubs.calls[_calls.HEALTH_CHECK](health_pb2.HealthCheckRequest(service=service), timeout=t)
             except grpc.RpcError as e:
                 last_err = errors.from_rpc_error(e)
                 continue
+            finally:
+                self._endpoints.release(stubs)
             st = HealthStatus(resp.status)
             if st == HealthStatus.SERVING:
                 return st
@@ -259,6 +289,10 @@ class Scan(AsyncIterator[Record]):
         self._pos = 0
         self._batch_cursor: Optional[int] = None
         self._done = False
+        # The channel of the open stream, counted in flight (see
+        # rolloutd.Scan), and the budget of resuming after a break.
+        self._held: Optional[_Stubs] = None
+        self._break: Optional[_retry.Budget] = None
         self.reconnects = 0
 
     def __aiter__(self) -> "Scan":
@@ -274,6 +308,12 @@ class Scan(AsyncIterator[Record]):
         self._done = True
         if self._call is not None:
             self._call.cancel()
+        self._let_go()
+
+    def _let_go(self) -> None:
+        held, self._held = self._held, None
+        if held is not None:
+            self._client._endpoints.release(held)
 
     def _open(self) -> Any:
         req = rollout_pb2.ScanRequest()
@@ -286,7 +326,8 @@ class Scan(AsyncIterator[Record]):
             timeout = self._deadline - time.monotonic()
             if timeout <= 0:
                 raise errors.DeadlineExceeded("the scan's deadline passed")
-        self._addr, self._stubs = self._client._endpoints.pick(self._shard)
+        self._addr, self._stubs = self._client._pick(self._shard)
+        self._held = self._stubs
         return self._stubs.calls[_calls.SCAN](req, timeout=timeout, metadata=((SHARD_HEADER, self._shard),))
 
     async def __anext__(self) -> Record:
@@ -306,8 +347,6 @@ class Scan(AsyncIterator[Record]):
             await self._fill()
 
     async def _fill(self) -> None:
-        backoff = _retry.Backoff(maximum=2.0)
-        give_up = time.monotonic() + self._reconnect_timeout
         while True:
             if self._done:
                 raise StopAsyncIteration
@@ -317,33 +356,48 @@ class Scan(AsyncIterator[Record]):
                 resp = await self._call.read()
             except asyncio.CancelledError:
                 if self._done:
+                    self._let_go()
                     raise StopAsyncIteration from None
                 raise
             except grpc.RpcError as e:
                 self._call = None
-                if self._done:
-                    raise StopAsyncIteration from None
-                err = errors.from_rpc_error(e)
-                if not _retry.scan_resumable(err) or (self._deadline is not None and time.monotonic() >= self._deadline):
-                    self._done = True
-                    raise err from e
-                resume = _retry.resume_after(err)
-                if resume is not None:
-                    self.cursor = max(self.cursor, resume)
-                if err.reason is None:
-                    self._client._endpoints.eject(self._addr)
-                wait = backoff.wait(err.retry_delay)
-                if time.monotonic() + wait >= give_up:
-                    self._done = True
-                    raise err from e
-                await self._client._pause(self._stubs, wait, err.code == grpc.StatusCode.UNAVAILABLE)
+                try:
+                    if self._done:
+                        raise StopAsyncIteration from None
+                    await self._resume_or_raise(e)
+                finally:
+                    self._let_go()
                 self.reconnects += 1
                 continue
             if resp is grpc.aio.EOF:
                 self._call = None
                 self._done = True
+                self._let_go()
                 raise StopAsyncIteration
+            self._break = None
             self._batch = resp.records
             self._pos = 0
             self._batch_cursor = resp.cursor
             return
+
+    async def _resume_or_raise(self, e: grpc.RpcError) -> None:
+        """See rolloutd.Scan._resume_or_raise."""
+        err = errors.from_rpc_error(e)
+        if not _retry.scan_resumable(err) or (self._deadline is not None and time.monotonic() >= self._deadline):
+            self._done = True
+            raise err from e
+        resume = _retry.resume_after(err)
+        if resume is not None:
+            self.cursor = max(self.cursor, resume)
+        if err.reason is None:
+            self._client._endpoints.eject(self._addr)
+        if self._break is None:
+            self._break = _retry.Budget(self._client._retry, self._addr, "Scan", self._reconnect_timeout)
+        budget = self._break
+        budget.attempts += 1
+        wait = budget.next_wait(err)
+        if wait is None:
+            self._done = True
+            transport = _retry.transport_failure(err)
+            raise budget.give_up(err, (await self._client._connected(self._stubs)) if transport else None, self._addr) from e
+        await self._client._pause(self._stubs, wait, err.code == grpc.StatusCode.UNAVAILABLE)

@@ -9,17 +9,20 @@ from typing import Any, Callable, Iterable, Iterator, List, Optional, Sequence, 
 
 import grpc
 
-from . import _calls, _retry, errors
+from . import _calls, _retry, _tlsreload, errors
 from ._channel import DEFAULT_MAX_MESSAGE_BYTES, SHARD_HEADER, TLS, channel_options, resolve_tls, strip_scheme
 from ._proto.rollout.v1 import rollout_pb2
 from ._proto.rolloutd_vendor.grpc.health.v1 import health_pb2
+from ._retry import DEFAULT_RETRY, RetryPolicy
 from .affinity import Affinity, Endpoints
 from .types import AppendResult, DeleteResult, HealthStatus, ListedShard, Record, RecordLike, Role, ShardInfo, ShardPage
 
 __all__ = ["Client", "Scan"]
 
-DEFAULT_TIMEOUT = 30.0
-DEFAULT_ATTEMPT_TIMEOUT = 10.0
+# The policy's defaults live in _retry (docs/clients.md); these names stay
+# importable from here.
+DEFAULT_TIMEOUT = _retry.DEFAULT_TIMEOUT
+DEFAULT_ATTEMPT_TIMEOUT = _retry.DEFAULT_ATTEMPT_TIMEOUT
 
 
 class _Stubs:
@@ -45,6 +48,8 @@ class Client:
             one pod as grpc's ring_hash does (``Affinity()`` resolves target).
         timeout: the default deadline of a call, in seconds, retries
             included. A scan's is None (no deadline) unless given.
+            docs/clients.md is the whole retry policy, the same as the Go
+            client's.
         attempt_timeout: the most one attempt may take, so that one hung try
             cannot use up a call's deadline.
         max_message_bytes: the server's --max-message-bytes; sets the send
@@ -62,18 +67,25 @@ class Client:
         affinity: Optional[Affinity] = None,
         timeout: float = DEFAULT_TIMEOUT,
         attempt_timeout: float = DEFAULT_ATTEMPT_TIMEOUT,
+        retry: RetryPolicy = DEFAULT_RETRY,
         max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
         options: Sequence[Tuple[str, Any]] = (),
     ) -> None:
         self._tls = resolve_tls(tls)
         self._timeout = timeout
         self._attempt_timeout = attempt_timeout
-        creds = self._tls.credentials() if self._tls else None
+        if not isinstance(retry, RetryPolicy):
+            raise TypeError("retry: want a rolloutd.RetryPolicy, got %s" % type(retry).__name__)
+        self._retry = retry
+        # Read again when the files change (a renewed certificate): grpcio
+        # cannot reload a channel's credentials, so the channels are
+        # replaced (see _pick).
+        self._creds = _tlsreload.Credentials(self._tls) if self._tls else None
         host = strip_scheme(target).rpartition(":")[0].strip("[]") if affinity is not None else None
 
         def make(addr: str) -> _Stubs:
             opts = channel_options(max_message_bytes, self._tls, host, options)
-            ch = grpc.secure_channel(addr, creds, opts) if creds is not None else grpc.insecure_channel(addr, opts)
+            ch = grpc.secure_channel(addr, self._creds.current, opts) if self._creds is not None else grpc.insecure_channel(addr, opts)
             return _Stubs(ch)
 
         self._endpoints: Endpoints[_Stubs] = Endpoints(target, affinity, make, lambda s: s.channel.close())
@@ -105,37 +117,69 @@ class Client:
 
     def _unary(self, method: str, shard: str, req: Any, timeout: Optional[float], retry: Callable[[errors.RolloutdError], bool], request_id: Optional[str] = None, mutates: bool = False) -> Any:
         self._check_open()
-        deadline = time.monotonic() + (self._timeout if timeout is None else timeout)
-        backoff = _retry.Backoff()
+        budget = _retry.Budget(self._retry, self._endpoints.target, method.rsplit("/", 1)[-1], self._timeout if timeout is None else timeout)
         md = ((SHARD_HEADER, shard),)
         # An earlier attempt of this append or delete may have taken effect.
         landed = False
         while True:
-            addr, stubs = self._endpoints.pick(shard)
-            remaining = deadline - time.monotonic()
+            addr, stubs = self._pick(shard)
             try:
-                if remaining <= 0:
-                    raise errors.DeadlineExceeded("the call's deadline passed before an attempt could start", request_id=request_id)
-                resp = stubs.calls[method](req, timeout=min(self._attempt_timeout, remaining), metadata=md)
-                self._endpoints.healthy(addr)
-                return resp
-            except grpc.RpcError as e:
-                err = errors.from_rpc_error(e, request_id)
-                cause: Optional[BaseException] = e
-            if request_id is not None or mutates:
-                landed = landed or _retry.may_have_landed(err)
-                err.may_have_taken_effect = landed
-                if request_id is not None:  # an append
-                    err.may_have_been_stored = landed
-            transport = err.code == grpc.StatusCode.UNAVAILABLE and err.reason is None
-            if transport:
-                self._endpoints.eject(addr)
-            if not retry(err):
-                raise err from cause
-            wait = backoff.wait(err.retry_delay)
-            if time.monotonic() + wait >= deadline:
-                raise err from cause
-            self._pause(stubs, wait, transport)
+                remaining = budget.remaining()
+                assert remaining is not None
+                budget.attempts += 1
+                try:
+                    if remaining <= 0:
+                        raise errors.DeadlineExceeded("the call's deadline passed before an attempt could start", request_id=request_id)
+                    resp = stubs.calls[method](req, timeout=min(self._attempt_timeout, remaining), metadata=md)
+                    self._endpoints.healthy(addr)
+                    return resp
+                except grpc.RpcError as e:
+                    err = errors.from_rpc_error(e, request_id)
+                    cause: Optional[BaseException] = e
+                if request_id is not None or mutates:
+                    landed = landed or _retry.may_have_landed(err)
+                    err.may_have_taken_effect = landed
+                    if request_id is not None:  # an append
+                        err.may_have_been_stored = landed
+                transport = _retry.transport_failure(err)
+                if transport:
+                    self._endpoints.eject(addr)
+                wait = budget.next_wait(err) if retry(err) else None
+                if wait is None:
+                    raise budget.give_up(err, (self._connected(stubs)) if transport else None, addr) from cause
+                self._pause(stubs, wait, transport)
+            finally:
+                self._endpoints.release(stubs)
+
+    def _renew_if_changed(self) -> None:
+        """Replaces the channels when the TLS files changed (a renewed
+        client certificate): new calls handshake with the new files."""
+        if self._creds is not None and self._creds.check():
+            self._endpoints.renew()
+
+    def _pick(self, shard: str) -> Tuple[str, _Stubs]:
+        """The channel for one call on shard, counted in flight until
+        ``self._endpoints.release``."""
+        self._renew_if_changed()
+        return self._endpoints.acquire(shard)
+
+    @staticmethod
+    def _connected(stubs: _Stubs) -> bool:
+        """Whether stubs' channel is READY now. grpc's blocking channel has
+        no get_state: a subscription delivers the current state at once."""
+        got: List[grpc.ChannelConnectivity] = []
+        seen = threading.Event()
+
+        def watch(state: grpc.ChannelConnectivity) -> None:
+            got.append(state)
+            seen.set()
+
+        stubs.channel.subscribe(watch)
+        try:
+            seen.wait(0.5)
+        finally:
+            stubs.channel.unsubscribe(watch)
+        return bool(got) and got[0] == grpc.ChannelConnectivity.READY
 
     def _pause(self, stubs: _Stubs, wait: float, transport: bool) -> None:
         """Waits before a retry. After a transport failure on the only
@@ -275,12 +319,16 @@ class Client:
         t = self._timeout if timeout is None else timeout
         first: Optional[HealthStatus] = None
         last_err: Optional[errors.RolloutdError] = None
+        self._renew_if_changed()
         for _, stubs in self._endpoints.channels():
+            self._endpoints.hold(stubs)
             try:
                 resp = stubs.calls[_calls.HEALTH_CHECK](health_pb2.HealthCheckRequest(service=service), timeout=t)
             except grpc.RpcError as e:
                 last_err = errors.from_rpc_error(e)
                 continue
+            finally:
+                self._endpoints.release(stubs)
             st = HealthStatus(resp.status)
             if st == HealthStatus.SERVING:
                 return st
@@ -311,8 +359,9 @@ class Client:
         new records until closed. When the stream breaks (UNAVAILABLE, for
         example a server that shuts down and names its resume point), it
         reconnects and resumes from its cursor, so every record is yielded
-        exactly once; it gives up after reconnect_timeout seconds (default:
-        the client's timeout) without a delivered batch. timeout bounds the
+        exactly once; it gives up after the retry policy's max_attempts failed
+        attempts in a row, or reconnect_timeout seconds (default: the
+        client's timeout) after the break (docs/clients.md). timeout bounds the
         whole scan (default: none).
         """
         self._check_open()
@@ -351,6 +400,12 @@ class Scan(Iterator[Record]):
         self._batch_cursor: Optional[int] = None
         self._done = False
         self._lock = threading.Lock()
+        # The channel of the open stream, counted in flight so that a
+        # certificate renewal does not close it under the stream.
+        self._held: Optional[_Stubs] = None
+        # The budget of resuming after the current break (docs/clients.md);
+        # None while batches arrive.
+        self._break: Optional[_retry.Budget] = None
         #: How many times the stream was reopened after a break.
         self.reconnects = 0
 
@@ -369,6 +424,14 @@ class Scan(Iterator[Record]):
             self._done = True
             if self._stream is not None:
                 self._stream.cancel()
+        self._let_go()
+
+    def _let_go(self) -> None:
+        """Ends the count of the stream's channel in flight; idempotent."""
+        with self._lock:
+            held, self._held = self._held, None
+        if held is not None:
+            self._client._endpoints.release(held)
 
     def _open(self) -> Any:
         req = rollout_pb2.ScanRequest()
@@ -381,8 +444,8 @@ class Scan(Iterator[Record]):
             timeout = self._deadline - time.monotonic()
             if timeout <= 0:
                 raise errors.DeadlineExceeded("the scan's deadline passed")
-        addr, stubs = self._client._endpoints.pick(self._shard)
-        self._addr, self._stubs = addr, stubs
+        addr, stubs = self._client._pick(self._shard)
+        self._addr, self._stubs, self._held = addr, stubs, stubs
         return stubs.calls[_calls.SCAN](req, timeout=timeout, metadata=((SHARD_HEADER, self._shard),))
 
     def __next__(self) -> Record:
@@ -404,8 +467,6 @@ class Scan(Iterator[Record]):
     def _fill(self) -> None:
         """Reads the next batch, reconnecting from the cursor when the stream
         breaks in a way a new Scan gets past."""
-        backoff = _retry.Backoff(maximum=2.0)
-        give_up = time.monotonic() + self._reconnect_timeout
         while True:
             with self._lock:
                 if self._done:
@@ -417,29 +478,45 @@ class Scan(Iterator[Record]):
                 resp = next(stream)
             except StopIteration:
                 self._done = True
+                self._let_go()
                 raise
             except grpc.RpcError as e:
                 with self._lock:
                     self._stream = None
-                    if self._done:  # closed by close()
+                    closed = self._done  # by close()
+                try:
+                    if closed:
                         raise StopIteration from None
-                err = errors.from_rpc_error(e)
-                if not _retry.scan_resumable(err) or (self._deadline is not None and time.monotonic() >= self._deadline):
-                    self._done = True
-                    raise err from e
-                resume = _retry.resume_after(err)
-                if resume is not None:
-                    self.cursor = max(self.cursor, resume)
-                if err.reason is None:
-                    self._client._endpoints.eject(self._addr)
-                wait = backoff.wait(err.retry_delay)
-                if time.monotonic() + wait >= give_up:
-                    self._done = True
-                    raise err from e
-                self._client._pause(self._stubs, wait, err.code == grpc.StatusCode.UNAVAILABLE)
+                    self._resume_or_raise(e)
+                finally:
+                    self._let_go()
                 self.reconnects += 1
                 continue
+            self._break = None
             self._batch = resp.records
             self._pos = 0
             self._batch_cursor = resp.cursor
             return
+
+    def _resume_or_raise(self, e: grpc.RpcError) -> None:
+        """Waits before reopening a stream that broke with e, or raises
+        when it cannot be resumed or the budget of this break is spent."""
+        err = errors.from_rpc_error(e)
+        if not _retry.scan_resumable(err) or (self._deadline is not None and time.monotonic() >= self._deadline):
+            self._done = True
+            raise err from e
+        resume = _retry.resume_after(err)
+        if resume is not None:
+            self.cursor = max(self.cursor, resume)
+        if err.reason is None:
+            self._client._endpoints.eject(self._addr)
+        if self._break is None:
+            self._break = _retry.Budget(self._client._retry, self._addr, "Scan", self._reconnect_timeout)
+        budget = self._break
+        budget.attempts += 1
+        wait = budget.next_wait(err)
+        if wait is None:
+            self._done = True
+            transport = _retry.transport_failure(err)
+            raise budget.give_up(err, (self._client._connected(self._stubs)) if transport else None, self._addr) from e
+        self._client._pause(self._stubs, wait, err.code == grpc.StatusCode.UNAVAILABLE)

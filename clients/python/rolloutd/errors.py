@@ -90,6 +90,10 @@ class RolloutdError(Exception):
         field_violations: the BadRequest violations, possibly empty.
         request_id: for ``append``, the request_id every attempt carried;
             resend with it to learn the outcome of an OUTCOME_UNKNOWN.
+        attempts, elapsed: how many attempts the call made, over how many
+            seconds (docs/clients.md).
+        unreachable: the target, when the call gave up with no answer from
+            any attempt and no connection; None otherwise.
     """
 
     code: grpc.StatusCode = grpc.StatusCode.UNKNOWN
@@ -124,11 +128,25 @@ class RolloutdError(Exception):
         #: ``delete_shard`` (an attempt whose answer was lost may have
         #: deleted the shard; see ``Client.delete_shard``).
         self.may_have_taken_effect: bool = reason == OUTCOME_UNKNOWN
+        #: How many attempts the call made (for a scan, how many failed in a
+        #: row without receiving anything), and over how many seconds.
+        self.attempts: int = 1
+        self.elapsed: float = 0.0
+        #: The target, when no attempt got an answer and the connection was
+        #: not READY when the call gave up; None otherwise.
+        self.unreachable: Optional[str] = None
+
+    def _tries(self) -> str:
+        return "%d attempt%s over %.1fs" % (self.attempts, "" if self.attempts == 1 else "s", self.elapsed)
 
     def __str__(self) -> str:
+        if self.unreachable:
+            return "%s: server unreachable at %s: %s: %s" % (self.code.name, self.unreachable, self._tries(), self.message)
         s = "%s: %s" % (self.code.name, self.message)
         if self.reason:
             s += " [%s]" % self.reason
+        if self.attempts > 1:
+            s += " (%s)" % self._tries()
         return s
 
     def __repr__(self) -> str:

@@ -71,7 +71,17 @@ class Role(enum.IntEnum):
 
 
 class HealthStatus(enum.IntEnum):
-    """grpc.health.v1.HealthCheckResponse.ServingStatus."""
+    """grpc.health.v1.HealthCheckResponse.ServingStatus. It prints its name
+    (``print(client.health())`` shows ``SERVING``), and compares equal to
+    the proto's number."""
+
+    # IntEnum's str and format are int's since Python 3.11 ("1"); a status
+    # is read by people far more often than it is formatted as a number.
+    def __str__(self) -> str:
+        return self.name
+
+    def __format__(self, spec: str) -> str:
+        return format(self.name, spec)
 
     UNKNOWN = 0
     SERVING = 1

@@ -87,3 +87,11 @@ def test_listed_shard_summary_error():
     assert page.shards[0].summary is not None and page.shards[0].summary_error == ""
     assert page.shards[1].summary is None
     assert page.shards[1].summary_error.startswith("DataLoss")
+
+
+def test_health_status_prints_its_name():
+    st = rolloutd.HealthStatus.SERVING
+    assert str(st) == "SERVING" and "%s" % st == "SERVING" and f"{st}" == "SERVING"
+    assert repr(st) == "<HealthStatus.SERVING: 1>"
+    assert st == 1 and st == rolloutd.HealthStatus(1) and int(st) == 1
+    assert str(rolloutd.HealthStatus.NOT_SERVING) == "NOT_SERVING"
