@@ -6,10 +6,12 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"io/fs"
 	"net"
 	"net/http"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"syscall"
 	"time"
 
@@ -79,6 +81,28 @@ func serve(ctx context.Context, stopSignals func(), cfg *config) error {
 	}
 	defer sec.Close()
 
+	// Bound before the store opens: a start that cannot listen (a port in
+	// use) creates no data directory and no container.
+	ls, err := listen(cfg)
+	if err != nil {
+		return err
+	}
+	served := false
+	defer func() {
+		if !served {
+			ls.close()
+		}
+	}()
+	created := missingDir(cfg)
+	defer func() {
+		// Runs after the store is closed: a start that failed leaves no
+		// directory it created behind.
+		if !served && created != "" {
+			if err := os.RemoveAll(created); err != nil {
+				log.Warn("removing the store directory this failed start created", zap.String("dir", created), zap.Error(err))
+			}
+		}
+	}()
 	store, closeStore, err := openStore(ctx, cfg, log, reg)
 	if err != nil {
 		return err
@@ -118,24 +142,8 @@ func serve(ctx context.Context, stopSignals func(), cfg *config) error {
 		return err
 	}
 
-	lis, err := net.Listen("tcp", cfg.Listen)
-	if err != nil {
-		return fmt.Errorf("--listen %s: %w", cfg.Listen, err)
-	}
-	mlis, err := net.Listen("tcp", cfg.MetricsListen)
-	if err != nil {
-		lis.Close()
-		return fmt.Errorf("--metrics-listen %s: %w", cfg.MetricsListen, err)
-	}
-	mlis = sec.metricsListener(mlis, log)
-	var hlis net.Listener
-	if cfg.HealthListen != "" {
-		if hlis, err = net.Listen("tcp", cfg.HealthListen); err != nil {
-			lis.Close()
-			mlis.Close()
-			return fmt.Errorf("--health-listen %s: %w", cfg.HealthListen, err)
-		}
-	}
+	lis, mlis, hlis := ls.grpc, sec.metricsListener(ls.metrics, log), ls.health
+	served = true // Serve and metrics.Serve close them from here on
 	metrics := newMetricsServer(server.DebugHandler(reg, cfg.Pprof), metricsIdleTimeout)
 
 	errc := make(chan error, 4)
@@ -183,6 +191,57 @@ func serve(ctx context.Context, stopSignals func(), cfg *config) error {
 	}
 	log.Info("rolloutd stopped", zap.Duration("shutdown", time.Since(start)))
 	return failed
+}
+
+// listeners are serve's sockets.
+type listeners struct{ grpc, metrics, health net.Listener }
+
+// listen binds --listen, --metrics-listen and --health-listen (if set).
+func listen(cfg *config) (*listeners, error) {
+	ls := &listeners{}
+	var err error
+	if ls.grpc, err = net.Listen("tcp", cfg.Listen); err != nil {
+		return nil, fmt.Errorf("--listen %s: %w", cfg.Listen, err)
+	}
+	if ls.metrics, err = net.Listen("tcp", cfg.MetricsListen); err != nil {
+		ls.close()
+		return nil, fmt.Errorf("--metrics-listen %s: %w", cfg.MetricsListen, err)
+	}
+	if cfg.HealthListen != "" {
+		if ls.health, err = net.Listen("tcp", cfg.HealthListen); err != nil {
+			ls.close()
+			return nil, fmt.Errorf("--health-listen %s: %w", cfg.HealthListen, err)
+		}
+	}
+	return ls, nil
+}
+
+func (ls *listeners) close() {
+	for _, l := range []net.Listener{ls.grpc, ls.metrics, ls.health} {
+		if l != nil {
+			l.Close()
+		}
+	}
+}
+
+// missingDir is the outermost directory that opening the local store will
+// create (the store's directory or an ancestor), or "" if it exists
+// already or the store is not local: only that one may a failed start
+// remove.
+func missingDir(cfg *config) string {
+	if cfg.store.Container != "" || cfg.store.Dir == "" {
+		return ""
+	}
+	missing := ""
+	for d := filepath.Clean(cfg.store.Dir); ; d = filepath.Dir(d) {
+		if _, err := os.Lstat(d); !errors.Is(err, fs.ErrNotExist) {
+			return missing
+		}
+		missing = d
+		if filepath.Dir(d) == d {
+			return ""
+		}
+	}
 }
 
 // openStore opens the one blob store of the process, the only place that

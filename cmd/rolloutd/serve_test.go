@@ -4,7 +4,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
+	"net"
 	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -89,4 +95,34 @@ func metricsText(t *testing.T, addr string) string {
 		t.Fatalf("/metrics: %v", err)
 	}
 	return string(b)
+}
+
+// A start that fails (its port is in use) leaves no data directory behind,
+// and never removes one that was there before it.
+func TestFailedStartLeavesNoNewStoreDir(t *testing.T) {
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
+	root := t.TempDir()
+	existing := filepath.Join(root, "existing")
+	if err := os.Mkdir(existing, 0o750); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct{ store, gone, kept string }{
+		{filepath.Join(root, "new", "data"), filepath.Join(root, "new"), root},
+		{existing, "", existing},
+	} {
+		out, err := exec.Command(binary, "--listen", taken.Addr().String(), "--metrics-listen", "127.0.0.1:0", "--store", tc.store).CombinedOutput()
+		if err == nil || !strings.Contains(string(out), "address already in use") {
+			t.Fatalf("--store %s with the port taken: %v\n%s", tc.store, err, out)
+		}
+		if _, err := os.Stat(tc.gone); tc.gone != "" && !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("--store %s: the failed start left %s (stat: %v)", tc.store, tc.gone, err)
+		}
+		if _, err := os.Stat(tc.kept); err != nil {
+			t.Errorf("--store %s: %s, there before, is gone: %v", tc.store, tc.kept, err)
+		}
+	}
 }
