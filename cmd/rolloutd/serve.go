@@ -26,6 +26,7 @@ import (
 	"github.com/rolloutd/rolloutd/internal/blob/localstore"
 	"github.com/rolloutd/rolloutd/internal/server"
 	"github.com/rolloutd/rolloutd/internal/shard"
+	"github.com/rolloutd/rolloutd/internal/shard/format"
 )
 
 func init() {
@@ -113,6 +114,7 @@ func serve(ctx context.Context, stopSignals func(), cfg *config) error {
 		}
 	}()
 	reg.MustRegister(storeFailedGauge(store))
+	warnIfEmpty(ctx, store, cfg, log)
 
 	scfg := server.Config{
 		Store:      instrumented.New(store, instrumented.NewMetrics(reg)),
@@ -277,6 +279,23 @@ func openStore(ctx context.Context, cfg *config, log *zap.Logger, reg prometheus
 	log.Info("store opened", zap.String("backend", "azblob"), zap.String("container", cfg.store.Container),
 		zap.String("prefix", cfg.store.Prefix), zap.String("auth", auth), zap.Int("max_conns", cfg.AzureMaxConns))
 	return s, s.Close, nil
+}
+
+// warnIfEmpty logs a warning when the store holds no shard at all: a new
+// store is also what a mistyped --store serves, silently, so the first
+// start of a fresh store says so (once, at start; an empty store is
+// served as usual). One listing of at most one name, on either backend.
+func warnIfEmpty(ctx context.Context, store blob.Store, cfg *config, log *zap.Logger) {
+	ctx, cancel := context.WithTimeout(ctx, storeOpenTimeout)
+	defer cancel()
+	page, err := store.List(ctx, format.ShardsRoot, "", 1)
+	switch {
+	case err != nil:
+		log.Warn("could not check whether the store holds any shard", zap.String("store", cfg.store.String()), zap.Error(err))
+	case len(page.Items) == 0:
+		log.Warn("store is new or empty: it holds no shards; if you expected data, check --store",
+			zap.String("store", cfg.store.String()))
+	}
 }
 
 // localGroupMetrics registers rolloutd_localstore_sync_group_size and

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -15,9 +16,13 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/rolloutd/rolloutd/internal/blob"
 	"github.com/rolloutd/rolloutd/internal/blob/memstore"
+	"github.com/rolloutd/rolloutd/internal/shard/format"
 )
 
 // failingStore is a store that can fail for good, like the local store.
@@ -124,5 +129,25 @@ func TestFailedStartLeavesNoNewStoreDir(t *testing.T) {
 		if _, err := os.Stat(tc.kept); err != nil {
 			t.Errorf("--store %s: %s, there before, is gone: %v", tc.store, tc.kept, err)
 		}
+	}
+}
+
+// warnIfEmpty warns about a store without shards only.
+func TestWarnIfEmpty(t *testing.T) {
+	store := memstore.New()
+	cfg := &config{store: storeLocation{Dir: "/data/rollouts"}}
+	warned := func() []observer.LoggedEntry {
+		core, logs := observer.New(zapcore.WarnLevel)
+		warnIfEmpty(context.Background(), store, cfg, zap.New(core))
+		return logs.All()
+	}
+	if got := warned(); len(got) != 1 || got[0].ContextMap()["store"] != "file:///data/rollouts" || !strings.Contains(got[0].Message, "check --store") {
+		t.Errorf("an empty store: %v, want one warning naming the store", got)
+	}
+	if _, err := store.Put(context.Background(), format.ShardsRoot+"s/_manifest", []byte("m"), blob.PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if got := warned(); len(got) != 0 {
+		t.Errorf("a store with a shard: %v, want no warning", got)
 	}
 }
