@@ -122,6 +122,7 @@ func TestUnknownEnvVars(t *testing.T) {
 		"ROLLOUTD_SERVICE_HOST=10.0.0.1", "ROLLOUTD_SERVICE_PORT=50051", "ROLLOUTD_SERVICE_PORT_GRPC=50051",
 		"ROLLOUTD_PORT=tcp://10.0.0.1:50051", "ROLLOUTD_PORT_50051_TCP_ADDR=10.0.0.1", "ROLLOUTD_MAX_WRITER=8",
 		"ROLLOUTD_LOG_LEVEL=debug", "AZURE_STORAGE_ACCOUNT_URL=https://a.blob.core.windows.net/",
+		"ROLLOUTD_ADDR=rolloutd:50051", // the client commands' address: known, not serve's
 	}
 	got := strings.Join(unknownEnvVars(environ, c.flagNames), " ")
 	if want := "ROLLOUTD_AZURE_CONNECTION_STRING ROLLOUTD_MAX_WRITER"; got != want {
