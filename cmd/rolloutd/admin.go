@@ -274,8 +274,14 @@ func parseAge(s string) (time.Duration, error) {
 
 func adminList(ctx context.Context, c *client.Client, stdout, stderr io.Writer, prefix string, summary bool) error {
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-	if summary {
-		fmt.Fprintln(tw, "SHARD\tRECORDS\tBYTES\tLAST SEQ\tLAST COMMIT\tSTATE")
+	// The header waits for the listing's first page: a call that fails
+	// before it prints only the error.
+	headed := !summary
+	head := func() {
+		if !headed {
+			fmt.Fprintln(tw, "SHARD\tRECORDS\tBYTES\tLAST SEQ\tLAST COMMIT\tSTATE")
+			headed = true
+		}
 	}
 	n, failed := 0, 0
 	for s, err := range c.AllShards(ctx, prefix, 1000, summary) {
@@ -283,6 +289,7 @@ func adminList(ctx context.Context, c *client.Client, stdout, stderr io.Writer, 
 			tw.Flush()
 			return callError("admin list", err)
 		}
+		head()
 		n++
 		if !summary {
 			fmt.Fprintln(tw, s.GetShard())
@@ -302,6 +309,7 @@ func adminList(ctx context.Context, c *client.Client, stdout, stderr io.Writer, 
 		}
 		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%s\t%s\n", s.GetShard(), sum.GetRecords(), sum.GetBytes(), sum.GetLastSeq(), when(sum.GetLastCommitAt().AsTime(), sum.GetLastCommitAt() != nil), state)
 	}
+	head() // an empty listing still arrived
 	if err := tw.Flush(); err != nil {
 		return err
 	}

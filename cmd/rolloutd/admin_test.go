@@ -193,3 +193,19 @@ func TestAdminTarget(t *testing.T) {
 		}
 	}
 }
+
+// admin list --summary prints its header only once a page arrived: a
+// connection error prints the error alone.
+func TestAdminListHeaderAfterFirstPage(t *testing.T) {
+	c, err := client.New("127.0.0.1:1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	var out strings.Builder
+	if err := adminList(ctx, c, &out, io.Discard, "", true); err == nil || out.Len() > 0 {
+		t.Errorf("admin list --summary with no server: %v, stdout %q; want an error and nothing on stdout", err, out.String())
+	}
+}
