@@ -381,16 +381,28 @@ func storeFailedGauge(store blob.Store) prometheus.GaugeFunc {
 // newLogger builds the process logger: JSON lines, or a console encoder
 // for people, at the configured level, to stderr.
 func newLogger(cfg *config) (*zap.Logger, error) {
+	return buildLogger(cfg.LogFormat, cfg.logLevel)
+}
+
+// loggerConfig is the one place rolloutd's loggers are configured, for
+// both encoders: format "console" is for people, anything else JSON lines.
+func loggerConfig(format string, level zapcore.Level) zap.Config {
 	zc := zap.NewProductionConfig()
 	zc.Sampling = nil // lifecycle lines are never sampled; the access log samples itself
-	if cfg.LogFormat == "console" {
+	if format == "console" {
 		zc = zap.NewDevelopmentConfig()
 		zc.EncoderConfig.EncodeLevel = zapcore.CapitalLevelEncoder
 		zc.DisableStacktrace = true
 	}
-	zc.Level = zap.NewAtomicLevelAt(cfg.logLevel)
+	zc.Level = zap.NewAtomicLevelAt(level)
 	zc.EncoderConfig.TimeKey = "ts"
 	zc.EncoderConfig.EncodeTime = zapcore.ISO8601TimeEncoder
+	return zc
+}
+
+// buildLogger builds a logger of loggerConfig, to stderr.
+func buildLogger(format string, level zapcore.Level) (*zap.Logger, error) {
+	zc := loggerConfig(format, level)
 	log, err := zc.Build()
 	if err != nil {
 		return nil, fmt.Errorf("build logger: %w", err)
