@@ -17,7 +17,7 @@ import (
 	"syscall"
 	"time"
 
-	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 
 	"github.com/rolloutd/rolloutd/client"
 	"github.com/rolloutd/rolloutd/internal/azure"
@@ -263,7 +263,7 @@ func exportMain(ctx context.Context, c *exportConfig, stdout, stderr io.Writer) 
 		defer s.Close()
 		opts.Dest = &export.BlobDest{Store: s, Name: out.String() + "/"}
 	}
-	log, err := zap.NewProduction()
+	log, err := buildLogger("json", zapcore.InfoLevel)
 	if err != nil {
 		return err
 	}

@@ -386,6 +386,8 @@ func newLogger(cfg *config) (*zap.Logger, error) {
 
 // loggerConfig is the one place rolloutd's loggers are configured, for
 // both encoders: format "console" is for people, anything else JSON lines.
+// Both write times as ISO 8601 and durations as "10s", so that a log line
+// reads the same in either.
 func loggerConfig(format string, level zapcore.Level) zap.Config {
 	zc := zap.NewProductionConfig()
 	zc.Sampling = nil // lifecycle lines are never sampled; the access log samples itself
@@ -397,6 +399,7 @@ func loggerConfig(format string, level zapcore.Level) zap.Config {
 	zc.Level = zap.NewAtomicLevelAt(level)
 	zc.EncoderConfig.TimeKey = "ts"
 	zc.EncoderConfig.EncodeTime = zapcore.ISO8601TimeEncoder
+	zc.EncoderConfig.EncodeDuration = zapcore.StringDurationEncoder
 	return zc
 }
 

@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -149,5 +150,24 @@ func TestWarnIfEmpty(t *testing.T) {
 	}
 	if got := warned(); len(got) != 0 {
 		t.Errorf("a store with a shard: %v, want no warning", got)
+	}
+}
+
+// Both log encoders write a duration as the console always did, "10s",
+// never JSON's bare seconds.
+func TestLogDurations(t *testing.T) {
+	for _, format := range []string{"json", "console"} {
+		zc := loggerConfig(format, zapcore.InfoLevel)
+		enc := zapcore.NewConsoleEncoder(zc.EncoderConfig)
+		if zc.Encoding == "json" {
+			enc = zapcore.NewJSONEncoder(zc.EncoderConfig)
+		}
+		buf, err := enc.EncodeEntry(zapcore.Entry{Message: "shutdown: signal received"}, []zapcore.Field{zap.Duration("timeout", 10*time.Second)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if line := buf.String(); !regexp.MustCompile(`"timeout": ?"10s"`).MatchString(line) {
+			t.Errorf("%s: %q, want the timeout as \"10s\"", format, line)
+		}
 	}
 }
