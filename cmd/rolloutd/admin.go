@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -54,7 +55,7 @@ type adminFlags struct {
 }
 
 func (a *adminFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&a.addr, "addr", "localhost:50051", "rolloutd's gRPC `address` (a gRPC target)")
+	fs.StringVar(&a.addr, "addr", "", "rolloutd's gRPC `address` (a gRPC target); default $"+envAddr+", else "+defaultAdminAddr)
 	fs.BoolVar(&a.tls, "tls", false, "use TLS with the system's roots (implied by --tls-ca and --tls-cert)")
 	fs.StringVar(&a.tlsCA, "tls-ca", "", "PEM `file` of the CAs that verify the server (TLS)")
 	fs.StringVar(&a.tlsCert, "tls-cert", "", "PEM `file` of the client certificate chain (mTLS), with --tls-key")
@@ -68,7 +69,22 @@ func (a *adminFlags) client() (*client.Client, error) {
 	if a.tls || a.tlsCA != "" || a.tlsCert != "" || a.tlsKey != "" || a.tlsSN != "" {
 		opts = append(opts, client.WithTLS(client.TLSConfig{CAFile: a.tlsCA, CertFile: a.tlsCert, KeyFile: a.tlsKey, ServerName: a.tlsSN}))
 	}
-	return client.New(a.addr, opts...)
+	return client.New(a.target(os.Getenv), opts...)
+}
+
+// defaultAdminAddr is admin's address without --addr or ROLLOUTD_ADDR.
+const defaultAdminAddr = "localhost:50051"
+
+// target is the address to dial: --addr, else ROLLOUTD_ADDR, else the
+// default.
+func (a *adminFlags) target(getenv func(string) string) string {
+	switch {
+	case a.addr != "":
+		return a.addr
+	case getenv(envAddr) != "":
+		return getenv(envAddr)
+	}
+	return defaultAdminAddr
 }
 
 func runAdmin(args []string, stdout, stderr io.Writer) error {
@@ -258,8 +274,14 @@ func parseAge(s string) (time.Duration, error) {
 
 func adminList(ctx context.Context, c *client.Client, stdout, stderr io.Writer, prefix string, summary bool) error {
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-	if summary {
-		fmt.Fprintln(tw, "SHARD\tRECORDS\tBYTES\tLAST SEQ\tLAST COMMIT\tSTATE")
+	// The header waits for the listing's first page: a call that fails
+	// before it prints only the error.
+	headed := !summary
+	head := func() {
+		if !headed {
+			fmt.Fprintln(tw, "SHARD\tRECORDS\tBYTES\tLAST SEQ\tLAST COMMIT\tSTATE")
+			headed = true
+		}
 	}
 	n, failed := 0, 0
 	for s, err := range c.AllShards(ctx, prefix, 1000, summary) {
@@ -267,6 +289,7 @@ func adminList(ctx context.Context, c *client.Client, stdout, stderr io.Writer, 
 			tw.Flush()
 			return callError("admin list", err)
 		}
+		head()
 		n++
 		if !summary {
 			fmt.Fprintln(tw, s.GetShard())
@@ -286,6 +309,7 @@ func adminList(ctx context.Context, c *client.Client, stdout, stderr io.Writer, 
 		}
 		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%s\t%s\n", s.GetShard(), sum.GetRecords(), sum.GetBytes(), sum.GetLastSeq(), when(sum.GetLastCommitAt().AsTime(), sum.GetLastCommitAt() != nil), state)
 	}
+	head() // an empty listing still arrived
 	if err := tw.Flush(); err != nil {
 		return err
 	}

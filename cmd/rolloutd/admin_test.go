@@ -30,6 +30,13 @@ func TestAdmin(t *testing.T) {
 	if err != nil || out != "exp/a\nexp/b\nexp/b/c\n" {
 		t.Fatalf("admin list = %q, %v", out, err)
 	}
+	// Without --addr, the address comes from ROLLOUTD_ADDR.
+	t.Setenv("ROLLOUTD_ADDR", p.GRPCAddr)
+	var envOut strings.Builder
+	if err := run([]string{"admin", "list", "--prefix", "exp"}, &envOut, io.Discard); err != nil || envOut.String() != "exp/a\nexp/b\nexp/b/c\n" {
+		t.Fatalf("admin list with ROLLOUTD_ADDR = %q, %v", envOut.String(), err)
+	}
+	t.Setenv("ROLLOUTD_ADDR", "127.0.0.1:1") // --addr wins over it
 	out, err = admin("list", "--summary")
 	if err != nil || !strings.Contains(out, "LAST COMMIT") || strings.Count(out, "live") != 4 {
 		t.Fatalf("admin list --summary = %q, %v", out, err)
@@ -162,5 +169,43 @@ func TestAgeString(t *testing.T) {
 		if err != nil || ageString(d) != want {
 			t.Errorf("ageString(parseAge(%q)) = %q, %v; want %q", in, ageString(d), err, want)
 		}
+	}
+}
+
+// admin's address: --addr, else ROLLOUTD_ADDR, else localhost:50051.
+func TestAdminTarget(t *testing.T) {
+	env := func(v string) func(string) string {
+		return func(k string) string {
+			if k == "ROLLOUTD_ADDR" {
+				return v
+			}
+			return ""
+		}
+	}
+	for _, tc := range []struct{ flag, env, want string }{
+		{"", "", "localhost:50051"},
+		{"", "rolloutd:50051", "rolloutd:50051"},
+		{"h:1", "rolloutd:50051", "h:1"},
+	} {
+		a := adminFlags{addr: tc.flag}
+		if got := a.target(env(tc.env)); got != tc.want {
+			t.Errorf("--addr %q, ROLLOUTD_ADDR %q: dials %q, want %q", tc.flag, tc.env, got, tc.want)
+		}
+	}
+}
+
+// admin list --summary prints its header only once a page arrived: a
+// connection error prints the error alone.
+func TestAdminListHeaderAfterFirstPage(t *testing.T) {
+	c, err := client.New("127.0.0.1:1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	var out strings.Builder
+	if err := adminList(ctx, c, &out, io.Discard, "", true); err == nil || out.Len() > 0 {
+		t.Errorf("admin list --summary with no server: %v, stdout %q; want an error and nothing on stdout", err, out.String())
 	}
 }

@@ -14,6 +14,7 @@ import (
 
 	"go.uber.org/zap/zapcore"
 
+	rolloutv1 "github.com/rolloutd/rolloutd/gen/rollout/v1"
 	"github.com/rolloutd/rolloutd/internal/azure"
 	"github.com/rolloutd/rolloutd/internal/server"
 	"github.com/rolloutd/rolloutd/internal/shard"
@@ -87,6 +88,17 @@ func (l storeLocation) String() string {
 	return "file://" + l.Dir
 }
 
+// serviceMethods lists RolloutService's RPCs in the proto's order, read
+// from its descriptor so that the help never falls behind the service.
+func serviceMethods() string {
+	methods := rolloutv1.File_rollout_v1_rollout_proto.Services().ByName("RolloutService").Methods()
+	names := make([]string, methods.Len())
+	for i := range names {
+		names[i] = string(methods.Get(i).Name())
+	}
+	return strings.Join(names, ", ")
+}
+
 // parseConfig parses args (without the program name) and the environment
 // (getenv) into a validated config. It writes usage to out for --help and
 // returns flag.ErrHelp then; it returns errPrintVersion for --version. A
@@ -104,9 +116,10 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (*con
 	fs.SetOutput(io.Discard)
 	fs.Usage = func() {}
 	usage := func() {
-		fmt.Fprintf(out, `rolloutd serves rollout.v1.RolloutService (Append, Get, Scan) over gRPC and
-stores records durably in blob storage: a local directory by default, or Azure
-Blob Storage. Every flag can also be set with the environment variable
+		fmt.Fprintf(out, `rolloutd serves rollout.v1.RolloutService over gRPC and stores records durably
+in blob storage: a local directory by default, or Azure Blob Storage.
+Its RPCs: %s.
+Every flag can also be set with the environment variable
 %s<FLAG_IN_CAPS> (--max-writers: %sMAX_WRITERS); a flag wins over
 its variable, which wins over the default.
 
@@ -116,7 +129,7 @@ Usage: rolloutd [serve] [flags]
 Commands:
 %s
 Flags of serve:
-`, envPrefix, envPrefix, commandList())
+`, serviceMethods(), envPrefix, envPrefix, commandList())
 		fs.SetOutput(out)
 		fs.PrintDefaults()
 		fs.SetOutput(io.Discard)

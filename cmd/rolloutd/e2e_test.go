@@ -228,6 +228,10 @@ func TestBinaryBadConfig(t *testing.T) {
 func TestBinaryLocalStore(t *testing.T) {
 	dir := t.TempDir()
 	p := start(t, nil, "--store", dir)
+	// A new store is what a mistyped --store serves too: its start says so.
+	if want := `"msg":"store is new or empty: it holds no shards; if you expected data, check --store","store":"file://` + dir + `"`; !strings.Contains(p.Output(), want) {
+		t.Errorf("the start of a new store does not log %s:\n%s", want, p.Output())
+	}
 	ctx := context.Background()
 	r, err := appendOne(ctx, p.Client, "local", "a")
 	if err != nil {
@@ -266,5 +270,8 @@ func TestBinaryLocalStore(t *testing.T) {
 	got, err := q.Client.Get(ctx, &rolloutv1.GetRequest{Shard: "local", Id: "a"})
 	if err != nil || got.GetRecord().GetSeq() != r.GetSeq() {
 		t.Errorf("after restart: %v %v", got, err)
+	}
+	if strings.Contains(q.Output(), "store is new or empty") {
+		t.Errorf("a store with a shard logged that it is empty:\n%s", q.Output())
 	}
 }

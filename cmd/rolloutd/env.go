@@ -64,6 +64,15 @@ func (v explainedValue) Set(s string) error {
 // and a pod that still gets them is not warned about them.
 var serviceLink = regexp.MustCompile(`^ROLLOUTD_(SERVICE_HOST|SERVICE_PORT(_.*)?|PORT(_.*)?)$`)
 
+// envAddr is the gRPC address of rolloutd admin (--addr) and rolloutd
+// export (--server), read when the flag is not given. It is a setting of
+// the client commands, not of serve: serve knows it (it warns only about
+// names nothing reads) and ignores it.
+const envAddr = envPrefix + "ADDR"
+
+// clientEnvVars are the ROLLOUTD_* variables the client commands read.
+var clientEnvVars = []string{envAddr}
+
 // unknownEnvVars returns the names of the ROLLOUTD_* variables of environ
 // (KEY=VALUE entries, as os.Environ gives them) that name none of flags:
 // a misspelled ROLLOUTD_MAX_WRITER would otherwise be ignored in silence.
@@ -73,7 +82,7 @@ func unknownEnvVars(environ, flags []string) []string {
 	for _, kv := range environ {
 		name, _, _ := strings.Cut(kv, "=")
 		flagName, ok := strings.CutPrefix(name, envPrefix)
-		if !ok || serviceLink.MatchString(name) {
+		if !ok || serviceLink.MatchString(name) || slices.Contains(clientEnvVars, name) {
 			continue
 		}
 		if !slices.Contains(flags, strings.ToLower(strings.ReplaceAll(flagName, "_", "-"))) {

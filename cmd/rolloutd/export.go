@@ -17,7 +17,7 @@ import (
 	"syscall"
 	"time"
 
-	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 
 	"github.com/rolloutd/rolloutd/client"
 	"github.com/rolloutd/rolloutd/internal/azure"
@@ -66,7 +66,7 @@ func parseExportConfig(args []string, getenv func(string) string, out io.Writer)
 	fs.SetOutput(io.Discard)
 	fs.Usage = func() {}
 	fs.StringVar(&c.Store, "store", "", "read storage directly: a local `directory` (not held by a running rolloutd), file:///abs/path, or azblob://CONTAINER[/PREFIX]")
-	fs.StringVar(&c.Server, "server", "", "read through a running rolloutd's ListShards and Scan at this gRPC `address` (host:port) instead")
+	fs.StringVar(&c.Server, "server", "", "read through a running rolloutd's ListShards and Scan at this gRPC `address` (host:port) instead; without --store, default $"+envAddr)
 	fs.Var((*stringList)(&c.Shards), "shard", "with --server: export only this `shard` (repeat the flag); default every shard under --prefix")
 	fs.StringVar(&c.Prefix, "prefix", "", "export the shards whose names start with this `prefix` (required; '' is every shard)")
 	fs.StringVar(&c.Out, "out", "", "where parts go: a local `directory`, or azblob://CONTAINER[/PREFIX] (required)")
@@ -109,6 +109,9 @@ Flags:
 		return nil, fmt.Errorf("unexpected argument %q: rolloutd export takes flags only (see --help)", fs.Arg(0))
 	}
 	fs.Visit(func(f *flag.Flag) { c.prefixSet = c.prefixSet || f.Name == "prefix" })
+	if c.Server == "" && c.Store == "" {
+		c.Server = getenv(envAddr) // --store, or --server, wins over it
+	}
 	if c.AzureAccountURL == "" {
 		c.AzureAccountURL = getenv(envAccountURL)
 	}
@@ -260,7 +263,7 @@ func exportMain(ctx context.Context, c *exportConfig, stdout, stderr io.Writer) 
 		defer s.Close()
 		opts.Dest = &export.BlobDest{Store: s, Name: out.String() + "/"}
 	}
-	log, err := zap.NewProduction()
+	log, err := buildLogger("json", zapcore.InfoLevel)
 	if err != nil {
 		return err
 	}

@@ -35,3 +35,27 @@ func TestExportFlags(t *testing.T) {
 		}
 	}
 }
+
+// ROLLOUTD_ADDR is export's --server when neither --store nor --server is
+// given; either flag wins over it.
+func TestExportServerFromEnv(t *testing.T) {
+	env := func(k string) string {
+		if k == "ROLLOUTD_ADDR" {
+			return "rolloutd:50051"
+		}
+		return ""
+	}
+	for _, tc := range []struct {
+		args              []string
+		wantServer, store string
+	}{
+		{[]string{"--prefix", "", "--out", "o"}, "rolloutd:50051", ""},
+		{[]string{"--server", "h:1", "--prefix", "", "--out", "o"}, "h:1", ""},
+		{[]string{"--store", "d", "--prefix", "", "--out", "o"}, "", "d"},
+	} {
+		c, err := parseExportConfig(tc.args, env, io.Discard)
+		if err != nil || c.Server != tc.wantServer || c.Store != tc.store {
+			t.Errorf("%q with ROLLOUTD_ADDR set: %+v, %v; want --server %q, --store %q", tc.args, c, err, tc.wantServer, tc.store)
+		}
+	}
+}

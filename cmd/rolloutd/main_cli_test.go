@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	rolloutv1 "github.com/rolloutd/rolloutd/gen/rollout/v1"
+	"github.com/rolloutd/rolloutd/internal/authz"
 	"github.com/rolloutd/rolloutd/internal/shard"
 )
 
@@ -122,6 +124,7 @@ func TestUnknownEnvVars(t *testing.T) {
 		"ROLLOUTD_SERVICE_HOST=10.0.0.1", "ROLLOUTD_SERVICE_PORT=50051", "ROLLOUTD_SERVICE_PORT_GRPC=50051",
 		"ROLLOUTD_PORT=tcp://10.0.0.1:50051", "ROLLOUTD_PORT_50051_TCP_ADDR=10.0.0.1", "ROLLOUTD_MAX_WRITER=8",
 		"ROLLOUTD_LOG_LEVEL=debug", "AZURE_STORAGE_ACCOUNT_URL=https://a.blob.core.windows.net/",
+		"ROLLOUTD_ADDR=rolloutd:50051", // the client commands' address: known, not serve's
 	}
 	got := strings.Join(unknownEnvVars(environ, c.flagNames), " ")
 	if want := "ROLLOUTD_AZURE_CONNECTION_STRING ROLLOUTD_MAX_WRITER"; got != want {
@@ -152,5 +155,28 @@ func TestBinaryVersionHelpAndUnknownEnv(t *testing.T) {
 	}
 	if strings.Contains(p.Output(), "ROLLOUTD_SERVICE_PORT_GRPC") {
 		t.Errorf("warned about a Kubernetes service link:\n%s", p.Output())
+	}
+}
+
+// --help names every RPC of the service and --authz-file every verb a
+// grant can allow.
+func TestHelpNamesEveryRPCAndVerb(t *testing.T) {
+	var out strings.Builder
+	if err := run([]string{"--help"}, &out, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	help := out.String()
+	methods := rolloutv1.File_rollout_v1_rollout_proto.Services().ByName("RolloutService").Methods()
+	for i := range methods.Len() {
+		if name := string(methods.Get(i).Name()); !regexp.MustCompile(`\b` + name + `\b`).MatchString(help) {
+			t.Errorf("--help does not name the RPC %s:\n%s", name, help)
+		}
+	}
+	_, authzHelp, _ := strings.Cut(help, "\n  -authz-file ")
+	authzHelp, _, _ = strings.Cut(authzHelp, "\n  -")
+	for _, v := range authz.Verbs {
+		if !regexp.MustCompile(`\b` + string(v) + `\b`).MatchString(authzHelp) {
+			t.Errorf("--authz-file's help does not name the verb %s: %q", v, authzHelp)
+		}
 	}
 }

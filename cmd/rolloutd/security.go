@@ -67,8 +67,8 @@ func (c *securityConfig) registerFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.TLSKey, "tls-key", "", "PEM private key `file` of --tls-cert; reloaded when it changes")
 	fs.StringVar(&c.TLSClientCA, "tls-client-ca", "", "PEM `file` of the CAs client certificates must chain to: mutual TLS. A client's identity is its certificate's\n"+
 		"first URI SAN (uri:spiffe://…), else first DNS SAN (dns:…), else CN (cn:…, granted only where the policy says cn:); reloaded when it changes")
-	fs.StringVar(&c.AuthzFile, "authz-file", "", "YAML or JSON authorization policy `file`: which identities may append, get or scan which shard\n"+
-		"prefixes; default deny. Needs --tls-client-ca. Reloaded when it changes; an invalid change is logged and ignored")
+	fs.StringVar(&c.AuthzFile, "authz-file", "", "YAML or JSON authorization policy `file`: which identities may "+authz.VerbList()+"\n"+
+		"which shard prefixes; default deny. Needs --tls-client-ca. Reloaded when it changes; an invalid change is logged and ignored")
 	fs.DurationVar(&c.ReloadInterval, "reload-interval", 10*time.Second, "how often the TLS files and the policy file are checked for changes")
 	fs.StringVar(&c.HealthListen, "health-listen", "", "`address` of a plaintext listener serving only grpc.health.v1, for kubelet gRPC probes under mTLS (empty: none)")
 	fs.StringVar(&c.MetricsTLS, "metrics-tls", metricsTLSOff, "serve --metrics-listen over TLS with --tls-cert: off, tls, or mtls (also require a client certificate from --tls-client-ca\n"+

@@ -6,10 +6,12 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"io/fs"
 	"net"
 	"net/http"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"syscall"
 	"time"
 
@@ -24,6 +26,7 @@ import (
 	"github.com/rolloutd/rolloutd/internal/blob/localstore"
 	"github.com/rolloutd/rolloutd/internal/server"
 	"github.com/rolloutd/rolloutd/internal/shard"
+	"github.com/rolloutd/rolloutd/internal/shard/format"
 )
 
 func init() {
@@ -79,6 +82,28 @@ func serve(ctx context.Context, stopSignals func(), cfg *config) error {
 	}
 	defer sec.Close()
 
+	// Bound before the store opens: a start that cannot listen (a port in
+	// use) creates no data directory and no container.
+	ls, err := listen(cfg)
+	if err != nil {
+		return err
+	}
+	served := false
+	defer func() {
+		if !served {
+			ls.close()
+		}
+	}()
+	created := missingDir(cfg)
+	defer func() {
+		// Runs after the store is closed: a start that failed leaves no
+		// directory it created behind.
+		if !served && created != "" {
+			if err := os.RemoveAll(created); err != nil {
+				log.Warn("removing the store directory this failed start created", zap.String("dir", created), zap.Error(err))
+			}
+		}
+	}()
 	store, closeStore, err := openStore(ctx, cfg, log, reg)
 	if err != nil {
 		return err
@@ -89,6 +114,7 @@ func serve(ctx context.Context, stopSignals func(), cfg *config) error {
 		}
 	}()
 	reg.MustRegister(storeFailedGauge(store))
+	warnIfEmpty(ctx, store, cfg, log)
 
 	scfg := server.Config{
 		Store:      instrumented.New(store, instrumented.NewMetrics(reg)),
@@ -118,24 +144,8 @@ func serve(ctx context.Context, stopSignals func(), cfg *config) error {
 		return err
 	}
 
-	lis, err := net.Listen("tcp", cfg.Listen)
-	if err != nil {
-		return fmt.Errorf("--listen %s: %w", cfg.Listen, err)
-	}
-	mlis, err := net.Listen("tcp", cfg.MetricsListen)
-	if err != nil {
-		lis.Close()
-		return fmt.Errorf("--metrics-listen %s: %w", cfg.MetricsListen, err)
-	}
-	mlis = sec.metricsListener(mlis, log)
-	var hlis net.Listener
-	if cfg.HealthListen != "" {
-		if hlis, err = net.Listen("tcp", cfg.HealthListen); err != nil {
-			lis.Close()
-			mlis.Close()
-			return fmt.Errorf("--health-listen %s: %w", cfg.HealthListen, err)
-		}
-	}
+	lis, mlis, hlis := ls.grpc, sec.metricsListener(ls.metrics, log), ls.health
+	served = true // Serve and metrics.Serve close them from here on
 	metrics := newMetricsServer(server.DebugHandler(reg, cfg.Pprof), metricsIdleTimeout)
 
 	errc := make(chan error, 4)
@@ -185,6 +195,57 @@ func serve(ctx context.Context, stopSignals func(), cfg *config) error {
 	return failed
 }
 
+// listeners are serve's sockets.
+type listeners struct{ grpc, metrics, health net.Listener }
+
+// listen binds --listen, --metrics-listen and --health-listen (if set).
+func listen(cfg *config) (*listeners, error) {
+	ls := &listeners{}
+	var err error
+	if ls.grpc, err = net.Listen("tcp", cfg.Listen); err != nil {
+		return nil, fmt.Errorf("--listen %s: %w", cfg.Listen, err)
+	}
+	if ls.metrics, err = net.Listen("tcp", cfg.MetricsListen); err != nil {
+		ls.close()
+		return nil, fmt.Errorf("--metrics-listen %s: %w", cfg.MetricsListen, err)
+	}
+	if cfg.HealthListen != "" {
+		if ls.health, err = net.Listen("tcp", cfg.HealthListen); err != nil {
+			ls.close()
+			return nil, fmt.Errorf("--health-listen %s: %w", cfg.HealthListen, err)
+		}
+	}
+	return ls, nil
+}
+
+func (ls *listeners) close() {
+	for _, l := range []net.Listener{ls.grpc, ls.metrics, ls.health} {
+		if l != nil {
+			l.Close()
+		}
+	}
+}
+
+// missingDir is the outermost directory that opening the local store will
+// create (the store's directory or an ancestor), or "" if it exists
+// already or the store is not local: only that one may a failed start
+// remove.
+func missingDir(cfg *config) string {
+	if cfg.store.Container != "" || cfg.store.Dir == "" {
+		return ""
+	}
+	missing := ""
+	for d := filepath.Clean(cfg.store.Dir); ; d = filepath.Dir(d) {
+		if _, err := os.Lstat(d); !errors.Is(err, fs.ErrNotExist) {
+			return missing
+		}
+		missing = d
+		if filepath.Dir(d) == d {
+			return ""
+		}
+	}
+}
+
 // openStore opens the one blob store of the process, the only place that
 // knows which backend is in use. Every writer and the reader share it; for
 // Azure that is one client over one connection pool. The local store's
@@ -218,6 +279,23 @@ func openStore(ctx context.Context, cfg *config, log *zap.Logger, reg prometheus
 	log.Info("store opened", zap.String("backend", "azblob"), zap.String("container", cfg.store.Container),
 		zap.String("prefix", cfg.store.Prefix), zap.String("auth", auth), zap.Int("max_conns", cfg.AzureMaxConns))
 	return s, s.Close, nil
+}
+
+// warnIfEmpty logs a warning when the store holds no shard at all: a new
+// store is also what a mistyped --store serves, silently, so the first
+// start of a fresh store says so (once, at start; an empty store is
+// served as usual). One listing of at most one name, on either backend.
+func warnIfEmpty(ctx context.Context, store blob.Store, cfg *config, log *zap.Logger) {
+	ctx, cancel := context.WithTimeout(ctx, storeOpenTimeout)
+	defer cancel()
+	page, err := store.List(ctx, format.ShardsRoot, "", 1)
+	switch {
+	case err != nil:
+		log.Warn("could not check whether the store holds any shard", zap.String("store", cfg.store.String()), zap.Error(err))
+	case len(page.Items) == 0:
+		log.Warn("store is new or empty: it holds no shards; if you expected data, check --store",
+			zap.String("store", cfg.store.String()))
+	}
 }
 
 // localGroupMetrics registers rolloutd_localstore_sync_group_size and
@@ -303,16 +381,31 @@ func storeFailedGauge(store blob.Store) prometheus.GaugeFunc {
 // newLogger builds the process logger: JSON lines, or a console encoder
 // for people, at the configured level, to stderr.
 func newLogger(cfg *config) (*zap.Logger, error) {
+	return buildLogger(cfg.LogFormat, cfg.logLevel)
+}
+
+// loggerConfig is the one place rolloutd's loggers are configured, for
+// both encoders: format "console" is for people, anything else JSON lines.
+// Both write times as ISO 8601 and durations as "10s", so that a log line
+// reads the same in either.
+func loggerConfig(format string, level zapcore.Level) zap.Config {
 	zc := zap.NewProductionConfig()
 	zc.Sampling = nil // lifecycle lines are never sampled; the access log samples itself
-	if cfg.LogFormat == "console" {
+	if format == "console" {
 		zc = zap.NewDevelopmentConfig()
 		zc.EncoderConfig.EncodeLevel = zapcore.CapitalLevelEncoder
 		zc.DisableStacktrace = true
 	}
-	zc.Level = zap.NewAtomicLevelAt(cfg.logLevel)
+	zc.Level = zap.NewAtomicLevelAt(level)
 	zc.EncoderConfig.TimeKey = "ts"
 	zc.EncoderConfig.EncodeTime = zapcore.ISO8601TimeEncoder
+	zc.EncoderConfig.EncodeDuration = zapcore.StringDurationEncoder
+	return zc
+}
+
+// buildLogger builds a logger of loggerConfig, to stderr.
+func buildLogger(format string, level zapcore.Level) (*zap.Logger, error) {
+	zc := loggerConfig(format, level)
 	log, err := zc.Build()
 	if err != nil {
 		return nil, fmt.Errorf("build logger: %w", err)

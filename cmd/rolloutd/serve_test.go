@@ -1,17 +1,29 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
+	"net"
 	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/rolloutd/rolloutd/internal/blob"
 	"github.com/rolloutd/rolloutd/internal/blob/memstore"
+	"github.com/rolloutd/rolloutd/internal/shard/format"
 )
 
 // failingStore is a store that can fail for good, like the local store.
@@ -89,4 +101,73 @@ func metricsText(t *testing.T, addr string) string {
 		t.Fatalf("/metrics: %v", err)
 	}
 	return string(b)
+}
+
+// A start that fails (its port is in use) leaves no data directory behind,
+// and never removes one that was there before it.
+func TestFailedStartLeavesNoNewStoreDir(t *testing.T) {
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
+	root := t.TempDir()
+	existing := filepath.Join(root, "existing")
+	if err := os.Mkdir(existing, 0o750); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct{ store, gone, kept string }{
+		{filepath.Join(root, "new", "data"), filepath.Join(root, "new"), root},
+		{existing, "", existing},
+	} {
+		out, err := exec.Command(binary, "--listen", taken.Addr().String(), "--metrics-listen", "127.0.0.1:0", "--store", tc.store).CombinedOutput()
+		if err == nil || !strings.Contains(string(out), "address already in use") {
+			t.Fatalf("--store %s with the port taken: %v\n%s", tc.store, err, out)
+		}
+		if _, err := os.Stat(tc.gone); tc.gone != "" && !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("--store %s: the failed start left %s (stat: %v)", tc.store, tc.gone, err)
+		}
+		if _, err := os.Stat(tc.kept); err != nil {
+			t.Errorf("--store %s: %s, there before, is gone: %v", tc.store, tc.kept, err)
+		}
+	}
+}
+
+// warnIfEmpty warns about a store without shards only.
+func TestWarnIfEmpty(t *testing.T) {
+	store := memstore.New()
+	cfg := &config{store: storeLocation{Dir: "/data/rollouts"}}
+	warned := func() []observer.LoggedEntry {
+		core, logs := observer.New(zapcore.WarnLevel)
+		warnIfEmpty(context.Background(), store, cfg, zap.New(core))
+		return logs.All()
+	}
+	if got := warned(); len(got) != 1 || got[0].ContextMap()["store"] != "file:///data/rollouts" || !strings.Contains(got[0].Message, "check --store") {
+		t.Errorf("an empty store: %v, want one warning naming the store", got)
+	}
+	if _, err := store.Put(context.Background(), format.ShardsRoot+"s/_manifest", []byte("m"), blob.PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if got := warned(); len(got) != 0 {
+		t.Errorf("a store with a shard: %v, want no warning", got)
+	}
+}
+
+// Both log encoders write a duration as the console always did, "10s",
+// never JSON's bare seconds.
+func TestLogDurations(t *testing.T) {
+	for _, format := range []string{"json", "console"} {
+		zc := loggerConfig(format, zapcore.InfoLevel)
+		enc := zapcore.NewConsoleEncoder(zc.EncoderConfig)
+		if zc.Encoding == "json" {
+			enc = zapcore.NewJSONEncoder(zc.EncoderConfig)
+		}
+		buf, err := enc.EncodeEntry(zapcore.Entry{Message: "shutdown: signal received"}, []zapcore.Field{zap.Duration("timeout", 10*time.Second)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if line := buf.String(); !regexp.MustCompile(`"timeout": ?"10s"`).MatchString(line) {
+			t.Errorf("%s: %q, want the timeout as \"10s\"", format, line)
+		}
+	}
 }

@@ -42,7 +42,8 @@
 //     shows, its kubectl namespaces, object names and port-forwards exist,
 //     the federated credential names the rendered service account, the
 //     timeouts it quotes are the Deployment's, and every ROLLOUTD_* key it
-//     suggests is a real flag;
+//     suggests is a real flag, or a variable of the client commands that
+//     their --help names (ROLLOUTD_ADDR);
 //   - every query of deploy/grafana/rolloutd-dashboard.json parses with
 //     Prometheus' own PromQL parser;
 //   - the alert rules (deploy/k8s/monitoring) decode strictly with the

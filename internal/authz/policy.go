@@ -62,8 +62,9 @@ func defineVerb(name, phrase string) Verb {
 	return v
 }
 
-// verbList is the verbs as a list for a message: "append, get or scan".
-func verbList() string {
+// VerbList is the verbs as a list for a message or a help text, "append,
+// get, ... or delete", built from Verbs.
+func VerbList() string {
 	names := make([]string, len(Verbs))
 	for i, v := range Verbs {
 		names[i] = string(v)
@@ -172,7 +173,7 @@ func Compile(f File) (*Policy, error) {
 		}
 		for _, v := range g.Verbs {
 			if !slices.Contains(Verbs, v) {
-				return nil, bad("unknown verb %q (want %s)", v, verbList())
+				return nil, bad("unknown verb %q (want %s)", v, VerbList())
 			}
 		}
 		for _, raw := range g.Identities {

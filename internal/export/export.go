@@ -189,6 +189,21 @@ func published(ctx context.Context, d Dest, dir string) (uint64, int, error) {
 	return high, len(parts), nil
 }
 
+// partsKept says what DEST keeps of a shard gone from the source, read from
+// DEST itself: the state file is only a cache of it.
+func partsKept(ctx context.Context, d Dest, sh string) string {
+	_, n, err := published(ctx, d, shardDirOf(d, sh))
+	switch {
+	case err != nil:
+		return "its parts, if any, stay in DEST"
+	case n == 0:
+		return "DEST holds no parts of it"
+	case n == 1:
+		return "its 1 part stays in DEST"
+	}
+	return fmt.Sprintf("its %d parts stay in DEST", n)
+}
+
 func compareU64(a, b uint64) int {
 	switch {
 	case a < b:
@@ -237,12 +252,16 @@ func Run(ctx context.Context, opts Options) (*Summary, error) {
 			opts.Logger.Error("export failed", zap.String("shard", ref.Name), zap.String("error", ref.Err))
 		case ref.Deleted:
 			res = ShardResult{Shard: ref.Name, Status: StatusGone, LastSeq: cached.LastSeq,
-				Note: fmt.Sprintf("deleted (incarnation %d); its parts stay in DEST", ref.Incarnation)}
+				Note: fmt.Sprintf("deleted (incarnation %d); %s", ref.Incarnation, partsKept(ctx, opts.Dest, ref.Name))}
 		default:
 			res = exportShard(ctx, opts, st, ref.Name)
 			if known && (cached.Incarnation != ref.Incarnation || cached.Deleted) {
-				res.Note = strings.TrimPrefix(res.Note+"; "+fmt.Sprintf("deleted and written again since the last run (incarnation %d, was %d): "+
-					"the new records' seqs continue above the deleted ones, and the deleted ones' parts stay in DEST", ref.Incarnation, cached.Incarnation), "; ")
+				note := fmt.Sprintf("deleted and written again since the last run (incarnation %d, was %d): "+
+					"the new records' seqs continue above the deleted ones", ref.Incarnation, cached.Incarnation)
+				if res.AfterSeq > 0 {
+					note += ", and the deleted ones' parts stay in DEST"
+				}
+				res.Note = strings.TrimPrefix(res.Note+"; "+note, "; ")
 			}
 		}
 		switch res.Status {
@@ -261,14 +280,14 @@ func Run(ctx context.Context, opts Options) (*Summary, error) {
 		sum.RecordBytes += res.RecordBytes
 	}
 	// Shards the state knew that the source no longer lists at all are
-	// gone too; their parts stay in DEST. A source that only knows the
+	// gone too; their parts, if any, stay in DEST. A source that only knows the
 	// shards it was told of cannot say that.
 	n, ok := opts.Source.(interface{ NamedShards() bool })
 	named := ok && n.NamedShards()
 	for _, sh := range slices.Sorted(maps.Keys(st.Shards)) {
 		if !named && strings.HasPrefix(sh, opts.Prefix) && !listed[sh] {
 			sum.Shards = append(sum.Shards, ShardResult{Shard: sh, Status: StatusGone, LastSeq: st.Shards[sh].LastSeq,
-				Note: "no longer in the source; its parts stay in DEST"})
+				Note: "no longer in the source; " + partsKept(ctx, opts.Dest, sh)})
 			delete(st.Shards, sh)
 		}
 	}
@@ -305,7 +324,10 @@ func exportShard(ctx context.Context, opts Options, st *state, sh string) (res S
 	}()
 	fail := func(err error) ShardResult {
 		if errors.Is(err, ErrShardGone) {
-			res.Status, res.Note = StatusGone, "deleted while it was exported; the parts published before stay in DEST"
+			res.Status, res.Note = StatusGone, "deleted while it was exported; DEST holds no parts of it"
+			if res.AfterSeq > 0 || len(res.Parts) > 0 {
+				res.Note = "deleted while it was exported; the parts published before stay in DEST"
+			}
 			return res
 		}
 		res.Status, res.Error = StatusFailed, err.Error()

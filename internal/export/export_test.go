@@ -427,6 +427,10 @@ func TestGoneShards(t *testing.T) {
 	if len(s.Shards) != 3 || s.Shards[2].Shard != "zz" || s.Shards[2].Status != StatusGone {
 		t.Fatalf("a shard gone from the store: %+v", s.Shards)
 	}
+	// The state said seq 4, but DEST holds nothing of zz.
+	if want := "no longer in the source; DEST holds no parts of it"; s.Shards[2].Note != want {
+		t.Fatalf("gone zz says %q, want %q", s.Shards[2].Note, want)
+	}
 	if s := run(store); len(s.Shards) != 2 {
 		t.Fatalf("a gone shard is reported once: %+v", s.Shards)
 	}
@@ -441,6 +445,10 @@ func TestDeletedShards(t *testing.T) {
 	g := synth.New(13, 16)
 	appendN(t, src, "d/x", g, 5, 5)
 	appendN(t, src, "d/y", g, 3, 3)
+	appendN(t, src, "d/z", g, 1, 1) // deleted before any export
+	if _, err := shard.Delete(ctx, src, "d/z", shard.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
 	dir := t.TempDir()
 	statePath := filepath.Join(t.TempDir(), "state.json")
 	run := func() *Summary {
@@ -453,13 +461,15 @@ func TestDeletedShards(t *testing.T) {
 		}
 		return sum
 	}
-	run()
+	if s := run(); len(s.Shards) != 3 || s.Shards[2].Note != "deleted (incarnation 1); DEST holds no parts of it" {
+		t.Fatalf("a shard deleted before any export: %+v", s.Shards)
+	}
 	appendN(t, src, "d/x", g, 2, 2) // never exported: deleted first
 	if _, err := shard.Delete(ctx, src, "d/x", shard.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	s := run()
-	if len(s.Shards) != 2 || s.Shards[0].Status != StatusGone || !strings.Contains(s.Shards[0].Note, "deleted") {
+	if len(s.Shards) != 3 || s.Shards[0].Status != StatusGone || s.Shards[0].Note != "deleted (incarnation 1); its 1 part stays in DEST" {
 		t.Fatalf("after a delete: %+v", s.Shards)
 	}
 	appendN(t, src, "d/x", g, 4, 4) // written again: seqs 8..11

@@ -32,6 +32,9 @@ type LimitError struct {
 	Field string
 	// Detail says what is over which limit, naming the field.
 	Detail string
+	// Hint says what the caller can do instead, starting with "; ". Empty
+	// means "; split the batch", which cannot help a single record.
+	Hint string
 }
 
 func (e *LimitError) Error() string { return ErrLimitExceeded.Error() + ": " + e.Detail }
@@ -287,6 +290,9 @@ func classifyCode(ended, err error, write bool) failure {
 		var le *LimitError
 		if errors.As(err, &le) {
 			f.field, f.fieldDesc = le.Field, le.Detail
+			if le.Hint != "" {
+				f.hint = le.Hint
+			}
 		}
 		return f
 

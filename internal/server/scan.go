@@ -78,6 +78,12 @@ func (s *service) Scan(req *rolloutv1.ScanRequest, stream grpc.ServerStreamingSe
 		return f.resumeAt(cursor).err()
 	}
 	f := classify(ctx, err, false)
+	if errors.Is(err, shard.ErrShardNotFound) {
+		// Only a Scan without follow meets it (a follower waits for the
+		// first record), and there is no cursor to resume from.
+		f.hint += "; it has never been written (a Scan with follow waits for its first record)"
+		return f.err()
+	}
 	f.hint += fmt.Sprintf(" (resume with after_seq=%d)", cursor)
 	return f.resumeAt(cursor).err()
 }

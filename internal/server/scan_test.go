@@ -121,7 +121,8 @@ func TestScanRejects(t *testing.T) {
 		{&rolloutv1.ScanRequest{Shard: ""}, codes.InvalidArgument, "shard"},
 		{&rolloutv1.ScanRequest{Shard: "s", Fields: &fieldmaskpb.FieldMask{Paths: []string{"nope"}}}, codes.InvalidArgument, "fields.paths[0]"},
 		{&rolloutv1.ScanRequest{Shard: "s", Fields: &fieldmaskpb.FieldMask{Paths: []string{"relationships.weight"}}}, codes.InvalidArgument, "fields.paths[0]"},
-		{&rolloutv1.ScanRequest{Shard: "never-written"}, codes.NotFound, "never-written"},
+		// No cursor to resume from: the message says why, not where.
+		{&rolloutv1.ScanRequest{Shard: "never-written"}, codes.NotFound, `shard "never-written": shard not found; it has never been written (a Scan with follow waits for its first record)`},
 	} {
 		stream, err := ts.client.Scan(context.Background(), tc.req)
 		if err == nil {

@@ -125,7 +125,7 @@ func TestAppendRejects(t *testing.T) {
 		{"NaN relationship weight", &rolloutv1.AppendRequest{Shard: "s", Records: []*rolloutv1.Record{{Id: "a", Relationships: []*rolloutv1.Relationship{{TargetId: "b", Weight: *nan()}}}}}, codes.InvalidArgument, "records[0].relationships[0].weight"},
 		{"loss mask length", &rolloutv1.AppendRequest{Shard: "s", Records: []*rolloutv1.Record{{Id: "a", OutputTokens: []int32{1, 2}, LossMask: []byte{1}}}}, codes.InvalidArgument, "loss_mask"},
 		{"too many records", &rolloutv1.AppendRequest{Shard: "s", Records: []*rolloutv1.Record{record("a"), record("b"), record("c"), record("d")}}, codes.ResourceExhausted, "at most 3"},
-		{"record too large", &rolloutv1.AppendRequest{Shard: "s", Records: []*rolloutv1.Record{{Id: "a", Content: big}}}, codes.ResourceExhausted, "records[0]"},
+		{"record too large", &rolloutv1.AppendRequest{Shard: "s", Records: []*rolloutv1.Record{{Id: "a", Content: big}}}, codes.ResourceExhausted, "per record; shrink the record, or raise the server's --max-record-bytes"},
 		{"message too large", &rolloutv1.AppendRequest{Shard: "s", Records: []*rolloutv1.Record{{Id: "a", Content: big}, {Id: "b", Content: big}, {Id: "c", Content: big}}}, codes.ResourceExhausted, "larger than max"},
 	}
 	for _, tt := range tests {

@@ -79,6 +79,10 @@ func (s *service) Append(ctx context.Context, req *rolloutv1.AppendRequest) (*ro
 	return resp, nil
 }
 
+// hintRecordTooLarge is what a record over --max-record-bytes can do:
+// splitting its batch leaves it as large.
+const hintRecordTooLarge = "; shrink the record, or raise the server's --max-record-bytes"
+
 // checkAppend validates the request and checks it against the server's
 // limits.
 func (s *service) checkAppend(req *rolloutv1.AppendRequest) error {
@@ -90,7 +94,7 @@ func (s *service) checkAppend(req *rolloutv1.AppendRequest) error {
 	}
 	for i, rec := range req.GetRecords() {
 		if n := proto.Size(rec); n > s.maxRecordBytes {
-			return &LimitError{Field: fmt.Sprintf("records[%d]", i), Detail: fmt.Sprintf("records[%d] encodes to %d bytes, the server takes at most %d per record", i, n, s.maxRecordBytes)}
+			return &LimitError{Field: fmt.Sprintf("records[%d]", i), Detail: fmt.Sprintf("records[%d] encodes to %d bytes, the server takes at most %d per record", i, n, s.maxRecordBytes), Hint: hintRecordTooLarge}
 		}
 	}
 	return nil
