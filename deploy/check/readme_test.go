@@ -277,7 +277,8 @@ func (r *transcriptRun) startMTLS(readme string) {
 // transcripts must say so, in these words, so that the list cannot change
 // without the README.
 const readmeMayDiffer = "differ from a run only in the server-assigned record ids (random UUIDv7s), the times, the ports" +
-	" (the test listens on free ones, and gives `rolloutd admin` its `--addr`), and the byte counts, by at most 6 bytes a record"
+	" (the test listens on free ones, and gives `rolloutd admin` its `--addr`), the byte counts, by at most 6 bytes a record" +
+	", and whether a plaintext dial of the TLS port fails with `EOF` or `connection reset by peer`"
 
 // TestReadmeTranscripts runs the README's console transcripts against
 // rolloutd built from this checkout, with the grpcurl and grpc-health-probe

@@ -57,4 +57,8 @@ func TestTranscriptChecksFire(t *testing.T) {
 	if n := (&normalizer{}).normalize("2026-12-01T17:03:42Z 6aa62a40-1fad-854e-945e-f0fff14758a5"); n != "<time> 6aa62a40-1fad-854e-945e-f0fff14758a5" {
 		t.Errorf("normalized to %q: times go, derived (UUIDv8) ids stay", n)
 	}
+	reset := `Failed to dial target host "localhost:50052": read tcp 127.0.0.1:38588->127.0.0.1:50052: read: connection reset by peer`
+	if n := (&normalizer{}).normalize(reset); n != `Failed to dial target host "localhost:50052": EOF` {
+		t.Errorf("normalized to %q", n)
+	}
 }

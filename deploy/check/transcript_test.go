@@ -97,10 +97,14 @@ var (
 	// requestId: a UUIDv7, random. Ids derived from a requestId (UUIDv8)
 	// are the same on every run, and are compared.
 	transcriptID = regexp.MustCompile(`\b[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}\b`)
+	// How a plaintext client's dial of a TLS port ends: the server closes
+	// the connection on the client's first bytes, and whether the client
+	// reads EOF or a reset depends on whether those bytes were read first.
+	transcriptReset = regexp.MustCompile(`read tcp \S+->\S+: read: connection reset by peer`)
 )
 
-// normalizer replaces times with <time> and each server-assigned id with
-// <id N>, N counting distinct ids in order of first appearance, so an id
+// normalizer replaces times with <time>, a reset with EOF, and each
+// server-assigned id with <id N>, N counting distinct ids in order of first appearance, so an id
 // that the README shows twice must come back twice the same.
 type normalizer struct{ ids map[string]int }
 
@@ -109,6 +113,7 @@ func (n *normalizer) normalize(s string) string {
 		n.ids = map[string]int{}
 	}
 	s = transcriptTime.ReplaceAllString(s, "<time>")
+	s = transcriptReset.ReplaceAllString(s, "EOF")
 	return transcriptID.ReplaceAllStringFunc(s, func(id string) string {
 		if _, ok := n.ids[id]; !ok {
 			n.ids[id] = len(n.ids) + 1
