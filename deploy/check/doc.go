@@ -44,6 +44,14 @@
 //     timeouts it quotes are the Deployment's, and every ROLLOUTD_* key it
 //     suggests is a real flag, or a variable of the client commands that
 //     their --help names (ROLLOUTD_ADDR);
+//   - the README's console transcripts run, in order, against rolloutd
+//     built from this checkout (a plaintext server as `make run` starts it,
+//     and the mTLS server its openssl commands and policy set up), with
+//     grpcurl and grpc-health-probe pinned by tools/grpcurl/go.mod, and
+//     each command prints what the README shows, but for what the README
+//     says may differ (random ids, times, ports, a few bytes a record);
+//     every console block is marked with the server it runs on, and an
+//     unknown marker or command fails;
 //   - every query of deploy/grafana/rolloutd-dashboard.json parses with
 //     Prometheus' own PromQL parser;
 //   - the alert rules (deploy/k8s/monitoring) decode strictly with the
