@@ -34,13 +34,18 @@ const adminUsage = `Usage: rolloutd admin <command> [flags]
 
 Commands:
   list      [--prefix P] [--summary]            list the shards under a prefix
+                                                (no --prefix: every shard)
   describe  SHARD                               describe one shard
   delete    SHARD [--expected-last-seq N]       delete one shard
-  purge     --prefix P --older-than D [--dry-run]
-            delete every shard under P whose last commit is older than D
-            (a duration such as 36h, or days: 30d). Each delete passes the
-            last seq purge saw, so a shard written since survives. Deleted
-            shards whose storage was not yet reclaimed are finished.
+  purge     (--prefix P | --all) --older-than D [--dry-run]
+            delete every shard under P (with --all, every shard) whose last
+            commit is older than D (a duration such as 36h, or days: 30d).
+            Each delete passes the last seq purge saw, so a shard written
+            since survives. Deleted shards whose storage was not yet
+            reclaimed are finished.
+
+A prefix is whole '/'-separated segments: "exp" covers exp and exp/run1,
+not exp2. '*' is not a prefix.
 
 Every command takes the connection flags (see rolloutd admin list --help).
 `
@@ -110,13 +115,14 @@ func runAdmin(args []string, stdout, stderr io.Writer) error {
 		expected  = new(string)
 		olderThan = new(string)
 		dryRun    = new(bool)
+		all       = new(bool)
 	)
 	var positional int // positional arguments the command takes
 	var what string    // what the command does, for its --help
 	switch sub {
 	case "list":
 		what = "Lists the shards under a prefix (whole '/'-separated segments), one per line;\nwith --summary, a table of their sizes, last seqs and last commits;\na shard whose summary cannot be read is named on stderr, and the exit status is 1."
-		fs.StringVar(prefix, "prefix", "", "list the shards this `prefix` covers on whole segments; empty lists all")
+		fs.StringVar(prefix, "prefix", "", "list the shards under this `prefix`, on whole '/'-separated segments; omitted or empty, every shard")
 		fs.BoolVar(summary, "summary", false, "show each shard's records, bytes, last seq and last commit (a manifest read each)")
 	case "describe":
 		positional = 1
@@ -126,8 +132,9 @@ func runAdmin(args []string, stdout, stderr io.Writer) error {
 		what = "Deletes one shard's records at once; the server reclaims their storage in the\nbackground. An Append afterwards starts the shard again, with higher seqs.\nDeleting a deleted shard resumes reclaiming its storage. Pass\n--expected-last-seq (the last seq of describe) to delete only if nothing was\nappended since."
 		fs.StringVar(expected, "expected-last-seq", "", "delete only if the shard's last seq is still `N` (see describe)")
 	case "purge":
-		what = "Deletes every shard under --prefix whose last commit is older than\n--older-than. Each delete passes the last seq purge listed, so a shard written\nsince survives. The deletion of shards deleted before is resumed. Prints each\nshard it deletes, then a summary; exits 1 if any shard failed."
-		fs.StringVar(prefix, "prefix", "", "purge the shards under this `prefix` (required; \"*\" for every shard)")
+		what = "Deletes every shard under --prefix (or, with --all, every shard) whose last\ncommit is older than --older-than. Each delete passes the last seq purge\nlisted, so a shard written since survives. The deletion of shards deleted\nbefore is resumed. Prints each shard it deletes, then a summary; exits 1 if\nany shard failed."
+		fs.StringVar(prefix, "prefix", "", "purge the shards under this `prefix`, on whole '/'-separated segments (this or --all is required)")
+		fs.BoolVar(all, "all", false, "purge every shard (this or --prefix is required)")
 		fs.StringVar(olderThan, "older-than", "", "delete shards whose last commit is older than this `duration` (36h, 30d; required)")
 		fs.BoolVar(dryRun, "dry-run", false, "list what would be deleted, delete nothing")
 	default:
@@ -158,6 +165,12 @@ func runAdmin(args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("admin %s: takes no arguments, got %q (see rolloutd admin %s --help)", sub, rest, sub)
 	case len(rest) > positional:
 		return fmt.Errorf("admin %s: takes one shard, got %d: %q", sub, len(rest), rest)
+	case positional == 1 && rest[0] == "":
+		return fmt.Errorf("admin %s: the shard is empty: name one, as in: rolloutd admin %s exp-42/actor-7 (%s acts on one shard only)", sub, sub, sub)
+	}
+	p, err := adminSelection(sub, *prefix, *all, *olderThan)
+	if err != nil {
+		return err
 	}
 	c, err := conn.client()
 	if err != nil {
@@ -168,7 +181,7 @@ func runAdmin(args []string, stdout, stderr io.Writer) error {
 	defer cancel()
 	switch sub {
 	case "list":
-		return adminList(ctx, c, stdout, stderr, *prefix, *summary)
+		return adminList(ctx, c, stdout, stderr, p, *summary)
 	case "describe":
 		info, err := c.DescribeShard(ctx, rest[0])
 		if err != nil {
@@ -199,18 +212,35 @@ func runAdmin(args []string, stdout, stderr io.Writer) error {
 		}
 		return nil
 	}
-	if *prefix == "" || *olderThan == "" {
-		return errors.New("admin purge: --prefix and --older-than are required (--prefix '*' purges every shard)")
-	}
 	age, err := parseAge(*olderThan)
 	if err != nil {
 		return fmt.Errorf("admin purge: --older-than: %w", err)
 	}
-	p := *prefix
-	if p == "*" {
-		p = ""
-	}
 	return adminPurge(ctx, c, stdout, stderr, p, age, *dryRun, time.Now())
+}
+
+// adminSelection checks what list and purge select, before any
+// connection: the prefix, on whole segments, and for purge, which
+// deletes, an explicit --all for every shard, never an empty prefix.
+func adminSelection(sub, prefix string, all bool, olderThan string) (string, error) {
+	switch sub {
+	case "list":
+		return parsePrefix("admin list", prefix, "omit --prefix to list every shard")
+	case "purge":
+	default:
+		return "", nil
+	}
+	switch {
+	case all && prefix != "":
+		return "", errors.New("admin purge: --all and --prefix both given: give --prefix P for the shards under P, or --all for every shard")
+	case prefix == "*":
+		return "", errors.New("admin purge: --prefix '*': '*' is not a prefix; give --all to purge every shard")
+	case !all && prefix == "":
+		return "", errors.New("admin purge: say what to purge: --prefix P for the shards under P, or --all for every shard (an empty --prefix is not every shard)")
+	case olderThan == "":
+		return "", errors.New("admin purge: --older-than is required")
+	}
+	return parsePrefix("admin purge", prefix, "give --all to purge every shard")
 }
 
 // callError is err, the error of a call by an admin command, prefixed
@@ -308,6 +338,11 @@ func adminList(ctx context.Context, c *client.Client, stdout, stderr io.Writer, 
 			state = "deleted " + sum.GetDeletedAt().AsTime().UTC().Format(time.RFC3339)
 		}
 		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%s\t%s\n", s.GetShard(), sum.GetRecords(), sum.GetBytes(), sum.GetLastSeq(), when(sum.GetLastCommitAt().AsTime(), sum.GetLastCommitAt() != nil), state)
+	}
+	if n == 0 {
+		if err := wrongPrefix(ctx, "admin list", clientLister(c), prefix); err != nil {
+			return err
+		}
 	}
 	head() // an empty listing still arrived
 	if err := tw.Flush(); err != nil {
@@ -447,6 +482,11 @@ func adminPurge(ctx context.Context, c *client.Client, stdout, stderr io.Writer,
 			deleted++
 			records += int(resp.GetRecords())
 			fmt.Fprintf(stdout, "%s %s: %d records through seq %d, last commit %s\n", verb, s.GetShard(), resp.GetRecords(), resp.GetLastSeq(), when(last.AsTime(), true))
+		}
+	}
+	if examined == 0 {
+		if err := wrongPrefix(ctx, "admin purge", clientLister(c), prefix); err != nil {
+			return err
 		}
 	}
 	scope := fmt.Sprintf("%q", prefix)

@@ -134,6 +134,15 @@ func TestAdminUsage(t *testing.T) {
 		{[]string{"delete", "x", "--expected-last-seq", "abc"}, "want a whole number"},
 		{[]string{"frob"}, "unknown command"},
 		{[]string{"delete", "--help"}, ""},
+		// Before any connection: purge of every shard is --all, never an
+		// empty or '*' prefix.
+		{[]string{"purge", "--older-than", "1h"}, "--prefix P for the shards under P, or --all for every shard"},
+		{[]string{"purge", "--prefix", "", "--older-than", "1h"}, "or --all for every shard"},
+		{[]string{"purge", "--prefix", "*", "--older-than", "1h"}, "give --all to purge every shard"},
+		{[]string{"purge", "--all", "--prefix", "x", "--older-than", "1h"}, "--all and --prefix both given"},
+		{[]string{"purge", "--all"}, "--older-than is required"},
+		{[]string{"list", "--prefix", "*"}, "omit --prefix to list every shard"},
+		{[]string{"delete", ""}, "the shard is empty"},
 	} {
 		var out, errOut strings.Builder
 		err := run(append([]string{"admin"}, tt.args...), &out, &errOut)
@@ -159,6 +168,59 @@ func TestAdminCallErrors(t *testing.T) {
 	err = run([]string{"admin", "delete", "x", "--addr", "127.0.0.1:1", "--timeout", "5s"}, &out, &errOut)
 	if err == nil || strings.Count(err.Error(), "rolloutd:") > 0 || !strings.Contains(err.Error(), "delete again with --expected-last-seq") {
 		t.Errorf("admin delete of an unreachable server = %v", err)
+	}
+}
+
+// TestAdminSelection: admin's --prefix is whole segments, as export's;
+// a prefix that only a string prefix would have matched is an error
+// naming the segments it may mean; purge needs --all for every shard, and
+// neither an empty --prefix nor '*' stands for it.
+func TestAdminSelection(t *testing.T) {
+	p := start(t, nil, "--store", t.TempDir())
+	ctx := context.Background()
+	for _, s := range []string{"demo/a", "demo/b"} {
+		if _, err := appendOne(ctx, p.Client, s, "r1"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, tc := range []selectionCase{
+		{[]string{"list", "--prefix", "demo"}, []string{"demo/a\ndemo/b\n"}, true},
+		{[]string{"list", "--prefix", "de"}, []string{`admin list: no shard under prefix "de": prefixes are whole segments; did you mean "demo"?`}, false},
+		{[]string{"list", "--prefix", "*"}, []string{"'*' is not a prefix; omit --prefix to list every shard"}, false},
+		{[]string{"purge", "--prefix", "de", "--older-than", "1h"}, []string{`admin purge: no shard under prefix "de": prefixes are whole segments; did you mean "demo"?`}, false},
+		{[]string{"purge", "--older-than", "1h"}, []string{"--prefix P", "--all"}, false},
+		{[]string{"purge", "--prefix", "", "--older-than", "1h"}, []string{"--prefix P", "--all", "an empty --prefix is not every shard"}, false},
+		{[]string{"purge", "--prefix", "*", "--older-than", "1h"}, []string{"'*' is not a prefix; give --all"}, false},
+		{[]string{"purge", "--all", "--prefix", "demo", "--older-than", "1h"}, []string{"--all and --prefix both given"}, false},
+		{[]string{"purge", "--all", "--older-than", "1h", "--dry-run"}, []string{"purge of every shard", "2 shards examined"}, true},
+		{[]string{"delete", ""}, []string{"the shard is empty"}, false},
+		{[]string{"describe", ""}, []string{"the shard is empty"}, false},
+	} {
+		var out, errOut strings.Builder
+		err := run(append([]string{"admin"}, append(tc.args, "--addr", p.GRPCAddr)...), &out, &errOut)
+		got := out.String() + errOut.String()
+		if err != nil {
+			got += err.Error()
+		}
+		if (err == nil) != tc.ok {
+			t.Errorf("admin %q: %v, want success %v\n%s", tc.args, err, tc.ok, got)
+			continue
+		}
+		for _, w := range tc.want {
+			if !strings.Contains(got, w) {
+				t.Errorf("admin %q: %q lacks %q", tc.args, got, w)
+			}
+		}
+	}
+	c, err := client.New(p.GRPCAddr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	for _, s := range []string{"demo/a", "demo/b"} {
+		if _, err := c.Get(ctx, s, "r1"); err != nil {
+			t.Errorf("Get from %s after the refused and dry purges: %v", s, err)
+		}
 	}
 }
 

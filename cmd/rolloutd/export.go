@@ -23,6 +23,8 @@ import (
 	"github.com/rolloutd/rolloutd/internal/azure"
 	"github.com/rolloutd/rolloutd/internal/blob/localstore"
 	"github.com/rolloutd/rolloutd/internal/export"
+	"github.com/rolloutd/rolloutd/internal/shard"
+	"github.com/rolloutd/rolloutd/internal/validate"
 )
 
 func init() {
@@ -52,7 +54,6 @@ type exportConfig struct {
 	TLSServerName                  string
 
 	azureConn string
-	prefixSet bool
 }
 
 type stringList []string
@@ -67,8 +68,8 @@ func parseExportConfig(args []string, getenv func(string) string, out io.Writer)
 	fs.Usage = func() {}
 	fs.StringVar(&c.Store, "store", "", "read storage directly: a local `directory` (not held by a running rolloutd), file:///abs/path, or azblob://CONTAINER[/PREFIX]")
 	fs.StringVar(&c.Server, "server", "", "read through a running rolloutd's ListShards and Scan at this gRPC `address` (host:port) instead; without --store, default $"+envAddr)
-	fs.Var((*stringList)(&c.Shards), "shard", "with --server: export only this `shard` (repeat the flag); default every shard under --prefix")
-	fs.StringVar(&c.Prefix, "prefix", "", "export the shards whose names start with this `prefix` (required; '' is every shard)")
+	fs.Var((*stringList)(&c.Shards), "shard", "with --server: export only this `shard` (repeat the flag), which must exist; --prefix is then not needed")
+	fs.StringVar(&c.Prefix, "prefix", "", "export the shards under this `prefix`, on whole '/'-separated segments (\"demo\" is demo and demo/*, not demo2); omitted or empty, every shard")
 	fs.StringVar(&c.Out, "out", "", "where parts go: a local `directory`, or azblob://CONTAINER[/PREFIX] (required)")
 	fs.StringVar(&c.State, "since-state", "", "a local JSON `file` caching each shard's last exported seq (the published parts always win over it)")
 	fs.IntVar(&c.RowsPerFile, "rows-per-file", export.DefaultRowsPerFile, "most records in one part; with an azblob --out a part is held in memory, so this bounds memory")
@@ -90,8 +91,11 @@ shard: DEST/shard=<url-escaped shard>/part-<first_seq>-<last_seq>.parquet. A
 rerun exports only what was committed since; a crash at any point, then a
 rerun, leaves each record in exactly one part. See docs/export.md.
 
-Usage: rolloutd export (--store S | --server ADDR [--shard SH]...) --prefix P --out DEST
+Usage: rolloutd export (--store S | --server ADDR [--shard SH]...) [--prefix P] --out DEST
            [--since-state FILE] [--rows-per-file N] [--compression zstd|snappy|none] [--json]
+
+A selection that matches no shard (a --shard that does not exist, a
+--prefix with no shard under it) is an error, never an empty export.
 
 Azure credentials, for an azblob:// --store or --out, come from
 `+envConnectionString+` (or --azure-connection-string-file), or
@@ -108,7 +112,6 @@ Flags:
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("unexpected argument %q: rolloutd export takes flags only (see --help)", fs.Arg(0))
 	}
-	fs.Visit(func(f *flag.Flag) { c.prefixSet = c.prefixSet || f.Name == "prefix" })
 	if c.Server == "" && c.Store == "" {
 		c.Server = getenv(envAddr) // --store, or --server, wins over it
 	}
@@ -133,12 +136,23 @@ func (c *exportConfig) validate() error {
 		return errors.New("give one of --store (read storage directly) and --server (read through a running rolloutd)")
 	case c.Server == "" && len(c.Shards) > 0:
 		return errors.New("--shard goes with --server; with --store every shard under --prefix is exported")
-	case !c.prefixSet:
-		return errors.New("--prefix is required (--prefix '' exports every shard)")
 	case c.Out == "":
 		return errors.New("--out is required: a directory or azblob://CONTAINER[/PREFIX]")
 	case c.RowsPerFile < 1:
 		return errors.New("--rows-per-file: must be at least 1")
+	}
+	p, err := parsePrefix("export", c.Prefix, "omit --prefix to export every shard")
+	if err != nil {
+		return err
+	}
+	c.Prefix = p
+	for _, sh := range c.Shards {
+		if err := validate.Shard(sh); err != nil {
+			return fmt.Errorf("--shard %q: %v", sh, err)
+		}
+		if !shard.Covers(c.Prefix, sh) {
+			return fmt.Errorf("--shard %q is not under --prefix %q: give --shard alone, or a --prefix that covers it", sh, c.Prefix)
+		}
 	}
 	switch c.Compression {
 	case "zstd", "snappy", "none":
@@ -203,6 +217,7 @@ func exportMain(ctx context.Context, c *exportConfig, stdout, stderr io.Writer) 
 		Compression: export.Compression(c.Compression),
 		StatePath:   c.State,
 	}
+	var list shardLister // for the hint when nothing matches
 	if c.Server != "" {
 		var copts []client.Option
 		if c.TLS || c.TLSCA != "" || c.TLSCert != "" || c.TLSKey != "" || c.TLSServerName != "" {
@@ -214,6 +229,7 @@ func exportMain(ctx context.Context, c *exportConfig, stdout, stderr io.Writer) 
 		}
 		defer cl.Close()
 		opts.Source = &export.ClientSource{Client: cl, ShardNames: c.Shards}
+		list = clientLister(cl)
 	} else {
 		loc, err := parseStore(c.Store)
 		if err != nil {
@@ -233,6 +249,7 @@ func exportMain(ctx context.Context, c *exportConfig, stdout, stderr io.Writer) 
 			}
 			defer s.Close()
 			opts.Source = export.NewStoreSource(s)
+			list = storeLister(s)
 		} else {
 			s, err := c.azureStore(ctx, "store", c.Store, loc, 0)
 			if err != nil {
@@ -240,6 +257,7 @@ func exportMain(ctx context.Context, c *exportConfig, stdout, stderr io.Writer) 
 			}
 			defer s.Close()
 			opts.Source = export.NewStoreSource(s)
+			list = storeLister(s)
 		}
 	}
 	out, err := parseStore(c.Out)
@@ -272,6 +290,9 @@ func exportMain(ctx context.Context, c *exportConfig, stdout, stderr io.Writer) 
 	opts.Progress = p.update
 	sum, runErr := export.Run(ctx, opts)
 	p.end()
+	if errors.Is(runErr, export.ErrNoShards) {
+		return noShardsError(ctx, c, list, runErr)
+	}
 	if sum != nil {
 		if c.JSON {
 			enc := json.NewEncoder(stdout)
@@ -342,6 +363,35 @@ func (p *exportProgress) update(pr export.Progress) {
 
 func (p *exportProgress) end() {}
 
+// noShardsError is err, a selection that matched nothing, with what
+// exists near what was asked.
+func noShardsError(ctx context.Context, c *exportConfig, list shardLister, err error) error {
+	var se *export.SelectionError
+	if !errors.As(err, &se) {
+		return fmt.Errorf("export: %w", err)
+	}
+	hint := ""
+	switch {
+	case len(se.Missing) == 1:
+		if h, herr := findHint(ctx, list, se.Missing[0]); herr == nil {
+			hint = h.shardHint(se.Missing[0], "--prefix")
+		}
+	case len(se.Missing) == 0 && se.Prefix != "":
+		if h, herr := findHint(ctx, list, se.Prefix); herr == nil {
+			hint = h.prefixHint()
+		}
+	}
+	return fmt.Errorf("export: %w%s", err, hint)
+}
+
+// plural is n and noun, with an s unless n is 1.
+func plural(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return fmt.Sprintf("%d %ss", n, noun)
+}
+
 func printSummary(w io.Writer, s *export.Summary) {
 	counts := map[string]int{}
 	for _, r := range s.Shards {
@@ -360,6 +410,8 @@ func printSummary(w io.Writer, s *export.Summary) {
 		parts = append(parts, fmt.Sprintf("%d %s", v, k))
 	}
 	sort.Strings(parts)
-	fmt.Fprintf(w, "exported %d records in %d parts to %s in %.1fs (%.1f MB/s); shards: %s\n",
-		s.Records, s.Parts, s.Dest, s.Seconds, float64(s.RecordBytes)/1e6/max(s.Seconds, 1e-9), strings.Join(parts, ", "))
+	// Shards read, whether or not they held new records; gone ones were not.
+	read := counts[export.StatusExported] + counts[export.StatusUpToDate]
+	fmt.Fprintf(w, "exported %s from %s in %s to %s in %.1fs (%.1f MB/s); shards: %s\n",
+		plural(int(s.Records), "record"), plural(read, "shard"), plural(s.Parts, "part"), s.Dest, s.Seconds, float64(s.RecordBytes)/1e6/max(s.Seconds, 1e-9), strings.Join(parts, ", "))
 }

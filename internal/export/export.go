@@ -18,6 +18,8 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	rolloutv1 "github.com/rolloutd/rolloutd/gen/rollout/v1"
+	"github.com/rolloutd/rolloutd/internal/shard"
+	"github.com/rolloutd/rolloutd/internal/validate"
 )
 
 // GCPercent is the GOGC that the export command runs with (unless GOGC is
@@ -35,7 +37,10 @@ const DefaultRowsPerFile = 1_000_000
 type Options struct {
 	Source Source
 	Dest   Dest
-	// Prefix selects the shards whose names start with it; "" is all.
+	// Prefix selects the shards it covers on whole '/'-separated segments
+	// (shard.Covers, as ListShards and authorization match): "demo"
+	// selects "demo" and "demo/run1", never "demo2". "" selects every
+	// shard.
 	Prefix string
 	// RowsPerFile bounds the records of one part; default
 	// DefaultRowsPerFile.
@@ -227,6 +232,11 @@ func Run(ctx context.Context, opts Options) (*Summary, error) {
 	if opts.Logger == nil {
 		opts.Logger = zap.NewNop()
 	}
+	if opts.Prefix != "" {
+		if err := validate.Shard(opts.Prefix); err != nil {
+			return nil, fmt.Errorf("export: prefix %q: a prefix is whole segments of shard names: %w", opts.Prefix, err)
+		}
+	}
 	start := time.Now()
 	sum := &Summary{Dest: opts.Dest.String(), Prefix: opts.Prefix}
 	st, err := loadState(opts.StatePath)
@@ -237,6 +247,10 @@ func Run(ctx context.Context, opts Options) (*Summary, error) {
 	shards, err := opts.Source.Shards(ctx, opts.Prefix)
 	if err != nil {
 		return nil, err
+	}
+	if len(shards) == 0 {
+		// Success for nothing would hide a mistyped selection.
+		return nil, &SelectionError{Prefix: opts.Prefix}
 	}
 	listed := map[string]bool{}
 	for _, ref := range shards {
@@ -285,7 +299,7 @@ func Run(ctx context.Context, opts Options) (*Summary, error) {
 	n, ok := opts.Source.(interface{ NamedShards() bool })
 	named := ok && n.NamedShards()
 	for _, sh := range slices.Sorted(maps.Keys(st.Shards)) {
-		if !named && strings.HasPrefix(sh, opts.Prefix) && !listed[sh] {
+		if !named && shard.Covers(opts.Prefix, sh) && !listed[sh] {
 			sum.Shards = append(sum.Shards, ShardResult{Shard: sh, Status: StatusGone, LastSeq: st.Shards[sh].LastSeq,
 				Note: "no longer in the source; " + partsKept(ctx, opts.Dest, sh)})
 			delete(st.Shards, sh)

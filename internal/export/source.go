@@ -5,18 +5,53 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/rolloutd/rolloutd/client"
 	rolloutv1 "github.com/rolloutd/rolloutd/gen/rollout/v1"
 	"github.com/rolloutd/rolloutd/internal/blob"
 	"github.com/rolloutd/rolloutd/internal/shard"
-	"github.com/rolloutd/rolloutd/internal/shard/format"
 )
 
 // ErrShardGone: a shard listed at the start of the run was not found when
 // it was scanned (deleted meanwhile).
 var ErrShardGone = errors.New("export: shard not found")
+
+// ErrNoShards: the selection matched no shard, so a run would export
+// nothing and say it succeeded.
+var ErrNoShards = errors.New("export: no shard matched")
+
+// SelectionError is an ErrNoShards that says what was asked.
+type SelectionError struct {
+	// Prefix is the prefix asked, when no shard is under it.
+	Prefix string
+	// Missing are the shards named (ClientSource.ShardNames) that do not
+	// exist: never written, or deleted and their storage reclaimed.
+	Missing []string
+}
+
+func (e *SelectionError) Error() string {
+	switch {
+	case len(e.Missing) == 1:
+		return fmt.Sprintf("no shard %q (never written, or deleted and reclaimed)", e.Missing[0])
+	case len(e.Missing) > 1:
+		return fmt.Sprintf("no shards %s (never written, or deleted and reclaimed)", quoteAll(e.Missing))
+	case e.Prefix == "":
+		return "no shards: the source holds none"
+	}
+	return fmt.Sprintf("no shard under prefix %q", e.Prefix)
+}
+
+func (e *SelectionError) Is(target error) bool { return target == ErrNoShards }
+
+func quoteAll(names []string) string {
+	q := make([]string, len(names))
+	for i, n := range names {
+		q[i] = strconv.Quote(n)
+	}
+	return strings.Join(q, ", ")
+}
 
 // ShardRef is a shard a Source lists.
 type ShardRef struct {
@@ -33,9 +68,10 @@ type ShardRef struct {
 
 // Source is where records come from.
 type Source interface {
-	// Shards lists the shards whose names start with prefix, sorted by
-	// name, deleted ones included, and those that cannot be described
-	// with their Err: its error is for the listing as a whole.
+	// Shards lists the shards that prefix covers on whole segments
+	// (shard.Covers; "" covers all), sorted by name, deleted ones
+	// included, and those that cannot be described with their Err: its
+	// error is for the listing as a whole.
 	Shards(ctx context.Context, prefix string) ([]ShardRef, error)
 	// Scan delivers the shard's records with seq > after, in seq order,
 	// in batches; emit may keep a batch.
@@ -58,30 +94,22 @@ func NewStoreSource(store blob.Store) *StoreSource {
 	return &StoreSource{Store: store, Reader: shard.NewReader(store, shard.ReaderOptions{Cache: shard.NewBlobCache(sourceCacheBytes)})}
 }
 
-// shardsRoot is the prefix of every shard's blobs ("shards/").
-var shardsRoot = strings.TrimSuffix(format.ShardPrefix("x"), "x/")
-
-// Shards lists the shards that have a manifest, and reads each one's to
-// tell a deleted shard and its incarnation; a shard whose manifest cannot
-// be read is listed with its error.
+// Shards lists the shards under prefix as ListShards does, and reads each
+// one's manifest to tell a deleted shard and its incarnation; a shard
+// whose manifest cannot be read is listed with its error, and one with
+// blobs but no manifest (its storage being reclaimed) is not listed.
 func (s *StoreSource) Shards(ctx context.Context, prefix string) ([]ShardRef, error) {
-	manifest := strings.TrimPrefix(format.ManifestName("x"), shardsRoot+"x")
 	var shards []string
 	token := ""
 	for {
-		page, err := s.Store.List(ctx, shardsRoot+prefix, token, 0)
+		page, err := shard.ListShards(ctx, s.Store, prefix, token, 0)
 		if err != nil {
 			return nil, fmt.Errorf("export: list shards: %w", err)
 		}
-		for _, it := range page.Items {
-			if name, ok := strings.CutSuffix(it.Name, manifest); ok {
-				shards = append(shards, strings.TrimPrefix(name, shardsRoot))
-			}
-		}
-		if page.Next == "" {
+		shards = append(shards, page.Shards...)
+		if token = page.Next; token == "" {
 			break
 		}
-		token = page.Next
 	}
 	slices.Sort(shards)
 	refs := make([]ShardRef, 0, len(shards))
@@ -121,8 +149,9 @@ func (s *StoreSource) Scan(ctx context.Context, sh string, after uint64, emit fu
 type ClientSource struct {
 	Client *client.Client
 	// ShardNames, when set, are the only shards to export (--shard);
-	// Shards then describes those that start with the prefix instead of
-	// listing every shard.
+	// Shards then describes them instead of listing every shard. Each
+	// must exist and be under the prefix: a selection that matches
+	// nothing is a mistake, not an empty export.
 	ShardNames []string
 }
 
@@ -130,23 +159,24 @@ type ClientSource struct {
 // every shard there is: one it does not list is not gone.
 func (c *ClientSource) NamedShards() bool { return len(c.ShardNames) > 0 }
 
-// Shards lists the shards under prefix with ListShards (on whole
-// segments, then filtered to prefix), or describes the named ones.
+// Shards lists the shards under prefix with ListShards, or describes the
+// named ones.
 func (c *ClientSource) Shards(ctx context.Context, prefix string) ([]ShardRef, error) {
 	if len(c.ShardNames) > 0 {
 		var refs []ShardRef
+		var missing []string
 		names := slices.Clone(c.ShardNames)
 		slices.Sort(names)
 		for _, sh := range slices.Compact(names) {
-			if !strings.HasPrefix(sh, prefix) {
-				continue
+			if !shard.Covers(prefix, sh) {
+				return nil, fmt.Errorf("export: shard %q is not under prefix %q", sh, prefix)
 			}
 			info, err := c.Client.DescribeShard(ctx, sh)
 			switch {
 			case errors.Is(err, client.ErrShardDeleted):
 				refs = append(refs, ShardRef{Name: sh, Deleted: true})
 			case errors.Is(err, client.ErrNotFound):
-				// Never written: nothing to export, and nothing gone.
+				missing = append(missing, sh)
 			case ctx.Err() != nil:
 				return nil, fmt.Errorf("export: describe shard %q through the server: %w", sh, err)
 			case err != nil:
@@ -155,24 +185,24 @@ func (c *ClientSource) Shards(ctx context.Context, prefix string) ([]ShardRef, e
 				refs = append(refs, ShardRef{Name: sh, Incarnation: info.GetIncarnation()})
 			}
 		}
+		if len(missing) > 0 {
+			return nil, &SelectionError{Missing: missing}
+		}
 		return refs, nil
 	}
-	segments := prefix[:max(strings.LastIndexByte(prefix, '/'), 0)]
 	var refs []ShardRef
 	token := ""
 	for {
-		resp, err := c.Client.ListShards(ctx, &rolloutv1.ListShardsRequest{Prefix: segments, PageSize: 1000, PageToken: token, IncludeSummary: true})
+		resp, err := c.Client.ListShards(ctx, &rolloutv1.ListShardsRequest{Prefix: prefix, PageSize: 1000, PageToken: token, IncludeSummary: true})
 		if err != nil {
 			return nil, fmt.Errorf("export: list shards through the server: %w", err)
 		}
 		for _, l := range resp.GetShards() {
-			if strings.HasPrefix(l.GetShard(), prefix) {
-				ref := ShardRef{Name: l.GetShard(), Incarnation: l.GetSummary().GetIncarnation(), Deleted: l.GetSummary().GetDeleted()}
-				if e := l.GetSummaryError(); e != "" {
-					ref = ShardRef{Name: l.GetShard(), Err: "summary from the server: " + e}
-				}
-				refs = append(refs, ref)
+			ref := ShardRef{Name: l.GetShard(), Incarnation: l.GetSummary().GetIncarnation(), Deleted: l.GetSummary().GetDeleted()}
+			if e := l.GetSummaryError(); e != "" {
+				ref = ShardRef{Name: l.GetShard(), Err: "summary from the server: " + e}
 			}
+			refs = append(refs, ref)
 		}
 		if token = resp.GetNextPageToken(); token == "" {
 			break

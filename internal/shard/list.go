@@ -70,7 +70,7 @@ func List(ctx context.Context, store blob.Store, opts ListOptions) (ShardPage, e
 	if err != nil {
 		return ShardPage{}, err
 	}
-	if after != "" && !slices.ContainsFunc(scopes, func(sc string) bool { return covers(sc, after) }) {
+	if after != "" && !slices.ContainsFunc(scopes, func(sc string) bool { return Covers(sc, after) }) {
 		return ShardPage{}, fmt.Errorf("%w: its position is not one this caller may list", ErrBadPageToken)
 	}
 	max := opts.Max
@@ -166,9 +166,11 @@ func scopeRoot(scope string) string {
 // allShards is authz's grant of every shard.
 const allShards = "*"
 
-// covers reports whether scope covers shard on whole segments ("" and "*"
-// cover all), as authz's grants do.
-func covers(scope, shard string) bool {
+// Covers reports whether scope covers shard on whole segments ("" and "*"
+// cover all), as authz's grants do: "team-a" covers "team-a" and
+// "team-a/run1", not "team-ab". It is the one meaning of a shard prefix,
+// for ListShards and for the commands' --prefix.
+func Covers(scope, shard string) bool {
 	if scope == "" || scope == allShards || shard == scope {
 		return true
 	}
@@ -186,16 +188,16 @@ func listScopes(prefix string, grants []string, unrestricted bool) []string {
 	var scopes []string
 	for _, g := range grants {
 		switch {
-		case covers(g, prefix):
+		case Covers(g, prefix):
 			scopes = append(scopes, prefix)
-		case covers(prefix, g):
+		case Covers(prefix, g):
 			scopes = append(scopes, g)
 		}
 	}
 	slices.SortFunc(scopes, func(a, b string) int { return strings.Compare(scopeRoot(a), scopeRoot(b)) })
 	kept := scopes[:0]
 	for _, sc := range scopes {
-		if len(kept) > 0 && covers(kept[len(kept)-1], sc) {
+		if len(kept) > 0 && Covers(kept[len(kept)-1], sc) {
 			continue
 		}
 		kept = append(kept, sc)
@@ -236,7 +238,7 @@ func decodePageToken(token, prefix, caller string) (string, error) {
 		return "", fmt.Errorf("%w: issued to another caller", ErrBadPageToken)
 	}
 	last := parts[3]
-	if err := validate.Shard(last); err != nil || !covers(prefix, last) {
+	if err := validate.Shard(last); err != nil || !Covers(prefix, last) {
 		return "", fmt.Errorf("%w: not one ListShards issued", ErrBadPageToken)
 	}
 	return last, nil
