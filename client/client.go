@@ -72,6 +72,9 @@ func New(target string, opts ...Option) (*Client, error) {
 		// The client owns retries (see the package comment); the
 		// channel's own would stack on them.
 		grpc.WithDisableRetry(),
+		// The caller's span, if any, as traceparent (trace.go).
+		grpc.WithChainUnaryInterceptor(propagateUnary),
+		grpc.WithChainStreamInterceptor(propagateStream),
 	}
 	if cfg.affinity {
 		dial = append(dial, grpc.WithDefaultServiceConfig(ServiceConfig))

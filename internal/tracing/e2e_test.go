@@ -209,6 +209,9 @@ func bytesEq(a, b []byte) bool { return hex.EncodeToString(a) == hex.EncodeToStr
 // tree renders spans as an indented tree under root: name, duration, and
 // offset from the trace's first span.
 func tree(spans []*tracepb.Span, root trace.SpanID) string {
+	if len(spans) == 0 {
+		return "(no spans)"
+	}
 	children := map[string][]*tracepb.Span{}
 	var t0 uint64
 	for _, s := range spans {
