@@ -77,6 +77,9 @@ func New(target string, opts ...Option) (*Client, error) {
 		// channel's own would stack on them.
 		grpc.WithDisableRetry(),
 		grpc.WithConnectParams(reconnect),
+		// The caller's span, if any, as traceparent (trace.go).
+		grpc.WithChainUnaryInterceptor(propagateUnary),
+		grpc.WithChainStreamInterceptor(propagateStream),
 	}
 	if cfg.affinity {
 		dial = append(dial, grpc.WithDefaultServiceConfig(ServiceConfig))

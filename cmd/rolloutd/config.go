@@ -18,6 +18,7 @@ import (
 	"github.com/rolloutd/rolloutd/internal/azure"
 	"github.com/rolloutd/rolloutd/internal/server"
 	"github.com/rolloutd/rolloutd/internal/shard"
+	"github.com/rolloutd/rolloutd/internal/tracing"
 )
 
 // envPrefix prefixes the environment variable of every flag:
@@ -72,6 +73,10 @@ type config struct {
 
 	flagNames  []string // every flag serve knows
 	unknownEnv []string // ROLLOUTD_* variables that name no flag (env.go); serve warns about them
+
+	// tracing is from the standard OTEL_* variables, which are not flags
+	// (docs/operations.md, Tracing).
+	tracing tracing.Settings
 }
 
 // storeLocation is a parsed --store.
@@ -208,6 +213,11 @@ Flags of serve:
 	if err := c.readConnectionStringFile(); err != nil {
 		return nil, err
 	}
+	tr, err := tracing.FromEnv(getenv)
+	if err != nil {
+		return nil, err
+	}
+	c.tracing = tr
 	if err := c.validate(); err != nil {
 		return nil, err
 	}

@@ -27,6 +27,7 @@ import (
 	"github.com/rolloutd/rolloutd/internal/server"
 	"github.com/rolloutd/rolloutd/internal/shard"
 	"github.com/rolloutd/rolloutd/internal/shard/format"
+	"github.com/rolloutd/rolloutd/internal/tracing"
 )
 
 func init() {
@@ -71,6 +72,17 @@ func serve(ctx context.Context, stopSignals func(), cfg *config) error {
 	defer func() { _ = log.Sync() }()
 	for _, name := range cfg.unknownEnv {
 		log.Warn("ignoring an environment variable that names no flag", zap.String("name", name), zap.String("hint", "every flag is also ROLLOUTD_<FLAG_IN_CAPS>; see rolloutd --help"))
+	}
+
+	tp, err := tracing.New(ctx, cfg.tracing, log.Named("tracing"), version)
+	if err != nil {
+		return err
+	}
+	// The normal path flushes within the shutdown budget below; this only
+	// stops the exporter on the paths that fail before serving.
+	defer shutdownTracing(tp, log, time.Second)
+	if tp != nil {
+		log.Info("tracing: exporting spans over OTLP/gRPC", zap.String("sampler", cfg.tracing.Sampler), zap.Float64("ratio", cfg.tracing.Ratio))
 	}
 
 	reg := prometheus.NewRegistry()
@@ -137,6 +149,7 @@ func serve(ctx context.Context, stopSignals func(), cfg *config) error {
 		RequestBudgetBytes: int64(cfg.RequestBudgetBytes),
 		RecvTimeout:        cfg.RecvTimeout,
 		SendTimeout:        cfg.SendTimeout,
+		TracerProvider:     tp.TracerProvider(),
 	}
 	sec.apply(&scfg)
 	srv, err := server.New(scfg)
@@ -186,6 +199,8 @@ func serve(ctx context.Context, stopSignals func(), cfg *config) error {
 	sctx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout*9/10)
 	defer cancel()
 	srv.Shutdown(sctx)
+	// The spans of the last calls go out once every call has ended.
+	shutdownTracing(tp, log, max(cfg.ShutdownTimeout-time.Since(start), 0)/2)
 	mctx, mcancel := context.WithTimeout(context.Background(), max(cfg.ShutdownTimeout-time.Since(start), 0)/2)
 	defer mcancel()
 	if err := metrics.Shutdown(mctx); err != nil {
@@ -243,6 +258,20 @@ func missingDir(cfg *config) string {
 		if filepath.Dir(d) == d {
 			return ""
 		}
+	}
+}
+
+// shutdownTracing flushes the spans tp holds and stops its exporter,
+// within budget; a span that misses it is dropped. A later call does
+// nothing.
+func shutdownTracing(tp *tracing.Provider, log *zap.Logger, budget time.Duration) {
+	if tp == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), budget)
+	defer cancel()
+	if err := tp.Shutdown(ctx); err != nil {
+		log.Warn("tracing: flushing spans at shutdown", zap.Error(err))
 	}
 }
 

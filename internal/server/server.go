@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 	"google.golang.org/grpc"
@@ -89,6 +90,11 @@ type Config struct {
 	DrainDelay time.Duration
 	// ServerOptions are added to the gRPC server's options (TLS, …).
 	ServerOptions []grpc.ServerOption
+	// TracerProvider, when set, traces every RPC but health checks
+	// (tracing.go): a server span continuing the caller's traceparent, the
+	// shard writers' queue-wait, commit and checkpoint spans, and a span
+	// per storage call. Nil means no tracing: no handler, no work per call.
+	TracerProvider trace.TracerProvider
 
 	// Security and connection limits (guard.go, connlimits.go).
 
@@ -314,6 +320,7 @@ func New(cfg Config) (*Server, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
+	cfg = cfg.withTracing()
 	s := &Server{
 		cfg:     cfg,
 		log:     cfg.Logger,
@@ -356,6 +363,7 @@ func New(cfg Config) (*Server, error) {
 	}
 	s.writers = newWriterSet(cfg.MaxWriters, open, cfg.OpenTimeout, appendRetry{cfg.AppendAttempts, cfg.RetryBackoff}, cfg.Logger, s.metrics)
 	s.writers.clock = cfg.Clock
+	s.writers.tracer = cfg.Writer.Tracer
 	svc := &service{
 		writers:         s.writers,
 		reader:          shard.NewReader(countedStore{cfg.Store}, shard.ReaderOptions{Logger: cfg.Logger, Cache: cache}),

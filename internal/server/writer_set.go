@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/golang-lru/v2/simplelru"
+	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
 
 	"github.com/rolloutd/rolloutd/internal/blob"
@@ -64,6 +65,9 @@ type writerSet struct {
 	log         *zap.Logger
 	metrics     *Metrics
 	clock       clock.Clock // times retry pauses; the server sets its Config.Clock
+	// tracer, when set, gives an open a shard.open span under the span of
+	// the request that started it (tracing.go); nil: no tracing.
+	tracer trace.Tracer
 
 	ctx    context.Context // bounds background opens; cancelled by closeAll
 	cancel context.CancelFunc
@@ -234,7 +238,7 @@ func (s *writerSet) acquire(ctx context.Context, shardName string) (*held, error
 		op = &opening{done: make(chan struct{})}
 		s.opening[shardName] = op
 		s.opens.Add(1)
-		go s.openInBackground(shardName, op)
+		go s.openInBackground(shardName, op, s.openParent(ctx))
 	}
 	op.waiters++
 	s.mu.Unlock()
@@ -265,7 +269,7 @@ func (s *writerSet) acquire(ctx context.Context, shardName string) (*held, error
 // openInBackground opens a writer for shardName, detached from the requests
 // waiting for it: a request that gives up does not fail the others, and a
 // writer opened after every waiter left still serves the next request.
-func (s *writerSet) openInBackground(shardName string, op *opening) {
+func (s *writerSet) openInBackground(shardName string, op *opening, parent trace.Span) {
 	defer s.opens.Done()
 	s.mu.Lock()
 	var at time.Time
@@ -283,8 +287,10 @@ func (s *writerSet) openInBackground(shardName string, op *opening) {
 		t.Stop()
 	}
 	ctx, cancel := context.WithTimeout(s.ctx, s.openTimeout)
+	ctx, span := s.startOpen(ctx, parent, shardName)
 	start := time.Now()
 	w, err := s.safeOpen(ctx, shardName)
+	endSpan(span, err)
 	cancel()
 	s.metrics.writerOpens.Inc()
 	s.metrics.openDuration.Observe(time.Since(start).Seconds())

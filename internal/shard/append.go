@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"slices"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/rolloutd/rolloutd/internal/blob"
 	"github.com/rolloutd/rolloutd/internal/shard/storagepb"
 )
@@ -42,9 +44,17 @@ type pending struct {
 	// adopted manifests then; see committer.recheck.
 	checked *storagepb.Manifest
 	adopted uint64
+
+	// wait is the queue-wait span, nil unless traced (trace.go).
+	wait trace.Span
 }
 
 func (p *pending) finish(results []Result, err error) {
+	if p.wait != nil {
+		// Ends the span of an append that was never taken (withdrawn,
+		// fenced, aborted); End is idempotent for one the committer took.
+		p.wait.End()
+	}
 	p.results, p.err = results, err
 	close(p.done)
 }
@@ -292,6 +302,7 @@ func (w *writer) enqueueLocked(ctx context.Context, fresh []Entry) (*pending, er
 	for i, e := range fresh {
 		w.inflight[e.ID] = inflightRef{p: p, i: i, hash: e.ClientHash}
 	}
+	w.startQueueWait(ctx, p)
 	w.queue = append(w.queue, p)
 	w.queued += size
 	return p, nil

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
 
 	"github.com/rolloutd/rolloutd/internal/blob"
@@ -173,7 +174,7 @@ func (c *checkpointer) dropEdits(err error) {
 
 // checkpoint writes one checkpoint, if anything waits for one.
 // Edits alone wait EditDelay for one, unless the writer is closing.
-func (c *checkpointer) checkpoint(ctx context.Context, closing bool) error {
+func (c *checkpointer) checkpoint(ctx context.Context, closing bool) (err error) {
 	w := c.w
 	if c.unsure {
 		if err := c.resync(ctx); err != nil {
@@ -197,6 +198,11 @@ func (c *checkpointer) checkpoint(ctx context.Context, closing bool) error {
 	w.mu.Unlock()
 	if !pending {
 		return nil
+	}
+	if w.opts.Tracer != nil {
+		var span trace.Span
+		ctx, span = w.startCheckpoint(ctx)
+		defer func() { endSpan(span, err) }()
 	}
 	now := w.opts.Clock.Now().UnixNano()
 	errs := map[*edit]error{}

@@ -86,6 +86,7 @@ func (c *committer) take() ([]*pending, []*edit, bool) {
 			edits := w.edits
 			w.edits = nil
 			w.mu.Unlock()
+			endQueueWaits(batch)
 			return batch, edits, true
 		case w.state == stateClosing:
 			// Close flushes what is already done: a merge whose output is
@@ -142,7 +143,9 @@ func (c *committer) commit(batch []*pending, edits []*edit) {
 	}
 	if len(live) > 0 || len(edits) > 0 {
 		ctx, cancel := context.WithTimeout(w.ctx, w.opts.CommitTimeout)
+		ctx, span := w.startCommit(ctx, live)
 		out, err := c.commitBatch(ctx, live, edits)
+		endSpan(span, err)
 		cancel()
 		c.releaseFold()
 		release()

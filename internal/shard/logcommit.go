@@ -62,6 +62,7 @@ func (c *committer) takeLog() ([]*pending, bool) {
 			copy(batch, w.queue)
 			w.queue = append(w.queue[:0], w.queue[n:]...)
 			w.mu.Unlock()
+			endQueueWaits(batch)
 			return batch, true
 		case w.state == stateClosing:
 			w.mu.Unlock()
@@ -103,7 +104,9 @@ func (c *committer) commitLog(batch []*pending) {
 	}
 	ctx, cancel := context.WithTimeout(w.ctx, w.opts.CommitTimeout)
 	defer cancel()
+	ctx, span := w.startCommit(ctx, live)
 	results, err := c.createBatch(ctx, live)
+	endSpan(span, err)
 	release()
 	for _, p := range live {
 		if err != nil {

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
 
 	"github.com/rolloutd/rolloutd/internal/clock"
@@ -93,6 +94,10 @@ type Options struct {
 	// also after a commit that folded generations (fold.go), with took 0:
 	// a fold has no time of its own.
 	OnMerge func(sources, records int, took time.Duration)
+	// Tracer, when set, gives an append's trace a span for its wait in the
+	// queue and one for the commit that carried it, and each checkpoint
+	// a trace of its own (trace.go). Nil means no tracing work at all.
+	Tracer trace.Tracer
 	// MaxQueuedBytes caps the bytes of records waiting to be committed.
 	// Past it, Append fails with ErrBackpressure. Default 64 MiB.
 	MaxQueuedBytes int64
