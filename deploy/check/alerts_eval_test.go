@@ -3,6 +3,7 @@ package check
 import (
 	"fmt"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -10,12 +11,18 @@ import (
 
 	monitoringv1 "github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring/v1"
 	"github.com/prometheus/common/model"
+	"github.com/prometheus/prometheus/model/histogram"
+	"github.com/prometheus/prometheus/model/labels"
 	"github.com/prometheus/prometheus/promql"
-	"github.com/prometheus/prometheus/promql/promqltest"
+	"github.com/prometheus/prometheus/promql/parser"
+	"github.com/prometheus/prometheus/storage"
+	"github.com/prometheus/prometheus/tsdb/chunkenc"
+	"github.com/prometheus/prometheus/tsdb/chunks"
+	"github.com/prometheus/prometheus/util/annotations"
 )
 
 // alertCases give each new alert series on which it must fire and series
-// on which it must stay quiet, in promqltest's load syntax (one sample a
+// on which it must stay quiet, in promtool's series notation (one sample a
 // step, from time 0; gauges a sample a minute, as the default 5m lookback
 // needs). The alert is evaluated at `at`, and must hold (or
 // stay empty) at every minute of its `for` before it, as Prometheus
@@ -121,7 +128,8 @@ func promSeries(series string, perStep float64, n int) string {
 // quiet ones.
 func TestAlertsFireOnlyWhenTheyShould(t *testing.T) {
 	r := renderRules(t)
-	engine := promqltest.NewTestEngine(t, false, 0, 1_000_000)
+	engine := promql.NewEngine(promql.EngineOpts{MaxSamples: 1_000_000, Timeout: time.Minute})
+	t.Cleanup(func() { _ = engine.Close() })
 	tested := map[string]bool{}
 	for _, tc := range alertCases {
 		rule := findAlert(t, r, tc.alert)
@@ -140,7 +148,7 @@ func TestAlertsFireOnlyWhenTheyShould(t *testing.T) {
 				series string
 				fire   bool
 			}{{tc.fire, true}, {tc.quiet, false}} {
-				steps := evalSteps(t, engine, "load "+tc.step+"\n"+indent(c.series), expr, tc.at-hold, tc.at)
+				steps := evalSteps(t, engine, loadSeries(t, tc.step, c.series), expr, tc.at-hold, tc.at)
 				for i, n := range steps {
 					if c.fire && n == 0 {
 						t.Errorf("does not fire at %v (for %v) on:\n%s", tc.at-hold+time.Duration(i)*time.Minute, hold, c.series)
@@ -164,12 +172,10 @@ func TestAlertsFireOnlyWhenTheyShould(t *testing.T) {
 
 // evalSteps runs expr each minute from start to end on the loaded series
 // and returns how many series it returned at each step.
-func evalSteps(t *testing.T, engine *promql.Engine, load, expr string, start, end time.Duration) []int {
+func evalSteps(t *testing.T, engine *promql.Engine, series []storage.Series, expr string, start, end time.Duration) []int {
 	t.Helper()
-	st := promqltest.LoadedStorage(t, load)
-	t.Cleanup(func() { _ = st.Close() })
 	origin := time.Unix(0, 0).UTC()
-	q, err := engine.NewRangeQuery(t.Context(), st, nil, expr, origin.Add(start), origin.Add(end), time.Minute)
+	q, err := engine.NewRangeQuery(t.Context(), memQueryable(series), nil, expr, origin.Add(start), origin.Add(end), time.Minute)
 	if err != nil {
 		t.Fatalf("%s: %v", expr, err)
 	}
@@ -190,6 +196,80 @@ func evalSteps(t *testing.T, engine *promql.Engine, load, expr string, start, en
 	}
 	return steps
 }
+
+// loadSeries reads one series a line in promtool's notation
+// (`name{labels} 0+10x60`), a sample every step from time 0.
+func loadSeries(t *testing.T, step, text string) []storage.Series {
+	t.Helper()
+	d, err := model.ParseDuration(step)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []storage.Series
+	for _, line := range strings.Split(strings.TrimSpace(text), "\n") {
+		lset, vals, err := parser.NewParser(parser.Options{}).ParseSeriesDesc(strings.TrimSpace(line))
+		if err != nil {
+			t.Fatalf("series %q: %v", line, err)
+		}
+		var samples []chunks.Sample
+		for i, v := range vals {
+			if !v.Omitted {
+				samples = append(samples, floatSample{t: int64(i) * time.Duration(d).Milliseconds(), f: v.Value})
+			}
+		}
+		out = append(out, storage.NewListSeries(lset, samples))
+	}
+	return out
+}
+
+// memQueryable serves series from memory, filtered by the matchers.
+func memQueryable(series []storage.Series) storage.Queryable {
+	return &storage.MockQueryable{MockQuerier: &storage.MockQuerier{
+		SelectMockFunction: func(_ bool, _ *storage.SelectHints, ms ...*labels.Matcher) storage.SeriesSet {
+			var sel []storage.Series
+			for _, s := range series {
+				if matchesAll(s.Labels(), ms) {
+					sel = append(sel, s)
+				}
+			}
+			slices.SortFunc(sel, func(a, b storage.Series) int { return labels.Compare(a.Labels(), b.Labels()) })
+			return &seriesSet{series: sel, i: -1}
+		},
+	}}
+}
+
+func matchesAll(lset labels.Labels, ms []*labels.Matcher) bool {
+	for _, m := range ms {
+		if !m.Matches(lset.Get(m.Name)) {
+			return false
+		}
+	}
+	return true
+}
+
+type seriesSet struct {
+	series []storage.Series
+	i      int
+}
+
+func (s *seriesSet) Next() bool                      { s.i++; return s.i < len(s.series) }
+func (s *seriesSet) At() storage.Series              { return s.series[s.i] }
+func (*seriesSet) Err() error                        { return nil }
+func (*seriesSet) Warnings() annotations.Annotations { return nil }
+
+// floatSample is one float sample of a loaded series.
+type floatSample struct {
+	t int64
+	f float64
+}
+
+func (s floatSample) T() int64                    { return s.t }
+func (floatSample) ST() int64                     { return 0 }
+func (s floatSample) F() float64                  { return s.f }
+func (floatSample) H() *histogram.Histogram       { return nil }
+func (floatSample) FH() *histogram.FloatHistogram { return nil }
+func (floatSample) Type() chunkenc.ValueType      { return chunkenc.ValFloat }
+func (s floatSample) Copy() chunks.Sample         { return s }
 
 func findAlert(t *testing.T, r *monitoringv1.PrometheusRule, alert string) monitoringv1.Rule {
 	t.Helper()
@@ -216,14 +296,6 @@ func inlineRecorded(r *monitoringv1.PrometheusRule, expr string) string {
 		}
 	}
 	return expr
-}
-
-func indent(s string) string {
-	var b strings.Builder
-	for _, l := range strings.Split(strings.TrimSpace(s), "\n") {
-		b.WriteString("  " + strings.TrimSpace(l) + "\n")
-	}
-	return b.String()
 }
 
 func formatFloat(f float64) string { return strconv.FormatFloat(f, 'f', -1, 64) }
