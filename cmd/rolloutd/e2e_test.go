@@ -50,6 +50,10 @@ func TestBinaryOnAzurite(t *testing.T) {
 	if n := p.Metric("rolloutd_rpc_duration_seconds_count", `method="Get"`); n != 1 {
 		t.Errorf("Get latency samples %v, want 1", n)
 	}
+	// Every HTTP try to Azure is counted, beside the operations.
+	if n := p.Metric("rolloutd_blob_tries_total", `status="2xx"`); n < 2 {
+		t.Errorf("rolloutd_blob_tries_total{status=\"2xx\"} %v, want at least the two create-only puts", n)
+	}
 
 	if code, took := p.Signal(syscall.SIGTERM, 30*time.Second); code != 0 {
 		t.Errorf("exit code %d after SIGTERM (%v)", code, took)
@@ -240,6 +244,10 @@ func TestBinaryLocalStore(t *testing.T) {
 	m := metricsText(t, p.MetricsAddr)
 	if !strings.Contains(m, "\nrolloutd_store_failed 0\n") {
 		t.Errorf("/metrics has no rolloutd_store_failed 0:\n%s", m)
+	}
+	// The Azure tries are exported at 0, for the alert and the dashboard.
+	if !strings.Contains(m, "\nrolloutd_blob_tries_total{status=\"503\"} 0\n") {
+		t.Errorf("/metrics has no rolloutd_blob_tries_total{status=\"503\"} 0:\n%s", m)
 	}
 	// The append's puts were made durable in groups, and counted.
 	for _, name := range []string{"rolloutd_localstore_sync_group_size", "rolloutd_localstore_sync_group_seconds"} {

@@ -278,8 +278,12 @@ func shutdownTracing(tp *tracing.Provider, log *zap.Logger, budget time.Duration
 // openStore opens the one blob store of the process, the only place that
 // knows which backend is in use. Every writer and the reader share it; for
 // Azure that is one client over one connection pool. The local store's
-// metrics are registered on reg.
+// metrics, and the Azure tries (rolloutd_blob_tries_total), are registered
+// on reg.
 func openStore(ctx context.Context, cfg *config, log *zap.Logger, reg prometheus.Registerer) (blob.Store, func() error, error) {
+	// Registered on either backend, so that dashboards and alerts find the
+	// series (at 0 on the local store).
+	tries := azure.NewTryMetrics(reg)
 	if cfg.store.Container == "" {
 		s, err := localstore.Open(cfg.store.Dir, localstore.WithGroupObserver(localGroupMetrics(reg)))
 		if err != nil {
@@ -291,6 +295,7 @@ func openStore(ctx context.Context, cfg *config, log *zap.Logger, reg prometheus
 	ctx, cancel := context.WithTimeout(ctx, storeOpenTimeout)
 	defer cancel()
 	s, err := azure.New(ctx, azure.Config{
+		Tries:            tries,
 		Container:        cfg.store.Container,
 		Prefix:           cfg.store.Prefix,
 		ConnectionString: cfg.azureConn,

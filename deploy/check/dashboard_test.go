@@ -103,6 +103,7 @@ func TestDashboardQueriesParse(t *testing.T) {
 		"rolloutd_writer_fences_total",         // fences
 		"rolloutd_append_self_heals_total",     // self-heals
 		"rolloutd_blob_operation_duration_seconds_bucket",
+		"rolloutd_blob_tries_total",          // Azure throttling (429, 503) the SDK retried
 		"rolloutd_records_scanned_total",     // records scanned
 		"rolloutd_rpc_decode_failures_total", // requests that do not decode
 	} {

@@ -57,8 +57,13 @@
 //   - the alert rules (deploy/k8s/monitoring) decode strictly with the
 //     Prometheus Operator's own PrometheusRule type, pass Prometheus' rule
 //     file validation (rulefmt: expressions, templates, durations), alert
-//     on every condition the docs name, and select only metrics that the
-//     binary, started under mutual TLS with a policy, exports;
+//     on every condition the docs name, and select only rolloutd metrics
+//     that the binary, started under mutual TLS with a policy, exports,
+//     names recorded in the same file, or external names on an allow-list
+//     (externalMetrics); every alert's runbook_url is its own section of
+//     docs/runbooks.md; the SLO burn-rate thresholds match the objectives;
+//     and the newer alerts, evaluated by Prometheus' engine, fire on series
+//     that should fire them and stay quiet on others;
 //   - the aks overlay (mtls plus the AKS values) passes the same rules as
 //     the mtls overlay, and is the text docs/operations.md writes;
 //   - the optional parts (components/purge, export, monitoring) compose on

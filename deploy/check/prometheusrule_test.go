@@ -22,6 +22,7 @@ import (
 	"google.golang.org/grpc/credentials"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"sigs.k8s.io/yaml"
 
 	"github.com/rolloutd/rolloutd/internal/testutil/testpki"
@@ -54,6 +55,15 @@ var alertConditions = []struct {
 	{"shutdown timeouts", "rolloutd_shutdown_timeouts_total", ""},
 	{"a failed local store", "rolloutd_store_failed", ""},
 	{"a full local store", "rolloutd_rpc_error_reasons_total", `reason="STORE_FULL"`},
+	{"a target down", "up", `job="` + scrapeJob + `"`},
+	{"Azure throttling", "rolloutd_blob_tries_total", `status=~"429|503"`},
+	{"a merge backlog", "rolloutd_shard_generations_max", ""},
+	{"request-budget saturation", "rolloutd_request_budget_in_use_bytes", ""},
+	{"refusals for memory", "rolloutd_admission_refusals_total", `reason=~"budget|connection_share|identity_share"`},
+	{"Append errors (SLO)", "rolloutd:append_errors:ratio_rate5m", ""},
+	{"Append latency (SLO)", "rolloutd:append_slow:ratio_rate5m", ""},
+	{"the purge CronJob failing", "kube_cronjob_status_last_successful_time", `cronjob="rolloutd-purge"`},
+	{"the purge CronJob not running", "kube_cronjob_status_last_schedule_time", `cronjob="rolloutd-purge"`},
 }
 
 // renderRules renders deploy/k8s/monitoring and returns its one
@@ -100,12 +110,15 @@ func ruleProblems(r *monitoringv1.PrometheusRule) (problems []string, selectors 
 		}
 	}
 
+	recorded := recordedNames(r)
 	for _, g := range r.Spec.Groups {
 		for _, rule := range g.Rules {
 			name := g.Name + "/" + rule.Alert
 			if rule.Alert == "" {
-				add("%s: a recording rule (%s); this file holds alerts only", g.Name, rule.Record)
-				continue
+				name = g.Name + "/" + rule.Record
+				if !recordingName.MatchString(rule.Record) {
+					add("%s: a recording rule's name must read level:metric:operations (rolloutd:...:...)", name)
+				}
 			}
 			expr, err := p.ParseExpr(rule.Expr.String())
 			if err != nil {
@@ -124,6 +137,11 @@ func ruleProblems(r *monitoringv1.PrometheusRule) (problems []string, selectors 
 				}
 				return nil
 			})
+			if rule.Alert == "" {
+				continue
+			}
+			problems = append(problems, runbookProblems(name, rule.Annotations["runbook_url"])...)
+			problems = append(problems, sloProblems(name, rule.Labels["slo"], expr)...)
 			switch rule.Labels["severity"] {
 			case "critical", "warning", "info":
 			default:
@@ -133,6 +151,9 @@ func ruleProblems(r *monitoringv1.PrometheusRule) (problems []string, selectors 
 				add("%s: needs a summary and a description", name)
 			}
 		}
+	}
+	for _, n := range sortedKeys(selectors) {
+		problems = append(problems, metricNameProblem(n, recorded)...)
 	}
 	for _, c := range alertConditions {
 		if !slices.ContainsFunc(selectors[c.metric], func(ms string) bool { return strings.Contains(ms, c.matcher) }) {
@@ -150,11 +171,17 @@ func TestPrometheusRulesLoad(t *testing.T) {
 	for _, p := range problems {
 		t.Error(p)
 	}
-	n := 0
+	alerts, records := 0, 0
 	for _, g := range r.Spec.Groups {
-		n += len(g.Rules)
+		for _, rule := range g.Rules {
+			if rule.Alert != "" {
+				alerts++
+			} else {
+				records++
+			}
+		}
 	}
-	t.Logf("PrometheusRule/%s: %d groups, %d alerts; every expression parses; metrics: %v", r.Name, len(r.Spec.Groups), n, sortedKeys(selectors))
+	t.Logf("PrometheusRule/%s: %d groups, %d alerts, %d recording rules; every expression parses; metrics: %v", r.Name, len(r.Spec.Groups), alerts, records, sortedKeys(selectors))
 }
 
 // Each rule check fires on a broken copy.
@@ -171,6 +198,37 @@ func TestPrometheusRuleChecksFire(t *testing.T) {
 			r.Spec.Groups[0].Rules[0].Annotations["summary"] = "on {{ $labels.pod }"
 		}, "rulefmt"},
 		{"no severity", func(r *monitoringv1.PrometheusRule) { delete(r.Spec.Groups[0].Rules[0].Labels, "severity") }, "severity"},
+		{"runbook anchor misspelled", func(r *monitoringv1.PrometheusRule) {
+			r.Spec.Groups[0].Rules[0].Annotations["runbook_url"] = runbookURL + "#rolloutddataloos"
+		}, "anchor #rolloutddataloos is no heading of docs/runbooks.md"},
+		{"runbook anchor of another alert", func(r *monitoringv1.PrometheusRule) {
+			r.Spec.Groups[0].Rules[0].Annotations["runbook_url"] = runbookURL + "#rolloutdstorefull"
+		}, "is not the alert's own section #rolloutddataloss"},
+		{"runbook elsewhere", func(r *monitoringv1.PrometheusRule) {
+			r.Spec.Groups[0].Rules[0].Annotations["runbook_url"] = "https://example.com/runbooks.md#rolloutddataloss"
+		}, "does not point into"},
+		{"no runbook", func(r *monitoringv1.PrometheusRule) { delete(r.Spec.Groups[0].Rules[0].Annotations, "runbook_url") }, "no runbook_url"},
+		{"external metric misspelled", func(r *monitoringv1.PrometheusRule) {
+			setExpr(r, "RolloutdPurgeNotScheduled", `time() - max by (namespace, cronjob) (kube_cronjob_status_last_schedule_tme{cronjob="rolloutd-purge"}) > 26 * 3600`)
+		}, "metric kube_cronjob_status_last_schedule_tme is neither rolloutd's"},
+		{"recorded name misspelled", func(r *monitoringv1.PrometheusRule) {
+			setExpr(r, "RolloutdAppendErrorBudgetBurnSlow", `rolloutd:append_errors:ratio_rate3days > (1 * 0.001) and rolloutd:append_errors:ratio_rate6h > (1 * 0.001)`)
+		}, "rolloutd:append_errors:ratio_rate3days looks recorded but no recording rule defines it"},
+		{"SLO threshold drifts from the objective", func(r *monitoringv1.PrometheusRule) {
+			setExpr(r, "RolloutdAppendLatencyBudgetBurnSlow", `rolloutd:append_slow:ratio_rate3d > (1 * 0.001) and rolloutd:append_slow:ratio_rate6h > (1 * 0.01)`)
+		}, "the budget of slo append-latency (objective 0.99) is 0.01"},
+		{"SLO alert on the other SLO's ratios", func(r *monitoringv1.PrometheusRule) {
+			setExpr(r, "RolloutdAppendLatencyBudgetBurnSlow", `rolloutd:append_errors:ratio_rate3d > (1 * 0.01) and rolloutd:append_slow:ratio_rate6h > (1 * 0.01)`)
+		}, "not slo append-latency's recorded ratios"},
+		{"recording rule badly named", func(r *monitoringv1.PrometheusRule) {
+			for gi := range r.Spec.Groups {
+				for ri := range r.Spec.Groups[gi].Rules {
+					if r.Spec.Groups[gi].Rules[ri].Record == "rolloutd:append_errors:ratio_rate5m" {
+						r.Spec.Groups[gi].Rules[ri].Record = "append_errors_ratio_rate5m"
+					}
+				}
+			}
+		}, "must read level:metric:operations"},
 		{"DataLoss alert dropped", func(r *monitoringv1.PrometheusRule) {
 			r.Spec.Groups[0].Rules = slices.DeleteFunc(r.Spec.Groups[0].Rules, func(rl monitoringv1.Rule) bool { return rl.Alert == "RolloutdDataLoss" })
 		}, `no alert on DATA_LOSS answers`},
@@ -184,6 +242,19 @@ func TestPrometheusRuleChecksFire(t *testing.T) {
 			}
 		})
 	}
+}
+
+// setExpr replaces the expression of the alert named alert.
+func setExpr(r *monitoringv1.PrometheusRule, alert, expr string) {
+	for gi := range r.Spec.Groups {
+		for ri := range r.Spec.Groups[gi].Rules {
+			if r.Spec.Groups[gi].Rules[ri].Alert == alert {
+				r.Spec.Groups[gi].Rules[ri].Expr = intstr.FromString(expr)
+				return
+			}
+		}
+	}
+	panic("no alert " + alert)
 }
 
 // A misspelled field in the PrometheusRule fails strict decoding with the
@@ -239,17 +310,50 @@ func TestPrometheusRuleMetricsAreExported(t *testing.T) {
 		t.Fatalf("health Check over mTLS: %v", err)
 	}
 	exported := scrapeMetricNames(t, "http://"+metricsAddr+"/metrics")
+	if missing := unexported(selectors, exported); len(missing) > 0 {
+		t.Errorf("the alert rules select metrics that rolloutd's /metrics does not export: %v", missing)
+	} else {
+		own := 0
+		for name := range selectors {
+			if strings.HasPrefix(name, rolloutdMetricPrefix) {
+				own++
+			}
+		}
+		t.Logf("/metrics (under mTLS with a policy) exports all %d rolloutd metrics the rules select (the %d others are recorded or external)", own, len(selectors)-own)
+	}
+}
+
+// unexported lists the rolloutd metrics the rules select that rolloutd
+// does not export. Recorded and external names are ruleProblems' matter.
+func unexported(selectors map[string][]string, exported map[string]bool) []string {
 	var missing []string
 	for name := range selectors {
-		if !exported[name] {
+		if strings.HasPrefix(name, rolloutdMetricPrefix) && !exported[name] {
 			missing = append(missing, name)
 		}
 	}
 	sort.Strings(missing)
-	if len(missing) > 0 {
-		t.Errorf("the alert rules select metrics that rolloutd's /metrics does not export: %v", missing)
-	} else {
-		t.Logf("/metrics (under mTLS with a policy) exports all %d metrics the alert rules select", len(selectors))
+	return missing
+}
+
+// A misspelled rolloutd metric is caught by the exported-metrics check,
+// not waved through as recorded or external.
+func TestMisspelledRolloutdMetricFails(t *testing.T) {
+	r := renderRules(t)
+	setExpr(r, "RolloutdMergeBacklog", "max by (namespace, pod) (rolloutd_shard_generation_max) > 64")
+	problems, selectors := ruleProblems(r)
+	exported := map[string]bool{}
+	for name := range selectors {
+		exported[name] = true
+	}
+	delete(exported, "rolloutd_shard_generation_max") // what /metrics would say
+	if got := unexported(selectors, exported); !slices.Equal(got, []string{"rolloutd_shard_generation_max"}) {
+		t.Errorf("unexported = %v, want the misspelled name", got)
+	}
+	for _, p := range problems {
+		if strings.Contains(p, "rolloutd_shard_generation_max") {
+			t.Errorf("ruleProblems should leave rolloutd names to /metrics: %s", p)
+		}
 	}
 }
 

@@ -85,6 +85,9 @@ type Config struct {
 	WrapTransport func(http.RoundTripper) http.RoundTripper
 	// Logger receives startup and recovery events; nil means zap.NewNop().
 	Logger *zap.Logger
+	// Tries, when set, counts every HTTP try by its status (NewTryMetrics),
+	// including the tries the SDK retries without the caller seeing them.
+	Tries *TryMetrics
 
 	// Test hooks.
 	dial        func(ctx context.Context, network, addr string) (net.Conn, error)

@@ -78,7 +78,7 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 				RetryDelay:    cfg.RetryDelay,
 				MaxRetryDelay: cfg.MaxRetryDelay,
 			},
-			PerRetryPolicies: []policy.Policy{tryRecorder{}},
+			PerRetryPolicies: []policy.Policy{tryRecorder{metrics: cfg.Tries}},
 			Telemetry:        policy.TelemetryOptions{ApplicationID: "rolloutd"},
 		},
 	}

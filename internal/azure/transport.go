@@ -71,11 +71,13 @@ func withOpState(ctx context.Context) (context.Context, *opState) {
 }
 
 // tryRecorder is a per-try pipeline policy (it runs inside the SDK's retry
-// loop, once per try) that fills in the operation's opState.
-type tryRecorder struct{}
+// loop, once per try) that fills in the operation's opState and counts the
+// try in metrics (nil: not counted).
+type tryRecorder struct{ metrics *TryMetrics }
 
-func (tryRecorder) Do(req *policy.Request) (*http.Response, error) {
+func (r tryRecorder) Do(req *policy.Request) (*http.Response, error) {
 	resp, err := req.Next()
+	r.metrics.observe(resp, err)
 	if st, ok := req.Raw().Context().Value(opStateKey{}).(*opState); ok {
 		st.tries.Add(1)
 		if tryMaybeApplied(resp, err) {
