@@ -64,6 +64,10 @@
 //     docs/runbooks.md; the SLO burn-rate thresholds match the objectives;
 //     and the newer alerts, evaluated by Prometheus' engine, fire on series
 //     that should fire them and stay quiet on others;
+//   - the monitoring component's PodMonitor, rendered with overlays/aks,
+//     selects the server's pods, gives them the job the alerts select, and
+//     scrapes the port, path, scheme and CA the Deployment serves metrics
+//     with;
 //   - the aks overlay (mtls plus the AKS values) passes the same rules as
 //     the mtls overlay, and is the text docs/operations.md writes;
 //   - the optional parts (components/purge, export, monitoring) compose on

@@ -33,7 +33,7 @@ import (
 // deploy/k8s decodes strictly, so a misspelled field fails like one in a
 // Deployment.
 func init() {
-	scheme.AddKnownTypes(monitoringv1.SchemeGroupVersion, &monitoringv1.PrometheusRule{})
+	scheme.AddKnownTypes(monitoringv1.SchemeGroupVersion, &monitoringv1.PrometheusRule{}, &monitoringv1.PodMonitor{})
 }
 
 const rulesDir = "monitoring"
@@ -73,10 +73,13 @@ func renderRules(t *testing.T) *monitoringv1.PrometheusRule {
 	_, b := renderOnDisk(t, rulesDir)
 	var rules []*monitoringv1.PrometheusRule
 	for _, o := range b.objects {
-		if r, ok := o.(*monitoringv1.PrometheusRule); ok {
-			rules = append(rules, r)
-		} else {
-			t.Errorf("%s renders %s; want only PrometheusRule", rulesDir, describe(o))
+		switch o := o.(type) {
+		case *monitoringv1.PrometheusRule:
+			rules = append(rules, o)
+		case *monitoringv1.PodMonitor:
+			// TestPodMonitorScrapesTheServer checks it.
+		default:
+			t.Errorf("%s renders %s; want only a PrometheusRule and a PodMonitor", rulesDir, describe(o))
 		}
 	}
 	if len(rules) != 1 {

@@ -37,8 +37,9 @@ var externalMetrics = map[string]string{
 	"kube_cronjob_status_last_successful_time": "kube-state-metrics (CronJob)",
 }
 
-// scrapeJob is the job label rolloutd's targets carry: the PodMonitor in
-// docs/operations.md sets jobLabel app.kubernetes.io/name (value rolloutd).
+// scrapeJob is the job label rolloutd's targets carry: the PodMonitor of
+// deploy/k8s/monitoring sets jobLabel app.kubernetes.io/name (value
+// rolloutd), which TestPodMonitorScrapesTheServer holds.
 const scrapeJob = "rolloutd"
 
 // slos are the objectives the burn-rate alerts hold, the one place the
