@@ -193,7 +193,9 @@ class PermissionDenied(RolloutdError):
 
 class ResourceExhausted(RolloutdError):
     """BACKPRESSURE and RATE_LIMITED (retried by ``append`` until its
-    deadline), or TOO_LARGE: split the batch (see ``field_violations``)."""
+    deadline), or TOO_LARGE: never resend as is. ``field_violations`` names
+    ``records`` (split the batch) or one record, ``records[3]`` (shrink it, or
+    raise the server's ``--max-record-bytes``)."""
 
     code = grpc.StatusCode.RESOURCE_EXHAUSTED
 
