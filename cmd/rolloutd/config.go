@@ -126,7 +126,9 @@ in blob storage: a local directory by default, or Azure Blob Storage.
 Its RPCs: %s.
 Every flag can also be set with the environment variable
 %s<FLAG_IN_CAPS> (--max-writers: %sMAX_WRITERS); a flag wins over
-its variable, which wins over the default.
+its variable, which wins over the default. Tracing is configured by the
+standard OpenTelemetry variables (OTEL_TRACES_EXPORTER=otlp or
+OTEL_EXPORTER_OTLP_ENDPOINT turns it on; docs/operations.md, "Tracing").
 
 Usage: rolloutd [serve] [flags]
        rolloutd COMMAND [flags]

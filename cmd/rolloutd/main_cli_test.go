@@ -179,4 +179,11 @@ func TestHelpNamesEveryRPCAndVerb(t *testing.T) {
 			t.Errorf("--authz-file's help does not name the verb %s: %q", v, authzHelp)
 		}
 	}
+	// Tracing has no flag: the help is where a reader of it learns that the
+	// OTEL_* variables turn it on.
+	for _, v := range []string{"OTEL_TRACES_EXPORTER", "OTEL_EXPORTER_OTLP_ENDPOINT"} {
+		if !strings.Contains(help, v) {
+			t.Errorf("--help does not name %s, which turns tracing on", v)
+		}
+	}
 }
