@@ -66,7 +66,22 @@ type cmCertificateSpec struct {
 	EncodeUsagesInRequest   *bool                   `json:"encodeUsagesInRequest,omitempty"`
 	RevisionHistoryLimit    *int32                  `json:"revisionHistoryLimit,omitempty"`
 	AdditionalOutputFormats []cmAdditionalOutFormat `json:"additionalOutputFormats,omitempty"`
-	NameConstraints         *runtime.RawExtension   `json:"nameConstraints,omitempty"`
+	NameConstraints         *cmNameConstraints      `json:"nameConstraints,omitempty"`
+}
+
+// cmNameConstraints is cert-manager's nameConstraints of a CA Certificate
+// (cert-manager 1.14+), typed so that a misspelled field fails to decode.
+type cmNameConstraints struct {
+	Critical  bool                  `json:"critical,omitempty"`
+	Permitted *cmNameConstraintItem `json:"permitted,omitempty"`
+	Excluded  *cmNameConstraintItem `json:"excluded,omitempty"`
+}
+
+type cmNameConstraintItem struct {
+	DNSDomains     []string `json:"dnsDomains,omitempty"`
+	IPRanges       []string `json:"ipRanges,omitempty"`
+	EmailAddresses []string `json:"emailAddresses,omitempty"`
+	URIDomains     []string `json:"uriDomains,omitempty"`
 }
 
 type cmX509Subject struct {
@@ -427,4 +442,26 @@ func TestMisspelledCertificateFails(t *testing.T) {
 			t.Logf("misspelled %q fails as it should: %v", typo, err)
 		}
 	}
+}
+
+// A misspelled field of a Certificate's nameConstraints fails to decode, so
+// a typo cannot silently leave the intermediate unconstrained.
+func TestMisspelledNameConstraintsFails(t *testing.T) {
+	_, err := decodeManifests([]byte(`apiVersion: cert-manager.io/v1
+kind: Certificate
+metadata:
+  name: x
+spec:
+  isCA: true
+  secretName: x
+  issuerRef: {name: ca}
+  nameConstraints:
+    critical: true
+    permitted:
+      dnsDomain: [rolloutd]
+`))
+	if err == nil || !strings.Contains(err.Error(), "dnsDomain") {
+		t.Fatalf("a Certificate with nameConstraints.permitted.dnsDomain decoded: %v", err)
+	}
+	t.Logf("fails as it should: %v", err)
 }

@@ -294,7 +294,7 @@ func spiffeProblems(objs []runtime.Object) []string {
 			add("Certificate %s is allowed by no CertificateRequestPolicy bound in its namespace: with the built-in approver off it is never issued", key)
 		}
 	}
-	return out
+	return append(out, clientIdentityProblems(b, certs, policies, bound)...)
 }
 
 // policyAllows reports whether a policy selects the certificate's issuer
@@ -385,7 +385,7 @@ func TestSpiffeComponent(t *testing.T) {
 
 // Each spiffe rule fires on a broken copy.
 func TestSpiffeRulesFire(t *testing.T) {
-	for _, tc := range []struct {
+	cases := []struct {
 		name, want string
 		mutate     func(objs []runtime.Object) []runtime.Object
 	}{
@@ -422,7 +422,8 @@ func TestSpiffeRulesFire(t *testing.T) {
 			}
 			return objs
 		}},
-	} {
+	}
+	for _, tc := range append(cases, spiffeIdentityCases()...) {
 		t.Run(tc.name, func(t *testing.T) {
 			_, b := renderAKSWith(t, "components/purge", "components/spiffe")
 			got := strings.Join(spiffeProblems(tc.mutate(b.objects)), "\n")
