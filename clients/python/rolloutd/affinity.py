@@ -183,8 +183,9 @@ class Endpoints(Generic[C]):
         # under it.
         self._lock = threading.RLock()
         self._channels: Dict[str, C] = {}
-        # Calls in flight per channel, and the channels renew retired that
-        # still have some: each is closed when its last call ends.
+        # Calls in flight per channel, and the channels retired (by renew,
+        # or a pod leaving the ring) that still have some: each is closed
+        # when its last call ends.
         self._inflight: Dict[C, int] = {}
         self._draining: Dict[C, None] = {}
         self._ejected: Dict[str, float] = {}
@@ -236,15 +237,21 @@ class Endpoints(Generic[C]):
         return ch
 
     def _retire(self, ring: Ring) -> None:
-        gone = [a for a in self._channels if a not in ring.addresses]
-        if not gone:
-            return
+        """Drops the channels of pods no longer resolved. One with calls in
+        flight drains as renew's do: closing it would cancel them, and a
+        cancelled call is never resent (an append would not even know
+        whether it landed)."""
+        idle = []
         with self._lock:
-            for a in gone:
-                ch = self._channels.pop(a, None)
+            for a in [a for a in self._channels if a not in ring.addresses]:
+                ch = self._channels.pop(a)
                 self._ejected.pop(a, None)
-                if ch is not None:
-                    self._close(ch)
+                if self._inflight.get(ch):
+                    self._draining[ch] = None
+                else:
+                    idle.append(ch)
+        for ch in idle:
+            self._close(ch)
 
     def pick(self, shard: str) -> Tuple[str, C]:
         ring = self._ring

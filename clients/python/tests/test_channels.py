@@ -1,0 +1,57 @@
+"""A channel is closed only once no call runs on it: when its pod leaves the
+resolver's answer, when a certificate renewal replaces it, and when the call
+on it was a scan its caller walked away from; and the asyncio client closes
+every channel it retires."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import threading
+
+import grpc
+import pytest
+
+import rolloutd
+import rolloutd.aio
+from rolloutd.affinity import Endpoints
+from fakes import FakeServer, ok
+
+
+def test_a_call_in_flight_survives_its_pod_leaving_the_resolver():
+    entered, answer = threading.Event(), threading.Event()
+
+    def slow(req, ctx):
+        entered.set()
+        answer.wait(30)
+        return ok(req, ctx)
+
+    a, b = FakeServer([slow]), FakeServer([ok])
+    try:
+        with rolloutd.Client(a.addr, affinity=rolloutd.Affinity(addresses=[a.addr])) as c:
+            got = {}
+
+            def call() -> None:
+                try:
+                    got["res"] = c.append("pods/a", [{"id": "r-1"}])
+                except rolloutd.RolloutdError as e:
+                    got["err"] = e
+
+            th = threading.Thread(target=call)
+            th.start()
+            assert entered.wait(10)
+            c.endpoints.set_addresses([b.addr])
+            # The first call makes b's channel, the second retires a's.
+            c.append("pods/b", [{"id": "r-2"}])
+            c.append("pods/b", [{"id": "r-3"}])
+            draining = c.endpoints.draining
+            answer.set()
+            th.join(10)
+            assert "err" not in got, got
+            assert got["res"][0].id == "id-0"
+            assert draining == 1
+            assert c.endpoints.draining == 0
+    finally:
+        answer.set()
+        a.stop()
+        b.stop()
