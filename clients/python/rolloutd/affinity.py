@@ -277,13 +277,19 @@ class Endpoints(Generic[C]):
             self._inflight[ch] = self._inflight.get(ch, 0) + 1
             return addr, ch
 
-    def hold(self, ch: C) -> None:
-        """Counts a call in flight on ch, one of ``channels()``."""
+    def hold_all(self) -> List[Tuple[str, C]]:
+        """``channels()``, each counted in flight until ``release``. They
+        are counted under the lock that renew takes: a channel looked up
+        first and counted later could be closed in between by a renewal in
+        another thread (or another task, across an await)."""
         with self._lock:
-            self._inflight[ch] = self._inflight.get(ch, 0) + 1
+            chans = self._all()
+            for _, ch in chans:
+                self._inflight[ch] = self._inflight.get(ch, 0) + 1
+            return chans
 
     def release(self, ch: C) -> None:
-        """Ends a call counted by acquire or hold; the last call on a
+        """Ends a call counted by acquire or hold_all; the last call on a
         retired channel closes it."""
         with self._lock:
             n = self._inflight.get(ch, 0) - 1
@@ -330,7 +336,11 @@ class Endpoints(Generic[C]):
         self._ejected.pop(addr, None)
 
     def channels(self) -> List[Tuple[str, C]]:
-        """Every address with a channel; with affinity, one per pod."""
+        """Every address with a channel; with affinity, one per pod. For
+        inspection: a call on one needs ``hold_all``."""
+        return self._all()
+
+    def _all(self) -> List[Tuple[str, C]]:
         if self._ring is None:
             return [(self._target, self._channel(self._target))]
         return [(a, self._channel(a)) for a in self._ring.addresses]

@@ -320,19 +320,21 @@ class Client:
         first: Optional[HealthStatus] = None
         last_err: Optional[errors.RolloutdError] = None
         self._renew_if_changed()
-        for _, stubs in self._endpoints.channels():
-            self._endpoints.hold(stubs)
-            try:
-                resp = stubs.calls[_calls.HEALTH_CHECK](health_pb2.HealthCheckRequest(service=service), timeout=t)
-            except grpc.RpcError as e:
-                last_err = errors.from_rpc_error(e)
-                continue
-            finally:
+        held = self._endpoints.hold_all()
+        try:
+            for _, stubs in held:
+                try:
+                    resp = stubs.calls[_calls.HEALTH_CHECK](health_pb2.HealthCheckRequest(service=service), timeout=t)
+                except grpc.RpcError as e:
+                    last_err = errors.from_rpc_error(e)
+                    continue
+                st = HealthStatus(resp.status)
+                if st == HealthStatus.SERVING:
+                    return st
+                first = first if first is not None else st
+        finally:
+            for _, stubs in held:
                 self._endpoints.release(stubs)
-            st = HealthStatus(resp.status)
-            if st == HealthStatus.SERVING:
-                return st
-            first = first if first is not None else st
         if first is not None:
             return first
         assert last_err is not None

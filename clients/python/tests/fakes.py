@@ -15,6 +15,7 @@ from google.protobuf import any_pb2, duration_pb2
 
 from rolloutd._proto.rollout.v1 import rollout_pb2
 from rolloutd._proto.rolloutd_vendor.google.rpc import error_details_pb2, status_pb2
+from rolloutd._proto.rolloutd_vendor.grpc.health.v1 import health_pb2
 
 
 def status_error(context: grpc.ServicerContext, code: grpc.StatusCode, message: str, reason: Optional[str] = None, retry: Optional[float] = None, field: Optional[str] = None, metadata: Optional[dict] = None) -> None:
@@ -46,7 +47,8 @@ def ok(req: rollout_pb2.AppendRequest, context: grpc.ServicerContext) -> rollout
 
 
 class FakeServer:
-    """Answers Append attempt i with steps[i] (the last step repeats)."""
+    """Answers Append attempt i with steps[i] (the last step repeats), and
+    every health Check with SERVING."""
 
     def __init__(self, steps: List[Step]) -> None:
         self.steps = steps
@@ -58,7 +60,13 @@ class FakeServer:
             "rollout.v1.RolloutService",
             {"Append": grpc.unary_unary_rpc_method_handler(self._append, rollout_pb2.AppendRequest.FromString, rollout_pb2.AppendResponse.SerializeToString)},
         )
-        self._server.add_generic_rpc_handlers((handler,))
+        health = grpc.method_handlers_generic_handler(
+            "grpc.health.v1.Health",
+            {"Check": grpc.unary_unary_rpc_method_handler(
+                lambda req, ctx: health_pb2.HealthCheckResponse(status=health_pb2.HealthCheckResponse.SERVING),
+                health_pb2.HealthCheckRequest.FromString, health_pb2.HealthCheckResponse.SerializeToString)},
+        )
+        self._server.add_generic_rpc_handlers((handler, health))
         port = self._server.add_insecure_port("127.0.0.1:0")
         self.addr = "127.0.0.1:%d" % port
         self._server.start()

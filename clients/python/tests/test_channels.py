@@ -55,3 +55,21 @@ def test_a_call_in_flight_survives_its_pod_leaving_the_resolver():
         answer.set()
         a.stop()
         b.stop()
+
+
+def test_health_survives_a_renewal_right_after_it_looked_up_the_channels(monkeypatch):
+    srv = FakeServer([ok])
+    try:
+        with rolloutd.Client(srv.addr) as c:
+            assert c.health() == rolloutd.HealthStatus.SERVING
+            # A certificate renewal in another thread, landing just after
+            # health() has its channels and before it calls them.
+            for name in ("channels", "hold_all"):
+                orig = getattr(Endpoints, name, None)
+                if orig is not None:
+                    monkeypatch.setattr(Endpoints, name, lambda self, _orig=orig: (_orig(self), self.renew())[0])
+            assert c.health() == rolloutd.HealthStatus.SERVING
+            monkeypatch.undo()
+            assert c.endpoints.draining == 0
+    finally:
+        srv.stop()
