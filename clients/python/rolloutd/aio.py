@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
+import weakref
 from typing import Any, AsyncIterator, Callable, Iterable, List, Optional, Sequence, Tuple, Union
 
 import grpc
@@ -27,7 +28,7 @@ from ._proto.rollout.v1 import rollout_pb2
 from ._proto.rolloutd_vendor.grpc.health.v1 import health_pb2
 from ._retry import DEFAULT_RETRY, RetryPolicy
 from .affinity import Affinity, Endpoints
-from .client import DEFAULT_ATTEMPT_TIMEOUT, DEFAULT_TIMEOUT
+from .client import DEFAULT_ATTEMPT_TIMEOUT, DEFAULT_TIMEOUT, _hold
 from .types import AppendResult, DeleteResult, HealthStatus, ListedShard, Record, RecordLike, Role, ShardInfo, ShardPage
 
 __all__ = ["Client", "Scan"]
@@ -291,9 +292,9 @@ class Scan(AsyncIterator[Record]):
         self._pos = 0
         self._batch_cursor: Optional[int] = None
         self._done = False
-        # The channel of the open stream, counted in flight (see
+        # Ends the count in flight of the open stream's channel, once (see
         # rolloutd.Scan), and the budget of resuming after a break.
-        self._held: Optional[_Stubs] = None
+        self._held: Optional[weakref.finalize] = None
         self._break: Optional[_retry.Budget] = None
         self.reconnects = 0
 
@@ -315,7 +316,7 @@ class Scan(AsyncIterator[Record]):
     def _let_go(self) -> None:
         held, self._held = self._held, None
         if held is not None:
-            self._client._endpoints.release(held)
+            held()
 
     def _open(self) -> Any:
         req = rollout_pb2.ScanRequest()
@@ -329,7 +330,7 @@ class Scan(AsyncIterator[Record]):
             if timeout <= 0:
                 raise errors.DeadlineExceeded("the scan's deadline passed")
         self._addr, self._stubs = self._client._pick(self._shard)
-        self._held = self._stubs
+        self._held = _hold(self, self._client._endpoints, self._stubs)
         return self._stubs.calls[_calls.SCAN](req, timeout=timeout, metadata=((SHARD_HEADER, self._shard),))
 
     async def __anext__(self) -> Record:

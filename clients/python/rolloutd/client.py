@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 import time
 import uuid
+import weakref
 from typing import Any, Callable, Iterable, Iterator, List, Optional, Sequence, Tuple, Union
 
 import grpc
@@ -374,6 +375,14 @@ class Client:
         return Scan(self, req, timeout, self._timeout if reconnect_timeout is None else reconnect_timeout)
 
 
+def _hold(scan: object, endpoints: Endpoints[Any], stubs: Any) -> weakref.finalize:
+    """endpoints.release(stubs), once: when called, or when scan is
+    collected. It holds no reference to scan."""
+    f = weakref.finalize(scan, endpoints.release, stubs)
+    f.atexit = False
+    return f
+
+
 class Scan(Iterator[Record]):
     """The iterator ``Client.scan`` returns.
 
@@ -402,9 +411,12 @@ class Scan(Iterator[Record]):
         self._batch_cursor: Optional[int] = None
         self._done = False
         self._lock = threading.Lock()
-        # The channel of the open stream, counted in flight so that a
-        # certificate renewal does not close it under the stream.
-        self._held: Optional[_Stubs] = None
+        # Ends the count in flight of the open stream's channel (so that a
+        # certificate renewal does not close it under the stream): called
+        # when the stream ends, and by the garbage collector when the
+        # caller breaks off the iteration and drops the scan unclosed, or
+        # the retired channel would never close.
+        self._held: Optional[weakref.finalize] = None
         # The budget of resuming after the current break (docs/clients.md);
         # None while batches arrive.
         self._break: Optional[_retry.Budget] = None
@@ -433,7 +445,7 @@ class Scan(Iterator[Record]):
         with self._lock:
             held, self._held = self._held, None
         if held is not None:
-            self._client._endpoints.release(held)
+            held()
 
     def _open(self) -> Any:
         req = rollout_pb2.ScanRequest()
@@ -447,7 +459,7 @@ class Scan(Iterator[Record]):
             if timeout <= 0:
                 raise errors.DeadlineExceeded("the scan's deadline passed")
         addr, stubs = self._client._pick(self._shard)
-        self._addr, self._stubs, self._held = addr, stubs, stubs
+        self._addr, self._stubs, self._held = addr, stubs, _hold(self, self._client._endpoints, stubs)
         return stubs.calls[_calls.SCAN](req, timeout=timeout, metadata=((SHARD_HEADER, self._shard),))
 
     def __next__(self) -> Record:

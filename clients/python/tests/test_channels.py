@@ -73,3 +73,28 @@ def test_health_survives_a_renewal_right_after_it_looked_up_the_channels(monkeyp
             assert c.endpoints.draining == 0
     finally:
         srv.stop()
+
+
+def test_an_abandoned_scan_lets_its_retired_channel_close(server, shard):
+    with rolloutd.Client(server.addr) as c:
+        c.append(shard, [{"id": "r-1"}])
+        for rec in c.scan(shard, follow=True):
+            assert rec.id == "r-1"
+            c.endpoints.renew()
+            assert c.endpoints.draining == 1
+            break  # and never closed
+        gc.collect()
+        assert c.endpoints.draining == 0
+
+
+@pytest.mark.asyncio
+async def test_an_abandoned_asyncio_scan_lets_its_retired_channel_close(server, shard):
+    async with rolloutd.aio.Client(server.addr) as c:
+        await c.append(shard, [{"id": "r-1"}])
+        async for rec in c.scan(shard, follow=True):
+            assert rec.id == "r-1"
+            c.endpoints.renew()
+            assert c.endpoints.draining == 1
+            break
+        gc.collect()
+        assert c.endpoints.draining == 0
