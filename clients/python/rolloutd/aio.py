@@ -17,7 +17,7 @@ import asyncio
 import time
 import uuid
 import weakref
-from typing import Any, AsyncIterator, Callable, Iterable, List, Optional, Sequence, Tuple, Union
+from typing import Any, AsyncIterator, Callable, Iterable, List, Optional, Sequence, Set, Tuple, Union
 
 import grpc
 import grpc.aio
@@ -37,17 +37,24 @@ __all__ = ["Client", "Scan"]
 class _Stubs:
     def __init__(self, channel: grpc.aio.Channel) -> None:
         self.channel = channel
+        # The loop the channel belongs to: its close() must run there.
+        try:
+            self.loop: Optional[asyncio.AbstractEventLoop] = asyncio.get_running_loop()
+        except RuntimeError:
+            self.loop = None
         self.calls = {
             m: (channel.unary_stream if m == _calls.SCAN else channel.unary_unary)(m, request_serializer=s, response_deserializer=d)
             for m, (s, d) in _calls.SERIALIZERS.items()
         }
 
 
-def _close_later(stubs: _Stubs) -> None:
-    try:
-        asyncio.get_running_loop().create_task(stubs.channel.close())
-    except RuntimeError:
-        pass
+def _close_now(stubs: _Stubs) -> None:
+    """Closes a channel whose loop is gone or stopped, so that no close()
+    can be awaited: synchronously, as grpc.aio's own finalizer
+    (Channel.__del__) does."""
+    core = getattr(stubs.channel, "_channel", None)
+    if core is not None and not core.closed():
+        core.close()
 
 
 class Client:
@@ -84,7 +91,10 @@ class Client:
                 return _Stubs(grpc.aio.secure_channel(addr, self._creds.current, opts))
             return _Stubs(grpc.aio.insecure_channel(addr, opts))
 
-        self._endpoints: Endpoints[_Stubs] = Endpoints(target, affinity, make, _close_later)
+        # The tasks closing retired channels: the loop holds tasks only
+        # weakly, so they are kept here until done, and close() awaits them.
+        self._closing: Set["asyncio.Task[None]"] = set()
+        self._endpoints: Endpoints[_Stubs] = Endpoints(target, affinity, make, self._close_later)
         self._closed = False
 
     async def __aenter__(self) -> "Client":
@@ -100,6 +110,29 @@ class Client:
         self._closed = True
         for s in self._endpoints.close():
             await s.channel.close()
+        while self._closing:
+            await asyncio.gather(*self._closing, return_exceptions=True)
+
+    def _close_later(self, stubs: _Stubs) -> None:
+        """Closes a retired channel: in a task on its loop, or at once when
+        that loop no longer runs. Endpoints calls it from the loop, or from
+        another thread (a scan dropped there, a renewal noticed there)."""
+        try:
+            running: Optional[asyncio.AbstractEventLoop] = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        loop = stubs.loop or running
+        if loop is not None and loop is running:
+            self._spawn_close(stubs)
+        elif loop is not None and loop.is_running():
+            loop.call_soon_threadsafe(self._spawn_close, stubs)
+        else:
+            _close_now(stubs)
+
+    def _spawn_close(self, stubs: _Stubs) -> None:
+        task = asyncio.get_running_loop().create_task(stubs.channel.close())
+        self._closing.add(task)
+        task.add_done_callback(self._closing.discard)
 
     @property
     def endpoints(self) -> Endpoints[_Stubs]:

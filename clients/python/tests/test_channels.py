@@ -98,3 +98,33 @@ async def test_an_abandoned_asyncio_scan_lets_its_retired_channel_close(server, 
             break
         gc.collect()
         assert c.endpoints.draining == 0
+
+
+@pytest.mark.asyncio
+async def test_the_asyncio_client_closes_its_retired_channels():
+    srv = FakeServer([ok])
+    try:
+        c = rolloutd.aio.Client(srv.addr)
+        assert await c.health() == rolloutd.HealthStatus.SERVING
+        [(_, first)] = c.endpoints.channels()
+        c.endpoints.renew()
+        [(_, second)] = c.endpoints.channels()
+        # A renewal noticed off the event loop's thread.
+        await asyncio.get_running_loop().run_in_executor(None, c.endpoints.renew)
+        await c.close()
+        assert first.channel.get_state() == grpc.ChannelConnectivity.SHUTDOWN
+        assert second.channel.get_state() == grpc.ChannelConnectivity.SHUTDOWN
+    finally:
+        srv.stop()
+
+
+def test_an_asyncio_channel_retired_after_its_loop_ended_is_closed():
+    async def make() -> rolloutd.aio.Client:
+        c = rolloutd.aio.Client("127.0.0.1:1")
+        c.endpoints.channels()
+        return c
+
+    c = asyncio.run(make())
+    [(_, stubs)] = c.endpoints.channels()
+    c.endpoints.renew()
+    assert stubs.channel.get_state() == grpc.ChannelConnectivity.SHUTDOWN
