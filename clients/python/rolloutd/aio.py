@@ -425,7 +425,11 @@ class Scan(AsyncIterator[Record]):
         resume = _retry.resume_after(err)
         if resume is not None:
             self.cursor = max(self.cursor, resume)
-        if err.reason is None:
+        # As for a unary call: only an attempt that got no answer says
+        # anything about the pod; after SCAN_INTERRUPTED the server answered,
+        # and the wait is the whole backoff.
+        transport = _retry.transport_failure(err)
+        if transport:
             self._client._endpoints.eject(self._addr)
         if self._break is None:
             self._break = _retry.Budget(self._client._retry, self._addr, "Scan", self._reconnect_timeout)
@@ -434,6 +438,5 @@ class Scan(AsyncIterator[Record]):
         wait = budget.next_wait(err)
         if wait is None:
             self._done = True
-            transport = _retry.transport_failure(err)
             raise budget.give_up(err, (await self._client._connected(self._stubs)) if transport else None, self._addr) from e
-        await self._client._pause(self._stubs, wait, err.code == grpc.StatusCode.UNAVAILABLE)
+        await self._client._pause(self._stubs, wait, transport)
