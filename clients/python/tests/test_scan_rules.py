@@ -1,16 +1,30 @@
-"""A scan waits out the whole backoff before resuming when the server
-answered."""
+"""A scan resumes after the same failures as the Go client's, listed once in
+clients/scan_resume.json (client.TestScanResumeTable checks Go against it),
+and waits out the whole backoff when the server answered."""
 
 from __future__ import annotations
+
+import json
 
 import grpc
 import pytest
 
 import rolloutd
 import rolloutd.aio
-from rolloutd import errors
+from rolloutd import _retry, errors
 from rolloutd._proto.rollout.v1 import rollout_pb2
+from conftest import REPO
 from fakes import FakeServer, ok, status_error
+
+CASES = json.loads((REPO / "clients" / "scan_resume.json").read_text())["cases"]
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: "%s-%s-%s" % (c["code"], c["reason"] or "none", c["retry_delay"]))
+def test_scan_resumes_as_the_table_says(case):
+    err = errors.RolloutdError(
+        "broken", code=grpc.StatusCode[case["code"]], reason=case["reason"] or None, retry_delay=case["retry_delay"] or None,
+    )
+    assert _retry.scan_resumable(err) == case["resume"]
 
 
 def _interrupted_then_one_record():
