@@ -49,14 +49,16 @@ def ok(req: rollout_pb2.AppendRequest, context: grpc.ServicerContext) -> rollout
 
 class FakeServer:
     """Answers Append attempt i with steps[i] (the last step repeats), Scan
-    attempt i with scans[i] (likewise), and every health Check with
-    SERVING."""
+    attempt i with scans[i] (likewise), and health Checks with check
+    (SERVING)."""
 
     def __init__(self, steps: List[Step], scans: Optional[List[ScanStep]] = None) -> None:
         self.steps = steps
         self.scans = scans or []
         self.scan_requests: List[rollout_pb2.ScanRequest] = []
         self.scan_times: List[float] = []
+        #: Answers health Checks: a HealthCheckResponse status.
+        self.check: Callable[[health_pb2.HealthCheckRequest, grpc.ServicerContext], int] = lambda req, ctx: health_pb2.HealthCheckResponse.SERVING
         self.requests: List[rollout_pb2.AppendRequest] = []
         self.times: List[float] = []
         self.deadlines: List[Optional[float]] = []
@@ -71,7 +73,7 @@ class FakeServer:
         health = grpc.method_handlers_generic_handler(
             "grpc.health.v1.Health",
             {"Check": grpc.unary_unary_rpc_method_handler(
-                lambda req, ctx: health_pb2.HealthCheckResponse(status=health_pb2.HealthCheckResponse.SERVING),
+                lambda req, ctx: health_pb2.HealthCheckResponse(status=self.check(req, ctx)),
                 health_pb2.HealthCheckRequest.FromString, health_pb2.HealthCheckResponse.SerializeToString)},
         )
         self._server.add_generic_rpc_handlers((handler, health))

@@ -14,6 +14,7 @@ import pytest
 
 import rolloutd
 import rolloutd.aio
+from rolloutd._proto.rolloutd_vendor.grpc.health.v1 import health_pb2
 from rolloutd.affinity import Endpoints
 from fakes import FakeServer, ok
 
@@ -73,6 +74,32 @@ def test_health_survives_a_renewal_right_after_it_looked_up_the_channels(monkeyp
             assert c.endpoints.draining == 0
     finally:
         srv.stop()
+
+
+@pytest.mark.asyncio
+async def test_asyncio_health_survives_a_renewal_during_its_first_check():
+    entered, answer = threading.Event(), threading.Event()
+
+    def slow(req, ctx):
+        entered.set()
+        answer.wait(10)
+        return health_pb2.HealthCheckResponse.NOT_SERVING
+
+    first, second = sorted((FakeServer([ok]), FakeServer([ok])), key=lambda s: s.addr)
+    first.check = slow  # the pod health() asks first
+    try:
+        async with rolloutd.aio.Client(first.addr, affinity=rolloutd.Affinity(addresses=[first.addr, second.addr])) as c:
+            check = asyncio.ensure_future(c.health())
+            assert await asyncio.get_running_loop().run_in_executor(None, entered.wait, 10)
+            c.endpoints.renew()
+            await asyncio.sleep(0.2)  # what renew closes is closed by now
+            answer.set()
+            assert await check == rolloutd.HealthStatus.SERVING
+            assert c.endpoints.draining == 0
+    finally:
+        answer.set()
+        first.stop()
+        second.stop()
 
 
 def test_an_abandoned_scan_lets_its_retired_channel_close(server, shard):
