@@ -1,6 +1,7 @@
 package client
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -148,5 +149,34 @@ func TestDefaultWaitBounds(t *testing.T) {
 	}
 	if lo != 3550*time.Millisecond || hi != 7100*time.Millisecond {
 		t.Errorf("the default waits add up to %v..%v, docs/clients.md says 3.55s..7.1s", lo, hi)
+	}
+}
+
+// A Scan resumes after exactly the failures the table shared with the
+// Python client lists (tests/test_scan_rules.py reads it too).
+func TestScanResumeTable(t *testing.T) {
+	b, err := os.ReadFile("../clients/scan_resume.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var table struct {
+		Cases []struct {
+			Code       codes.Code `json:"code"`
+			Reason     string     `json:"reason"`
+			RetryDelay float64    `json:"retry_delay"`
+			Resume     bool       `json:"resume"`
+		} `json:"cases"`
+	}
+	if err := json.Unmarshal(b, &table); err != nil {
+		t.Fatal(err)
+	}
+	if len(table.Cases) == 0 {
+		t.Fatal("clients/scan_resume.json: no cases")
+	}
+	for _, c := range table.Cases {
+		e := &Error{Code: c.Code, Reason: c.Reason, RetryDelay: time.Duration(c.RetryDelay * float64(time.Second))}
+		if got := retryable(readCall, e); got != c.Resume {
+			t.Errorf("Scan broken with %v %q (RetryInfo %vs): resumes %v, the table says %v", c.Code, c.Reason, c.RetryDelay, got, c.Resume)
+		}
 	}
 }

@@ -131,9 +131,14 @@ def conditional_delete_retry(err: errors.RolloutdError) -> bool:
 
 def scan_resumable(err: errors.RolloutdError) -> bool:
     """Whether a Scan stream that ended with err can be resumed from its
-    cursor: SCAN_INTERRUPTED (the server names its resume point), or any
-    UNAVAILABLE (the connection broke; the client's cursor is exact)."""
-    return err.reason == errors.SCAN_INTERRUPTED or err.code == grpc.StatusCode.UNAVAILABLE
+    cursor: SCAN_INTERRUPTED whatever its code (the server names its
+    resume point), or what a read resends (read_retry: UNAVAILABLE or
+    DEADLINE_EXCEEDED without a reason, the client's cursor being exact;
+    RATE_LIMITED with a RetryInfo). Any other reason, one this client does
+    not know included, ends the scan. These are the Go client's rules
+    (retryable(readCall, e)); clients/scan_resume.json lists them for
+    both."""
+    return err.reason == errors.SCAN_INTERRUPTED or read_retry(err)
 
 
 def resume_after(err: errors.RolloutdError) -> Optional[int]:

@@ -183,8 +183,9 @@ class Endpoints(Generic[C]):
         # under it.
         self._lock = threading.RLock()
         self._channels: Dict[str, C] = {}
-        # Calls in flight per channel, and the channels renew retired that
-        # still have some: each is closed when its last call ends.
+        # Calls in flight per channel, and the channels retired (by renew,
+        # or a pod leaving the ring) that still have some: each is closed
+        # when its last call ends.
         self._inflight: Dict[C, int] = {}
         self._draining: Dict[C, None] = {}
         self._ejected: Dict[str, float] = {}
@@ -236,15 +237,21 @@ class Endpoints(Generic[C]):
         return ch
 
     def _retire(self, ring: Ring) -> None:
-        gone = [a for a in self._channels if a not in ring.addresses]
-        if not gone:
-            return
+        """Drops the channels of pods no longer resolved. One with calls in
+        flight drains as renew's do: closing it would cancel them, and a
+        cancelled call is never resent (an append would not even know
+        whether it landed)."""
+        idle = []
         with self._lock:
-            for a in gone:
-                ch = self._channels.pop(a, None)
+            for a in [a for a in self._channels if a not in ring.addresses]:
+                ch = self._channels.pop(a)
                 self._ejected.pop(a, None)
-                if ch is not None:
-                    self._close(ch)
+                if self._inflight.get(ch):
+                    self._draining[ch] = None
+                else:
+                    idle.append(ch)
+        for ch in idle:
+            self._close(ch)
 
     def pick(self, shard: str) -> Tuple[str, C]:
         ring = self._ring
@@ -270,13 +277,19 @@ class Endpoints(Generic[C]):
             self._inflight[ch] = self._inflight.get(ch, 0) + 1
             return addr, ch
 
-    def hold(self, ch: C) -> None:
-        """Counts a call in flight on ch, one of ``channels()``."""
+    def hold_all(self) -> List[Tuple[str, C]]:
+        """``channels()``, each counted in flight until ``release``. They
+        are counted under the lock that renew takes: a channel looked up
+        first and counted later could be closed in between by a renewal in
+        another thread (or another task, across an await)."""
         with self._lock:
-            self._inflight[ch] = self._inflight.get(ch, 0) + 1
+            chans = self._all()
+            for _, ch in chans:
+                self._inflight[ch] = self._inflight.get(ch, 0) + 1
+            return chans
 
     def release(self, ch: C) -> None:
-        """Ends a call counted by acquire or hold; the last call on a
+        """Ends a call counted by acquire or hold_all; the last call on a
         retired channel closes it."""
         with self._lock:
             n = self._inflight.get(ch, 0) - 1
@@ -323,7 +336,11 @@ class Endpoints(Generic[C]):
         self._ejected.pop(addr, None)
 
     def channels(self) -> List[Tuple[str, C]]:
-        """Every address with a channel; with affinity, one per pod."""
+        """Every address with a channel; with affinity, one per pod. For
+        inspection: a call on one needs ``hold_all``."""
+        return self._all()
+
+    def _all(self) -> List[Tuple[str, C]]:
         if self._ring is None:
             return [(self._target, self._channel(self._target))]
         return [(a, self._channel(a)) for a in self._ring.addresses]

@@ -16,7 +16,8 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from typing import Any, AsyncIterator, Callable, Iterable, List, Optional, Sequence, Tuple, Union
+import weakref
+from typing import Any, AsyncIterator, Callable, Iterable, List, Optional, Sequence, Set, Tuple, Union
 
 import grpc
 import grpc.aio
@@ -27,7 +28,7 @@ from ._proto.rollout.v1 import rollout_pb2
 from ._proto.rolloutd_vendor.grpc.health.v1 import health_pb2
 from ._retry import DEFAULT_RETRY, RetryPolicy
 from .affinity import Affinity, Endpoints
-from .client import DEFAULT_ATTEMPT_TIMEOUT, DEFAULT_TIMEOUT
+from .client import DEFAULT_ATTEMPT_TIMEOUT, DEFAULT_TIMEOUT, _hold
 from .types import AppendResult, DeleteResult, HealthStatus, ListedShard, Record, RecordLike, Role, ShardInfo, ShardPage
 
 __all__ = ["Client", "Scan"]
@@ -36,17 +37,24 @@ __all__ = ["Client", "Scan"]
 class _Stubs:
     def __init__(self, channel: grpc.aio.Channel) -> None:
         self.channel = channel
+        # The loop the channel belongs to: its close() must run there.
+        try:
+            self.loop: Optional[asyncio.AbstractEventLoop] = asyncio.get_running_loop()
+        except RuntimeError:
+            self.loop = None
         self.calls = {
             m: (channel.unary_stream if m == _calls.SCAN else channel.unary_unary)(m, request_serializer=s, response_deserializer=d)
             for m, (s, d) in _calls.SERIALIZERS.items()
         }
 
 
-def _close_later(stubs: _Stubs) -> None:
-    try:
-        asyncio.get_running_loop().create_task(stubs.channel.close())
-    except RuntimeError:
-        pass
+def _close_now(stubs: _Stubs) -> None:
+    """Closes a channel whose loop is gone or stopped, so that no close()
+    can be awaited: synchronously, as grpc.aio's own finalizer
+    (Channel.__del__) does."""
+    core = getattr(stubs.channel, "_channel", None)
+    if core is not None and not core.closed():
+        core.close()
 
 
 class Client:
@@ -83,7 +91,10 @@ class Client:
                 return _Stubs(grpc.aio.secure_channel(addr, self._creds.current, opts))
             return _Stubs(grpc.aio.insecure_channel(addr, opts))
 
-        self._endpoints: Endpoints[_Stubs] = Endpoints(target, affinity, make, _close_later)
+        # The tasks closing retired channels: the loop holds tasks only
+        # weakly, so they are kept here until done, and close() awaits them.
+        self._closing: Set["asyncio.Task[None]"] = set()
+        self._endpoints: Endpoints[_Stubs] = Endpoints(target, affinity, make, self._close_later)
         self._closed = False
 
     async def __aenter__(self) -> "Client":
@@ -99,6 +110,29 @@ class Client:
         self._closed = True
         for s in self._endpoints.close():
             await s.channel.close()
+        while self._closing:
+            await asyncio.gather(*self._closing, return_exceptions=True)
+
+    def _close_later(self, stubs: _Stubs) -> None:
+        """Closes a retired channel: in a task on its loop, or at once when
+        that loop no longer runs. Endpoints calls it from the loop, or from
+        another thread (a scan dropped there, a renewal noticed there)."""
+        try:
+            running: Optional[asyncio.AbstractEventLoop] = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        loop = stubs.loop or running
+        if loop is not None and loop is running:
+            self._spawn_close(stubs)
+        elif loop is not None and loop.is_running():
+            loop.call_soon_threadsafe(self._spawn_close, stubs)
+        else:
+            _close_now(stubs)
+
+    def _spawn_close(self, stubs: _Stubs) -> None:
+        task = asyncio.get_running_loop().create_task(stubs.channel.close())
+        self._closing.add(task)
+        task.add_done_callback(self._closing.discard)
 
     @property
     def endpoints(self) -> Endpoints[_Stubs]:
@@ -228,19 +262,21 @@ class Client:
         first: Optional[HealthStatus] = None
         last_err: Optional[errors.RolloutdError] = None
         self._renew_if_changed()
-        for _, stubs in self._endpoints.channels():
-            self._endpoints.hold(stubs)
-            try:
-                resp = await stubs.calls[_calls.HEALTH_CHECK](health_pb2.HealthCheckRequest(service=service), timeout=t)
-            except grpc.RpcError as e:
-                last_err = errors.from_rpc_error(e)
-                continue
-            finally:
+        held = self._endpoints.hold_all()
+        try:
+            for _, stubs in held:
+                try:
+                    resp = await stubs.calls[_calls.HEALTH_CHECK](health_pb2.HealthCheckRequest(service=service), timeout=t)
+                except grpc.RpcError as e:
+                    last_err = errors.from_rpc_error(e)
+                    continue
+                st = HealthStatus(resp.status)
+                if st == HealthStatus.SERVING:
+                    return st
+                first = first if first is not None else st
+        finally:
+            for _, stubs in held:
                 self._endpoints.release(stubs)
-            st = HealthStatus(resp.status)
-            if st == HealthStatus.SERVING:
-                return st
-            first = first if first is not None else st
         if first is not None:
             return first
         assert last_err is not None
@@ -289,9 +325,9 @@ class Scan(AsyncIterator[Record]):
         self._pos = 0
         self._batch_cursor: Optional[int] = None
         self._done = False
-        # The channel of the open stream, counted in flight (see
+        # Ends the count in flight of the open stream's channel, once (see
         # rolloutd.Scan), and the budget of resuming after a break.
-        self._held: Optional[_Stubs] = None
+        self._held: Optional[weakref.finalize] = None
         self._break: Optional[_retry.Budget] = None
         self.reconnects = 0
 
@@ -313,7 +349,7 @@ class Scan(AsyncIterator[Record]):
     def _let_go(self) -> None:
         held, self._held = self._held, None
         if held is not None:
-            self._client._endpoints.release(held)
+            held()
 
     def _open(self) -> Any:
         req = rollout_pb2.ScanRequest()
@@ -327,7 +363,7 @@ class Scan(AsyncIterator[Record]):
             if timeout <= 0:
                 raise errors.DeadlineExceeded("the scan's deadline passed")
         self._addr, self._stubs = self._client._pick(self._shard)
-        self._held = self._stubs
+        self._held = _hold(self, self._client._endpoints, self._stubs)
         return self._stubs.calls[_calls.SCAN](req, timeout=timeout, metadata=((SHARD_HEADER, self._shard),))
 
     async def __anext__(self) -> Record:
@@ -389,7 +425,11 @@ class Scan(AsyncIterator[Record]):
         resume = _retry.resume_after(err)
         if resume is not None:
             self.cursor = max(self.cursor, resume)
-        if err.reason is None:
+        # As for a unary call: only an attempt that got no answer says
+        # anything about the pod; after SCAN_INTERRUPTED the server answered,
+        # and the wait is the whole backoff.
+        transport = _retry.transport_failure(err)
+        if transport:
             self._client._endpoints.eject(self._addr)
         if self._break is None:
             self._break = _retry.Budget(self._client._retry, self._addr, "Scan", self._reconnect_timeout)
@@ -398,6 +438,5 @@ class Scan(AsyncIterator[Record]):
         wait = budget.next_wait(err)
         if wait is None:
             self._done = True
-            transport = _retry.transport_failure(err)
             raise budget.give_up(err, (await self._client._connected(self._stubs)) if transport else None, self._addr) from e
-        await self._client._pause(self._stubs, wait, err.code == grpc.StatusCode.UNAVAILABLE)
+        await self._client._pause(self._stubs, wait, transport)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 import time
 import uuid
+import weakref
 from typing import Any, Callable, Iterable, Iterator, List, Optional, Sequence, Tuple, Union
 
 import grpc
@@ -320,19 +321,21 @@ class Client:
         first: Optional[HealthStatus] = None
         last_err: Optional[errors.RolloutdError] = None
         self._renew_if_changed()
-        for _, stubs in self._endpoints.channels():
-            self._endpoints.hold(stubs)
-            try:
-                resp = stubs.calls[_calls.HEALTH_CHECK](health_pb2.HealthCheckRequest(service=service), timeout=t)
-            except grpc.RpcError as e:
-                last_err = errors.from_rpc_error(e)
-                continue
-            finally:
+        held = self._endpoints.hold_all()
+        try:
+            for _, stubs in held:
+                try:
+                    resp = stubs.calls[_calls.HEALTH_CHECK](health_pb2.HealthCheckRequest(service=service), timeout=t)
+                except grpc.RpcError as e:
+                    last_err = errors.from_rpc_error(e)
+                    continue
+                st = HealthStatus(resp.status)
+                if st == HealthStatus.SERVING:
+                    return st
+                first = first if first is not None else st
+        finally:
+            for _, stubs in held:
                 self._endpoints.release(stubs)
-            st = HealthStatus(resp.status)
-            if st == HealthStatus.SERVING:
-                return st
-            first = first if first is not None else st
         if first is not None:
             return first
         assert last_err is not None
@@ -372,6 +375,14 @@ class Client:
         return Scan(self, req, timeout, self._timeout if reconnect_timeout is None else reconnect_timeout)
 
 
+def _hold(scan: object, endpoints: Endpoints[Any], stubs: Any) -> weakref.finalize:
+    """endpoints.release(stubs), once: when called, or when scan is
+    collected. It holds no reference to scan."""
+    f = weakref.finalize(scan, endpoints.release, stubs)
+    f.atexit = False
+    return f
+
+
 class Scan(Iterator[Record]):
     """The iterator ``Client.scan`` returns.
 
@@ -400,9 +411,12 @@ class Scan(Iterator[Record]):
         self._batch_cursor: Optional[int] = None
         self._done = False
         self._lock = threading.Lock()
-        # The channel of the open stream, counted in flight so that a
-        # certificate renewal does not close it under the stream.
-        self._held: Optional[_Stubs] = None
+        # Ends the count in flight of the open stream's channel (so that a
+        # certificate renewal does not close it under the stream): called
+        # when the stream ends, and by the garbage collector when the
+        # caller breaks off the iteration and drops the scan unclosed, or
+        # the retired channel would never close.
+        self._held: Optional[weakref.finalize] = None
         # The budget of resuming after the current break (docs/clients.md);
         # None while batches arrive.
         self._break: Optional[_retry.Budget] = None
@@ -431,7 +445,7 @@ class Scan(Iterator[Record]):
         with self._lock:
             held, self._held = self._held, None
         if held is not None:
-            self._client._endpoints.release(held)
+            held()
 
     def _open(self) -> Any:
         req = rollout_pb2.ScanRequest()
@@ -445,7 +459,7 @@ class Scan(Iterator[Record]):
             if timeout <= 0:
                 raise errors.DeadlineExceeded("the scan's deadline passed")
         addr, stubs = self._client._pick(self._shard)
-        self._addr, self._stubs, self._held = addr, stubs, stubs
+        self._addr, self._stubs, self._held = addr, stubs, _hold(self, self._client._endpoints, stubs)
         return stubs.calls[_calls.SCAN](req, timeout=timeout, metadata=((SHARD_HEADER, self._shard),))
 
     def __next__(self) -> Record:
@@ -508,7 +522,11 @@ class Scan(Iterator[Record]):
         resume = _retry.resume_after(err)
         if resume is not None:
             self.cursor = max(self.cursor, resume)
-        if err.reason is None:
+        # As for a unary call: only an attempt that got no answer says
+        # anything about the pod; after SCAN_INTERRUPTED the server answered,
+        # and the wait is the whole backoff.
+        transport = _retry.transport_failure(err)
+        if transport:
             self._client._endpoints.eject(self._addr)
         if self._break is None:
             self._break = _retry.Budget(self._client._retry, self._addr, "Scan", self._reconnect_timeout)
@@ -517,6 +535,5 @@ class Scan(Iterator[Record]):
         wait = budget.next_wait(err)
         if wait is None:
             self._done = True
-            transport = _retry.transport_failure(err)
             raise budget.give_up(err, (self._client._connected(self._stubs)) if transport else None, self._addr) from e
-        self._client._pause(self._stubs, wait, err.code == grpc.StatusCode.UNAVAILABLE)
+        self._client._pause(self._stubs, wait, transport)

@@ -8,13 +8,14 @@ import struct
 import threading
 import time
 from concurrent import futures
-from typing import Callable, List, Optional
+from typing import Callable, Iterator, List, Optional
 
 import grpc
 from google.protobuf import any_pb2, duration_pb2
 
 from rolloutd._proto.rollout.v1 import rollout_pb2
 from rolloutd._proto.rolloutd_vendor.google.rpc import error_details_pb2, status_pb2
+from rolloutd._proto.rolloutd_vendor.grpc.health.v1 import health_pb2
 
 
 def status_error(context: grpc.ServicerContext, code: grpc.StatusCode, message: str, reason: Optional[str] = None, retry: Optional[float] = None, field: Optional[str] = None, metadata: Optional[dict] = None) -> None:
@@ -39,6 +40,7 @@ def status_error(context: grpc.ServicerContext, code: grpc.StatusCode, message: 
 
 
 Step = Callable[[rollout_pb2.AppendRequest, grpc.ServicerContext], rollout_pb2.AppendResponse]
+ScanStep = Callable[[rollout_pb2.ScanRequest, grpc.ServicerContext], Iterator[rollout_pb2.ScanResponse]]
 
 
 def ok(req: rollout_pb2.AppendRequest, context: grpc.ServicerContext) -> rollout_pb2.AppendResponse:
@@ -46,19 +48,35 @@ def ok(req: rollout_pb2.AppendRequest, context: grpc.ServicerContext) -> rollout
 
 
 class FakeServer:
-    """Answers Append attempt i with steps[i] (the last step repeats)."""
+    """Answers Append attempt i with steps[i] (the last step repeats), Scan
+    attempt i with scans[i] (likewise), and health Checks with check
+    (SERVING)."""
 
-    def __init__(self, steps: List[Step]) -> None:
+    def __init__(self, steps: List[Step], scans: Optional[List[ScanStep]] = None) -> None:
         self.steps = steps
+        self.scans = scans or []
+        self.scan_requests: List[rollout_pb2.ScanRequest] = []
+        self.scan_times: List[float] = []
+        #: Answers health Checks: a HealthCheckResponse status.
+        self.check: Callable[[health_pb2.HealthCheckRequest, grpc.ServicerContext], int] = lambda req, ctx: health_pb2.HealthCheckResponse.SERVING
         self.requests: List[rollout_pb2.AppendRequest] = []
         self.times: List[float] = []
         self.deadlines: List[Optional[float]] = []
         self._server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
         handler = grpc.method_handlers_generic_handler(
             "rollout.v1.RolloutService",
-            {"Append": grpc.unary_unary_rpc_method_handler(self._append, rollout_pb2.AppendRequest.FromString, rollout_pb2.AppendResponse.SerializeToString)},
+            {
+                "Append": grpc.unary_unary_rpc_method_handler(self._append, rollout_pb2.AppendRequest.FromString, rollout_pb2.AppendResponse.SerializeToString),
+                "Scan": grpc.unary_stream_rpc_method_handler(self._scan, rollout_pb2.ScanRequest.FromString, rollout_pb2.ScanResponse.SerializeToString),
+            },
         )
-        self._server.add_generic_rpc_handlers((handler,))
+        health = grpc.method_handlers_generic_handler(
+            "grpc.health.v1.Health",
+            {"Check": grpc.unary_unary_rpc_method_handler(
+                lambda req, ctx: health_pb2.HealthCheckResponse(status=self.check(req, ctx)),
+                health_pb2.HealthCheckRequest.FromString, health_pb2.HealthCheckResponse.SerializeToString)},
+        )
+        self._server.add_generic_rpc_handlers((handler, health))
         port = self._server.add_insecure_port("127.0.0.1:0")
         self.addr = "127.0.0.1:%d" % port
         self._server.start()
@@ -69,6 +87,12 @@ class FakeServer:
         self.times.append(time.monotonic())
         self.deadlines.append(context.time_remaining())
         return self.steps[min(i, len(self.steps) - 1)](req, context)
+
+    def _scan(self, req: rollout_pb2.ScanRequest, context: grpc.ServicerContext) -> Iterator[rollout_pb2.ScanResponse]:
+        i = len(self.scan_requests)
+        self.scan_requests.append(req)
+        self.scan_times.append(time.monotonic())
+        return self.scans[min(i, len(self.scans) - 1)](req, context)
 
     def stop(self) -> None:
         self._server.stop(0)
