@@ -132,8 +132,12 @@ func TestUnreadResponsesAreBudgetedAndReset(t *testing.T) {
 // the send timeout closes the connection and frees them.
 func TestUnreadScanIsBudgetedAndReset(t *testing.T) {
 	const (
-		maxMsg      = 512 << 10
-		sendTimeout = 2 * time.Second
+		maxMsg = 512 << 10
+		// Long enough for the Scan to build its second batch before the
+		// look below gives up, on a loaded 2-core machine under -race:
+		// at 2 s (a 1 s look) it once saw only the first batch's unsent
+		// part.
+		sendTimeout = 3 * time.Second
 	)
 	ts := startTCP(t, Config{MaxMessageBytes: maxMsg, MaxRecordBytes: maxMsg / 2, RequestBudgetBytes: 16 << 20, SendTimeout: sendTimeout})
 	b := ts.admission.budget
@@ -159,7 +163,7 @@ func TestUnreadScanIsBudgetedAndReset(t *testing.T) {
 	batch, keep := int64(maxMsg), int64(maxMsg) // a connection share of 4 MiB, an eighth each
 	// Two batches are built: one queued in the transport, one waiting for
 	// its turn.
-	deadline := time.Now().Add(sendTimeout / 2)
+	deadline := time.Now().Add(sendTimeout * 2 / 3)
 	for b.inUse()-idle < batch && time.Now().Before(deadline) {
 		time.Sleep(10 * time.Millisecond)
 	}
