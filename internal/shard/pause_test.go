@@ -54,6 +54,14 @@ func TestStaleWriterWithAFrozenClock(t *testing.T) {
 	for i := range 5 {
 		l.add(t, appendIDs(t, a, fmt.Sprint("a", i)))
 	}
+	// The checkpoints A's commits called for run on its checkpointer's
+	// goroutine; one still in flight would land during the pause below.
+	// With fewer than K positions waiting and its clock frozen, A calls
+	// for none.
+	waitFor(t, "A's checkpoints of its first commits", func() bool {
+		s := a.Stats()
+		return s.LogTail-s.LogCheckpoint < 2
+	})
 
 	// A pauses: its create held, its clock frozen from here on.
 	gate.holdLog(a)
