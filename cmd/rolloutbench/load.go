@@ -111,6 +111,9 @@ type phase struct {
 const ackedRing = 1024
 
 func (b *bench) newPhase(spec loadSpec) (*phase, error) {
+	if b.cfg.relabel != nil {
+		spec.Name = b.cfg.relabel(spec.Name)
+	}
 	p := &phase{b: b, spec: spec, errs: map[string]int64{}, figures: serverFigures{BlobOps: map[string]float64{}}}
 	for i := range spec.Clients {
 		c, err := spec.NewClient(i)
