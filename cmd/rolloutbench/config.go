@@ -257,7 +257,20 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (*con
 	return c, nil
 }
 
+// validate checks the flags against each other and derives the store and
+// the target's metrics URL.
 func (c *config) validate(getenv func(string) string) error {
+	if err := c.validateFlags(); err != nil {
+		return err
+	}
+	if err := c.resolveStore(getenv); err != nil {
+		return err
+	}
+	return c.validateStoreUse()
+}
+
+// validateFlags checks the flags that need no store.
+func (c *config) validateFlags() error {
 	switch {
 	case c.Target != "" && c.InProcess:
 		return errors.New("--target and --inprocess exclude each other")
@@ -298,7 +311,12 @@ func (c *config) validate(getenv func(string) string) error {
 	if c.GetTarget != "" && c.Target == "" {
 		return errors.New("--get-target needs --target")
 	}
+	return nil
+}
 
+// resolveStore parses --store, or picks the default one, and reads the
+// Azure credentials it needs.
+func (c *config) resolveStore(getenv func(string) string) error {
 	raw := c.Store
 	if raw == "" {
 		switch {
@@ -324,6 +342,12 @@ func (c *config) validate(getenv func(string) string) error {
 			return fmt.Errorf("--store %s needs %s (or --azurite to start one)", c.store, envConnectionString)
 		}
 	}
+	return nil
+}
+
+// validateStoreUse checks that the modes and the target can use the store,
+// and derives the target's metrics URL.
+func (c *config) validateStoreUse() error {
 	if (slices.Contains(c.Modes, modeFloorFS) || slices.Contains(c.Modes, modeFloor1FS)) && (c.store.Kind != "local" || !c.InProcess) {
 		return errors.New("--mode floor-fs and floor1-fs are the embedded local store's floors: they need --inprocess and a local --store")
 	}
