@@ -145,15 +145,7 @@ func (p *phase) one(ctx context.Context, i int, rng *rand.Rand) {
 	defer cancel()
 	if c.get != nil && spec.ReadFraction > 0 && rng.Float64() < spec.ReadFraction {
 		if ref, ok := p.pickRead(i, rng); ok {
-			t0 := time.Now()
-			err := c.get(ctx, ref.shard, ref.id)
-			d := time.Since(t0)
-			if err != nil {
-				p.fail(ctx, err)
-				return
-			}
-			p.getLat.record(d)
-			p.gets.Add(1)
+			p.timed(ctx, &p.getLat, &p.gets, func() error { return c.get(ctx, ref.shard, ref.id) })
 			return
 		}
 	}
@@ -162,15 +154,9 @@ func (p *phase) one(ctx context.Context, i int, rng *rand.Rand) {
 	for k := range recs {
 		recs[k] = p.b.newRecord(i)
 	}
-	t0 := time.Now()
-	err := c.append(ctx, sh, recs)
-	d := time.Since(t0)
-	if err != nil {
-		p.fail(ctx, err)
+	if !p.timed(ctx, &p.appendLat, &p.appends, func() error { return c.append(ctx, sh, recs) }) {
 		return
 	}
-	p.appendLat.record(d)
-	p.appends.Add(1)
 	p.records.Add(int64(len(recs)))
 	if spec.ReadFraction > 0 || spec.KeepIDs {
 		ring := p.acked[i]
@@ -181,6 +167,21 @@ func (p *phase) one(ctx context.Context, i int, rng *rand.Rand) {
 			ring[rng.IntN(len(ring))] = ref
 		}
 	}
+}
+
+// timed runs op and counts it: its latency in lat and one more in n, or
+// a failure. It reports whether op succeeded.
+func (p *phase) timed(ctx context.Context, lat *histogram, n *atomic.Int64, op func() error) bool {
+	t0 := time.Now()
+	err := op()
+	d := time.Since(t0)
+	if err != nil {
+		p.fail(ctx, err)
+		return false
+	}
+	lat.record(d)
+	n.Add(1)
+	return true
 }
 
 // pickShard spreads clients over shards. With at least as many shards as
