@@ -278,6 +278,26 @@ func (b *bench) want(id string) bool {
 	return len(b.cfg.Targets) == 0 || slices.Contains(b.cfg.Targets, id)
 }
 
+// phaseSet owns the phases a target makes: close closes every one.
+type phaseSet struct {
+	b  *bench
+	ps []*phase
+}
+
+func (s *phaseSet) add(spec loadSpec) (*phase, error) {
+	p, err := s.b.newPhase(spec)
+	if err == nil {
+		s.ps = append(s.ps, p)
+	}
+	return p, err
+}
+
+func (s *phaseSet) close() {
+	for _, p := range s.ps {
+		p.close()
+	}
+}
+
 // resultOf is p's result, or nil when the phase did not run.
 func resultOf(p *phase) *phaseResult {
 	if p == nil {

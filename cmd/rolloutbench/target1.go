@@ -171,12 +171,9 @@ func (b *bench) target1(ctx context.Context, prefix string, wopts shard.Options,
 		return t1Results{}, err
 	}
 	defer res.stop()
-	var t1 []*phase
-	defer func() {
-		for _, p := range t1 {
-			p.close()
-		}
-	}()
+	set := &phaseSet{b: b}
+	defer set.close()
+	var t1 []*phase // in the order of the interleaved blocks
 	refShard := base + "-grpc"
 	var shardP, floorP, floor1P *phase
 	if inproc {
@@ -186,7 +183,7 @@ func (b *bench) target1(ctx context.Context, prefix string, wopts shard.Options,
 		refShard = base + "-shard"
 		s := b.spec(prefix+" resident in-process", modeResidentShard, pathNote+"resident shard.Writer called directly in-process (no gRPC), on "+b.storeDesc, 1, []string{refShard})
 		s.NewClient, s.Figures, s.HTTP = shardClients(pool), c.figures, b.http
-		if shardP, err = b.newPhase(s); err != nil {
+		if shardP, err = set.add(s); err != nil {
 			return t1Results{}, err
 		}
 		t1 = append(t1, shardP)
@@ -196,14 +193,14 @@ func (b *bench) target1(ctx context.Context, prefix string, wopts shard.Options,
 	if inproc {
 		s.HTTP = b.http
 	}
-	grpcP, err := b.newPhase(s)
+	grpcP, err := set.add(s)
 	if err != nil {
 		return t1Results{}, err
 	}
 	t1 = append(t1, grpcP)
 	warm(ctx, 20, t1...)
 	if store != nil {
-		if floorP, floor1P, err = b.target1Floors(ctx, prefix, base, refShard); err != nil {
+		if floorP, floor1P, err = b.target1Floors(ctx, set, prefix, base, refShard); err != nil {
 			return t1Results{}, err
 		}
 		warm(ctx, 20, floorP, floor1P)
@@ -225,7 +222,7 @@ func (b *bench) target1(ctx context.Context, prefix string, wopts shard.Options,
 // manifest is the product shard's real one, as it is after the warm-up;
 // its generation is one append's. The one-write floor of a commit by
 // create writes the same generation, its create-only PUT alone.
-func (b *bench) target1Floors(ctx context.Context, prefix, base, refShard string) (floor, floor1 *phase, err error) {
+func (b *bench) target1Floors(ctx context.Context, set *phaseSet, prefix, base, refShard string) (floor, floor1 *phase, err error) {
 	fs, err := b.floorFor(ctx, base+"/floor", refShard)
 	if err != nil {
 		return nil, nil, err
@@ -234,15 +231,14 @@ func (b *bench) target1Floors(ctx context.Context, prefix, base, refShard string
 	fs.store = c.wrap(b.store)
 	s := b.spec(prefix+" floor", modeFloor, "raw blob ops: create-only PUT of the generation + If-Match PUT of the manifest, sequential, shared client, on "+b.storeDesc, 1, []string{refShard})
 	s.NewClient, s.Figures, s.HTTP = floorClients(fs), c.figures, b.http
-	if floor, err = b.newPhase(s); err != nil {
+	if floor, err = set.add(s); err != nil {
 		return nil, nil, err
 	}
 	c1 := newOpCounter()
 	fs1 := &floorSpec{store: c1.wrap(b.store), prefix: base + "/floor1", generation: fs.generation}
 	s = b.spec(prefix+" floor1", modeFloor1, "raw blob op: one create-only PUT of the generation (no manifest write), shared client, on "+b.storeDesc, 1, []string{refShard})
 	s.NewClient, s.Figures, s.HTTP = floor1Clients(fs1), c1.figures, b.http
-	if floor1, err = b.newPhase(s); err != nil {
-		floor.close()
+	if floor1, err = set.add(s); err != nil {
 		return nil, nil, err
 	}
 	return floor, floor1, nil

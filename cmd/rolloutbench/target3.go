@@ -40,12 +40,9 @@ func (b *bench) target3(ctx context.Context) (t3Results, error) {
 		return t3Results{}, err
 	}
 	defer res.stop()
+	set := &phaseSet{b: b}
+	defer set.close()
 	var ps []*phase
-	defer func() {
-		for _, p := range ps {
-			p.close()
-		}
-	}()
 	sh := []string{b.base() + "/t3"}
 	for _, c := range []struct {
 		name    string
@@ -53,7 +50,7 @@ func (b *bench) target3(ctx context.Context) (t3Results, error) {
 	}{{"T3 resident 1 client", 1}, {fmt.Sprintf("T3 resident %d clients", sz.OneShardConc), sz.OneShardConc}} {
 		s := b.spec(c.name, modeResident, res.path, c.clients, sh)
 		s.NewClient, s.Figures, s.Quiesce = grpcClients(res.conn), res.figures, sz.Quiesce
-		p, err := b.newPhase(s)
+		p, err := set.add(s)
 		if err != nil {
 			return t3Results{}, err
 		}
@@ -63,10 +60,9 @@ func (b *bench) target3(ctx context.Context) (t3Results, error) {
 	warm(ctx, 10, single)
 	var floor *phase
 	if b.store != nil {
-		if floor, err = b.target3Floor(ctx, sh); err != nil {
+		if floor, err = b.target3Floor(ctx, set, sh); err != nil {
 			return t3Results{}, err
 		}
-		ps = append(ps, floor)
 	}
 	for range 2 {
 		single.run(ctx, int64(sz.OneShardSingle/2), 0)
@@ -80,7 +76,7 @@ func (b *bench) target3(ctx context.Context) (t3Results, error) {
 
 // target3Floor is the floor's raw blob operations at target 3's
 // concurrency, each client on its own manifest.
-func (b *bench) target3Floor(ctx context.Context, sh []string) (*phase, error) {
+func (b *bench) target3Floor(ctx context.Context, set *phaseSet, sh []string) (*phase, error) {
 	sz := b.cfg.sizes
 	fs, err := b.floorFor(ctx, b.base()+"/floor/t3", "")
 	if err != nil {
@@ -90,7 +86,7 @@ func (b *bench) target3Floor(ctx context.Context, sh []string) (*phase, error) {
 	fs.store = c.wrap(b.store)
 	s := b.spec(fmt.Sprintf("T3 floor %d clients", sz.OneShardConc), modeFloor, "raw blob ops as in T1, each client on its own manifest, shared client", sz.OneShardConc, sh)
 	s.NewClient, s.Figures, s.HTTP = floorClients(fs), c.figures, b.http
-	return b.newPhase(s)
+	return set.add(s)
 }
 
 func t3Rows(r t3Results, sz compareSizes) []targetCheck {

@@ -46,19 +46,9 @@ func (b *bench) target6(ctx context.Context) (t6Results, error) {
 		return t6Results{}, err
 	}
 	defer res.stop()
-	var ps []*phase
-	defer func() {
-		for _, p := range ps {
-			p.close()
-		}
-	}()
-	newPhase := func(s loadSpec) (*phase, error) {
-		p, err := b.newPhase(s)
-		if err == nil {
-			ps = append(ps, p)
-		}
-		return p, err
-	}
+	set := &phaseSet{b: b}
+	defer set.close()
+	newPhase := set.add
 
 	s := b.spec("T6 resident gRPC 1 client", modeResident, res.path, 1, []string{base + "-single"})
 	s.NewClient, s.Figures = grpcClients(res.conn), res.figures
