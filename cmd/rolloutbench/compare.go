@@ -166,8 +166,8 @@ func getP50(r phaseResult) float64 { return r.GetLatency.P50ms }
 // A target is one group of rows of docs/performance.md's targets table:
 // the phases that measure it and the rows that read their results.
 type target struct {
-	id   string   // as --targets names it
-	rows []string // the ids of the rows it reports, in the table's order
+	id     string   // as --targets names it
+	checks []string // the ids of the rows (checks) it reports, in the table's order
 	// run measures the target. Its rows read the typed results of the
 	// phases it ran, never phases found by their labels.
 	run func(ctx context.Context, b *bench) (*outcome, error)
@@ -248,22 +248,22 @@ func (b *bench) compareRun(ctx context.Context) ([]phaseResult, []targetCheck, e
 	return results, checks, nil
 }
 
-// order puts the rows a run of t reported in the order of t.rows. A row
+// order puts the rows a run of t reported in the order of t.checks. A row
 // missing, reported twice or not t's is a bench bug, and an error: every
 // row is measured or says why not, and never drops out silently.
 func (t target) order(cs []targetCheck) ([]targetCheck, error) {
 	byID := map[string]targetCheck{}
 	for _, c := range cs {
-		if !slices.Contains(t.rows, c.ID) {
-			return nil, fmt.Errorf("target %s reported row %q, which is not one of its rows %v", t.id, c.ID, t.rows)
+		if !slices.Contains(t.checks, c.ID) {
+			return nil, fmt.Errorf("target %s reported row %q, which is not one of its rows %v", t.id, c.ID, t.checks)
 		}
 		if _, dup := byID[c.ID]; dup {
 			return nil, fmt.Errorf("target %s reported row %s twice", t.id, c.ID)
 		}
 		byID[c.ID] = c
 	}
-	out := make([]targetCheck, 0, len(t.rows))
-	for _, id := range t.rows {
+	out := make([]targetCheck, 0, len(t.checks))
+	for _, id := range t.checks {
 		c, ok := byID[id]
 		if !ok {
 			return nil, fmt.Errorf("target %s did not report row %s", t.id, id)

@@ -18,10 +18,10 @@ import (
 func TestTargetTable(t *testing.T) {
 	seen := map[string]string{}
 	for _, tg := range targetTable {
-		if tg.run == nil || len(tg.rows) == 0 {
+		if tg.run == nil || len(tg.checks) == 0 {
 			t.Errorf("target %s: no run or no rows", tg.id)
 		}
-		for _, row := range tg.rows {
+		for _, row := range tg.checks {
 			if other, dup := seen[row]; dup {
 				t.Errorf("row %s belongs to targets %s and %s", row, other, tg.id)
 			}
@@ -55,7 +55,7 @@ func TestTargetTable(t *testing.T) {
 // table's order and that a row missing, repeated or foreign is an error,
 // not a shorter table.
 func TestTargetRowsCannotGoMissing(t *testing.T) {
-	tg := target{id: "9", rows: []string{"9a", "9b"}}
+	tg := target{id: "9", checks: []string{"9a", "9b"}}
 	rows := func(ids ...string) []targetCheck {
 		var cs []targetCheck
 		for _, id := range ids {
@@ -114,8 +114,8 @@ func TestRowsDoNotDependOnLabels(t *testing.T) {
 			t.Errorf("row %s (%s) not measured from its phases: value %v, %s", c.ID, c.What, c.Value, c.Detail)
 		}
 	}
-	if !slices.Equal(ids, targetTable[0].rows) {
-		t.Errorf("rows %v, want %v", ids, targetTable[0].rows)
+	if !slices.Equal(ids, targetTable[0].checks) {
+		t.Errorf("rows %v, want %v", ids, targetTable[0].checks)
 	}
 	if len(rep.Diagnostics) != 1 || strings.Contains(rep.Diagnostics[0], "NaN") || strings.Contains(rep.Diagnostics[0], "Inf") {
 		t.Errorf("diagnostics %q, want one line of figures", rep.Diagnostics)
