@@ -65,10 +65,7 @@ func (p *progress) clear() {
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.tty && p.shown {
-		fmt.Fprint(p.w, "\r\x1b[K")
-		p.shown = false
-	}
+	p.wipe()
 }
 
 // say prints a line between phases.
@@ -78,9 +75,14 @@ func (p *progress) say(format string, args ...any) {
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	p.wipe()
+	fmt.Fprintf(p.w, format+"\n", args...)
+}
+
+// wipe erases the live line, if one shows; p.mu is held.
+func (p *progress) wipe() {
 	if p.tty && p.shown {
 		fmt.Fprint(p.w, "\r\x1b[K")
 		p.shown = false
 	}
-	fmt.Fprintf(p.w, format+"\n", args...)
 }
