@@ -99,6 +99,7 @@ func TestRebaseThatFindsAClaimStillSeesItsLandedAttempt(t *testing.T) {
 	s := &heldCAS{Store: memstore.New()}
 	w := openV1(t, s, "s")
 	var other *Writer
+	s.mu.Lock() // the writer's goroutines may read the manifest already
 	s.beforeRead = func(n int) {
 		if n != 2 { // 1 is resolve's read; 2 is the rebase's
 			return
@@ -111,6 +112,7 @@ func TestRebaseThatFindsAClaimStillSeesItsLandedAttempt(t *testing.T) {
 		}
 		other = o
 	}
+	s.mu.Unlock()
 	s.arm()
 	rs, err := w.Append(ctx, entries(t, "x"))
 	if other != nil {
@@ -131,14 +133,17 @@ func TestRebaseThatFindsAClaimStillSeesItsLandedAttempt(t *testing.T) {
 func TestFailureAfterARebaseIsOutcomeUnknown(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
-		genPut func(w *Writer) func(ctx context.Context) error
+		genPut func(w *Writer, bg *sync.WaitGroup) func(ctx context.Context) error
 	}{
-		{"storage error", func(*Writer) func(context.Context) error {
+		{"storage error", func(*Writer, *sync.WaitGroup) func(context.Context) error {
 			return func(context.Context) error { return errors.New("test: disk on fire") }
 		}},
-		{"abort", func(w *Writer) func(context.Context) error {
+		{"abort", func(w *Writer, bg *sync.WaitGroup) func(context.Context) error {
 			return func(ctx context.Context) error {
-				go w.Abort()
+				// Not Abort itself: it waits for this committer. The test
+				// waits for it before it ends, or the writer could log after
+				// the test and race testing's bookkeeping.
+				bg.Go(w.Abort)
 				<-ctx.Done()
 				return ctx.Err()
 			}
@@ -148,13 +153,17 @@ func TestFailureAfterARebaseIsOutcomeUnknown(t *testing.T) {
 			ctx := context.Background()
 			s := &heldCAS{Store: memstore.New()}
 			w := openV1(t, s, "s")
+			var bg sync.WaitGroup
+			defer bg.Wait()
+			s.mu.Lock() // the writer's goroutines may read the manifest already
 			s.beforeRead = func(n int) {
 				if n == 2 { // the rebase's read: its generation put fails next
 					s.mu.Lock()
-					s.genPut = tc.genPut(w)
+					s.genPut = tc.genPut(w, &bg)
 					s.mu.Unlock()
 				}
 			}
+			s.mu.Unlock()
 			s.arm()
 			_, err := w.Append(ctx, entries(t, "x"))
 			if !errors.Is(err, ErrOutcomeUnknown) {

@@ -28,6 +28,7 @@ type simInstance struct {
 	opens  int
 	epochs []uint64
 	folds  int64 // of the writers it dropped
+	aborts sync.WaitGroup
 }
 
 func (in *simInstance) writer(ctx context.Context) (*Writer, error) {
@@ -52,7 +53,10 @@ func (in *simInstance) drop(w *Writer) {
 	if in.w == w {
 		in.w = nil
 		in.folds += w.Stats().Folds
-		go w.Abort() // as eviction would: never under the caller's feet
+		// As eviction would: never under the caller's feet. close waits for
+		// it: a writer still logging after its test ended races testing's
+		// own bookkeeping (t.done is written unlocked on purpose).
+		in.aborts.Go(w.Abort)
 	}
 }
 
@@ -64,6 +68,7 @@ func (in *simInstance) close() {
 		in.folds += in.w.Stats().Folds
 		in.w = nil
 	}
+	in.aborts.Wait()
 }
 
 // TestSimulatedFaults runs clients against three competing instances of one
