@@ -175,9 +175,9 @@ func TestBreakingCatchesRemovedField(t *testing.T) {
 	}
 }
 
-// copyModule writes buf.yaml, the given rollout.proto and the storage protos
-// into a new temporary directory laid out like the repository, and returns
-// it.
+// copyModule writes buf.yaml, the given rollout.proto and the module's other
+// protos into a new temporary directory laid out like the repository, and
+// returns it.
 func copyModule(t *testing.T, rolloutProto []byte) string {
 	t.Helper()
 	dir := t.TempDir()
@@ -195,10 +195,14 @@ func copyModule(t *testing.T, rolloutProto []byte) string {
 	if err := os.WriteFile(filepath.Join(protoDir, "rollout.proto"), rolloutProto, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	// The baseline guards the storage formats too, so they come along as
-	// they are.
-	for rel, b := range readTree(t, filepath.Join(root, "proto", "rolloutd")) {
-		p := filepath.Join(dir, "proto", "rolloutd", filepath.FromSlash(rel))
+	// The other protos of the module (rollout.v1's error reasons, the
+	// storage formats, which the baseline guards too) come along as they
+	// are.
+	for rel, b := range readTree(t, filepath.Join(root, "proto")) {
+		if rel == "rollout/v1/rollout.proto" || !strings.HasSuffix(rel, ".proto") {
+			continue
+		}
+		p := filepath.Join(dir, "proto", filepath.FromSlash(rel))
 		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
 			t.Fatal(err)
 		}
