@@ -24,6 +24,7 @@ import (
 	"github.com/rolloutd/rolloutd/internal/blob/localstore"
 	"github.com/rolloutd/rolloutd/internal/export"
 	"github.com/rolloutd/rolloutd/internal/shard"
+	"github.com/rolloutd/rolloutd/internal/term"
 	"github.com/rolloutd/rolloutd/internal/validate"
 )
 
@@ -331,19 +332,10 @@ type exportProgress struct {
 func newExportProgress(w io.Writer, mode string) *exportProgress {
 	p := &exportProgress{w: w, off: mode == "off"}
 	if mode == "auto" {
-		p.tty = isTerminal(w)
+		p.tty = term.IsTerminal(w)
 		p.off = !p.tty
 	}
 	return p
-}
-
-func isTerminal(w io.Writer) bool {
-	f, ok := w.(*os.File)
-	if !ok {
-		return false
-	}
-	st, err := f.Stat()
-	return err == nil && st.Mode()&os.ModeCharDevice != 0
 }
 
 func (p *exportProgress) update(pr export.Progress) {
