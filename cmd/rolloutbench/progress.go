@@ -3,9 +3,10 @@ package main
 import (
 	"fmt"
 	"io"
-	"os"
 	"sync"
 	"time"
+
+	"github.com/rolloutd/rolloutd/internal/term"
 )
 
 // progress shows a phase's live figures: one line rewritten in place on a
@@ -27,18 +28,9 @@ func newProgress(w io.Writer, mode string) *progress {
 		p.off = true
 	case "plain":
 	default:
-		p.tty = isTerminal(w)
+		p.tty = term.IsTerminal(w)
 	}
 	return p
-}
-
-func isTerminal(w io.Writer) bool {
-	f, ok := w.(*os.File)
-	if !ok {
-		return false
-	}
-	st, err := f.Stat()
-	return err == nil && st.Mode()&os.ModeCharDevice != 0
 }
 
 func (p *progress) show(line string) {
