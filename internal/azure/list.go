@@ -11,55 +11,68 @@ import (
 	"github.com/rolloutd/rolloutd/internal/blob"
 )
 
-// List returns one page of the blobs whose names start with prefix (one
-// List Blobs request), in Azure's byte-wise name order. token is the Next of
-// the previous page (Azure's opaque marker). max <= 0 means DefaultListMax;
-// Azure caps it at MaxListMax and may return fewer items with a token.
+// List returns one page of the blobs whose names start with opts.Prefix,
+// in Azure's byte-wise name order, with one List Blobs request: flat, or
+// with a delimiter in its hierarchical form, where Azure rolls names up at
+// the delimiter itself, so that a listing of shards costs one entry per
+// shard however many generations each holds. Max <= 0 means
+// DefaultListMax; Azure caps it at MaxListMax and may return fewer entries
+// with a token.
+//
+// A flat listing's token is Azure's opaque marker. A delimited listing's
+// is "m" and Azure's NextMarker, or a blob.DelimitedToken a caller built
+// to start after a name, sent as startFrom. An emulator that ignores
+// startFrom (Azurite 3.35.0) lists from the start instead: what the token
+// says was listed is dropped, and the listing goes on with markers until
+// it is past the token, so a listing never silently restarts.
 //
 // Errors: blob.ErrUnavailable (429, 5xx, network failures after retries),
-// blob.ErrInvalidName (for the prefix), blob.ErrClosed; the caller's context
-// error unclassified; anything else (a bad token: 400) unclassified.
-func (s *Store) List(ctx context.Context, prefix, token string, max int) (blob.ListPage, error) {
-	if err := blob.ValidatePrefix(prefix); err != nil {
+// blob.ErrInvalidName (for the prefix, and a delimited listing's token
+// that is not one), blob.ErrClosed; the caller's context error
+// unclassified; anything else (a bad marker: 400) unclassified.
+func (s *Store) List(ctx context.Context, opts blob.ListOptions) (blob.ListPage, error) {
+	if err := blob.ValidatePrefix(opts.Prefix); err != nil {
 		return blob.ListPage{}, err
 	}
-	full, n, err := s.listRequest(prefix, max)
+	full, n, err := s.listRequest(opts.Prefix, opts.Max)
 	if err != nil {
 		return blob.ListPage{}, err
 	}
-	release, err := s.begin(ctx)
+	marker, after, err := parseListToken(opts)
 	if err != nil {
-		return blob.ListPage{}, opError("list", prefix, nil, err)
+		return blob.ListPage{}, err
 	}
-	defer release()
-
-	lo := &container.ListBlobsFlatOptions{
-		Include:    container.ListBlobsInclude{Metadata: true},
-		MaxResults: &n,
-	}
-	if full != "" {
-		lo.Prefix = &full
-	}
-	if token != "" {
-		lo.Marker = &token
-	}
-	resp, err := s.client.NewListBlobsFlatPager(lo).NextPage(ctx)
-	if err != nil {
-		return blob.ListPage{}, opError("list", prefix, classify(ctx, err, nil, false), err)
-	}
-	var page blob.ListPage
-	if resp.Segment != nil {
-		page.Items = make([]blob.Attrs, 0, len(resp.Segment.BlobItems))
-		for _, it := range resp.Segment.BlobItems {
-			if a, ok := s.listedAttrs(it); ok {
-				page.Items = append(page.Items, a)
-			}
+	req := listReq{prefix: full, delimiter: opts.Delimiter, max: n, marker: marker}
+	if after != nil {
+		req.startFrom = s.prefix + after.Last
+		if s.startFromIgnored.Load() > 0 {
+			req.max = MaxListMax // skip in few requests
 		}
 	}
-	if resp.NextMarker != nil {
-		page.Next = *resp.NextMarker
+	for {
+		page, next, err := s.listOnce(ctx, opts.Prefix, req)
+		if err != nil {
+			return blob.ListPage{}, err
+		}
+		if after != nil {
+			dropListed(&page, *after)
+		}
+		if next != "" {
+			page.Next = next
+			if opts.Delimiter != "" {
+				page.Next = "m" + next
+			}
+		}
+		if len(page.Items)+len(page.Prefixes) > 0 || next == "" || after == nil {
+			// Only a request after a built token asks for more than n.
+			truncatePage(&page, int(n))
+			return page, nil
+		}
+		// Everything on this page was at or before the token: startFrom
+		// was ignored. Go on from the marker, in large pages.
+		s.startFromIgnored.Add(1)
+		req.startFrom, req.marker, req.max = "", next, MaxListMax
 	}
-	return page, nil
 }
 
 // listRequest returns what one List Blobs request for prefix asks for: the
@@ -99,74 +112,9 @@ func (s *Store) listedAttrs(it *container.BlobItem) (blob.Attrs, bool) {
 	return a, true
 }
 
-// ListDelimited implements blob.Store with List Blobs requests in their
-// hierarchical form: Azure rolls names up at the delimiter itself, so a
-// listing of shards costs one entry per shard however many generations
-// each holds. Its tokens are "m" and Azure's NextMarker, or a
-// blob.DelimitedToken a caller built to start after a name, sent as
-// startFrom. An emulator that ignores startFrom (Azurite 3.35.0) lists
-// from the start instead: what the token says was listed is dropped, and
-// the listing goes on with markers until it is past the token, so a
-// listing never silently restarts.
-func (s *Store) ListDelimited(ctx context.Context, prefix, delimiter, token string, max int) (blob.DelimitedPage, error) {
-	if err := blob.ValidatePrefix(prefix); err != nil {
-		return blob.DelimitedPage{}, err
-	}
-	if err := blob.ValidateDelimiter(delimiter); err != nil {
-		return blob.DelimitedPage{}, err
-	}
-	full, n, err := s.listRequest(prefix, max)
-	if err != nil {
-		return blob.DelimitedPage{}, err
-	}
-	bigPage := int32(MaxListMax)
-	marker, after, err := parseDelimitedToken(token)
-	if err != nil {
-		return blob.DelimitedPage{}, err
-	}
-	lo := &container.ListBlobsHierarchyOptions{
-		Include:    container.ListBlobsInclude{Metadata: true},
-		MaxResults: &n,
-	}
-	if full != "" {
-		lo.Prefix = &full
-	}
-	switch {
-	case marker != "":
-		lo.Marker = &marker
-	case after != nil:
-		from := s.prefix + after.Last
-		lo.StartFrom = &from
-		if s.startFromIgnored.Load() > 0 {
-			lo.MaxResults = &bigPage // skip in few requests
-		}
-	}
-	for {
-		page, next, err := s.listHierarchy(ctx, prefix, delimiter, lo)
-		if err != nil {
-			return blob.DelimitedPage{}, err
-		}
-		if after != nil {
-			dropListed(&page, *after)
-		}
-		if next != "" {
-			page.Next = "m" + next
-		}
-		if len(page.Items)+len(page.Prefixes) > 0 || next == "" || after == nil {
-			truncatePage(&page, int(n))
-			return page, nil
-		}
-		// Everything on this page was at or before the token: startFrom
-		// was ignored. Go on from the marker, in large pages.
-		s.startFromIgnored.Add(1)
-		lo.StartFrom, lo.Marker = nil, &next
-		lo.MaxResults = &bigPage
-	}
-}
-
 // truncatePage keeps a page's first n entries in name order; the token
 // then starts after the last one kept.
-func truncatePage(page *blob.DelimitedPage, n int) {
+func truncatePage(page *blob.ListPage, n int) {
 	if len(page.Items)+len(page.Prefixes) <= n {
 		return
 	}
@@ -184,16 +132,19 @@ func truncatePage(page *blob.DelimitedPage, n int) {
 	page.Items, page.Prefixes, page.Next = page.Items[:i], page.Prefixes[:j], last.Encode()
 }
 
-// parseDelimitedToken splits ListDelimited's token into Azure's marker or
-// a position to start after.
-func parseDelimitedToken(token string) (marker string, after *blob.DelimitedToken, err error) {
-	if token == "" {
+// parseListToken splits List's token into Azure's marker or, for a
+// delimited listing, a position to start after.
+func parseListToken(opts blob.ListOptions) (marker string, after *blob.DelimitedToken, err error) {
+	if opts.Token == "" {
 		return "", nil, nil
 	}
-	if m, ok := strings.CutPrefix(token, "m"); ok && m != "" {
+	if opts.Delimiter == "" {
+		return opts.Token, nil, nil
+	}
+	if m, ok := strings.CutPrefix(opts.Token, "m"); ok && m != "" {
 		return m, nil, nil
 	}
-	t, err := blob.ParseDelimitedToken(token)
+	t, err := blob.ParseDelimitedToken(opts.Token)
 	if err != nil {
 		return "", nil, err
 	}
@@ -201,48 +152,91 @@ func parseDelimitedToken(token string) (marker string, after *blob.DelimitedToke
 }
 
 // dropListed drops from page what the token says was listed already.
-func dropListed(page *blob.DelimitedPage, after blob.DelimitedToken) {
+func dropListed(page *blob.ListPage, after blob.DelimitedToken) {
 	page.Items = slices.DeleteFunc(page.Items, func(a blob.Attrs) bool { return !after.After(a.Name) })
 	page.Prefixes = slices.DeleteFunc(page.Prefixes, func(p string) bool { return !after.After(p) })
 }
 
-// listHierarchy sends one List Blobs request.
-func (s *Store) listHierarchy(ctx context.Context, prefix, delimiter string, lo *container.ListBlobsHierarchyOptions) (blob.DelimitedPage, string, error) {
+// listReq is one List Blobs request.
+type listReq struct {
+	prefix, delimiter, marker, startFrom string
+	max                                  int32
+}
+
+// listOnce sends one List Blobs request, flat or, with a delimiter,
+// hierarchical, and returns its page and Azure's marker.
+func (s *Store) listOnce(ctx context.Context, prefix string, req listReq) (blob.ListPage, string, error) {
 	release, err := s.begin(ctx)
 	if err != nil {
-		return blob.DelimitedPage{}, "", opError("list", prefix, nil, err)
+		return blob.ListPage{}, "", opError("list", prefix, nil, err)
 	}
 	defer release()
-	resp, err := s.client.NewListBlobsHierarchyPager(delimiter, lo).NextPage(ctx)
-	if err != nil {
-		return blob.DelimitedPage{}, "", opError("list", prefix, classify(ctx, err, nil, false), err)
-	}
-	var page blob.DelimitedPage
-	if seg := resp.Segment; seg != nil {
-		for _, it := range seg.BlobItems {
-			if a, ok := s.listedAttrs(it); ok {
-				page.Items = append(page.Items, a)
-			}
+	var (
+		items    []*container.BlobItem
+		prefixes []*container.BlobPrefix
+		next     *string
+	)
+	include := container.ListBlobsInclude{Metadata: true}
+	if req.delimiter == "" {
+		lo := &container.ListBlobsFlatOptions{Include: include, MaxResults: &req.max,
+			Prefix: optional(req.prefix), Marker: optional(req.marker), StartFrom: optional(req.startFrom)}
+		resp, err := s.client.NewListBlobsFlatPager(lo).NextPage(ctx)
+		if err != nil {
+			return blob.ListPage{}, "", opError("list", prefix, classify(ctx, err, nil, false), err)
 		}
-		for _, p := range seg.BlobPrefixes {
-			if p == nil || p.Name == nil || !strings.HasPrefix(*p.Name, s.prefix) {
-				continue
-			}
-			name := strings.TrimPrefix(*p.Name, s.prefix)
-			if !strings.HasSuffix(name, delimiter) {
-				// Azurite 3.35 cuts a prefix one byte after the start of a
-				// delimiter of several bytes; Azure keeps the whole
-				// delimiter, which is what the rest of the name is.
-				name += delimiter[1:]
-			}
-			page.Prefixes = append(page.Prefixes, name)
+		if seg := resp.Segment; seg != nil {
+			items = seg.BlobItems
+		}
+		next = resp.NextMarker
+	} else {
+		lo := &container.ListBlobsHierarchyOptions{Include: include, MaxResults: &req.max,
+			Prefix: optional(req.prefix), Marker: optional(req.marker), StartFrom: optional(req.startFrom)}
+		resp, err := s.client.NewListBlobsHierarchyPager(req.delimiter, lo).NextPage(ctx)
+		if err != nil {
+			return blob.ListPage{}, "", opError("list", prefix, classify(ctx, err, nil, false), err)
+		}
+		if seg := resp.Segment; seg != nil {
+			items, prefixes = seg.BlobItems, seg.BlobPrefixes
+		}
+		next = resp.NextMarker
+	}
+	page := s.listedPage(items, prefixes, req.delimiter)
+	if next == nil {
+		return page, "", nil
+	}
+	return page, *next, nil
+}
+
+// listedPage is the page of a List Blobs answer's entries of this store.
+func (s *Store) listedPage(items []*container.BlobItem, prefixes []*container.BlobPrefix, delimiter string) blob.ListPage {
+	var page blob.ListPage
+	for _, it := range items {
+		if a, ok := s.listedAttrs(it); ok {
+			page.Items = append(page.Items, a)
 		}
 	}
-	next := ""
-	if resp.NextMarker != nil {
-		next = *resp.NextMarker
+	for _, p := range prefixes {
+		if p == nil || p.Name == nil || !strings.HasPrefix(*p.Name, s.prefix) {
+			continue
+		}
+		name := strings.TrimPrefix(*p.Name, s.prefix)
+		if !strings.HasSuffix(name, delimiter) {
+			// Azurite 3.35 cuts a prefix one byte after the start of a
+			// delimiter of several bytes; Azure keeps the whole
+			// delimiter, which is what the rest of the name is.
+			name += delimiter[1:]
+		}
+		page.Prefixes = append(page.Prefixes, name)
 	}
-	return page, next, nil
+	return page
+}
+
+// optional is s, or nil for "": a parameter the request leaves out.
+func optional(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
 }
 
 // StartFromIgnored counts the listing requests that found the backend had

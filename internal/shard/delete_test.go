@@ -30,7 +30,7 @@ func appendIDs(t *testing.T, w *Writer, ids ...string) []Result {
 func generationBlobs(t *testing.T, store blob.Store, shard string) map[uint64]int {
 	t.Helper()
 	out := map[uint64]int{}
-	page, err := store.List(context.Background(), format.GenerationPrefix(shard), "", 0)
+	page, err := store.List(context.Background(), blob.ListOptions{Prefix: format.GenerationPrefix(shard)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -29,18 +29,9 @@ func (r *listRecorder) note(names ...string) {
 	r.touched = append(r.touched, names...)
 }
 
-func (r *listRecorder) List(ctx context.Context, prefix, token string, max int) (blob.ListPage, error) {
-	p, err := r.Store.List(ctx, prefix, token, max)
-	r.note(prefix)
-	for _, it := range p.Items {
-		r.note(it.Name)
-	}
-	return p, err
-}
-
-func (r *listRecorder) ListDelimited(ctx context.Context, prefix, delimiter, token string, max int) (blob.DelimitedPage, error) {
-	p, err := r.Store.ListDelimited(ctx, prefix, delimiter, token, max)
-	r.note(prefix)
+func (r *listRecorder) List(ctx context.Context, opts blob.ListOptions) (blob.ListPage, error) {
+	p, err := r.Store.List(ctx, opts)
+	r.note(opts.Prefix)
 	for _, it := range p.Items {
 		r.note(it.Name)
 	}

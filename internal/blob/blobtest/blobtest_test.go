@@ -150,8 +150,11 @@ func (m *mutant) Delete(ctx context.Context, name string, opts blob.DeleteOption
 	return err
 }
 
-func (m *mutant) List(ctx context.Context, prefix, token string, max int) (blob.ListPage, error) {
-	p, err := m.Store.List(ctx, prefix, token, max)
+func (m *mutant) List(ctx context.Context, opts blob.ListOptions) (blob.ListPage, error) {
+	p, err := m.Store.List(ctx, opts)
+	if opts.Delimiter != "" {
+		return p, err
+	}
 	switch m.bug {
 	case "walk-order": // directory-walk order: '/' sorts before every other byte
 		key := func(s string) string { return strings.ReplaceAll(s, "/", "\x00") }

@@ -19,17 +19,17 @@ func (e *env) delimited(prefix, delim string, max int) []string {
 	token := ""
 	for pages := 0; ; pages++ {
 		if pages > 10000 {
-			e.t.Fatalf("ListDelimited(%q, %q, max %d): more than 10000 pages", prefix, delim, max)
+			e.t.Fatalf("List(%q, %q, max %d): more than 10000 pages", prefix, delim, max)
 		}
-		p, err := e.s.ListDelimited(e.ctx, prefix, delim, token, max)
+		p, err := e.s.List(e.ctx, blob.ListOptions{Prefix: prefix, Delimiter: delim, Token: token, Max: max})
 		if err != nil {
-			e.t.Fatalf("ListDelimited(%q, %q, %q, %d): %v", prefix, delim, token, max, err)
+			e.t.Fatalf("List(%q, %q, %q, %d): %v", prefix, delim, token, max, err)
 		}
 		if max > 0 && len(p.Items)+len(p.Prefixes) > max {
-			e.t.Fatalf("ListDelimited(%q, %q, %q, %d) returned %d entries", prefix, delim, token, max, len(p.Items)+len(p.Prefixes))
+			e.t.Fatalf("List(%q, %q, %q, %d) returned %d entries", prefix, delim, token, max, len(p.Items)+len(p.Prefixes))
 		}
 		if !sort.StringsAreSorted(p.Prefixes) || !sort.StringsAreSorted(names(p.Items)) {
-			e.t.Fatalf("ListDelimited page not sorted: items %q prefixes %q", names(p.Items), p.Prefixes)
+			e.t.Fatalf("List, delimited, page not sorted: items %q prefixes %q", names(p.Items), p.Prefixes)
 		}
 		page := append(names(p.Items), p.Prefixes...)
 		sort.Strings(page)
@@ -38,7 +38,7 @@ func (e *env) delimited(prefix, delim string, max int) []string {
 			return all
 		}
 		if p.Next == token {
-			e.t.Fatalf("ListDelimited(%q): token %q did not advance", prefix, token)
+			e.t.Fatalf("List(%q): token %q did not advance", prefix, token)
 		}
 		token = p.Next
 	}
@@ -85,25 +85,30 @@ func testListDelimited(e *env) {
 		want := wantDelimited(stored, prefix, c.delim)
 		for _, max := range []int{0, 1, 2, 3, 1000} {
 			if got := e.delimited(prefix, c.delim, max); fmt.Sprint(got) != fmt.Sprint(want) {
-				e.t.Fatalf("ListDelimited(%q, %q, max %d) =\n  %q\nwant\n  %q", prefix, c.delim, max, got, want)
+				e.t.Fatalf("List(%q, %q, max %d) =\n  %q\nwant\n  %q", prefix, c.delim, max, got, want)
 			}
 		}
 	}
-	p, err := e.s.ListDelimited(e.ctx, e.pfx, "/", "", 0)
+	p, err := e.s.List(e.ctx, blob.ListOptions{Prefix: e.pfx, Delimiter: "/"})
 	if err != nil || len(p.Prefixes) != 1 || len(p.Items) != 0 {
-		e.t.Fatalf("ListDelimited(%q, \"/\") = %+v, %v: want the one prefix %q", e.pfx, p, err, e.name("s/"))
+		e.t.Fatalf("List(%q, \"/\") = %+v, %v: want the one prefix %q", e.pfx, p, err, e.name("s/"))
 	}
-	p, err = e.s.ListDelimited(e.ctx, e.name("s/"), "/_", "", 0)
+	p, err = e.s.List(e.ctx, blob.ListOptions{Prefix: e.name("s/"), Delimiter: "/_"})
 	if err != nil {
 		e.t.Fatal(err)
 	}
 	for _, it := range p.Items {
 		if it.Name == e.name("s/top") && it.Size != int64(len("data of s/top")) {
-			e.t.Fatalf("ListDelimited item %+v: wrong size", it)
+			e.t.Fatalf("List, delimited, item %+v: wrong size", it)
 		}
 	}
-	_, err = e.s.ListDelimited(e.ctx, e.pfx, "", "", 0)
-	wantErr(e.t, err, blob.ErrInvalidName, "ListDelimited with an empty delimiter")
+	// No delimiter is one listing on every backend: every name, as items.
+	p, err = e.s.List(e.ctx, blob.ListOptions{Prefix: e.pfx})
+	if got := names(p.Items); err != nil || len(p.Prefixes) != 0 || fmt.Sprint(got) != fmt.Sprint(stored) {
+		e.t.Fatalf("List(%q) without a delimiter = items %q, prefixes %q, %v; want every name as an item", e.pfx, got, p.Prefixes, err)
+	}
+	_, err = e.s.List(e.ctx, blob.ListOptions{Prefix: e.pfx, Delimiter: "/", Token: "x: not a token"})
+	wantErr(e.t, err, blob.ErrInvalidName, "List with a delimiter and a token that is not one")
 }
 
 func testListDelimitedPagination(e *env) {
@@ -112,18 +117,18 @@ func testListDelimitedPagination(e *env) {
 	want := wantDelimited(e.sortedNames(delimNames, func(string) bool { return true }), prefix, "/_")
 	// A token stays valid after blobs land under the prefix it rolled up
 	// and behind it: nothing listed twice, nothing after it missed.
-	p, err := e.s.ListDelimited(e.ctx, prefix, "/_", "", 2)
+	p, err := e.s.List(e.ctx, blob.ListOptions{Prefix: prefix, Delimiter: "/_", Max: 2})
 	if err != nil || p.Next == "" {
-		e.t.Fatalf("ListDelimited(max 2) = %+v, %v: want a token", p, err)
+		e.t.Fatalf("List(max 2) = %+v, %v: want a token", p, err)
 	}
 	e.put(e.name("s/a/_g/9"), []byte("x"), blob.PutOptions{})
 	e.put(e.name("s/0/_manifest"), []byte("x"), blob.PutOptions{})
 	got := append(names(p.Items), p.Prefixes...)
 	sort.Strings(got)
 	for tok := p.Next; tok != ""; {
-		q, err := e.s.ListDelimited(e.ctx, prefix, "/_", tok, 2)
+		q, err := e.s.List(e.ctx, blob.ListOptions{Prefix: prefix, Delimiter: "/_", Token: tok, Max: 2})
 		if err != nil {
-			e.t.Fatalf("ListDelimited(token %q): %v", tok, err)
+			e.t.Fatalf("List(token %q): %v", tok, err)
 		}
 		page := append(names(q.Items), q.Prefixes...)
 		sort.Strings(page)
@@ -131,7 +136,7 @@ func testListDelimitedPagination(e *env) {
 		tok = q.Next
 	}
 	if fmt.Sprint(got) != fmt.Sprint(want) {
-		e.t.Fatalf("paged ListDelimited with writes behind the token =\n  %q\nwant\n  %q", got, want)
+		e.t.Fatalf("paged delimited List with writes behind the token =\n  %q\nwant\n  %q", got, want)
 	}
 }
 
@@ -155,9 +160,9 @@ func testListDelimitedStartAfter(e *env) {
 		for _, max := range []int{1, 3, 1000} {
 			var got []string
 			for tok, pages := from.Encode(), 0; tok != ""; pages++ {
-				q, err := e.s.ListDelimited(e.ctx, prefix, "/_", tok, max)
+				q, err := e.s.List(e.ctx, blob.ListOptions{Prefix: prefix, Delimiter: "/_", Token: tok, Max: max})
 				if err != nil || pages > 100 || len(q.Items)+len(q.Prefixes) > max {
-					e.t.Fatalf("ListDelimited(after %+v, max %d) page %d = %+v, %v", from, max, pages, q, err)
+					e.t.Fatalf("List(after %+v, max %d) page %d = %+v, %v", from, max, pages, q, err)
 				}
 				page := append(names(q.Items), q.Prefixes...)
 				sort.Strings(page)
@@ -165,7 +170,7 @@ func testListDelimitedStartAfter(e *env) {
 				tok = q.Next
 			}
 			if fmt.Sprint(got) != fmt.Sprint(rest) {
-				e.t.Fatalf("ListDelimited after %+v, max %d =\n  %q\nwant\n  %q", from, max, got, rest)
+				e.t.Fatalf("List, delimited, after %+v, max %d =\n  %q\nwant\n  %q", from, max, got, rest)
 			}
 		}
 	}
@@ -215,7 +220,7 @@ func testListDelimitedManyPrefixes(e *env) {
 	}
 	got := e.delimited(prefix, "/_", 100)
 	if fmt.Sprint(got) != fmt.Sprint(want) {
-		e.t.Fatalf("ListDelimited of %d prefixes, 100 a page: got %d entries, want %d (first difference at %d)", ManyPrefixes, len(got), len(want), firstDiff(got, want))
+		e.t.Fatalf("List, delimited, of %d prefixes, 100 a page: got %d entries, want %d (first difference at %d)", ManyPrefixes, len(got), len(want), firstDiff(got, want))
 	}
 }
 
@@ -239,6 +244,6 @@ func testListDelimitedDeleted(e *env) {
 	}
 	got := e.delimited(e.name("d/"), "/_", 0)
 	if want := []string{e.name("d/b/_")}; fmt.Sprint(got) != fmt.Sprint(want) {
-		e.t.Fatalf("ListDelimited after deleting d/a's blobs = %q, want %q", got, want)
+		e.t.Fatalf("List, delimited, after deleting d/a's blobs = %q, want %q", got, want)
 	}
 }

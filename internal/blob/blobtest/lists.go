@@ -17,7 +17,7 @@ func (e *env) list(prefix string, max int) []blob.Attrs {
 		if pages > 10000 {
 			e.t.Fatalf("List(%q, max %d): more than 10000 pages; the token does not advance", prefix, max)
 		}
-		p, err := e.s.List(e.ctx, prefix, token, max)
+		p, err := e.s.List(e.ctx, blob.ListOptions{Prefix: prefix, Token: token, Max: max})
 		if err != nil {
 			e.t.Fatalf("List(%q, %q, %d): %v", prefix, token, max, err)
 		}
@@ -95,14 +95,14 @@ func testListPagination(e *env) {
 		e.wantList(e.pfx, max, want, attrs)
 	}
 	// A token from one page stays valid after a write lands behind it.
-	p, err := e.s.List(e.ctx, e.pfx, "", 3)
+	p, err := e.s.List(e.ctx, blob.ListOptions{Prefix: e.pfx, Max: 3})
 	if err != nil || len(p.Items) == 0 || p.Next == "" {
 		e.t.Fatalf("List(max 3) = %+v, %v: want a first page and a token", p, err)
 	}
 	e.put(e.name("p/0-before-everything"), []byte("x"), blob.PutOptions{})
 	var rest []string
 	for tok := p.Next; tok != ""; {
-		q, err := e.s.List(e.ctx, e.pfx, tok, 3)
+		q, err := e.s.List(e.ctx, blob.ListOptions{Prefix: e.pfx, Token: tok, Max: 3})
 		if err != nil {
 			e.t.Fatalf("List(token %q): %v", tok, err)
 		}

@@ -45,7 +45,7 @@ func testInvalidNames(e *env) {
 		wantErr(e.t, err, blob.ErrInvalidName, "Delete(%q)", n)
 	}
 	for _, p := range []string{"/", "/x", "..", "../", e.name("a/../"), e.name("a//"), e.name("a\x00"), e.name("./")} {
-		_, err := e.s.List(e.ctx, p, "", 0)
+		_, err := e.s.List(e.ctx, blob.ListOptions{Prefix: p})
 		wantErr(e.t, err, blob.ErrInvalidName, "List(%q)", p)
 	}
 	// Nothing was written anywhere a normalizing backend might put it.
@@ -137,7 +137,7 @@ func testCanceledContext(e *env) {
 	check("Get", err)
 	_, err = e.s.Head(ctx, n)
 	check("Head", err)
-	_, err = e.s.List(ctx, e.pfx, "", 0)
+	_, err = e.s.List(ctx, blob.ListOptions{Prefix: e.pfx})
 	check("List", err)
 	_, err = e.s.Put(ctx, n, []byte("v1"), blob.PutOptions{IfMatch: a.ETag})
 	check("Put", err)
