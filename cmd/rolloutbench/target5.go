@@ -291,7 +291,7 @@ func readableBlobs(ctx context.Context, st blob.Store, sh string, m *storagepb.M
 		names = append(names, format.BlobOf(sh, g))
 	}
 	for token := ""; ; {
-		page, err := st.List(ctx, format.LogPrefix(sh), token, 0)
+		page, err := st.List(ctx, blob.ListOptions{Prefix: format.LogPrefix(sh), Token: token})
 		if err != nil {
 			return nil, fmt.Errorf("target 5: list the log: %w", err)
 		}

@@ -366,7 +366,7 @@ func openStore(ctx context.Context, cfg *config, log *zap.Logger, reg prometheus
 func warnIfEmpty(ctx context.Context, store blob.Store, cfg *config, log *zap.Logger) {
 	ctx, cancel := context.WithTimeout(ctx, storeOpenTimeout)
 	defer cancel()
-	page, err := store.List(ctx, format.ShardsRoot, "", 1)
+	page, err := store.List(ctx, blob.ListOptions{Prefix: format.ShardsRoot, Max: 1})
 	switch {
 	case err != nil:
 		log.Warn("could not check whether the store holds any shard", zap.String("store", cfg.store.String()), zap.Error(err))

@@ -155,7 +155,7 @@ func (c *contender) wantVersion(store blob.Store, sh string, want uint32, when s
 
 // logNames lists sh's log positions.
 func (c *contender) logNames(store blob.Store, sh string) []string {
-	page, err := store.List(context.Background(), format.LogPrefix(sh), "", 0)
+	page, err := store.List(context.Background(), blob.ListOptions{Prefix: format.LogPrefix(sh)})
 	if err != nil {
 		c.v.add("shard %s: list the log: %v", sh, err)
 		return nil

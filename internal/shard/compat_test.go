@@ -166,7 +166,7 @@ func TestWriteCompatFixture(t *testing.T) {
 	if err := os.RemoveAll(compatDir); err != nil {
 		t.Fatal(err)
 	}
-	page, err := store.List(ctx, "", "", 0)
+	page, err := store.List(ctx, blob.ListOptions{})
 	if err != nil || page.Next != "" {
 		t.Fatalf("list: %v (next %q)", err, page.Next)
 	}

@@ -96,7 +96,7 @@ func testV1ModeWriterKeepsAV2ShardInV2(t *testing.T, closeV2 bool) {
 		wantV2(fmt.Sprintf("after v1-mode writer %d closed", i))
 	}
 	// No v1 commit ever: a v1 commit writes a _g/ generation.
-	page, err := store.List(ctx, format.GenerationPrefix("s"), "", 0)
+	page, err := store.List(ctx, blob.ListOptions{Prefix: format.GenerationPrefix("s")})
 	if err != nil {
 		t.Fatal(err)
 	}
