@@ -70,6 +70,7 @@ func serve(ctx context.Context, stopSignals func(), cfg *config) error {
 		return err
 	}
 	defer func() { _ = log.Sync() }()
+	cfg.warnDeprecated(log)
 	for _, name := range cfg.unknownEnv {
 		log.Warn("ignoring an environment variable that names no flag", zap.String("name", name), zap.String("hint", "every flag is also ROLLOUTD_<FLAG_IN_CAPS>; see rolloutd --help"))
 	}
@@ -137,7 +138,6 @@ func serve(ctx context.Context, stopSignals func(), cfg *config) error {
 			MaxQueuedBytes:    int64(cfg.WriterQueueBytes),
 			DisableBackground: cfg.DisableMerge,
 			CommitTimeout:     cfg.CommitTimeout,
-			Protocol:          cfg.commitProtocol,
 		},
 		IndexCacheBytes: int64(cfg.IndexCacheBytes),
 		MaxMessageBytes: int(cfg.MaxMessageBytes),

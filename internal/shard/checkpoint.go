@@ -155,7 +155,7 @@ func (c *checkpointer) dueLocked() time.Duration {
 		age := w.opts.Clock.Now().Sub(time.Unix(0, w.tail[0].added))
 		return max(w.opts.CheckpointInterval-age, 0)
 	case len(w.edits) > 0:
-		return max(w.committer.editsDueLocked(), 0)
+		return max(w.editsDueLocked(), 0)
 	}
 	return w.opts.CheckpointInterval
 }
@@ -185,7 +185,7 @@ func (c *checkpointer) checkpoint(ctx context.Context, closing bool) (err error)
 	through, view, etag := w.last, w.m, w.etag
 	pressed := len(w.m.GetGenerations()) >= w.opts.v2Policy().countTrigger()
 	pending := through > w.ckpt.GetLogCheckpoint() ||
-		(len(w.edits) > 0 && (closing || pressed || w.committer.editsDueLocked() <= 0))
+		(len(w.edits) > 0 && (closing || pressed || w.editsDueLocked() <= 0))
 	var edits []*edit
 	if pending {
 		edits = w.edits
@@ -304,4 +304,10 @@ func (c *checkpointer) adopt(m *storagepb.Manifest, etag blob.ETag) {
 	}
 	w.landLocked(m, etag, m.GetLogCheckpoint())
 	c.unsure = false
+}
+
+// editsDueLocked returns how long the waiting edits may still wait for a
+// checkpoint that positions call for before one is written for them alone.
+func (w *writer) editsDueLocked() time.Duration {
+	return w.opts.EditDelay - w.opts.Clock.Now().Sub(w.editsAt)
 }

@@ -34,7 +34,6 @@ var errReclaim = errors.New("shard claimed by a higher epoch while opening its l
 //
 // It returns errReclaim when a higher epoch got there first.
 func (w *writer) openLog(ctx context.Context) error {
-	w.v2 = true
 	w.ckpt, w.tail = w.m, nil
 	w.ckptLanded = make(chan struct{})
 	w.last = w.ckpt.GetLogCheckpoint()

@@ -72,7 +72,6 @@ func Delete(ctx context.Context, store blob.Store, shard string, opts DeleteOpti
 	var rnd [8]byte
 	_, _ = rand.Read(rnd[:])
 	putID := "delete-" + hex.EncodeToString(rnd[:])
-	name := format.ManifestName(shard)
 	var unsure unclearTombstone
 	for {
 		if err := ctx.Err(); err != nil {
@@ -102,37 +101,11 @@ func Delete(ctx context.Context, store blob.Store, shard string, opts DeleteOpti
 		if ts := cur.GetTombstone(); ts != nil {
 			return deletion(cur, true), nil
 		}
-		if isV2(cur) {
-			d, done, err := deleteV2(ctx, store, shard, opts, cur, etag, putID, &unsure)
-			if done || err != nil {
-				return d, err
-			}
-			continue // another claim got in first: look again
+		d, done, err := deleteV2(ctx, store, shard, opts, cur, etag, putID, &unsure)
+		if done || err != nil {
+			return d, err
 		}
-		last := cur.GetNextSeq() - 1
-		if opts.ExpectedLastSeq != nil && *opts.ExpectedLastSeq != last {
-			return Deletion{}, &SeqMismatchError{Shard: shard, Expected: *opts.ExpectedLastSeq, LastSeq: last}
-		}
-		next := tombstoneOf(cur, putID, opts.Clock.Now())
-		data, err := format.EncodeManifest(next)
-		if err != nil {
-			return Deletion{}, err
-		}
-		_, err = store.Put(ctx, name, data, blob.PutOptions{IfMatch: etag, PutID: putID})
-		switch {
-		case err == nil:
-			return deletion(next, false), nil
-		case errors.Is(err, blob.ErrConditionFailed):
-			// A writer committed or claimed meanwhile: look again, and
-			// check the expected seq against what it wrote.
-		case retryable(err):
-			// The CAS may have landed: the re-read's commit id decides.
-			if werr := backoff.wait(ctx); werr != nil {
-				return Deletion{}, fmt.Errorf("delete shard %q: %w (its tombstone may have been written: %w)", shard, werr, err)
-			}
-		default:
-			return Deletion{}, fmt.Errorf("delete shard %q: write tombstone: %w", shard, err)
-		}
+		// Another claim got in first: look again.
 	}
 }
 
@@ -203,6 +176,8 @@ func deleteV2(ctx context.Context, store blob.Store, shard string, opts DeleteOp
 		}
 	}
 	claim := proto.CloneOf(cur)
+	// The claim converts a v1 shard, as a writer's does (epoch.go).
+	claim.Protocol = format.ProtocolV2
 	claim.Epoch = cur.GetEpoch() + 1
 	claim.Owner = putID
 	claim.CommitId = putID + "-claim"

@@ -118,33 +118,7 @@ func pickMerge(gens []*storagepb.Generation, now time.Time, o mergePolicy) []*st
 		k := max(o.run, n-o.maxGenerations/2)
 		return cheapestWindow(gens, min(k, 2*o.run), k, -1, o)
 	}
-	if o.level0 > 0 {
-		return pickMergeV2(gens, now, o, tier)
-	}
-	var best []*storagepb.Generation
-	bestTier := int(^uint(0) >> 1)
-	for i := 0; i < n; {
-		t := tier(gens[i])
-		j := i + 1
-		for j < n && tier(gens[j]) == t {
-			j++
-		}
-		if j-i >= o.run && t < bestTier {
-			best, bestTier = gens[i:j], t
-		}
-		i = j
-	}
-	if best != nil {
-		if run := capRun(best, o); run != nil {
-			return run
-		}
-	}
-	for i, g := range gens {
-		if g.GetLevel() == 0 && now.Sub(time.Unix(0, g.GetCreatedUnixNanos())) >= o.age {
-			return cheapestWindow(gens, 2, o.run, i, o)
-		}
-	}
-	return nil
+	return pickMergeV2(gens, now, o, tier)
 }
 
 // pickMergeV2 is pickMerge's policy for protocol v2 below the count
