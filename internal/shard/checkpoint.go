@@ -78,7 +78,7 @@ func (c *checkpointer) loop() {
 			// faster than a checkpoint every K commits lets merges remove
 			// them, a merge's edit calls for its own.
 			w.mu.Lock()
-			pressed := len(w.m.GetGenerations()) >= w.opts.v2Policy().countTrigger()
+			pressed := len(w.m.GetGenerations()) >= w.opts.mergePolicy().countTrigger()
 			w.mu.Unlock()
 			if !pressed {
 				continue
@@ -183,7 +183,7 @@ func (c *checkpointer) checkpoint(ctx context.Context, closing bool) (err error)
 	}
 	w.mu.Lock()
 	through, view, etag := w.last, w.m, w.etag
-	pressed := len(w.m.GetGenerations()) >= w.opts.v2Policy().countTrigger()
+	pressed := len(w.m.GetGenerations()) >= w.opts.mergePolicy().countTrigger()
 	pending := through > w.ckpt.GetLogCheckpoint() ||
 		(len(w.edits) > 0 && (closing || pressed || w.editsDueLocked() <= 0))
 	var edits []*edit

@@ -100,7 +100,7 @@ func (w *writer) openLog(ctx context.Context) error {
 // writer of the shard, which ended with every create answered (Lineage).
 func (w *writer) fenceNeeded() bool {
 	r := w.replaced
-	if r == nil || !isV2(r) {
+	if r == nil || !hasLog(r) {
 		return false
 	}
 	return !w.opts.Lineage.cleanEnd(w.shard, r.GetOwner())

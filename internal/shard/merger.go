@@ -53,7 +53,7 @@ func (m *merger) loop() {
 		case <-w.opts.Clock.After(w.opts.MergeInterval):
 		}
 		for w.background.Err() == nil {
-			plan := pickMerge(w.manifest().GetGenerations(), w.opts.Clock.Now(), w.opts.v2Policy())
+			plan := pickMerge(w.manifest().GetGenerations(), w.opts.Clock.Now(), w.opts.mergePolicy())
 			if plan == nil || !m.claim(plan) {
 				break // GC or an edit in flight holds part of it; the next kick looks again
 			}

@@ -81,7 +81,7 @@ func TestCheapestWindow(t *testing.T) {
 // along (which rewrote the shard every K appends), never in windows so
 // narrow that a lone client pays a merge per checkpoint.
 func TestPickMergeV2(t *testing.T) {
-	o := Options{CheckpointEvery: 4}.withDefaults().v2Policy() // log batches merge 8 at a time
+	o := Options{CheckpointEvery: 4}.withDefaults().mergePolicy() // log batches merge 8 at a time
 	now := time.Unix(1000, 0)
 	num := uint64(0)
 	gen := func(kb uint64, level uint32, age time.Duration) *storagepb.Generation {
