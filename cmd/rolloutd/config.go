@@ -46,8 +46,7 @@ type config struct {
 	IndexCacheBytes  byteSize
 	DisableMerge     bool
 	CommitTimeout    time.Duration
-	CommitProtocol   string
-	commitProtocol   shard.Protocol
+	CommitProtocol   string // deprecated: "" or v2 (commitProtocolUnset)
 
 	MaxMessageBytes byteSize
 	MaxBatchRecords int
@@ -133,7 +132,7 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (*con
 	fs.Var(&c.IndexCacheBytes, "index-cache-bytes", "`bytes` of generation indexes cached for all shards, shared by writers and reads")
 	fs.BoolVar(&c.DisableMerge, "disable-merge", false, "turn off merging small generations and garbage collection (for debugging only)")
 	fs.DurationVar(&c.CommitTimeout, "commit-timeout", shard.DefaultCommitTimeout, "how long one commit may take before the server gives up on it: its Append is then answered UNAVAILABLE (OUTCOME_UNKNOWN when the commit was sent), and a shard writer whose commit stays undecided is replaced")
-	fs.StringVar(&c.CommitProtocol, "commit-protocol", "v2", "`protocol` of commits: v2 (commit by create; converts each shard it writes, which older builds then refuse) or v1 (manifest CAS, for the first step of a rolling upgrade; a shard already in v2 is still written in v2). See docs/operations.md")
+	fs.StringVar(&c.CommitProtocol, "commit-protocol", "", "deprecated and ignored: v2 (commit by create) is the only commit `protocol`; v1 is refused. See docs/operations.md")
 	fs.Var(&c.MaxMessageBytes, "max-message-bytes", "largest gRPC request in `bytes`; sized to the largest Append batch")
 	fs.IntVar(&c.MaxBatchRecords, "max-batch-records", server.DefaultMaxBatchRecords, "maximum records in one Append")
 	fs.Var(&c.MaxRecordBytes, "max-record-bytes", "largest encoded record in `bytes`; the default is the largest a default gRPC client (4 MiB receive limit) can read back. Raise clients' receive limit with it")
@@ -246,13 +245,8 @@ func (c *config) readEnv(getenv func(string) string) error {
 // validate checks every value and derives the parsed forms. Each error
 // names the flag.
 func (c *config) validate() error {
-	switch c.CommitProtocol {
-	case "v2":
-		c.commitProtocol = shard.ProtocolV2
-	case "v1":
-		c.commitProtocol = shard.ProtocolV1
-	default:
-		return fmt.Errorf("--commit-protocol %q: want v2 or v1", c.CommitProtocol)
+	if err := checkCommitProtocol(c.CommitProtocol); err != nil {
+		return err
 	}
 	for _, a := range []struct{ flag, addr string }{{"listen", c.Listen}, {"metrics-listen", c.MetricsListen}} {
 		if _, _, err := net.SplitHostPort(a.addr); err != nil {

@@ -71,6 +71,7 @@ func serve(ctx context.Context, stopSignals func(), cfg *config) error {
 	}
 	defer func() { _ = log.Sync() }()
 	warnUnknownEnv(log, cfg.unknownEnv)
+	cfg.warnDeprecated(log)
 	tp, err := startTracing(ctx, cfg, log)
 	if err != nil {
 		return err
@@ -120,7 +121,6 @@ func serve(ctx context.Context, stopSignals func(), cfg *config) error {
 			MaxQueuedBytes:    int64(cfg.WriterQueueBytes),
 			DisableBackground: cfg.DisableMerge,
 			CommitTimeout:     cfg.CommitTimeout,
-			Protocol:          cfg.commitProtocol,
 		},
 		IndexCacheBytes: int64(cfg.IndexCacheBytes),
 		MaxMessageBytes: int(cfg.MaxMessageBytes),
