@@ -170,33 +170,28 @@ func newAdmission(cfg Config, g *guard, log *zap.Logger) *admission {
 		maxMessage:  int64(cfg.MaxMessageBytes),
 		recvTimeout: cfg.RecvTimeout,
 		sendTimeout: cfg.SendTimeout,
-		sendTimeouts: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "rolloutd_send_timeouts_total",
-			Help: "Responses not taken by their client within the send timeout (--send-timeout); each closed its connection.",
-		}),
+		sendTimeouts: newCounter("rolloutd_send_timeouts_total",
+			"Responses not taken by their client within the send timeout (--send-timeout); each closed its connection."),
 		maxRecord:     int64(cfg.MaxRecordBytes) + storedRecordGrowth,
 		batchGetBytes: int64(cfg.BatchGetBytes),
 		conns:         newConnRegistry(),
 		authz:         cfg.Authorizer,
 		guard:         g,
 		log:           log,
-		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "rolloutd_admission_refusals_total",
-			Help: "Requests refused before or as their message was read, by reason: budget, connection_share, identity_share (the request memory budget), recv_timeout (the message did not arrive in time), no_grants (the caller may not use the method or the shard it names).",
-		}, []string{"reason"}),
+		refused: newCounterVec("rolloutd_admission_refusals_total",
+			"Requests refused before or as their message was read, by reason: budget, connection_share, identity_share (the request memory budget), recv_timeout (the message did not arrive in time), no_grants (the caller may not use the method or the shard it names).",
+			"reason"),
 	}
 	for _, r := range []string{refusedServer, refusedConnection, refusedIdentity, refusedRecvTimeout, refusedNoGrants} {
 		a.refused.WithLabelValues(r)
 	}
 	a.gauges = []prometheus.Collector{
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Name: "rolloutd_request_budget_bytes",
-			Help: "The request memory budget: bytes that requests in flight may hold (--request-budget-bytes).",
-		}, func() float64 { return float64(a.budget.limit) }),
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Name: "rolloutd_request_budget_in_use_bytes",
-			Help: "Bytes of the request memory budget that requests in flight hold now.",
-		}, func() float64 { return float64(a.budget.inUse()) }),
+		newGaugeFunc("rolloutd_request_budget_bytes",
+			"The request memory budget: bytes that requests in flight may hold (--request-budget-bytes).",
+			func() float64 { return float64(a.budget.limit) }),
+		newGaugeFunc("rolloutd_request_budget_in_use_bytes",
+			"Bytes of the request memory budget that requests in flight hold now.",
+			func() float64 { return float64(a.budget.inUse()) }),
 	}
 	return a
 }

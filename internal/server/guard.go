@@ -103,18 +103,12 @@ func newGuard(cfg Config, log *zap.Logger) *guard {
 		log:    log,
 		events: events,
 		open:   map[*guardedStream]struct{}{},
-		denied: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "rolloutd_rpc_denied_total",
-			Help: "RolloutService calls refused by the authorization policy, by verb.",
-		}, []string{"verb"}),
-		revoked: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "rolloutd_streams_revoked_total",
-			Help: "Open RolloutService streams ended because a reloaded policy or client CA bundle no longer allows them, by verb.",
-		}, []string{"verb"}),
-		limited: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "rolloutd_append_rate_limited_total",
-			Help: "Appends refused by the per-identity append rate limit.",
-		}),
+		denied: newCounterVec("rolloutd_rpc_denied_total",
+			"RolloutService calls refused by the authorization policy, by verb.", "verb"),
+		revoked: newCounterVec("rolloutd_streams_revoked_total",
+			"Open RolloutService streams ended because a reloaded policy or client CA bundle no longer allows them, by verb.", "verb"),
+		limited: newCounter("rolloutd_append_rate_limited_total",
+			"Appends refused by the per-identity append rate limit."),
 	}
 	for _, v := range authz.Verbs {
 		// Exported at 0 from the start, so that alerts on increase() see
