@@ -11,6 +11,7 @@ import (
 
 	"github.com/rolloutd/rolloutd/internal/blob"
 	"github.com/rolloutd/rolloutd/internal/shard"
+	"github.com/rolloutd/rolloutd/internal/tracing/spans"
 )
 
 // opening is one open in flight. Its waiters are pinned on the new writer
@@ -113,7 +114,7 @@ func (s *writerSet) openInBackground(shardName string, op *opening, parent trace
 	ctx, span := s.startOpen(ctx, parent, shardName)
 	start := time.Now()
 	w, err := s.safeOpen(ctx, shardName)
-	endSpan(span, err)
+	spans.End(span, err)
 	cancel()
 	s.metrics.writerOpens.Inc()
 	s.metrics.openDuration.Observe(time.Since(start).Seconds())
