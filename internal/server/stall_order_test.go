@@ -1,0 +1,53 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"google.golang.org/grpc/tap"
+)
+
+// A stream ended by the receive timeout is already counted when it ends:
+// its client, a scraper, or a test that sees the stream end must see
+// recv_timeout move. The stream's cancel is wrapped to read the counter
+// the moment the stream ends, so the order is checked without a race.
+func TestRecvTimeoutCountedBeforeTheStreamEnds(t *testing.T) {
+	a := newAdmission(Config{RecvTimeout: time.Hour}.withDefaults(), nil, nil)
+	ctx, err := a.tap(context.Background(), &tap.Info{FullMethodName: appendMethod})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := reservationOf(ctx)
+	seen := make(chan float64, 1)
+	r.mu.Lock()
+	cancel := r.cancel
+	r.cancel = func(cause error) {
+		cancel(cause)
+		seen <- testutil.ToFloat64(a.refused.WithLabelValues(refusedRecvTimeout))
+	}
+	r.mu.Unlock()
+	r.timer.Reset(0) // the receive timeout, now
+
+	select {
+	case n := <-seen:
+		if n != 1 {
+			t.Errorf("when the timed-out stream ended, recv_timeout counted %v, want 1", n)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the receive timeout did not end the stream")
+	}
+	<-ctx.Done()
+	if !errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		t.Errorf("the timed-out stream's context: %v, want DeadlineExceeded", ctx.Err())
+	}
+	// The stream's end releases its charge (on context.AfterFunc's
+	// goroutine): wait for it, so that nothing outlives the test.
+	for deadline := time.Now().Add(5 * time.Second); a.budget.inUse() != 0; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the timed-out stream still holds %d bytes", a.budget.inUse())
+		}
+	}
+}
