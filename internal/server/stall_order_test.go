@@ -3,11 +3,14 @@ package server
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"google.golang.org/grpc/tap"
+
+	"github.com/rolloutd/rolloutd/internal/authz"
 )
 
 // A stream ended by the receive timeout is already counted when it ends:
@@ -49,5 +52,41 @@ func TestRecvTimeoutCountedBeforeTheStreamEnds(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatalf("the timed-out stream still holds %d bytes", a.budget.inUse())
 		}
+	}
+}
+
+// A revoked stream is already counted when it ends (its context is
+// cancelled), as the receive timeout's is.
+func TestRevocationCountedBeforeTheStreamEnds(t *testing.T) {
+	noScan := strings.Replace(testPolicy, "verbs: [append, get, scan]", "verbs: [append, get]", 1)
+	p, err := authz.Parse([]byte(noScan))
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := newGuard(Config{Authorizer: authz.NewStatic(p)}, nil)
+	ctx, cancel := context.WithCancelCause(peerCtx(t, idTrainer))
+	defer cancel(nil)
+	seen := make(chan float64, 1)
+	s := &guardedStream{g: g, ctx: ctx, method: rolloutPrefix + "Scan", verb: authz.Scan,
+		identity: peerIdentity(ctx), shards: []string{"team-a/run1"}}
+	s.cancel = func(cause error) {
+		cancel(cause)
+		seen <- testutil.ToFloat64(g.revoked.WithLabelValues(string(authz.Scan)))
+	}
+
+	if !g.recheckOne(s, false) {
+		t.Fatal("the stream was not revoked")
+	}
+	if n := <-seen; n != 1 {
+		t.Errorf("when the revoked stream ended, rolloutd_streams_revoked_total{verb=scan} was %v, want 1", n)
+	}
+	if s.revocation() == nil {
+		t.Error("the revoked stream has no revocation")
+	}
+	if g.recheckOne(s, false) {
+		t.Error("a second re-check revoked the stream again")
+	}
+	if n := testutil.ToFloat64(g.revoked.WithLabelValues(string(authz.Scan))); n != 1 {
+		t.Errorf("after a second re-check, revoked counted %v, want 1", n)
 	}
 }
