@@ -232,11 +232,7 @@ func (a *admission) tap(ctx context.Context, info *tap.Info) (context.Context, e
 	r := &reservation{a: a, budget: a.budget, conn: conn, identity: key, overhead: overhead, held: overhead, holds: 1}
 	inner, cancel := context.WithCancelCause(ctx)
 	r.cancel = cancel
-	r.timer = time.AfterFunc(a.recvTimeout, func() {
-		if r.timeout() {
-			a.refused.WithLabelValues(refusedRecvTimeout).Inc()
-		}
-	})
+	r.timer = time.AfterFunc(a.recvTimeout, r.timeout)
 	// Under mu: if the stream has already ended, streamEnded runs at once
 	// and needs unwatch.
 	r.mu.Lock()

@@ -328,7 +328,6 @@ func (g *guard) recheckOne(s *guardedStream, verifyChain bool) bool {
 	if !s.revoke(st) {
 		return false
 	}
-	g.revoked.WithLabelValues(string(s.verb)).Inc()
 	g.events.Info("stream revoked", zap.String("method", s.method), zap.String("identity", s.identity),
 		zap.Strings("shards", shards), zap.String("peer", peerAddr(s.ctx)), zap.Error(err))
 	return true

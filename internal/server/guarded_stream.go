@@ -28,19 +28,24 @@ type guardedStream struct {
 	passed bool  // a message was allowed
 	err    error // a message was refused: the stream stays refused
 
-	shards  []string              // that passed; guarded by g.mu
-	revoked atomic.Pointer[error] // the revocation, a gRPC status error
+	shards   []string              // that passed; guarded by g.mu
+	revoking atomic.Bool           // revoke has begun: only the first counts
+	revoked  atomic.Pointer[error] // the revocation, a gRPC status error
 }
 
 func (s *guardedStream) Context() context.Context { return s.ctx }
 
-// revoke ends s with err: from now on it receives and sends nothing, and
-// its context is cancelled with err as the cause. It reports whether s was
-// not revoked before.
+// revoke counts the revocation and ends s with err: from now on it
+// receives and sends nothing, and its context is cancelled with err as the
+// cause. It reports whether s was not revoked before. The count comes
+// before the revocation is published (RecvMsg and SendMsg answer with it)
+// and before the cancel: whoever sees the stream end must find it counted.
 func (s *guardedStream) revoke(err error) bool {
-	if !s.revoked.CompareAndSwap(nil, &err) {
+	if !s.revoking.CompareAndSwap(false, true) {
 		return false
 	}
+	s.g.revoked.WithLabelValues(string(s.verb)).Inc()
+	s.revoked.Store(&err)
 	s.cancel(err)
 	return true
 }

@@ -89,17 +89,18 @@ func (r *reservation) received(cost int64, keep bool) error {
 	return nil
 }
 
-// timeout cancels the stream if its message has not arrived, and reports
-// whether it did.
-func (r *reservation) timeout() bool {
+// timeout counts the refusal and cancels the stream if its message has not
+// arrived. The count comes first: whoever sees the stream end (its client,
+// a scrape, a test) must find it counted.
+func (r *reservation) timeout() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.arrived || r.holds == 0 {
-		return false
+		return
 	}
 	r.timedOut = true
+	r.a.refused.WithLabelValues(refusedRecvTimeout).Inc()
 	r.cancel(errRecvTimeout)
-	return true
 }
 
 // enter holds the charge for a handler; false means the stream has ended
