@@ -181,21 +181,7 @@ func (c *checkpointer) checkpoint(ctx context.Context, closing bool) (err error)
 			return err
 		}
 	}
-	w.mu.Lock()
-	through, view, etag := w.last, w.m, w.etag
-	pressed := len(w.m.GetGenerations()) >= w.opts.mergePolicy().countTrigger()
-	pending := through > w.ckpt.GetLogCheckpoint() ||
-		(len(w.edits) > 0 && (closing || pressed || w.editsDueLocked() <= 0))
-	var edits []*edit
-	if pending {
-		edits = w.edits
-		w.edits = nil
-	}
-	var next *storagepb.Manifest
-	if pending {
-		next = w.checkpointOf(view, through)
-	}
-	w.mu.Unlock()
+	through, next, etag, edits, pending := c.takeDue(closing)
 	if !pending {
 		return nil
 	}
@@ -204,14 +190,44 @@ func (c *checkpointer) checkpoint(ctx context.Context, closing bool) (err error)
 		ctx, span = w.startCheckpoint(ctx)
 		defer func() { endSpan(span, err) }()
 	}
-	now := w.opts.Clock.Now().UnixNano()
+	settle := applyEdits(edits, next, w.opts.Clock.Now().UnixNano())
+	err = c.put(ctx, next, etag, through)
+	settle(err)
+	return err
+}
+
+// takeDue builds the next checkpoint, through the last position that
+// landed, if anything waits for one, and takes the edits it carries.
+// Everything is read under one hold of mu, so the checkpoint, the etag it
+// replaces and the edits applied to it are of one view.
+func (c *checkpointer) takeDue(closing bool) (through uint64, next *storagepb.Manifest, etag blob.ETag, edits []*edit, pending bool) {
+	w := c.w
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	through, etag = w.last, w.etag
+	pressed := len(w.m.GetGenerations()) >= w.opts.mergePolicy().countTrigger()
+	pending = through > w.ckpt.GetLogCheckpoint() ||
+		(len(w.edits) > 0 && (closing || pressed || w.editsDueLocked() <= 0))
+	if !pending {
+		return through, nil, etag, nil, false
+	}
+	edits, w.edits = w.edits, nil
+	return through, w.checkpointOf(w.m, through), etag, edits, true
+}
+
+// applyEdits applies edits to next, the checkpoint that carries them, and
+// returns how to settle them once its fate is known. An edit that no
+// longer applies does not hold back the others; it learns its own error
+// if the checkpoint landed, and, like every edit, the checkpoint's error
+// if it did not.
+func applyEdits(edits []*edit, next *storagepb.Manifest, now int64) func(error) {
 	errs := map[*edit]error{}
 	for _, e := range edits {
 		if err := e.apply(next, now); err != nil {
 			errs[e] = err
 		}
 	}
-	settle := func(err error) {
+	return func(err error) {
 		for _, e := range edits {
 			if err != nil {
 				e.settle(err)
@@ -220,46 +236,55 @@ func (c *checkpointer) checkpoint(ctx context.Context, closing bool) (err error)
 			}
 		}
 	}
+}
+
+// put CASes next over the manifest of etag, retrying while the store is
+// unavailable, and lands it if it landed.
+func (c *checkpointer) put(ctx context.Context, next *storagepb.Manifest, etag blob.ETag, through uint64) error {
+	w := c.w
 	data, err := format.EncodeManifest(next)
 	if err != nil {
-		settle(err)
 		return err
 	}
 	name := format.ManifestName(w.shard)
+	// The commit id is the put id: a retry after a lost answer that
+	// landed succeeds with that try's etag instead of failing IfMatch.
 	opts := blob.PutOptions{IfMatch: etag, PutID: next.GetCommitId()}
 	b := newBackoff(w.opts)
 	for {
 		attrs, err := w.store.Put(ctx, name, data, opts)
 		if err == nil {
 			c.land(next, attrs.ETag, through)
-			settle(nil)
 			return nil
 		}
-		if errors.Is(err, blob.ErrUnavailable) {
-			if b.wait(ctx) == nil {
-				continue
-			}
+		if errors.Is(err, blob.ErrUnavailable) && b.wait(ctx) == nil {
+			continue
 		}
-		// Lost, or unclear: only the stored manifest can say.
-		m, metag, rerr := readManifest(ctx, w.store, w.shard)
-		switch {
-		case rerr != nil:
-			c.unsure = true
-			err = fmt.Errorf("shard %q epoch %d: checkpoint through %d: %w, and re-reading the manifest: %w", w.shard, w.epoch, through, err, rerr)
-		case m.GetCommitId() == next.GetCommitId():
-			c.land(m, metag, through)
-			settle(nil)
-			return nil
-		case m.GetEpoch() != w.epoch:
-			fe := &FencedError{Shard: w.shard, Local: w.epoch, Stored: m.GetEpoch()}
-			w.fence(fe)
-			err = fe
-		default:
-			c.adopt(m, metag)
-			err = fmt.Errorf("shard %q epoch %d: checkpoint through %d: %w", w.shard, w.epoch, through, err)
-		}
-		settle(err)
-		return err
+		return c.decide(ctx, next, through, err)
+	}
+}
+
+// decide learns from the stored manifest what became of next, whose put
+// failed with err or left its outcome unclear: landed after all, fenced by
+// a newer epoch, or lost to one of this writer's own earlier checkpoints.
+func (c *checkpointer) decide(ctx context.Context, next *storagepb.Manifest, through uint64, err error) error {
+	w := c.w
+	m, metag, rerr := readManifest(ctx, w.store, w.shard)
+	switch {
+	case rerr != nil:
+		// Still unclear: the next checkpoint re-reads before it builds.
+		c.unsure = true
+		return fmt.Errorf("shard %q epoch %d: checkpoint through %d: %w, and re-reading the manifest: %w", w.shard, w.epoch, through, err, rerr)
+	case m.GetCommitId() == next.GetCommitId():
+		c.land(m, metag, through)
+		return nil
+	case m.GetEpoch() != w.epoch:
+		fe := &FencedError{Shard: w.shard, Local: w.epoch, Stored: m.GetEpoch()}
+		w.fence(fe)
+		return fe
+	default:
+		c.adopt(m, metag)
+		return fmt.Errorf("shard %q epoch %d: checkpoint through %d: %w", w.shard, w.epoch, through, err)
 	}
 }
 
