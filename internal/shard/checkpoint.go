@@ -54,11 +54,42 @@ func (c *checkpointer) editArrived() {
 // close asks for the last checkpoint, once the committer has drained.
 func (c *checkpointer) close() { c.once.Do(func() { close(c.closing) }) }
 
+// loop is the checkpointer's goroutine. It exits after the last checkpoint
+// at Close, or when the writer is aborted or fenced, failing the edits
+// that still wait.
 func (c *checkpointer) loop() {
 	w := c.w
 	defer close(c.done)
 	for {
-		closing := false
+		closing, ok := c.awaitDue()
+		// The committer is draining the queue when closing; what it
+		// commits is checkpointed below, after it is done.
+		if ok && closing {
+			ok = c.awaitDrained()
+		}
+		if ok {
+			w.mu.Lock()
+			ok = w.state != stateAborted && w.state != stateFenced
+			w.mu.Unlock()
+		}
+		if !ok {
+			c.dropEdits(ErrAborted)
+			return
+		}
+		c.tryCheckpoint(closing)
+		if closing {
+			return
+		}
+	}
+}
+
+// awaitDue waits until a checkpoint may be due or the writer closes, which
+// it reports as closing. It reports false once the writer is aborted.
+// Each wake-up is checked against the writer's state, since a wake-up
+// may come late or from a state that has moved on.
+func (c *checkpointer) awaitDue() (closing, ok bool) {
+	w := c.w
+	for {
 		w.mu.Lock()
 		wait := c.dueLocked()
 		w.mu.Unlock()
@@ -93,47 +124,42 @@ func (c *checkpointer) loop() {
 				continue
 			}
 		case <-c.closing:
-			closing = true
+			return true, true
 		case <-w.ctx.Done():
-			c.dropEdits(ErrAborted)
-			return
+			return false, false
 		}
-		if closing {
-			// The committer is draining the queue; what it commits is
-			// checkpointed below. Until it is done, keep checkpointing when
-			// asked: it may be waiting for one at the 2K lag bound.
-			for drained := false; !drained; {
-				select {
-				case <-w.committer.done:
-					drained = true
-				case <-c.kick:
-					ctx, cancel := context.WithTimeout(w.ctx, w.opts.CommitTimeout)
-					if err := c.checkpoint(ctx, false); err != nil && w.ctx.Err() == nil {
-						w.log.Warn("checkpoint failed; will retry", zap.Error(err))
-					}
-					cancel()
-				case <-w.ctx.Done():
-					c.dropEdits(ErrAborted)
-					return
-				}
-			}
+		return false, true
+	}
+}
+
+// awaitDrained waits, once the writer is closing, for the committer to
+// finish. Until it is done, it keeps checkpointing when asked: the
+// committer may be waiting for one at the 2K lag bound. It reports false
+// if the writer is aborted meanwhile.
+func (c *checkpointer) awaitDrained() bool {
+	w := c.w
+	for {
+		select {
+		case <-w.committer.done:
+			return true
+		case <-c.kick:
+			c.tryCheckpoint(false)
+		case <-w.ctx.Done():
+			return false
 		}
-		w.mu.Lock()
-		st := w.state
-		w.mu.Unlock()
-		if st == stateAborted || st == stateFenced {
-			c.dropEdits(ErrAborted)
-			return
-		}
-		ctx, cancel := context.WithTimeout(w.ctx, w.opts.CommitTimeout)
-		err := c.checkpoint(ctx, closing)
-		cancel()
-		if err != nil && w.ctx.Err() == nil {
-			w.log.Warn("checkpoint failed; will retry", zap.Error(err))
-		}
-		if closing {
-			return
-		}
+	}
+}
+
+// tryCheckpoint writes one checkpoint, if anything waits for one, within
+// CommitTimeout. A failure is only logged: checkpoint has acted on it (a
+// fence stops the writer; an unclear outcome is re-read first next time),
+// and what it left unwritten waits for the next checkpoint.
+func (c *checkpointer) tryCheckpoint(closing bool) {
+	w := c.w
+	ctx, cancel := context.WithTimeout(w.ctx, w.opts.CommitTimeout)
+	defer cancel()
+	if err := c.checkpoint(ctx, closing); err != nil && w.ctx.Err() == nil {
+		w.log.Warn("checkpoint failed; will retry", zap.Error(err))
 	}
 }
 
