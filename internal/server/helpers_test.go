@@ -3,7 +3,6 @@ package server
 import (
 	"context"
 	"fmt"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -146,59 +145,6 @@ func (l *ledger) verify(t testing.TB, store blob.Store) {
 			seqs[seq] = id
 		}
 	}
-}
-
-// gateStore blocks generation puts (create-only puts of anything but a
-// manifest) while armed, until opened.
-type gateStore struct {
-	blob.Store
-	mu      sync.Mutex
-	armed   bool
-	blocked chan struct{} // closed when a put is blocked
-	release chan struct{}
-}
-
-func newGateStore(inner blob.Store) *gateStore { return &gateStore{Store: inner} }
-
-func (g *gateStore) arm() {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	g.armed = true
-	g.blocked = make(chan struct{})
-	g.release = make(chan struct{})
-}
-
-// open lets every blocked and later put through.
-func (g *gateStore) open() {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if g.armed {
-		g.armed = false
-		close(g.release)
-	}
-}
-
-func (g *gateStore) Put(ctx context.Context, name string, data []byte, opts blob.PutOptions) (blob.Attrs, error) {
-	g.mu.Lock()
-	armed, blocked, release := g.armed, g.blocked, g.release
-	if armed && opts.IfNoneMatch && !strings.HasSuffix(name, "/manifest") {
-		select {
-		case <-blocked:
-		default:
-			close(blocked)
-		}
-	} else {
-		armed = false
-	}
-	g.mu.Unlock()
-	if armed {
-		select {
-		case <-release:
-		case <-ctx.Done():
-			return blob.Attrs{}, ctx.Err()
-		}
-	}
-	return g.Store.Put(ctx, name, data, opts)
 }
 
 func ids(prefix string, n int) []string {

@@ -150,6 +150,10 @@ type Call struct {
 	PutOpts    blob.PutOptions
 	GetOpts    blob.GetOptions
 	DeleteOpts blob.DeleteOptions
+	// Token is a List's page token; Listed, once a List landed, the names
+	// and prefixes its page holds, then its Next token if any.
+	Token  string
+	Listed []string
 }
 
 // Hooks observe calls. They run on the caller's goroutine, outside the
@@ -315,11 +319,12 @@ func (s *Store) decide(op Op, name string) (delay time.Duration, chosen *Rule, h
 // validation; invalid calls go straight to the inner store. injected reports
 // that err is an injected fault rather than the inner store's answer.
 func (s *Store) do(ctx context.Context, op Op, name string, valid bool, call func(context.Context) error) (injected bool, err error) {
-	return s.doCall(ctx, Call{Op: op, Name: name}, valid, call)
+	return s.doCall(ctx, Call{Op: op, Name: name}, valid, call, nil)
 }
 
 // doCall is do for a call whose arguments the interceptors may look at.
-func (s *Store) doCall(ctx context.Context, c Call, valid bool, call func(context.Context) error) (injected bool, err error) {
+// out, if not nil, tells what a List returned (Call.Listed).
+func (s *Store) doCall(ctx context.Context, c Call, valid bool, call func(context.Context) error, out func() []string) (injected bool, err error) {
 	op, name := c.Op, c.Name
 	s.calls[op].Add(1)
 	if !valid {
@@ -374,6 +379,9 @@ func (s *Store) doCall(ctx context.Context, c Call, valid bool, call func(contex
 	s.forwarded[op].Add(1)
 	err = call(ctx)
 	c.Fault, c.Err = fault, err
+	if c.Op == OpList && out != nil {
+		c.Listed = out()
+	}
 	s.land(c)
 	if hooks.After != nil {
 		hooks.After(Call{Op: op, Name: name, Fault: fault, Err: err})
@@ -403,7 +411,7 @@ func (s *Store) Get(ctx context.Context, name string, opts blob.GetOptions) ([]b
 	injected, err := s.doCall(ctx, Call{Op: OpGet, Name: name, GetOpts: opts}, blob.ValidateName(name) == nil, func(ctx context.Context) (err error) {
 		data, a, err = s.inner.Get(ctx, name, opts)
 		return err
-	})
+	}, nil)
 	if injected {
 		return nil, blob.Attrs{}, err
 	}
@@ -429,7 +437,7 @@ func (s *Store) Put(ctx context.Context, name string, data []byte, opts blob.Put
 	injected, err := s.doCall(ctx, Call{Op: OpPut, Name: name, Data: data, PutOpts: opts}, blob.ValidateName(name) == nil, func(ctx context.Context) (err error) {
 		a, err = s.inner.Put(ctx, name, data, opts)
 		return err
-	})
+	}, nil)
 	if injected {
 		return blob.Attrs{}, err
 	}
@@ -440,17 +448,17 @@ func (s *Store) Put(ctx context.Context, name string, data []byte, opts blob.Put
 func (s *Store) Delete(ctx context.Context, name string, opts blob.DeleteOptions) error {
 	_, err := s.doCall(ctx, Call{Op: OpDelete, Name: name, DeleteOpts: opts}, blob.ValidateName(name) == nil, func(ctx context.Context) error {
 		return s.inner.Delete(ctx, name, opts)
-	})
+	}, nil)
 	return err
 }
 
 // List implements blob.Store.
 func (s *Store) List(ctx context.Context, prefix, token string, max int) (blob.ListPage, error) {
 	var p blob.ListPage
-	injected, err := s.do(ctx, OpList, prefix, blob.ValidatePrefix(prefix) == nil, func(ctx context.Context) (err error) {
+	injected, err := s.doCall(ctx, Call{Op: OpList, Name: prefix, Token: token}, blob.ValidatePrefix(prefix) == nil, func(ctx context.Context) (err error) {
 		p, err = s.inner.List(ctx, prefix, token, max)
 		return err
-	})
+	}, func() []string { return listed(p.Items, nil, p.Next) })
 	if injected {
 		return blob.ListPage{}, err
 	}
@@ -460,10 +468,10 @@ func (s *Store) List(ctx context.Context, prefix, token string, max int) (blob.L
 // ListDelimited implements blob.Store; its faults are List's (OpList).
 func (s *Store) ListDelimited(ctx context.Context, prefix, delimiter, token string, max int) (blob.DelimitedPage, error) {
 	var p blob.DelimitedPage
-	injected, err := s.do(ctx, OpList, prefix, blob.ValidatePrefix(prefix) == nil && delimiter != "", func(ctx context.Context) (err error) {
+	injected, err := s.doCall(ctx, Call{Op: OpList, Name: prefix, Token: token}, blob.ValidatePrefix(prefix) == nil && delimiter != "", func(ctx context.Context) (err error) {
 		p, err = s.inner.ListDelimited(ctx, prefix, delimiter, token, max)
 		return err
-	})
+	}, func() []string { return listed(p.Items, p.Prefixes, p.Next) })
 	if injected {
 		return blob.DelimitedPage{}, err
 	}

@@ -126,6 +126,19 @@ func (s *Store) OnLanded(m Match, f func(c Call)) (remove func()) {
 	return s.register(&s.landed, &matcher{Match: m, land: f})
 }
 
+// listed is what a List page holds, for Call.Listed.
+func listed(items []blob.Attrs, prefixes []string, next string) []string {
+	out := make([]string, 0, len(items)+len(prefixes)+1)
+	for _, it := range items {
+		out = append(out, it.Name)
+	}
+	out = append(out, prefixes...)
+	if next != "" {
+		out = append(out, next)
+	}
+	return out
+}
+
 // Counter counts the calls a Match selected.
 type Counter struct{ n atomic.Int64 }
 
