@@ -15,6 +15,7 @@ import (
 	rolloutv1 "github.com/rolloutd/rolloutd/gen/rollout/v1"
 	"github.com/rolloutd/rolloutd/internal/azure"
 	"github.com/rolloutd/rolloutd/internal/testutil/azurite"
+	"github.com/rolloutd/rolloutd/internal/testutil/ledger"
 	"github.com/rolloutd/rolloutd/internal/testutil/rolloutdproc"
 )
 
@@ -89,12 +90,8 @@ func readStore(t *testing.T, store string) *azure.Store {
 	return s
 }
 
-func record(id string) *rolloutv1.Record {
-	return &rolloutv1.Record{Id: id, RolloutId: "r1", Content: "content of " + id, OutputTokens: []int32{1, 2}, LossMask: []byte{1, 1}}
-}
-
 func appendOne(ctx context.Context, c rolloutv1.RolloutServiceClient, shardName, id string) (*rolloutv1.AppendResult, error) {
-	resp, err := c.Append(ctx, &rolloutv1.AppendRequest{Shard: shardName, Records: []*rolloutv1.Record{record(id)}})
+	resp, err := c.Append(ctx, &rolloutv1.AppendRequest{Shard: shardName, Records: []*rolloutv1.Record{ledger.Record(id)}})
 	if err != nil {
 		return nil, err
 	}
