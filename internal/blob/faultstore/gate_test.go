@@ -185,6 +185,28 @@ func TestHoldContextEnds(t *testing.T) {
 	}
 }
 
+// A deaf gate holds a call past its context's end, until Fail ends it;
+// goleak (TestMain) checks it is not left behind.
+func TestHoldDeaf(t *testing.T) {
+	s, ctx := newStore(t, 1)
+	g := s.Hold(faultstore.Match{Ops: puts}, faultstore.Deaf)
+	cctx, cancel := context.WithCancel(ctx)
+	done := putAll(cctx, s, "a")
+	if _, err := g.Wait(ctx); err != nil {
+		t.Fatal(err)
+	}
+	cancel()
+	select {
+	case errs := <-done:
+		t.Fatalf("a deaf held call returned when its context ended: %v", errs)
+	case <-time.After(20 * time.Millisecond):
+	}
+	g.Fail(blob.ErrConditionFailed)
+	if err := (<-done)["a"]; !errors.Is(err, blob.ErrConditionFailed) || exists(t, s.Inner(), "a") {
+		t.Fatalf("a: %v, want ErrConditionFailed and no blob", err)
+	}
+}
+
 // Count counts what it selects as it arrives, faults or not.
 func TestCount(t *testing.T) {
 	s, ctx := newStore(t, 1)
