@@ -37,7 +37,7 @@ func TestListShardsStaysInGrants(t *testing.T) {
 	store.OnLanded(faultstore.Match{Ops: []faultstore.Op{faultstore.OpList}}, func(c faultstore.Call) {
 		mu.Lock()
 		defer mu.Unlock()
-		touched = append(append(touched, c.Name, c.Token), c.Listed...)
+		touched = append(append(touched, c.Name, c.Token, c.Next), c.Listed...)
 	})
 	as := startAuthzConfig(t, listGrantsPolicy, Config{Store: store})
 	trainer, reader := as.clients[idTrainer], as.clients[idReader]

@@ -150,10 +150,10 @@ type Call struct {
 	PutOpts    blob.PutOptions
 	GetOpts    blob.GetOptions
 	DeleteOpts blob.DeleteOptions
-	// Token is a List's page token; Listed, once a List landed, the names
-	// and prefixes its page holds, then its Next token if any.
-	Token  string
-	Listed []string
+	// Token is a List's page token; once a List landed, Listed holds the
+	// names and prefixes its page holds, and Next its next page's token.
+	Token, Next string
+	Listed      []string
 }
 
 // Hooks observe calls. They run on the caller's goroutine, outside the
@@ -324,7 +324,7 @@ func (s *Store) do(ctx context.Context, op Op, name string, valid bool, call fun
 
 // doCall is do for a call whose arguments the interceptors may look at.
 // out, if not nil, tells what a List returned (Call.Listed).
-func (s *Store) doCall(ctx context.Context, c Call, valid bool, call func(context.Context) error, out func() []string) (injected bool, err error) {
+func (s *Store) doCall(ctx context.Context, c Call, valid bool, call func(context.Context) error, out func() ([]string, string)) (injected bool, err error) {
 	op, name := c.Op, c.Name
 	s.calls[op].Add(1)
 	if !valid {
@@ -380,7 +380,7 @@ func (s *Store) doCall(ctx context.Context, c Call, valid bool, call func(contex
 	err = call(ctx)
 	c.Fault, c.Err = fault, err
 	if c.Op == OpList && out != nil {
-		c.Listed = out()
+		c.Listed, c.Next = out()
 	}
 	s.land(c)
 	if hooks.After != nil {
@@ -458,7 +458,7 @@ func (s *Store) List(ctx context.Context, prefix, token string, max int) (blob.L
 	injected, err := s.doCall(ctx, Call{Op: OpList, Name: prefix, Token: token}, blob.ValidatePrefix(prefix) == nil, func(ctx context.Context) (err error) {
 		p, err = s.inner.List(ctx, prefix, token, max)
 		return err
-	}, func() []string { return listed(p.Items, nil, p.Next) })
+	}, func() ([]string, string) { return listed(p.Items, nil), p.Next })
 	if injected {
 		return blob.ListPage{}, err
 	}
@@ -471,7 +471,7 @@ func (s *Store) ListDelimited(ctx context.Context, prefix, delimiter, token stri
 	injected, err := s.doCall(ctx, Call{Op: OpList, Name: prefix, Token: token}, blob.ValidatePrefix(prefix) == nil && delimiter != "", func(ctx context.Context) (err error) {
 		p, err = s.inner.ListDelimited(ctx, prefix, delimiter, token, max)
 		return err
-	}, func() []string { return listed(p.Items, p.Prefixes, p.Next) })
+	}, func() ([]string, string) { return listed(p.Items, p.Prefixes), p.Next })
 	if injected {
 		return blob.DelimitedPage{}, err
 	}

@@ -127,16 +127,12 @@ func (s *Store) OnLanded(m Match, f func(c Call)) (remove func()) {
 }
 
 // listed is what a List page holds, for Call.Listed.
-func listed(items []blob.Attrs, prefixes []string, next string) []string {
-	out := make([]string, 0, len(items)+len(prefixes)+1)
+func listed(items []blob.Attrs, prefixes []string) []string {
+	out := make([]string, 0, len(items)+len(prefixes))
 	for _, it := range items {
 		out = append(out, it.Name)
 	}
-	out = append(out, prefixes...)
-	if next != "" {
-		out = append(out, next)
-	}
-	return out
+	return append(out, prefixes...)
 }
 
 // Counter counts the calls a Match selected.

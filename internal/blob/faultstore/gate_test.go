@@ -279,3 +279,31 @@ func TestOnLanded(t *testing.T) {
 		t.Errorf("landed %v, want [b:false b:true]", got)
 	}
 }
+
+// A landed listing tells what it was asked and what it answered.
+func TestOnLandedList(t *testing.T) {
+	s, ctx := newStore(t, 1)
+	for _, n := range []string{"d/a", "d/b", "d/e/f"} {
+		if _, err := s.Put(ctx, n, nil, blob.PutOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var got []string
+	s.OnLanded(faultstore.Match{Ops: []faultstore.Op{faultstore.OpList}}, func(c faultstore.Call) {
+		got = append(got, fmt.Sprintf("%s|%s|%v|%t", c.Name, c.Token, c.Listed, c.Next != ""))
+	})
+	p, err := s.List(ctx, "d/", "", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.List(ctx, "d/", p.Next, 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.ListDelimited(ctx, "d/", "/", "", 0); err != nil {
+		t.Fatal(err)
+	}
+	want := fmt.Sprintf("[d/||[d/a]|true d/|%s|[d/b d/e/f]|false d/||[d/a d/b d/e/]|false]", p.Next)
+	if fmt.Sprint(got) != want {
+		t.Errorf("landed %v, want %s", got, want)
+	}
+}
