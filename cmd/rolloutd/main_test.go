@@ -12,7 +12,6 @@ import (
 
 	"go.uber.org/goleak"
 
-	rolloutv1 "github.com/rolloutd/rolloutd/gen/rollout/v1"
 	"github.com/rolloutd/rolloutd/internal/azure"
 	"github.com/rolloutd/rolloutd/internal/testutil/azurite"
 	"github.com/rolloutd/rolloutd/internal/testutil/ledger"
@@ -90,10 +89,4 @@ func readStore(t *testing.T, store string) *azure.Store {
 	return s
 }
 
-func appendOne(ctx context.Context, c rolloutv1.RolloutServiceClient, shardName, id string) (*rolloutv1.AppendResult, error) {
-	resp, err := c.Append(ctx, &rolloutv1.AppendRequest{Shard: shardName, Records: []*rolloutv1.Record{ledger.Record(id)}})
-	if err != nil {
-		return nil, err
-	}
-	return resp.GetResults()[0], nil
-}
+var appendOne = ledger.AppendOne
