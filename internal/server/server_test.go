@@ -124,7 +124,7 @@ func TestAppendRejects(t *testing.T) {
 	if n := store.Calls(faultstore.OpPut) + store.Calls(faultstore.OpDelete); n != 0 {
 		t.Errorf("rejected requests wrote %d times to storage", n)
 	}
-	page, err := store.List(context.Background(), "", "", 0)
+	page, err := store.List(context.Background(), blob.ListOptions{})
 	if err != nil || len(page.Items) != 0 {
 		t.Errorf("storage holds %d blobs after rejected requests (err %v)", len(page.Items), err)
 	}

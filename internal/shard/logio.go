@@ -25,8 +25,9 @@ type logEntry struct {
 
 func (e *logEntry) fence() bool { return e.gen == nil }
 
-// isV2 reports whether m is a protocol v2 manifest: a checkpoint of the log.
-func isV2(m *storagepb.Manifest) bool { return m.GetProtocol() == format.ProtocolV2 }
+// hasLog reports whether m is a protocol v2 manifest, a checkpoint of the
+// log, rather than a v1 shard that no claim has converted yet.
+func hasLog(m *storagepb.Manifest) bool { return m.GetProtocol() == format.ProtocolV2 }
 
 // logGeneration is the manifest's descriptor of a log batch laid out as l.
 func logGeneration(position uint64, l format.Layout, created int64) *storagepb.Generation {

@@ -452,28 +452,15 @@ func (s *Store) Delete(ctx context.Context, name string, opts blob.DeleteOptions
 	return err
 }
 
-// List implements blob.Store.
-func (s *Store) List(ctx context.Context, prefix, token string, max int) (blob.ListPage, error) {
+// List implements blob.Store; a listing with a delimiter is one too (OpList).
+func (s *Store) List(ctx context.Context, opts blob.ListOptions) (blob.ListPage, error) {
 	var p blob.ListPage
-	injected, err := s.doCall(ctx, Call{Op: OpList, Name: prefix, Token: token}, blob.ValidatePrefix(prefix) == nil, func(ctx context.Context) (err error) {
-		p, err = s.inner.List(ctx, prefix, token, max)
-		return err
-	}, func() ([]string, string) { return listed(p.Items, nil), p.Next })
-	if injected {
-		return blob.ListPage{}, err
-	}
-	return p, err
-}
-
-// ListDelimited implements blob.Store; its faults are List's (OpList).
-func (s *Store) ListDelimited(ctx context.Context, prefix, delimiter, token string, max int) (blob.DelimitedPage, error) {
-	var p blob.DelimitedPage
-	injected, err := s.doCall(ctx, Call{Op: OpList, Name: prefix, Token: token}, blob.ValidatePrefix(prefix) == nil && delimiter != "", func(ctx context.Context) (err error) {
-		p, err = s.inner.ListDelimited(ctx, prefix, delimiter, token, max)
+	injected, err := s.doCall(ctx, Call{Op: OpList, Name: opts.Prefix, Token: opts.Token}, blob.ValidatePrefix(opts.Prefix) == nil, func(ctx context.Context) (err error) {
+		p, err = s.inner.List(ctx, opts)
 		return err
 	}, func() ([]string, string) { return listed(p.Items, p.Prefixes), p.Next })
 	if injected {
-		return blob.DelimitedPage{}, err
+		return blob.ListPage{}, err
 	}
 	return p, err
 }

@@ -292,14 +292,14 @@ func TestOnLandedList(t *testing.T) {
 	s.OnLanded(faultstore.Match{Ops: []faultstore.Op{faultstore.OpList}}, func(c faultstore.Call) {
 		got = append(got, fmt.Sprintf("%s|%s|%v|%t", c.Name, c.Token, c.Listed, c.Next != ""))
 	})
-	p, err := s.List(ctx, "d/", "", 1)
+	p, err := s.List(ctx, blob.ListOptions{Prefix: "d/", Max: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.List(ctx, "d/", p.Next, 0); err != nil {
+	if _, err := s.List(ctx, blob.ListOptions{Prefix: "d/", Token: p.Next}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.ListDelimited(ctx, "d/", "/", "", 0); err != nil {
+	if _, err := s.List(ctx, blob.ListOptions{Prefix: "d/", Delimiter: "/"}); err != nil {
 		t.Fatal(err)
 	}
 	want := fmt.Sprintf("[d/||[d/a]|true d/|%s|[d/b d/e/f]|false d/||[d/a d/b d/e/]|false]", p.Next)

@@ -80,7 +80,7 @@ func TestCheck(t *testing.T) {
 			_ = l.Acked("s", "lost", ledger.Ack{Seq: 9})
 		}, "acknowledged s/lost (seq 9) is not stored"},
 		{"an acknowledged record is gone from storage", func(_ *ledger.Ledger, store blob.Store) {
-			page, _ := store.List(context.Background(), "", "", 0)
+			page, _ := store.List(context.Background(), blob.ListOptions{})
 			for _, it := range page.Items {
 				if !strings.HasSuffix(it.Name, "_manifest") {
 					_ = store.Delete(context.Background(), it.Name, blob.DeleteOptions{})
