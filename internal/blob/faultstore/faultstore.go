@@ -115,7 +115,8 @@ type Rule struct {
 	// Delay is the latency a Delay rule adds.
 	Delay time.Duration
 	// Err is what a Fail rule returns (wrapped), and a Hang rule whose
-	// Until closed; nil means blob.ErrUnavailable.
+	// Until closed; nil means blob.ErrUnavailable. For a LoseResponse rule
+	// it replaces the class of the lost answer (a timeout, say).
 	Err error
 	// Until, for a Hang rule, ends the calls it holds when closed: they
 	// fail with Err. Calls already held stay held after the rule is
@@ -391,6 +392,9 @@ func (s *Store) doCall(ctx context.Context, c Call, valid bool, call func(contex
 		class := blob.ErrUnavailable
 		if op == OpPut || op == OpDelete {
 			class = blob.ErrOutcomeUnknown
+		}
+		if r.Err != nil {
+			class = r.Err
 		}
 		return true, fmt.Errorf("faultstore: %s %q: injected lost response (the store said %v): %w", op, name, errOrOK(err), class)
 	}
