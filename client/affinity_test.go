@@ -19,8 +19,6 @@ import (
 
 	"github.com/rolloutd/rolloutd/client"
 	rolloutv1 "github.com/rolloutd/rolloutd/gen/rollout/v1"
-	"github.com/rolloutd/rolloutd/internal/testutil/azurite"
-	"github.com/rolloutd/rolloutd/internal/testutil/rolloutdproc"
 )
 
 // fakeServer is a RolloutService that records which shards it served. It
@@ -350,51 +348,5 @@ func TestAnEarlierUnknownOutlivesLaterRefusals(t *testing.T) {
 	_, err := c.Append(ctxFor(t, 30*time.Second), "exp-1/actor-1", []*rolloutv1.Record{{Id: "r1"}})
 	if !errors.Is(err, client.ErrOutcomeUnknown) || errors.Is(err, client.ErrNotCommitted) {
 		t.Fatalf("Append: %v, want ErrOutcomeUnknown and not ErrNotCommitted", err)
-	}
-}
-
-// Two real rolloutd instances on one store (Azurite): with affinity every
-// shard's writer opens on one instance only, and nothing is fenced. When
-// one instance dies, the client keeps working on the other.
-func TestAffinityOverTwoInstances(t *testing.T) {
-	az := azurite.Start(t, azurite.Options{})
-	store := fmt.Sprintf("azblob://client-affinity-%d", time.Now().UnixNano()%1_000_000)
-	start := func(name string) *rolloutdproc.Proc {
-		return rolloutdproc.Start(t, rolloutdBinary, rolloutdproc.Options{
-			Name: name, Args: []string{"--store", store},
-			Env:     []string{"AZURE_STORAGE_CONNECTION_STRING=" + az.ConnectionString},
-			DropEnv: []string{"AZURE_", "ROLLOUTD_"}, StartTimeout: 30 * time.Second,
-		})
-	}
-	a, b := start("A"), start("B")
-	c, _ := dialAffine(t, endpoints(a.GRPCAddr, b.GRPCAddr))
-	ctx := ctxFor(t, 60*time.Second)
-	shards := shardNames(24)
-	for round := range 3 {
-		for _, s := range shards {
-			if _, err := c.Append(ctx, s, []*rolloutv1.Record{{Id: fmt.Sprint("r", round), Content: "x"}}); err != nil {
-				t.Fatalf("Append(%s): %v", s, err)
-			}
-		}
-	}
-	opensA, opensB := a.Metric("rolloutd_writer_opens_total", ""), b.Metric("rolloutd_writer_opens_total", "")
-	fences := a.Metric("rolloutd_writer_fences_total", "") + b.Metric("rolloutd_writer_fences_total", "")
-	t.Logf("writer opens: A %v, B %v; fences %v", opensA, opensB, fences)
-	if opensA+opensB != float64(len(shards)) || fences != 0 {
-		t.Errorf("%d shards opened %v writers on A and %v on B, with %v fences; want one open per shard and no fence",
-			len(shards), opensA, opensB, fences)
-	}
-	if opensA == 0 || opensB == 0 {
-		t.Errorf("the shards did not spread: A opened %v writers, B %v", opensA, opensB)
-	}
-
-	a.Kill()
-	for _, s := range shards {
-		if _, err := c.Append(ctx, s, []*rolloutv1.Record{{Id: "after", Content: "x"}}); err != nil {
-			t.Fatalf("Append(%s) after A died: %v", s, err)
-		}
-		if got, err := c.Get(ctx, s, "r0"); err != nil || got.GetSeq() != 1 {
-			t.Fatalf("Get(%s) after A died: %v %v", s, got, err)
-		}
 	}
 }

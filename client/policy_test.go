@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -51,9 +50,7 @@ func TestPolicyReachesARestartedServer(t *testing.T) {
 	if _, err := c.Append(ctx, shard, []*rolloutv1.Record{{Id: "r-1"}}); err != nil {
 		t.Fatal(err)
 	}
-	if code, _ := srv.Signal(syscall.SIGTERM, 10*time.Second); code != 0 {
-		t.Fatalf("rolloutd exited %d on SIGTERM", code)
-	}
+	srv.shutdown(t, 10*time.Second) // as SIGTERM does
 	type result struct {
 		err error
 		at  time.Time

@@ -3,7 +3,6 @@ package client_test
 import (
 	"context"
 	"fmt"
-	"syscall"
 	"testing"
 	"time"
 
@@ -66,9 +65,7 @@ func TestFollowResumesAcrossRestart(t *testing.T) {
 	appendN(6, 5)
 	await(10)
 
-	if code, _ := srv.Signal(syscall.SIGTERM, 10*time.Second); code != 0 {
-		t.Fatalf("rolloutd exited %d on SIGTERM", code)
-	}
+	srv.shutdown(t, 10*time.Second) // as SIGTERM does
 	srv = startOn(t, srv.dir, "--listen", addr)
 	// The restarted server is reached within the first append's retry
 	// budget (docs/clients.md), though the connection failed while it was

@@ -14,6 +14,7 @@ import (
 
 	rolloutv1 "github.com/rolloutd/rolloutd/gen/rollout/v1"
 	"github.com/rolloutd/rolloutd/internal/shard"
+	"github.com/rolloutd/rolloutd/internal/testutil/ledger"
 )
 
 // The real binary on Azurite: it serves Append and Get over gRPC, reports
@@ -23,7 +24,7 @@ func TestBinaryOnAzurite(t *testing.T) {
 	p := start(t, env, "--store", store)
 	ctx := context.Background()
 
-	resp, err := p.Client.Append(ctx, &rolloutv1.AppendRequest{Shard: "exp1/run1", Records: []*rolloutv1.Record{record("a"), {Content: "server assigns my id"}}})
+	resp, err := p.Client.Append(ctx, &rolloutv1.AppendRequest{Shard: "exp1/run1", Records: []*rolloutv1.Record{ledger.Record("a"), {Content: "server assigns my id"}}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,9 +12,9 @@ import (
 
 	"go.uber.org/goleak"
 
-	rolloutv1 "github.com/rolloutd/rolloutd/gen/rollout/v1"
 	"github.com/rolloutd/rolloutd/internal/azure"
 	"github.com/rolloutd/rolloutd/internal/testutil/azurite"
+	"github.com/rolloutd/rolloutd/internal/testutil/ledger"
 	"github.com/rolloutd/rolloutd/internal/testutil/rolloutdproc"
 )
 
@@ -89,14 +89,4 @@ func readStore(t *testing.T, store string) *azure.Store {
 	return s
 }
 
-func record(id string) *rolloutv1.Record {
-	return &rolloutv1.Record{Id: id, RolloutId: "r1", Content: "content of " + id, OutputTokens: []int32{1, 2}, LossMask: []byte{1, 1}}
-}
-
-func appendOne(ctx context.Context, c rolloutv1.RolloutServiceClient, shardName, id string) (*rolloutv1.AppendResult, error) {
-	resp, err := c.Append(ctx, &rolloutv1.AppendRequest{Shard: shardName, Records: []*rolloutv1.Record{record(id)}})
-	if err != nil {
-		return nil, err
-	}
-	return resp.GetResults()[0], nil
-}
+var appendOne = ledger.AppendOne

@@ -27,6 +27,9 @@ import (
 )
 
 // failingStore is a store that can fail for good, like the local store.
+// It stays a hand-written wrapper: what it adds is the Failed method (and
+// FailedC), which a faultstore must not have, or every faultstore would be
+// a store that can fail for good.
 type failingStore struct {
 	blob.Store
 	err error

@@ -4,7 +4,6 @@ import (
 	"context"
 	"math"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -13,24 +12,14 @@ import (
 
 	rolloutv1 "github.com/rolloutd/rolloutd/gen/rollout/v1"
 	"github.com/rolloutd/rolloutd/internal/blob"
+	"github.com/rolloutd/rolloutd/internal/blob/faultstore"
 	"github.com/rolloutd/rolloutd/internal/blob/memstore"
 	"github.com/rolloutd/rolloutd/internal/server"
 )
 
-// writeCounter counts the writes that reach storage.
-type writeCounter struct {
-	blob.Store
-	writes atomic.Int64
-}
-
-func (s *writeCounter) Put(ctx context.Context, name string, data []byte, opts blob.PutOptions) (blob.Attrs, error) {
-	s.writes.Add(1)
-	return s.Store.Put(ctx, name, data, opts)
-}
-
-func (s *writeCounter) Delete(ctx context.Context, name string, opts blob.DeleteOptions) error {
-	s.writes.Add(1)
-	return s.Store.Delete(ctx, name, opts)
+// writes returns how many writes reached s.
+func writes(s *faultstore.Store) int64 {
+	return s.Calls(faultstore.OpPut) + s.Calls(faultstore.OpDelete)
 }
 
 // listing returns every blob name with its ETag.
@@ -69,7 +58,7 @@ func with(id string, change func(r *rolloutv1.Record)) *rolloutv1.Record {
 // field, and that nothing at all was written to storage: no blob written or
 // deleted, no writer opened.
 func TestBadInput(t *testing.T) {
-	store := &writeCounter{Store: memstore.New()}
+	store := faultstore.New(memstore.New(), 1) // counts the writes that reach storage
 	in := startInstance(t, "bad", server.Config{
 		Store:           store,
 		MaxBatchRecords: 5,
@@ -82,7 +71,7 @@ func TestBadInput(t *testing.T) {
 	if _, err := in.client.Append(ctx, &rolloutv1.AppendRequest{Shard: "bad/exists", Records: []*rolloutv1.Record{good("present")}}); err != nil {
 		t.Fatal(err)
 	}
-	before, writes, opens := listing(t, store), store.writes.Load(), in.metric("rolloutd_writer_opens_total")
+	before, written, opens := listing(t, store), writes(store), in.metric("rolloutd_writer_opens_total")
 
 	one := func(shard string, recs ...*rolloutv1.Record) *rolloutv1.AppendRequest {
 		if len(recs) == 0 {
@@ -196,7 +185,7 @@ func TestBadInput(t *testing.T) {
 		})
 	}
 
-	if n := store.writes.Load() - writes; n != 0 {
+	if n := writes(store) - written; n != 0 {
 		t.Errorf("rejected requests wrote to storage %d times", n)
 	}
 	after := listing(t, store)

@@ -17,7 +17,7 @@ import (
 	rolloutv1 "github.com/rolloutd/rolloutd/gen/rollout/v1"
 	"github.com/rolloutd/rolloutd/internal/blob"
 	"github.com/rolloutd/rolloutd/internal/shard"
-	"github.com/rolloutd/rolloutd/internal/shard/format"
+	ackledger "github.com/rolloutd/rolloutd/internal/testutil/ledger"
 )
 
 // makeRecord builds the record a client sends for id: every field is derived
@@ -86,6 +86,7 @@ type ack struct {
 type ledger struct {
 	mu     sync.Mutex
 	shards map[string]*shardLedger
+	acks   *ackledger.Ledger // what storage is checked against
 }
 
 type shardLedger struct {
@@ -94,7 +95,7 @@ type shardLedger struct {
 	order []string // acked ids, in ack order
 }
 
-func newLedger() *ledger { return &ledger{shards: map[string]*shardLedger{}} }
+func newLedger() *ledger { return &ledger{shards: map[string]*shardLedger{}, acks: ackledger.New()} }
 
 func (l *ledger) shard(name string) *shardLedger {
 	s := l.shards[name]
@@ -113,6 +114,7 @@ func (l *ledger) sent(shardName string, recs []*rolloutv1.Record) {
 	s := l.shard(shardName)
 	for _, r := range recs {
 		s.sent[r.GetId()] = r
+		l.acks.MayLand(shardName, r.GetId(), 0)
 	}
 }
 
@@ -141,6 +143,7 @@ func (l *ledger) acked(shardName string, results []*rolloutv1.AppendResult) erro
 		if _, dup := s.acked[id]; !dup {
 			s.acked[id] = a
 			s.order = append(s.order, id)
+			_ = l.acks.Acked(shardName, id, ackledger.Ack{Seq: a.seq}) // the first ack: no error
 		}
 	}
 	return errors.Join(errs...)
@@ -233,120 +236,48 @@ type storeReport struct {
 //   - seqs are unique and strictly increasing through the live
 //     generations, each generation's blob matches its manifest entry, and
 //     the manifest's record count and next seq agree with what is stored.
+//
+// All but the content are the shared ledger's checks.
 func (l *ledger) checkStore(ctx context.Context, store blob.Store) (storeReport, []error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	read := shard.NewReader(store, shard.ReaderOptions{}).Manifest
+	shards, errs := l.acks.Check(ctx, store, ackledger.Manifests(read, shard.ErrShardNotFound))
 	var rep storeReport
-	var errs []error
 	names := make([]string, 0, len(l.shards))
 	for name := range l.shards {
 		names = append(names, name)
 	}
 	sort.Strings(names)
 	for _, name := range names {
-		s := l.shards[name]
+		s, sh := l.shards[name], shards[name]
 		rep.shards++
 		rep.acked += len(s.acked)
-		n, gens, serrs := checkShard(ctx, store, name, s)
-		rep.stored += n
-		rep.generations += gens
-		errs = append(errs, serrs...)
+		rep.generations += sh.Generations
+		rep.stored += len(sh.Records)
+		errs = append(errs, checkContent(name, s, sh)...)
 	}
 	return rep, errs
 }
 
-func checkShard(ctx context.Context, store blob.Store, name string, s *shardLedger) (stored, gens int, errs []error) {
-	fail := func(format string, args ...any) {
-		errs = append(errs, fmt.Errorf("shard %s: "+format, append([]any{name}, args...)...))
-	}
-	// The reader's view: the manifest and, under protocol v2, the log
-	// positions after its checkpoint.
-	m, err := shard.NewReader(store, shard.ReaderOptions{}).Manifest(ctx, name)
-	if errors.Is(err, shard.ErrShardNotFound) {
-		if len(s.acked) > 0 {
-			fail("no manifest, but %d records were acknowledged", len(s.acked))
+// checkContent checks that each stored record that was sent reads back as
+// it was sent, with its stored seq.
+func checkContent(name string, s *shardLedger, sh *ackledger.Shard) (errs []error) {
+	for _, st := range sh.Records {
+		sent, ok := s.sent[st.ID]
+		if !ok || st.Record == nil {
+			continue // the shared ledger reported it
 		}
-		return 0, 0, errs
-	}
-	if err != nil {
-		fail("read manifest: %v", err)
-		return 0, 0, errs
-	}
-	seen := map[string]uint64{}
-	var last uint64
-	for _, g := range m.GetGenerations() {
-		gname := format.BlobOf(name, g)
-		data, _, err := store.Get(ctx, gname, blob.GetOptions{})
-		if err != nil {
-			fail("live generation %s: %v", gname, err)
+		got := &rolloutv1.Record{}
+		if err := proto.Unmarshal(st.Record, got); err != nil {
+			errs = append(errs, fmt.Errorf("shard %s: record %q in %s: %v", name, st.ID, st.Blob, err))
 			continue
 		}
-		footer, err := format.DecodeGeneration(data)
-		if err != nil {
-			fail("live generation %s: %v", gname, err)
-			continue
-		}
-		gens++
-		if footer.GetShard() != name || footer.GetEpoch() != g.GetEpoch() || footer.GetGeneration() != g.GetNumber() || footer.GetPosition() != g.GetPosition() {
-			fail("generation %s: footer names %s epoch %d generation %d", gname, footer.GetShard(), footer.GetEpoch(), footer.GetGeneration())
-		}
-		entries := footer.GetEntries()
-		if len(entries) != int(g.GetRecords()) || len(entries) == 0 ||
-			entries[0].GetSeq() != g.GetFirstSeq() || entries[len(entries)-1].GetSeq() != g.GetLastSeq() {
-			fail("generation %s: %d entries, manifest says %d records, seqs %d..%d", gname, len(entries), g.GetRecords(), g.GetFirstSeq(), g.GetLastSeq())
-		}
-		for _, e := range entries {
-			id := e.GetId()
-			if e.GetSeq() <= last {
-				fail("seq %d of %q (in %s) is not above %d", e.GetSeq(), id, gname, last)
-			}
-			last = e.GetSeq()
-			if prev, dup := seen[id]; dup {
-				fail("id %q stored twice: seq %d and seq %d (in %s)", id, prev, e.GetSeq(), gname)
-			}
-			seen[id] = e.GetSeq()
-			stored++
-			end := e.GetOffset() + uint64(e.GetLength())
-			if end > uint64(len(data)) {
-				fail("record %q in %s: entry points past the blob", id, gname)
-				continue
-			}
-			b, err := format.Record(data[e.GetOffset():end], e)
-			if err != nil {
-				fail("record %q in %s: %v", id, gname, err)
-				continue
-			}
-			got := &rolloutv1.Record{}
-			if err := proto.Unmarshal(b, got); err != nil {
-				fail("record %q in %s: %v", id, gname, err)
-				continue
-			}
-			sent, ok := s.sent[id]
-			if !ok {
-				fail("id %q (seq %d, in %s) is stored but was never sent", id, e.GetSeq(), gname)
-				continue
-			}
-			want := proto.CloneOf(sent)
-			want.Seq = e.GetSeq()
-			if !proto.Equal(got, want) {
-				fail("id %q reads back different from what was sent: %v differ (got %s, sent %s)", id, differing(got, want), brief(got), brief(want))
-			}
+		want := proto.CloneOf(sent)
+		want.Seq = st.Seq
+		if !proto.Equal(got, want) {
+			errs = append(errs, fmt.Errorf("shard %s: id %q reads back different from what was sent: %v differ (got %s, sent %s)", name, st.ID, differing(got, want), brief(got), brief(want)))
 		}
 	}
-	if m.GetRecordCount() != uint64(stored) {
-		fail("manifest counts %d records, %d are stored", m.GetRecordCount(), stored)
-	}
-	if m.GetNextSeq() != last+1 && stored > 0 {
-		fail("manifest next seq %d, last stored seq %d", m.GetNextSeq(), last)
-	}
-	for id, a := range s.acked {
-		seq, ok := seen[id]
-		switch {
-		case !ok:
-			fail("acknowledged id %q (seq %d, epoch %d, generation %d) is not stored", id, a.seq, a.epoch, a.generation)
-		case seq != a.seq:
-			fail("acknowledged id %q at seq %d is stored at seq %d", id, a.seq, seq)
-		}
-	}
-	return stored, gens, errs
+	return errs
 }

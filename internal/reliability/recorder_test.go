@@ -16,6 +16,10 @@ import (
 // order they landed. It keeps every manifest version and every generation's
 // entries, to check the history of each shard afterwards, and it flags at
 // once a delete of a blob that the current manifest still needs.
+//
+// It stays a hand-written wrapper: it holds a lock around each manifest put
+// so that versions are kept in the order they landed, which a faultstore
+// watcher (it runs after the put, outside any lock) cannot promise.
 type recorder struct {
 	blob.Store
 

@@ -12,7 +12,6 @@ import (
 
 	rolloutv1 "github.com/rolloutd/rolloutd/gen/rollout/v1"
 	"github.com/rolloutd/rolloutd/internal/blob"
-	"github.com/rolloutd/rolloutd/internal/blob/memstore"
 	"github.com/rolloutd/rolloutd/internal/shard"
 )
 
@@ -93,8 +92,8 @@ func TestErrorReasonsCounted(t *testing.T) {
 // counts both stages that ran out of time: the RPCs cancelled and the
 // writer aborted.
 func TestShutdownTimeoutsCounted(t *testing.T) {
-	store := &blockingStore{Store: memstore.New(), held: make(chan struct{}, 1), release: make(chan struct{})}
-	defer close(store.release)
+	store, gate := holdGenerations()
+	defer gate.Release()
 	ts := startServer(t, Config{Store: store})
 	done := make(chan error, 1)
 	go func() {
@@ -102,7 +101,7 @@ func TestShutdownTimeoutsCounted(t *testing.T) {
 		done <- err
 	}()
 	select {
-	case <-store.held:
+	case <-gate.Reached():
 	case <-time.After(10 * time.Second):
 		t.Fatal("the append's commit never reached storage")
 	}

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	ackledger "github.com/rolloutd/rolloutd/internal/testutil/ledger"
+
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -16,13 +18,7 @@ import (
 	"github.com/rolloutd/rolloutd/internal/blob/memstore"
 )
 
-func appendOne(ctx context.Context, c rolloutv1.RolloutServiceClient, shardName, id string) (*rolloutv1.AppendResult, error) {
-	resp, err := c.Append(ctx, &rolloutv1.AppendRequest{Shard: shardName, Records: []*rolloutv1.Record{record(id)}})
-	if err != nil {
-		return nil, err
-	}
-	return resp.GetResults()[0], nil
-}
+var appendOne = ackledger.AppendOne
 
 // Two instances on one store: an append acked by A is visible to Get on B at
 // once, and appends alternating between A and B on one shard all succeed,

@@ -17,6 +17,7 @@ import (
 
 	rolloutv1 "github.com/rolloutd/rolloutd/gen/rollout/v1"
 	"github.com/rolloutd/rolloutd/internal/blob"
+	"github.com/rolloutd/rolloutd/internal/blob/faultstore"
 	"github.com/rolloutd/rolloutd/internal/blob/memstore"
 	"github.com/rolloutd/rolloutd/internal/shard"
 	"github.com/rolloutd/rolloutd/internal/shard/format"
@@ -29,41 +30,29 @@ const (
 	secretURL  = "https://rolloutdprod.blob.core.windows.net/rollouts/team-prefix/shards/s/_manifest"
 )
 
-// leakyStore fails (or panics) every read and write of shard "s", or only
-// the writes of its generations, with an error whose text carries
-// secretPath and secretURL.
-type leakyStore struct {
-	blob.Store
+// leak fails (or panics) every read and write of shard "s", or only the
+// writes of its generations, with an error whose text carries secretPath
+// and secretURL.
+type leak struct {
 	class       error
 	panics      bool
 	generations bool // fail only the generation puts
 }
 
-func (s *leakyStore) fail(name string) error {
-	if !strings.HasPrefix(name, format.ShardPrefix("s")) || s.generations && !format.IsDataBlob("s", name) {
-		return nil
+func (l leak) store() *faultstore.Store {
+	s := faultstore.New(memstore.New(), 1)
+	m := faultstore.Match{Ops: []faultstore.Op{faultstore.OpGet, faultstore.OpPut}, Prefix: format.ShardPrefix("s")}
+	if l.generations {
+		m.Ops = []faultstore.Op{faultstore.OpPut}
+		m.If = func(c faultstore.Call) bool { return format.IsDataBlob("s", c.Name) }
 	}
-	if s.panics {
-		panic(fmt.Sprintf("injected panic reading %s from %s", secretPath, secretURL))
-	}
-	return fmt.Errorf("open %s: GET %s: %w", secretPath, secretURL, s.class)
-}
-
-func (s *leakyStore) Get(ctx context.Context, name string, opts blob.GetOptions) ([]byte, blob.Attrs, error) {
-	if s.generations {
-		return s.Store.Get(ctx, name, opts)
-	}
-	if err := s.fail(name); err != nil {
-		return nil, blob.Attrs{}, err
-	}
-	return s.Store.Get(ctx, name, opts)
-}
-
-func (s *leakyStore) Put(ctx context.Context, name string, data []byte, opts blob.PutOptions) (blob.Attrs, error) {
-	if err := s.fail(name); err != nil {
-		return blob.Attrs{}, err
-	}
-	return s.Store.Put(ctx, name, data, opts)
+	s.Intercept(m, func(context.Context, faultstore.Call) error {
+		if l.panics {
+			panic(fmt.Sprintf("injected panic reading %s from %s", secretPath, secretURL))
+		}
+		return fmt.Errorf("open %s: GET %s: %w", secretPath, secretURL, l.class)
+	})
+	return s
 }
 
 // observedLogger logs to the test and to the returned observer.
@@ -82,29 +71,28 @@ var requestIDInMessage = regexp.MustCompile(`request id ([0-9a-f-]{36})$`)
 func TestErrorTextsWithholdInternals(t *testing.T) {
 	tests := []struct {
 		name   string
-		store  *leakyStore
+		leak   leak
 		call   func(context.Context, rolloutv1.RolloutServiceClient) error
 		code   codes.Code
 		reason string
 		retry  bool
 		logged string // the log message holding the details
 	}{
-		{"Get, storage unavailable", &leakyStore{class: blob.ErrUnavailable}, get, codes.Unavailable, "", false, "rpc error withheld from the client"},
-		{"Get, unclassified", &leakyStore{class: io.ErrClosedPipe}, get, codes.Internal, "", false, "rpc error withheld from the client"},
-		{"Get, corrupt", &leakyStore{class: shard.ErrCorrupt}, get, codes.DataLoss, "", false, "rpc error withheld from the client"},
+		{"Get, storage unavailable", leak{class: blob.ErrUnavailable}, get, codes.Unavailable, "", false, "rpc error withheld from the client"},
+		{"Get, unclassified", leak{class: io.ErrClosedPipe}, get, codes.Internal, "", false, "rpc error withheld from the client"},
+		{"Get, corrupt", leak{class: shard.ErrCorrupt}, get, codes.DataLoss, "", false, "rpc error withheld from the client"},
 		// (Storage that is unavailable, or whose outcome is unknown, gets
 		// retried by the writer until the deadline.)
-		{"Append, store failed", &leakyStore{class: blob.ErrStoreFailed, generations: true}, appendS, codes.Unavailable, ReasonNotCommitted, true, "rpc error withheld from the client"},
-		{"Scan, storage unavailable", &leakyStore{class: blob.ErrUnavailable}, scan, codes.Unavailable, ReasonScanInterrupted, false, "rpc error withheld from the client"},
-		{"Scan, store failed", &leakyStore{class: blob.ErrStoreFailed}, scan, codes.Unavailable, ReasonScanInterrupted, false, "rpc error withheld from the client"},
-		{"Get, panic", &leakyStore{panics: true}, get, codes.Internal, "", false, "rpc handler panicked"},
-		{"Scan, panic", &leakyStore{panics: true}, scan, codes.Internal, "", false, "rpc handler panicked"},
+		{"Append, store failed", leak{class: blob.ErrStoreFailed, generations: true}, appendS, codes.Unavailable, ReasonNotCommitted, true, "rpc error withheld from the client"},
+		{"Scan, storage unavailable", leak{class: blob.ErrUnavailable}, scan, codes.Unavailable, ReasonScanInterrupted, false, "rpc error withheld from the client"},
+		{"Scan, store failed", leak{class: blob.ErrStoreFailed}, scan, codes.Unavailable, ReasonScanInterrupted, false, "rpc error withheld from the client"},
+		{"Get, panic", leak{panics: true}, get, codes.Internal, "", false, "rpc handler panicked"},
+		{"Scan, panic", leak{panics: true}, scan, codes.Internal, "", false, "rpc handler panicked"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			log, logs := observedLogger(t)
-			tt.store.Store = memstore.New()
-			ts := startServer(t, Config{Store: tt.store, Logger: log})
+			ts := startServer(t, Config{Store: tt.leak.store(), Logger: log})
 			err := tt.call(rpcCtx(t), ts.client)
 			st := status.Convert(err)
 			if st.Code() != tt.code {

@@ -12,6 +12,7 @@ import (
 
 	rolloutv1 "github.com/rolloutd/rolloutd/gen/rollout/v1"
 	"github.com/rolloutd/rolloutd/internal/blob"
+	"github.com/rolloutd/rolloutd/internal/blob/faultstore"
 	"github.com/rolloutd/rolloutd/internal/blob/memstore"
 	"github.com/rolloutd/rolloutd/internal/shard/format"
 )
@@ -43,33 +44,18 @@ func TestAppendTooLargeNamesTheField(t *testing.T) {
 	}
 }
 
-// blockingStore holds every generation PUT until release is closed, and
-// reports on held that one is waiting.
-type blockingStore struct {
-	blob.Store
-	held    chan struct{}
-	release chan struct{}
-}
-
-func (s *blockingStore) Put(ctx context.Context, name string, data []byte, opts blob.PutOptions) (blob.Attrs, error) {
-	if format.IsDataBlob("s", name) {
-		select {
-		case s.held <- struct{}{}:
-		default:
-		}
-		select {
-		case <-s.release:
-		case <-ctx.Done():
-			return blob.Attrs{}, ctx.Err()
-		}
-	}
-	return s.Store.Put(ctx, name, data, opts)
+// holdGenerations returns a store that holds every generation put of shard
+// "s" at the gate until it is released.
+func holdGenerations() (*faultstore.Store, *faultstore.Gate) {
+	s := faultstore.New(memstore.New(), 1)
+	return s, s.Hold(faultstore.Match{Ops: []faultstore.Op{faultstore.OpPut},
+		If: func(c faultstore.Call) bool { return format.IsDataBlob("s", c.Name) }})
 }
 
 // An append that finds its shard's writer at its cap of queued bytes is
 // BACKPRESSURE with a RetryInfo, and stores nothing.
 func TestAppendBackpressureCarriesRetryInfo(t *testing.T) {
-	store := &blockingStore{Store: memstore.New(), held: make(chan struct{}, 1), release: make(chan struct{})}
+	store, gate := holdGenerations()
 	opts := testWriterOptions(t)
 	opts.MaxQueuedBytes = 1 // the commit in flight fills the queue
 	ts := startServer(t, Config{Store: store, Writer: opts})
@@ -80,12 +66,12 @@ func TestAppendBackpressureCarriesRetryInfo(t *testing.T) {
 		first <- err
 	}()
 	select {
-	case <-store.held:
+	case <-gate.Reached():
 	case <-time.After(10 * time.Second):
 		t.Fatal("the first append's commit never reached storage")
 	}
 	_, err := ts.client.Append(rpcCtx(t), &rolloutv1.AppendRequest{Shard: "s", Records: []*rolloutv1.Record{record("b")}})
-	close(store.release)
+	gate.Release()
 	st := status.Convert(err)
 	d := detailsOf(t, st)
 	if st.Code() != codes.ResourceExhausted || d.reason(t) != ReasonBackpressure || d.retry.GetRetryDelay().AsDuration() != backpressureRetry || d.bad != nil {
@@ -105,7 +91,7 @@ func TestAppendBackpressureCarriesRetryInfo(t *testing.T) {
 // A Scan that storage cuts off names its cursor in ErrorInfo metadata, not
 // only in the text; a Get that storage cuts off says nothing of a write.
 func TestStorageErrorOnReadDetails(t *testing.T) {
-	ts := startServer(t, Config{Store: &faultStore{Store: memstore.New(), getErr: blob.ErrUnavailable}})
+	ts := startServer(t, Config{Store: getsDo(getFails(blob.ErrUnavailable))})
 	stream, err := ts.client.Scan(rpcCtx(t), &rolloutv1.ScanRequest{Shard: "s", AfterSeq: 7})
 	if err == nil {
 		_, err = stream.Recv()
@@ -124,7 +110,7 @@ func TestStorageErrorOnReadDetails(t *testing.T) {
 // An Append whose deadline ends before anything was sent (here: while its
 // writer is still opening) is NOT_COMMITTED, with the deadline's code.
 func TestAppendNotSentIsNotCommitted(t *testing.T) {
-	ts := startServer(t, Config{Store: &faultStore{Store: memstore.New(), getBlock: true}, DefaultDeadline: 50 * time.Millisecond})
+	ts := startServer(t, Config{Store: getsDo(getBlocks), DefaultDeadline: 50 * time.Millisecond})
 	_, err := ts.client.Append(context.Background(), &rolloutv1.AppendRequest{Shard: "s", Records: []*rolloutv1.Record{record("a")}})
 	st := status.Convert(err)
 	d := detailsOf(t, st)

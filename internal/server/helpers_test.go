@@ -3,8 +3,6 @@ package server
 import (
 	"context"
 	"fmt"
-	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -16,6 +14,7 @@ import (
 	"github.com/rolloutd/rolloutd/internal/clock"
 	"github.com/rolloutd/rolloutd/internal/shard"
 	shardfollow "github.com/rolloutd/rolloutd/internal/shard/follow"
+	ackledger "github.com/rolloutd/rolloutd/internal/testutil/ledger"
 )
 
 // testWriterOptions keep retries fast and background work quiet.
@@ -61,9 +60,7 @@ func newTestService(t testing.TB, store blob.Store, maxWriters int, open openFun
 	}
 }
 
-func record(id string) *rolloutv1.Record {
-	return &rolloutv1.Record{Id: id, RolloutId: "r-" + id, Content: "content of " + id, OutputTokens: []int32{1, 2, 3}, LossMask: []byte{1, 0, 1}}
-}
+func record(id string) *rolloutv1.Record { return ackledger.Record(id) }
 
 func entries(t testing.TB, ids ...string) []shard.Entry {
 	t.Helper()
@@ -79,50 +76,42 @@ func entries(t testing.TB, ids ...string) []shard.Entry {
 }
 
 // ledger records acknowledged appends, to check afterwards that each is
-// readable, exactly once.
-type ledger struct {
-	mu   sync.Mutex
-	acks map[string]map[string]uint64 // shard → id → seq
-}
+// readable, exactly once. The storage side is the shared ledger's.
+type ledger struct{ *ackledger.Ledger }
 
-func newLedger() *ledger { return &ledger{acks: map[string]map[string]uint64{}} }
+func newLedger() *ledger { return &ledger{ackledger.New()} }
 
 func (l *ledger) add(t testing.TB, shardName string, ids []string, seqs []uint64) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	m := l.acks[shardName]
-	if m == nil {
-		m = map[string]uint64{}
-		l.acks[shardName] = m
-	}
 	for i, id := range ids {
-		if _, dup := m[id]; dup {
-			t.Errorf("shard %q: id %q acked twice", shardName, id)
+		if err := l.Acked(shardName, id, ackledger.Ack{Seq: seqs[i]}); err != nil {
+			t.Errorf("shard %q: id %q acked twice: %v", shardName, id, err)
 		}
-		m[id] = seqs[i]
 	}
 }
 
-func (l *ledger) count() int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	n := 0
-	for _, m := range l.acks {
-		n += len(m)
-	}
-	return n
-}
+func (l *ledger) count() int { return l.Len() }
 
-// verify checks that every acked record reads back with its acked seq and
-// content, and that each shard holds exactly the acked records: none lost,
-// none duplicated.
+// verify checks, straight from storage, that each shard holds exactly the
+// acked records, each once at its acked seq; then that every acked record
+// reads back through a reader with its acked seq and content, and that no
+// seq was acked twice.
 func (l *ledger) verify(t testing.TB, store blob.Store) {
 	t.Helper()
-	l.mu.Lock()
-	defer l.mu.Unlock()
 	r := shard.NewReader(store, shard.ReaderOptions{})
 	ctx := context.Background()
-	for shardName, ids := range l.acks {
+	_, errs := l.Check(ctx, store, ackledger.Manifests(r.Manifest, shard.ErrShardNotFound))
+	for _, err := range errs {
+		t.Error(err)
+	}
+	acked := map[string]map[string]uint64{} // shard → id → seq
+	for _, k := range l.AckedKeys() {
+		if acked[k.Shard] == nil {
+			acked[k.Shard] = map[string]uint64{}
+		}
+		a, _ := l.Get(k.Shard, k.ID)
+		acked[k.Shard][k.ID] = a.Seq
+	}
+	for shardName, ids := range acked {
 		m, err := r.Manifest(ctx, shardName)
 		if err != nil {
 			t.Fatalf("shard %q: %v", shardName, err)
@@ -137,7 +126,7 @@ func (l *ledger) verify(t testing.TB, store blob.Store) {
 				t.Errorf("shard %q: acked id %q: %v", shardName, id, err)
 				continue
 			}
-			if rec.GetSeq() != seq || rec.GetContent() != "content of "+id {
+			if rec.GetSeq() != seq || rec.GetContent() != ackledger.Content(id) {
 				t.Errorf("shard %q: id %q read back seq %d content %q, acked seq %d", shardName, id, rec.GetSeq(), rec.GetContent(), seq)
 			}
 			if other, dup := seqs[seq]; dup {
@@ -146,59 +135,6 @@ func (l *ledger) verify(t testing.TB, store blob.Store) {
 			seqs[seq] = id
 		}
 	}
-}
-
-// gateStore blocks generation puts (create-only puts of anything but a
-// manifest) while armed, until opened.
-type gateStore struct {
-	blob.Store
-	mu      sync.Mutex
-	armed   bool
-	blocked chan struct{} // closed when a put is blocked
-	release chan struct{}
-}
-
-func newGateStore(inner blob.Store) *gateStore { return &gateStore{Store: inner} }
-
-func (g *gateStore) arm() {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	g.armed = true
-	g.blocked = make(chan struct{})
-	g.release = make(chan struct{})
-}
-
-// open lets every blocked and later put through.
-func (g *gateStore) open() {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if g.armed {
-		g.armed = false
-		close(g.release)
-	}
-}
-
-func (g *gateStore) Put(ctx context.Context, name string, data []byte, opts blob.PutOptions) (blob.Attrs, error) {
-	g.mu.Lock()
-	armed, blocked, release := g.armed, g.blocked, g.release
-	if armed && opts.IfNoneMatch && !strings.HasSuffix(name, "/manifest") {
-		select {
-		case <-blocked:
-		default:
-			close(blocked)
-		}
-	} else {
-		armed = false
-	}
-	g.mu.Unlock()
-	if armed {
-		select {
-		case <-release:
-		case <-ctx.Done():
-			return blob.Attrs{}, ctx.Err()
-		}
-	}
-	return g.Store.Put(ctx, name, data, opts)
 }
 
 func ids(prefix string, n int) []string {

@@ -1,7 +1,6 @@
 package server
 
 import (
-	"context"
 	"encoding/base64"
 	"fmt"
 	"strings"
@@ -11,33 +10,9 @@ import (
 	"google.golang.org/grpc/codes"
 
 	rolloutv1 "github.com/rolloutd/rolloutd/gen/rollout/v1"
-	"github.com/rolloutd/rolloutd/internal/blob"
+	"github.com/rolloutd/rolloutd/internal/blob/faultstore"
 	"github.com/rolloutd/rolloutd/internal/blob/memstore"
 )
-
-// listTouches records every name a listing sends to the store or gets
-// back from it.
-type listTouches struct {
-	blob.Store
-	mu      sync.Mutex
-	touched []string
-}
-
-func (r *listTouches) note(names ...string) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.touched = append(r.touched, names...)
-}
-
-func (r *listTouches) List(ctx context.Context, opts blob.ListOptions) (blob.ListPage, error) {
-	p, err := r.Store.List(ctx, opts)
-	r.note(opts.Prefix, opts.Token, p.Next)
-	for _, it := range p.Items {
-		r.note(it.Name)
-	}
-	r.note(p.Prefixes...)
-	return p, err
-}
 
 const listGrantsPolicy = `
 grants:
@@ -56,8 +31,15 @@ grants:
 // listing ran over every shard and filtered after, and a token decoded to
 // "…shards/team-b/secret-project-x/_".
 func TestListShardsStaysInGrants(t *testing.T) {
-	rec := &listTouches{Store: memstore.New()}
-	as := startAuthzConfig(t, listGrantsPolicy, Config{Store: rec})
+	store := faultstore.New(memstore.New(), 1)
+	var mu sync.Mutex
+	var touched []string // every name a listing sends to the store or gets back from it
+	store.OnLanded(faultstore.Match{Ops: []faultstore.Op{faultstore.OpList}}, func(c faultstore.Call) {
+		mu.Lock()
+		defer mu.Unlock()
+		touched = append(append(touched, c.Name, c.Token, c.Next), c.Listed...)
+	})
+	as := startAuthzConfig(t, listGrantsPolicy, Config{Store: store})
 	trainer, reader := as.clients[idTrainer], as.clients[idReader]
 	for _, s := range []string{"team-a/x", "team-a/y"} {
 		if _, err := trainer.Append(rpcCtx(t), appendReq(s, "r-1")); err != nil {
@@ -67,9 +49,9 @@ func TestListShardsStaysInGrants(t *testing.T) {
 	if _, err := reader.Append(rpcCtx(t), appendReq("team-b/secret-project-x", "r-1")); err != nil {
 		t.Fatal(err)
 	}
-	rec.mu.Lock()
-	rec.touched = nil
-	rec.mu.Unlock()
+	mu.Lock()
+	touched = nil
+	mu.Unlock()
 	var listed, tokens []string
 	for token := ""; ; {
 		resp, err := trainer.ListShards(rpcCtx(t), &rolloutv1.ListShardsRequest{PageSize: 1, PageToken: token})
@@ -91,7 +73,9 @@ func TestListShardsStaysInGrants(t *testing.T) {
 	if fmt.Sprint(listed) != "[team-a/x team-a/y]" {
 		t.Fatalf("listed %v, want [team-a/x team-a/y]", listed)
 	}
-	for _, n := range append(tokens, rec.touched...) {
+	mu.Lock()
+	defer mu.Unlock()
+	for _, n := range append(tokens, touched...) {
 		if strings.Contains(n, "team-b") || (n != "" && !strings.Contains(n, "team-a/")) {
 			t.Fatalf("the listing touched or handed out %q, outside the caller's grant (tokens %q)", n, tokens)
 		}

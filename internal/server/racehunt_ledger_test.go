@@ -11,7 +11,7 @@ import (
 
 	"github.com/rolloutd/rolloutd/internal/blob"
 	"github.com/rolloutd/rolloutd/internal/shard"
-	"github.com/rolloutd/rolloutd/internal/shard/format"
+	ackledger "github.com/rolloutd/rolloutd/internal/testutil/ledger"
 )
 
 // This file holds the race hunter's ledger: what every caller was told, and
@@ -85,10 +85,11 @@ type huntLedger struct {
 	// it is gone, and every record above it is the live incarnation's.
 	deleted map[string]uint64
 	v       *huntViolations
+	acks    *ackledger.Ledger // what storage is checked against
 }
 
 func newHuntLedger(v *huntViolations) *huntLedger {
-	return &huntLedger{records: map[huntKey]map[uint64]*huntVariant{}, errs: map[string]int{}, deleted: map[string]uint64{}, v: v}
+	return &huntLedger{records: map[huntKey]map[uint64]*huntVariant{}, errs: map[string]int{}, deleted: map[string]uint64{}, v: v, acks: ackledger.New()}
 }
 
 // deletedThrough records that the shard's records at or below lastSeq were
@@ -97,6 +98,7 @@ func (l *huntLedger) deletedThrough(shardName string, lastSeq uint64) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.deleted[shardName] = max(l.deleted[shardName], lastSeq)
+	l.acks.DeletedThrough(shardName, lastSeq)
 }
 
 // isConflictID reports whether the harness ever appends id with two
@@ -142,8 +144,12 @@ func (l *huntLedger) answered(shardName string, entries []shard.Entry, results [
 				l.v.add("%s/%s acked at seq %d and again at seq %d", shardName, e.ID, v.seq, r.Seq)
 			}
 			v.acked, v.seq, v.mayLand = true, r.Seq, true
+			if err := l.acks.Acked(shardName, e.ID, ackledger.Ack{Seq: r.Seq, Hash: e.ClientHash}); err != nil && !errors.Is(err, ackledger.ErrAckedAgain) {
+				l.v.add("%v", err) // another seq, or other content under one id
+			}
 		case huntMaybe:
 			v.mayLand = true
+			l.acks.MayLand(shardName, e.ID, e.ClientHash)
 		default:
 			if len(v.told) < 3 {
 				v.told = append(v.told, fmt.Sprintf("%v (an append of %v)", err, entryIDs(entries)))
@@ -178,70 +184,39 @@ func entryIDs(entries []shard.Entry) []string {
 	return ids
 }
 
-// huntStored is one record as the store holds it.
-type huntStored struct {
-	seq   uint64
-	hash  uint64
-	count int
-	gen   string
-}
-
-// check reads every shard straight from store (the fault-free inner store)
-// and holds the ledger against it:
-//
-//   - every acknowledged record is stored, once, at its acknowledged seq,
-//     with the content acknowledged, and a fresh Reader reads it back;
-//   - no record is stored twice, and seqs increase through the live
-//     generations;
-//   - no stored record was only ever answered "not committed": for every
-//     stored (id, content), some Append that carried that content was acked
-//     or told it may have landed. An id shared by concurrent appends, or
-//     sent again by a retry, counts every append that carried it: the
-//     record's presence is a lie only if each of them said "not committed".
+// check reads the given shards straight from storage, through the shared
+// ledger: every acknowledged record is stored exactly once, at its seq and
+// with its content, unless a delete answered for it since; a stored record
+// was carried by an append that was acked or may have landed; nothing at or
+// below a delete's seq is live. Then a fresh reader must read every
+// acknowledged record at its seq. It returns how many records are stored.
 func (l *huntLedger) check(ctx context.Context, store blob.Store, shards []string) (stored int) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	found := map[huntKey]*huntStored{}
-	for _, s := range shards {
-		stored += l.readShard(ctx, store, s, found)
-	}
-	keys := make([]huntKey, 0, len(found))
-	for k := range found {
-		keys = append(keys, k)
-	}
-	sort.Slice(keys, func(i, j int) bool { return keys[i].shard+"/"+keys[i].id < keys[j].shard+"/"+keys[j].id })
-	for _, k := range keys {
-		st := found[k]
-		if st.count > 1 {
-			l.v.add("%s/%s is stored %d times", k.shard, k.id, st.count)
-		}
-		v := l.records[k][st.hash]
-		switch {
-		case v == nil:
-			l.v.add("%s/%s is stored (seq %d, in %s) with content no answered append carried", k.shard, k.id, st.seq, st.gen)
-		case !v.mayLand:
-			l.v.add("%s/%s is stored (seq %d, in %s), but each of the %d appends that carried it was told it was not committed: %s",
-				k.shard, k.id, st.seq, st.gen, v.appends, strings.Join(v.told, " | "))
-		}
-	}
 	r := shard.NewReader(store, shard.ReaderOptions{})
+	read, errs := l.acks.Check(ctx, store, ackledger.Manifests(r.Manifest, shard.ErrShardNotFound, shard.ErrShardDeleted), shards...)
+	for _, sh := range read {
+		stored += len(sh.Records)
+	}
+	for _, err := range errs {
+		var u *ackledger.UnexpectedError
+		if !errors.As(err, &u) {
+			l.v.add("%v", err)
+			continue
+		}
+		st := u.Stored
+		switch v := l.records[huntKey{st.Shard, st.ID}][st.Hash]; {
+		case v == nil:
+			l.v.add("%s/%s is stored (seq %d, in %s) with content no answered append carried", st.Shard, st.ID, st.Seq, st.Blob)
+		default:
+			l.v.add("%s/%s is stored (seq %d, in %s), but each of the %d appends that carried it was told it was not committed: %s",
+				st.Shard, st.ID, st.Seq, st.Blob, v.appends, strings.Join(v.told, " | "))
+		}
+	}
 	for k, byHash := range l.records {
-		for h, v := range byHash {
-			if !v.acked {
-				continue
-			}
-			if v.seq <= l.deleted[k.shard] {
-				continue // its incarnation was deleted
-			}
-			st := found[k]
-			switch {
-			case st == nil:
-				l.v.add("acknowledged %s/%s (seq %d) is not stored", k.shard, k.id, v.seq)
-				continue
-			case st.hash != h:
-				l.v.add("acknowledged %s/%s (seq %d) is stored with other content", k.shard, k.id, v.seq)
-			case st.seq != v.seq:
-				l.v.add("acknowledged %s/%s at seq %d is stored at seq %d", k.shard, k.id, v.seq, st.seq)
+		for _, v := range byHash {
+			if !v.acked || v.seq <= l.deleted[k.shard] {
+				continue // not acked, or its incarnation was deleted
 			}
 			rec, err := r.Get(ctx, k.shard, k.id)
 			if err != nil {
@@ -254,56 +229,6 @@ func (l *huntLedger) check(ctx context.Context, store blob.Store, shards []strin
 	return stored
 }
 
-// readShard adds what one shard's live generations hold to found.
-func (l *huntLedger) readShard(ctx context.Context, store blob.Store, shardName string, found map[huntKey]*huntStored) (n int) {
-	// The reader's view: the manifest and, under protocol v2, the log
-	// positions after its checkpoint.
-	m, err := shard.NewReader(store, shard.ReaderOptions{}).Manifest(ctx, shardName)
-	if errors.Is(err, shard.ErrShardNotFound) || errors.Is(err, shard.ErrShardDeleted) {
-		return 0
-	}
-	if err != nil {
-		l.v.add("%s: read manifest: %v", shardName, err)
-		return 0
-	}
-	var last uint64
-	for _, g := range m.GetGenerations() {
-		name := format.BlobOf(shardName, g)
-		data, _, err := store.Get(ctx, name, blob.GetOptions{})
-		if err != nil {
-			l.v.add("%s: live generation %s: %v", shardName, name, err)
-			continue
-		}
-		footer, err := format.DecodeGeneration(data)
-		if err != nil {
-			l.v.add("%s: live generation %s: %v", shardName, name, err)
-			continue
-		}
-		for _, e := range footer.GetEntries() {
-			if e.GetSeq() <= last {
-				l.v.add("%s: seq %d of %q (in %s) is not above %d", shardName, e.GetSeq(), e.GetId(), name, last)
-			}
-			last = e.GetSeq()
-			if d := l.deleted[shardName]; e.GetSeq() <= d {
-				l.v.add("%s [finding 3, delete]: seq %d of %q (in %s) is live, though a delete answered that it deleted every record through seq %d",
-					shardName, e.GetSeq(), e.GetId(), name, d)
-			}
-			k := huntKey{shardName, e.GetId()}
-			if st := found[k]; st != nil {
-				st.count++
-				continue
-			}
-			found[k] = &huntStored{seq: e.GetSeq(), hash: e.GetClientHash(), count: 1, gen: name}
-			n++
-		}
-	}
-	if m.GetRecordCount() != uint64(n) {
-		l.v.add("%s: the manifest counts %d records, %d distinct ids are stored", shardName, m.GetRecordCount(), n)
-	}
-	return n
-}
-
-// summary is one line of what the callers were told.
 func (l *huntLedger) summary() string {
 	l.mu.Lock()
 	defer l.mu.Unlock()

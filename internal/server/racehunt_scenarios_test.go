@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -199,7 +198,7 @@ func (h *hunter) lateFence() {
 	wake := make(chan struct{})
 	var once sync.Once
 	wakeReads := func() { once.Do(func() { close(wake) }) }
-	h.viewsOf(svc).ranged.slow(format.LogPrefix(s), 4*time.Second, wake)
+	h.viewsOf(svc).slowRanged(format.LogPrefix(s), 4*time.Second, wake)
 	var (
 		acks huntAcks
 		done = make(chan struct{})
@@ -279,17 +278,17 @@ func (h *hunter) burstReads(svc *service, s string, acks *huntAcks, written <-ch
 // once the create landed there after it was collected.
 func (h *hunter) lateClaim(s string, written, landed func()) {
 	h.count("late-claim")
-	view := &huntLateCreate{Store: h.part, inner: h.inner, prefix: format.LogPrefix(s), max: 3 * time.Second, written: written, landed: landed}
+	max, blind := 3*time.Second, false
 	if h.rng.chance(0.1) {
-		view.max = h.rng.between(50*time.Millisecond, 400*time.Millisecond)
-		view.blind = true
+		max, blind = h.rng.between(50*time.Millisecond, 400*time.Millisecond), true
 	}
+	view, collected := h.lateCreate(format.LogPrefix(s), max, blind, written, landed)
 	opts := h.writerOptions(nil)
 	opts.CommitTimeout = 4 * time.Second
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	w, err := shard.Open(ctx, view, s, opts)
 	cancel()
-	if view.collected.Load() {
+	if collected.Load() {
 		h.count("late-fence-collected")
 	}
 	if err == nil {
@@ -297,48 +296,46 @@ func (h *hunter) lateClaim(s string, written, landed func()) {
 	}
 }
 
-// huntLateCreate holds the first create under prefix on its way to the
-// store until the position it names was created and then deleted (looked
-// at in inner, without faults), or for max; blind holds it for max.
-type huntLateCreate struct {
-	blob.Store
-	inner     blob.Store
-	prefix    string
-	max       time.Duration
-	blind     bool
-	written   func() // called once the position was seen written
-	landed    func() // called once the create landed in a collected position
-	held      atomic.Bool
-	collected atomic.Bool
-}
-
-func (l *huntLateCreate) Put(ctx context.Context, name string, data []byte, opts blob.PutOptions) (blob.Attrs, error) {
-	if !strings.HasPrefix(name, l.prefix) || !l.held.CompareAndSwap(false, true) {
-		return l.Store.Put(ctx, name, data, opts)
-	}
-	seen := false
-	huntWaitFor(l.max, func() bool {
-		if l.blind || ctx.Err() != nil {
-			return ctx.Err() != nil
-		}
-		_, err := l.inner.Head(ctx, name)
-		switch {
-		case err == nil:
-			if !seen {
-				l.written()
+// lateCreate returns a view of h.part that holds the first create under
+// prefix on its way to the store until the position it names was created
+// and then deleted (looked at in h.inner, without faults), or for max;
+// blind holds it for max. written is called once the position was seen
+// written, landed once the create landed in a collected position;
+// collected tells whether it was.
+func (h *hunter) lateCreate(prefix string, max time.Duration, blind bool, written, landed func()) (view *faultstore.Store, collected *atomic.Bool) {
+	view = faultstore.New(h.part, 1) // no rules: the seed is unused
+	collected = new(atomic.Bool)
+	var held atomic.Pointer[string]
+	first := faultstore.Match{Ops: []faultstore.Op{faultstore.OpPut}, Prefix: prefix, Count: 1}
+	view.Intercept(first, func(ctx context.Context, c faultstore.Call) error {
+		held.Store(&c.Name)
+		seen := false
+		huntWaitFor(max, func() bool {
+			if blind || ctx.Err() != nil {
+				return ctx.Err() != nil
 			}
-			seen = true
-		case errors.Is(err, blob.ErrNotFound) && seen:
-			l.collected.Store(true)
-			return true
-		}
-		return false
+			_, err := h.inner.Head(ctx, c.Name)
+			switch {
+			case err == nil:
+				if !seen {
+					written()
+				}
+				seen = true
+			case errors.Is(err, blob.ErrNotFound) && seen:
+				collected.Store(true)
+				return true
+			}
+			return false
+		})
+		return nil // then it goes out, whatever ctx says, as it would have
 	})
-	attrs, err := l.Store.Put(ctx, name, data, opts)
-	if err == nil && l.collected.Load() {
-		l.landed()
-	}
-	return attrs, err
+	var once sync.Once
+	view.OnLanded(faultstore.Match{Ops: []faultstore.Op{faultstore.OpPut}, Prefix: prefix}, func(c faultstore.Call) {
+		if p := held.Load(); p != nil && *p == c.Name && c.Err == nil && collected.Load() {
+			once.Do(landed)
+		}
+	})
+	return view, collected
 }
 
 // readBack reads acknowledged records through an instance's BatchGet
@@ -383,43 +380,24 @@ func (h *hunter) readBack(svc *service, s string, want []huntAck, patience time.
 	}
 }
 
-// huntSlowRanged delays ranged reads (a Get with a length: a record's
-// bytes, not a probe or a footer) of names under a prefix, for a while or
-// until woken (when a late create landed): a reader that located records
-// in a manifest reads them only after the store changed under it.
-type huntSlowRanged struct {
-	blob.Store
-	mu     sync.Mutex
-	prefix string
-	delay  time.Duration
-	wake   chan struct{}
-}
-
-func (r *huntSlowRanged) slow(prefix string, d time.Duration, wake chan struct{}) {
-	r.mu.Lock()
-	r.prefix, r.delay, r.wake = prefix, d, wake
-	r.mu.Unlock()
-}
-
-func (r *huntSlowRanged) Get(ctx context.Context, name string, opts blob.GetOptions) ([]byte, blob.Attrs, error) {
-	r.mu.Lock()
-	d, wake := r.delay, r.wake
-	if r.prefix == "" || !strings.HasPrefix(name, r.prefix) || opts.Length == 0 {
-		d = 0
-	}
-	r.mu.Unlock()
-	if d > 0 {
+// slowRanged delays the instance's ranged reads (a Get with a length: a
+// record's bytes, not a probe or a footer) of names under prefix, for d or
+// until wake is closed (when a late create landed): a reader that located
+// records in a manifest reads them only after the store changed under it.
+func (v *huntViews) slowRanged(prefix string, d time.Duration, wake chan struct{}) {
+	ranged := faultstore.Match{Ops: []faultstore.Op{faultstore.OpGet}, Prefix: prefix,
+		If: func(c faultstore.Call) bool { return c.GetOpts.Length != 0 }}
+	v.reads.Intercept(ranged, func(ctx context.Context, c faultstore.Call) error {
 		t := time.NewTimer(d)
+		defer t.Stop()
 		select {
 		case <-t.C:
 		case <-wake:
-			t.Stop()
 		case <-ctx.Done():
-			t.Stop()
-			return nil, blob.Attrs{}, fmt.Errorf("slowed ranged read of %s: %w", name, ctx.Err())
+			return fmt.Errorf("slowed ranged read of %s: %w", c.Name, ctx.Err())
 		}
-	}
-	return r.Store.Get(ctx, name, opts)
+		return nil
+	})
 }
 
 // lagBound opens, on hunt/l0, a third-instance writer whose checkpoints are slow (and

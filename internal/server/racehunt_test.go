@@ -352,7 +352,6 @@ func (h *hunter) writerOptions(cache *shard.IndexCache) shard.Options {
 // instance's reads, or its DeleteShard calls.
 type huntViews struct {
 	reads, deletes *faultstore.Store
-	ranged         *huntSlowRanged // in front of reads
 	purger         *shard.Purger
 }
 
@@ -372,10 +371,9 @@ func (h *hunter) startInstance(store blob.Store, lru int) *service {
 		deletes: faultstore.New(store, int64(h.rng.intN(1<<30))),
 		purger:  shard.NewPurger(store, 1, zap.NewNop()),
 	}
-	v.ranged = &huntSlowRanged{Store: v.reads}
 	svc := &service{
 		writers:         ws,
-		reader:          shard.NewReader(v.ranged, shard.ReaderOptions{Cache: cache}),
+		reader:          shard.NewReader(v.reads, shard.ReaderOptions{Cache: cache}),
 		clock:           clock.Real{},
 		metrics:         m,
 		maxBatchRecords: DefaultMaxBatchRecords,

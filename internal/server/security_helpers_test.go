@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	ackledger "github.com/rolloutd/rolloutd/internal/testutil/ledger"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap/zaptest"
 	"google.golang.org/grpc"
@@ -142,13 +144,7 @@ func rpcCtx(t testing.TB) context.Context {
 	return ctx
 }
 
-func appendReq(shardName string, ids ...string) *rolloutv1.AppendRequest {
-	req := &rolloutv1.AppendRequest{Shard: shardName}
-	for _, id := range ids {
-		req.Records = append(req.Records, record(id))
-	}
-	return req
-}
+var appendReq = ackledger.AppendRequest
 
 // blobsUnder lists the names of the blobs whose name contains part.
 func blobsUnder(t testing.TB, store blob.Store, part string) []string {

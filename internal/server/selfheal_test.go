@@ -10,6 +10,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/rolloutd/rolloutd/internal/blob/faultstore"
 	"github.com/rolloutd/rolloutd/internal/blob/memstore"
 	"github.com/rolloutd/rolloutd/internal/shard"
 )
@@ -19,7 +20,7 @@ import (
 // succeeds on the replacement.
 func TestFenceSelfHealReopensOnce(t *testing.T) {
 	mem := memstore.New()
-	store := newGateStore(mem)
+	store := faultstore.New(mem, 1)
 	opener := &countingOpen{store: store, opts: testWriterOptions(t)}
 	svc := newTestService(t, store, 4, opener.open)
 	ctx := context.Background()
@@ -33,7 +34,9 @@ func TestFenceSelfHealReopensOnce(t *testing.T) {
 	h1 := heldFor(svc.writers, "fence")
 
 	// Hold the stale writer's first commit until all 64 appends are on it.
-	store.arm()
+	gate := store.Hold(faultstore.Match{Ops: []faultstore.Op{faultstore.OpPut}, If: func(c faultstore.Call) bool {
+		return c.PutOpts.IfNoneMatch && !strings.HasSuffix(c.Name, "/manifest")
+	}})
 	const n = 64
 	var wg sync.WaitGroup
 	for i := range n {
@@ -50,7 +53,7 @@ func TestFenceSelfHealReopensOnce(t *testing.T) {
 			l.add(t, "fence", []string{id}, seqsOf(results))
 		})
 	}
-	<-store.blocked
+	<-gate.Reached()
 	waitFor(t, func() bool {
 		svc.writers.mu.Lock()
 		defer svc.writers.mu.Unlock()
@@ -63,7 +66,7 @@ func TestFenceSelfHealReopensOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer other.Abort()
-	store.open()
+	gate.Release()
 	wg.Wait()
 
 	l.verify(t, mem)

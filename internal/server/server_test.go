@@ -8,7 +8,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -24,6 +23,7 @@ import (
 
 	rolloutv1 "github.com/rolloutd/rolloutd/gen/rollout/v1"
 	"github.com/rolloutd/rolloutd/internal/blob"
+	"github.com/rolloutd/rolloutd/internal/blob/faultstore"
 	"github.com/rolloutd/rolloutd/internal/blob/memstore"
 	"github.com/rolloutd/rolloutd/internal/shard/format"
 	"github.com/rolloutd/rolloutd/internal/shard/storagepb"
@@ -83,28 +83,12 @@ func (ts *testServer) stop(t testing.TB) {
 	ts.conn = nil
 }
 
-// countingStore counts the writes that reach storage.
-type countingStore struct {
-	blob.Store
-	puts, deletes atomic.Int64
-}
-
-func (s *countingStore) Put(ctx context.Context, name string, data []byte, opts blob.PutOptions) (blob.Attrs, error) {
-	s.puts.Add(1)
-	return s.Store.Put(ctx, name, data, opts)
-}
-
-func (s *countingStore) Delete(ctx context.Context, name string, opts blob.DeleteOptions) error {
-	s.deletes.Add(1)
-	return s.Store.Delete(ctx, name, opts)
-}
-
 func nan() *float32 { v := float32(math.NaN()); return &v }
 
 // Bad requests are refused with the right code and a message naming the
 // problem, before anything is written.
 func TestAppendRejects(t *testing.T) {
-	store := &countingStore{Store: memstore.New()}
+	store := faultstore.New(memstore.New(), 1) // counts the writes that reach storage
 	ts := startServer(t, Config{Store: store, MaxBatchRecords: 3, MaxRecordBytes: 1000, MaxMessageBytes: 4000})
 	big := strings.Repeat("x", 2000)
 	tests := []struct {
@@ -137,7 +121,7 @@ func TestAppendRejects(t *testing.T) {
 			}
 		})
 	}
-	if n := store.puts.Load() + store.deletes.Load(); n != 0 {
+	if n := store.Calls(faultstore.OpPut) + store.Calls(faultstore.OpDelete); n != 0 {
 		t.Errorf("rejected requests wrote %d times to storage", n)
 	}
 	page, err := store.List(context.Background(), blob.ListOptions{})
@@ -201,46 +185,40 @@ func TestAppendThenGet(t *testing.T) {
 	}
 }
 
-// faultStore fails or panics on reads of shard "s", or blocks them until
-// ctx ends.
-type faultStore struct {
-	blob.Store
-	getErr   error
-	getPanic bool
-	getBlock bool
+// getFails fails reads of shard "s" with err.
+func getFails(err error) func(context.Context, faultstore.Call) error {
+	return func(context.Context, faultstore.Call) error { return err }
 }
 
-func (s *faultStore) Get(ctx context.Context, name string, opts blob.GetOptions) ([]byte, blob.Attrs, error) {
-	switch {
-	case !strings.HasPrefix(name, format.ShardPrefix("s")):
-	case s.getPanic:
-		panic("injected panic in Get")
-	case s.getBlock:
-		<-ctx.Done()
-		return nil, blob.Attrs{}, ctx.Err()
-	case s.getErr != nil:
-		return nil, blob.Attrs{}, s.getErr
-	}
-	return s.Store.Get(ctx, name, opts)
+// getBlocks blocks reads of shard "s" until their context ends.
+func getBlocks(ctx context.Context, _ faultstore.Call) error {
+	<-ctx.Done()
+	return ctx.Err()
+}
+
+// getsDo returns a store whose reads of shard "s" do what get does.
+func getsDo(get func(context.Context, faultstore.Call) error) *faultstore.Store {
+	s := faultstore.New(memstore.New(), 1)
+	s.Intercept(faultstore.Match{Ops: []faultstore.Op{faultstore.OpGet}, Prefix: format.ShardPrefix("s")}, get)
+	return s
 }
 
 func TestStorageErrorsMapToCodes(t *testing.T) {
 	ctx := context.Background()
 	tests := []struct {
-		name  string
-		store *faultStore
-		code  codes.Code
-		msg   string
+		name string
+		get  func(context.Context, faultstore.Call) error // what a read of shard "s" does
+		code codes.Code
+		msg  string
 	}{
-		{"unavailable", &faultStore{getErr: blob.ErrUnavailable}, codes.Unavailable, "unavailable; retry"},
-		{"unclassified", &faultStore{getErr: errors.New("disk on fire")}, codes.Internal, "internal error; the server logged the details under request id "},
-		{"panic", &faultStore{getPanic: true}, codes.Internal, "internal error in Get"},
-		{"default deadline", &faultStore{getBlock: true}, codes.DeadlineExceeded, "deadline"},
+		{"unavailable", getFails(blob.ErrUnavailable), codes.Unavailable, "unavailable; retry"},
+		{"unclassified", getFails(errors.New("disk on fire")), codes.Internal, "internal error; the server logged the details under request id "},
+		{"panic", func(context.Context, faultstore.Call) error { panic("injected panic in Get") }, codes.Internal, "internal error in Get"},
+		{"default deadline", getBlocks, codes.DeadlineExceeded, "deadline"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			tt.store.Store = memstore.New()
-			ts := startServer(t, Config{Store: tt.store, DefaultDeadline: 50 * time.Millisecond})
+			ts := startServer(t, Config{Store: getsDo(tt.get), DefaultDeadline: 50 * time.Millisecond})
 			_, err := ts.client.Get(ctx, &rolloutv1.GetRequest{Shard: "s", Id: "a"})
 			st := status.Convert(err)
 			if st.Code() != tt.code || !strings.Contains(st.Message(), tt.msg) {

@@ -3,31 +3,21 @@ package shard
 import (
 	"context"
 	"errors"
-	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/rolloutd/rolloutd/internal/blob"
+	"github.com/rolloutd/rolloutd/internal/blob/faultstore"
 	"github.com/rolloutd/rolloutd/internal/blob/memstore"
 )
 
-// ckptGate holds manifest puts while armed; a held put fails (not applied)
-// when released.
-type ckptGate struct {
-	blob.Store
-	armed atomic.Bool
-	held  chan struct{}
-	rel   chan struct{}
-}
-
-func (g *ckptGate) Put(ctx context.Context, name string, data []byte, opts blob.PutOptions) (blob.Attrs, error) {
-	if strings.HasSuffix(name, "/_manifest") && g.armed.Load() {
-		g.held <- struct{}{}
-		<-g.rel
-		return blob.Attrs{}, blob.ErrConditionFailed
-	}
-	return g.Store.Put(ctx, name, data, opts)
+// holdCheckpoints holds s's manifest puts at a gate, deaf to their
+// context, from now until the test fails them (not applied) with
+// g.Fail(blob.ErrConditionFailed).
+func holdCheckpoints(t *testing.T, s *faultstore.Store) *faultstore.Gate {
+	g := s.Hold(faultstore.Match{Ops: []faultstore.Op{faultstore.OpPut}, Suffix: "/_manifest"}, faultstore.Deaf)
+	t.Cleanup(g.Release) // if the test ended before it failed them
+	return g
 }
 
 // A Close while the committer waits for checkpoint room (the 2K bound) and
@@ -38,22 +28,22 @@ func TestCloseDoesNotStallAtTheLagBound(t *testing.T) {
 	stalls := 0
 	const runs = 12
 	for range runs {
-		g := &ckptGate{Store: memstore.New(), held: make(chan struct{}, 4), rel: make(chan struct{})}
+		fs := faultstore.New(memstore.New(), 1)
 		ctx := context.Background()
 		opts := testOptions(t)
 		opts.CheckpointEvery = 1
 		opts.CheckpointInterval = time.Hour
 		opts.CommitTimeout = 1 * time.Second
 		opts.DisableBackground = true
-		w, err := Open(ctx, g, "s", opts)
+		w, err := Open(ctx, fs, "s", opts)
 		if err != nil {
 			t.Fatal(err)
 		}
-		g.armed.Store(true)
+		g := holdCheckpoints(t, fs)
 		if _, err := w.Append(ctx, entries(t, "a")); err != nil {
 			t.Fatal(err)
 		}
-		<-g.held // checkpoint through 1 is out
+		<-g.Reached() // checkpoint through 1 is out
 		if _, err := w.Append(ctx, entries(t, "b")); err != nil {
 			t.Fatal(err)
 		}
@@ -73,8 +63,7 @@ func TestCloseDoesNotStallAtTheLagBound(t *testing.T) {
 			}
 			time.Sleep(time.Millisecond)
 		}
-		g.armed.Store(false) // the store is healthy from now on
-		close(g.rel)         // the held checkpoint fails
+		g.Fail(blob.ErrConditionFailed) // the held checkpoint fails; the store is healthy from now on
 		start := time.Now()
 		err = <-cerr
 		if err != nil {

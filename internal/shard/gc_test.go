@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/rolloutd/rolloutd/internal/blob"
+	"github.com/rolloutd/rolloutd/internal/blob/faultstore"
 	"github.com/rolloutd/rolloutd/internal/blob/memstore"
 	"github.com/rolloutd/rolloutd/internal/clock"
 	"github.com/rolloutd/rolloutd/internal/shard/format"
@@ -142,26 +143,28 @@ func TestGCParallelismKeepsUpWithOneDeleteWhenItCan(t *testing.T) {
 	}
 }
 
-// slowDeletes makes every delete take a while and records how many were
-// ever in flight at once.
-type slowDeletes struct {
-	blob.Store
-	delay     time.Duration
-	mu        sync.Mutex
-	inFlight  int
-	maxFlight int
-}
-
-func (s *slowDeletes) Delete(ctx context.Context, name string, opts blob.DeleteOptions) error {
-	s.mu.Lock()
-	s.inFlight++
-	s.maxFlight = max(s.maxFlight, s.inFlight)
-	s.mu.Unlock()
-	time.Sleep(s.delay)
-	s.mu.Lock()
-	s.inFlight--
-	s.mu.Unlock()
-	return s.Store.Delete(ctx, name, opts)
+// slowDeletes returns a store whose every delete takes delay first, and a
+// func telling how many deletes were ever in flight at once.
+func slowDeletes(inner blob.Store, delay time.Duration) (*faultstore.Store, func() int) {
+	s := faultstore.New(inner, 1)
+	var mu sync.Mutex
+	inFlight, maxFlight := 0, 0
+	s.Intercept(faultstore.Match{Ops: []faultstore.Op{faultstore.OpDelete}}, func(context.Context, faultstore.Call) error {
+		mu.Lock()
+		inFlight++
+		maxFlight = max(maxFlight, inFlight)
+		mu.Unlock()
+		time.Sleep(delay)
+		mu.Lock()
+		inFlight--
+		mu.Unlock()
+		return nil
+	})
+	return s, func() int {
+		mu.Lock()
+		defer mu.Unlock()
+		return maxFlight
+	}
 }
 
 // GC deletes one at a time while that finishes within half an interval,
@@ -176,7 +179,7 @@ func TestGCDeletesInParallelOnlyWhenOneAtATimeFallsBehind(t *testing.T) {
 		{"falls behind", 5 * time.Millisecond, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			store := &slowDeletes{Store: memstore.New(), delay: 2 * time.Millisecond}
+			store, maxFlight := slowDeletes(memstore.New(), 2*time.Millisecond)
 			opts := mergeOptions(t)
 			opts.MergeInterval = tc.interval
 			opts.RetireGrace = 100 * time.Millisecond
@@ -194,9 +197,7 @@ func TestGCDeletesInParallelOnlyWhenOneAtATimeFallsBehind(t *testing.T) {
 			// once, which the first pass deletes before any delete was
 			// timed, hence one at a time; the pace shows in the next pass.
 			waitFor(t, "GC to delete 60 retired generations", func() bool { return w.Stats().GCDeletedBlobs >= 60 })
-			store.mu.Lock()
-			got := store.maxFlight
-			store.mu.Unlock()
+			got := maxFlight()
 			if tc.parallel && got < 2 || !tc.parallel && got != 1 {
 				t.Fatalf("at most %d deletes in flight; want parallel=%v", got, tc.parallel)
 			}

@@ -2,10 +2,13 @@ package shard
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"testing"
 	"time"
+
+	ackledger "github.com/rolloutd/rolloutd/internal/testutil/ledger"
 
 	"go.uber.org/zap/zaptest"
 	"google.golang.org/protobuf/proto"
@@ -28,9 +31,7 @@ func open(t testing.TB, store blob.Store, shard string) *Writer {
 	return w
 }
 
-func record(id string) *rolloutv1.Record {
-	return &rolloutv1.Record{Id: id, RolloutId: "r-" + id, Content: "content of " + id, OutputTokens: []int32{1, 2, 3}, LossMask: []byte{1, 0, 1}}
-}
+func record(id string) *rolloutv1.Record { return ackledger.Record(id) }
 
 func entries(t testing.TB, ids ...string) []Entry {
 	t.Helper()
@@ -85,6 +86,20 @@ func (l *ledger) verify(t testing.TB, store blob.Store, shard string) {
 		want.CreatedAt = got.CreatedAt
 		if !proto.Equal(got, want) {
 			t.Errorf("Get(%q) = %v, want %v", id, got, want)
+		}
+	}
+	// The shared ledger, straight from storage: each acked record exactly
+	// once at its seq, and the shard's own invariants. This suite does not
+	// track what may have landed, so records it stored without an ack
+	// (outcome unknown) are not its concern.
+	acks := ackledger.New()
+	for id, ack := range l.acks {
+		_ = acks.Acked(shard, id, ackledger.Ack{Seq: ack.Seq}) // ids are unique here
+	}
+	_, errs := acks.Check(ctx, store, ackledger.Manifests(NewReader(store, ReaderOptions{}).Manifest, ErrShardNotFound))
+	for _, err := range errs {
+		if u := (*ackledger.UnexpectedError)(nil); !errors.As(err, &u) {
+			t.Error(err)
 		}
 	}
 	seen := countRecords(t, store, shard)

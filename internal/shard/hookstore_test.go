@@ -1,59 +1,46 @@
 package shard
 
 import (
-	"context"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/rolloutd/rolloutd/internal/blob"
+	"github.com/rolloutd/rolloutd/internal/blob/faultstore"
 )
 
-// hookStore wraps a store so a test can act at an exact point of a put:
-// delay it, or replace its response after it was applied.
+// hookStore is a faultstore that counts puts by kind: "manifest" or
+// "generation" (anything else).
 type hookStore struct {
-	blob.Store
-	mu       sync.Mutex
-	delay    time.Duration // before every put
-	afterPut func(name string, attrs blob.Attrs, err error) (blob.Attrs, error)
-	puts     map[string]int // by kind: "manifest" or "generation"
+	*faultstore.Store
+	manifests, generations *faultstore.Counter
+	mu                     sync.Mutex
+	undelay                func() // removes the delay rule
 }
 
 func newHookStore(inner blob.Store) *hookStore {
-	return &hookStore{Store: inner, puts: map[string]int{}}
-}
-
-func (s *hookStore) Put(ctx context.Context, name string, data []byte, opts blob.PutOptions) (blob.Attrs, error) {
-	s.mu.Lock()
-	delay, hook := s.delay, s.afterPut
-	kind := "generation"
-	if strings.HasSuffix(name, "/_manifest") {
-		kind = "manifest"
+	s := faultstore.New(inner, 1)
+	puts := []faultstore.Op{faultstore.OpPut}
+	return &hookStore{
+		Store:       s,
+		manifests:   s.Count(faultstore.Match{Ops: puts, Suffix: "/_manifest"}),
+		generations: s.Count(faultstore.Match{Ops: puts, If: func(c faultstore.Call) bool { return !strings.HasSuffix(c.Name, "/_manifest") }}),
 	}
-	s.puts[kind]++
-	s.mu.Unlock()
-	if delay > 0 {
-		select {
-		case <-time.After(delay):
-		case <-ctx.Done():
-			return blob.Attrs{}, ctx.Err()
-		}
-	}
-	attrs, err := s.Store.Put(ctx, name, data, opts)
-	if hook != nil {
-		return hook(name, attrs, err)
-	}
-	return attrs, err
-}
-
-func (s *hookStore) setAfterPut(f func(name string, attrs blob.Attrs, err error) (blob.Attrs, error)) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.afterPut = f
 }
 
 func (s *hookStore) count(kind string) int {
+	if kind == "manifest" {
+		return int(s.manifests.N())
+	}
+	return int(s.generations.N())
+}
+
+// setDelay makes every later put wait d first (or until its context ends).
+func (s *hookStore) setDelay(d time.Duration) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.puts[kind]
+	if s.undelay != nil {
+		s.undelay()
+	}
+	s.undelay = s.Add(faultstore.Rule{Ops: []faultstore.Op{faultstore.OpPut}, Fault: faultstore.Delay, Delay: d})
 }

@@ -77,7 +77,7 @@ func TestSameIDDifferentContentConflicts(t *testing.T) {
 
 func TestInFlightIDSharesOutcome(t *testing.T) {
 	store := newHookStore(memstore.New())
-	store.delay = 5 * time.Millisecond
+	store.setDelay(5 * time.Millisecond)
 	w := open(t, store, "s")
 	var wg sync.WaitGroup
 	res := make([]Result, 16)

@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rolloutd/rolloutd/internal/blob"
+	"github.com/rolloutd/rolloutd/internal/blob/faultstore"
 	"github.com/rolloutd/rolloutd/internal/blob/memstore"
 )
 
@@ -17,23 +19,23 @@ import (
 func lagBoundFenced(t *testing.T) (w *Writer, appended <-chan error, failCheckpoint func()) {
 	t.Helper()
 	inner := memstore.New()
-	g := &ckptGate{Store: inner, held: make(chan struct{}, 4), rel: make(chan struct{})}
+	fs := faultstore.New(inner, 1)
 	ctx := context.Background()
 	opts := testOptions(t)
 	opts.CheckpointEvery = 1
 	opts.CheckpointInterval = time.Hour
 	opts.CommitTimeout = 20 * time.Second // far longer than the test waits
 	opts.DisableBackground = true
-	w, err := Open(ctx, g, "s", opts)
+	w, err := Open(ctx, fs, "s", opts)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(w.Abort)
-	g.armed.Store(true)
+	g := holdCheckpoints(t, fs)
 	if _, err := w.Append(ctx, entries(t, "a")); err != nil {
 		t.Fatal(err)
 	}
-	<-g.held // the checkpoint through 1 is out, and stays out
+	<-g.Reached() // the checkpoint through 1 is out, and stays out
 	if _, err := w.Append(ctx, entries(t, "b")); err != nil {
 		t.Fatal(err)
 	}
@@ -49,8 +51,7 @@ func lagBoundFenced(t *testing.T) (w *Writer, appended <-chan error, failCheckpo
 	}
 	t.Cleanup(other.Abort)
 	return w, cerr, func() {
-		g.armed.Store(false)
-		close(g.rel) // the held checkpoint loses its CAS: fenced
+		g.Fail(blob.ErrConditionFailed) // the held checkpoint loses its CAS: fenced
 	}
 }
 

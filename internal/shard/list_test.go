@@ -10,33 +10,33 @@ import (
 	"testing"
 
 	"github.com/rolloutd/rolloutd/internal/blob"
+	"github.com/rolloutd/rolloutd/internal/blob/faultstore"
 	"github.com/rolloutd/rolloutd/internal/blob/localstore"
 	"github.com/rolloutd/rolloutd/internal/blob/memstore"
 	"github.com/rolloutd/rolloutd/internal/shard/format"
 )
 
-// listRecorder records every name a listing sends to the store or gets
-// back from it.
+// listRecorder is a store that records every name a listing sends to the
+// store or gets back from it.
 type listRecorder struct {
-	blob.Store
+	*faultstore.Store
 	mu      sync.Mutex
 	touched []string
+}
+
+func newListRecorder(inner blob.Store) *listRecorder {
+	r := &listRecorder{Store: faultstore.New(inner, 1)}
+	r.OnLanded(faultstore.Match{Ops: []faultstore.Op{faultstore.OpList}}, func(c faultstore.Call) {
+		r.note(c.Name)
+		r.note(c.Listed...)
+	})
+	return r
 }
 
 func (r *listRecorder) note(names ...string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.touched = append(r.touched, names...)
-}
-
-func (r *listRecorder) List(ctx context.Context, opts blob.ListOptions) (blob.ListPage, error) {
-	p, err := r.Store.List(ctx, opts)
-	r.note(opts.Prefix)
-	for _, it := range p.Items {
-		r.note(it.Name)
-	}
-	r.note(p.Prefixes...)
-	return p, err
 }
 
 func listStores() map[string]func(testing.TB) blob.Store {
@@ -64,7 +64,7 @@ func TestListStaysInGrants(t *testing.T) {
 	for name, newStore := range listStores() {
 		t.Run(name, func(t *testing.T) {
 			ctx := context.Background()
-			rec := &listRecorder{Store: newStore(t)}
+			rec := newListRecorder(newStore(t))
 			mine := []string{"team-a/0", "team-a", "team-a/b", "team-a/b/c", "team-a/z", "team-c/x", "team-c/x/y"}
 			var names []string
 			for _, s := range append(mine, "team-a-x", "team-ab/secret", "team-a0", "team-b/secret-project-x", "team-c", "team-c/xx", "team-c/w") {
@@ -147,7 +147,7 @@ func TestListRefusesForeignTokens(t *testing.T) {
 
 // No list grant lists nothing and touches nothing.
 func TestListWithoutGrants(t *testing.T) {
-	rec := &listRecorder{Store: memstore.New()}
+	rec := newListRecorder(memstore.New())
 	putAll(t, rec.Store, []string{format.ManifestName("team-b/s")})
 	p, err := List(context.Background(), rec, ListOptions{Caller: "uri:a"})
 	if err != nil || len(p.Shards) != 0 || p.Next != "" || len(rec.touched) != 0 {

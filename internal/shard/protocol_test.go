@@ -6,11 +6,11 @@ import (
 	"fmt"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/rolloutd/rolloutd/internal/blob"
+	"github.com/rolloutd/rolloutd/internal/blob/faultstore"
 	"github.com/rolloutd/rolloutd/internal/blob/memstore"
 	"github.com/rolloutd/rolloutd/internal/shard/format"
 )
@@ -317,11 +317,13 @@ func TestClaimRaceConfirmLosesToALaterClaim(t *testing.T) {
 	// Hold the first manifest put after a fence: A's confirming CAS.
 	var once sync.Once
 	confirmHeld := make(chan struct{})
-	hs := &putHook{Store: gate, before: func(name string) {
-		if strings.HasSuffix(name, "/_manifest") && len(fences(logEntries(t, gate.Store, "s"))) == 1 {
+	hs := faultstore.New(gate, 1)
+	hs.Intercept(faultstore.Match{Ops: []faultstore.Op{faultstore.OpPut}}, func(_ context.Context, c faultstore.Call) error {
+		if strings.HasSuffix(c.Name, "/_manifest") && len(fences(logEntries(t, gate.Store, "s"))) == 1 {
 			once.Do(func() { close(confirmHeld); <-gate.release })
 		}
-	}}
+		return nil
+	})
 	type opened struct {
 		w   *Writer
 		err error
@@ -351,17 +353,6 @@ func TestClaimRaceConfirmLosesToALaterClaim(t *testing.T) {
 	}
 	l.add(t, rs)
 	l.verify(t, gate.Store, "s")
-}
-
-// putHook calls before ahead of every put.
-type putHook struct {
-	blob.Store
-	before func(name string)
-}
-
-func (h *putHook) Put(ctx context.Context, name string, data []byte, opts blob.PutOptions) (blob.Attrs, error) {
-	h.before(name)
-	return h.Store.Put(ctx, name, data, opts)
 }
 
 // A log position that a merge retired and GC collected may be created
@@ -559,7 +550,7 @@ func TestReaderConfirmsAMissingPositionWithTheManifest(t *testing.T) {
 	store := memstore.New()
 	ctx := context.Background()
 	opts := collectingOptions(t)
-	frozen := &manifestFreeze{Store: store}
+	frozen := faultstore.New(store, 1)
 	w, err := Open(ctx, frozen, "s", opts)
 	if err != nil {
 		t.Fatal(err)
@@ -584,7 +575,10 @@ func TestReaderConfirmsAMissingPositionWithTheManifest(t *testing.T) {
 	}
 	// "late" lands past the last checkpoint, and no checkpoint covers it:
 	// the reader finds it only by probing on from the new checkpoint.
-	frozen.off.Store(true)
+	// No checkpoint lands from now on: what the writer commits stays in
+	// the log's tail.
+	frozen.Fail(faultstore.Match{Ops: []faultstore.Op{faultstore.OpPut}, Suffix: "/_manifest"},
+		fmt.Errorf("manifest writes frozen by the test: %w", blob.ErrUnavailable))
 	late := appendIDs(t, w, "late")
 	got, err := r.Get(ctx, "s", "late")
 	if err != nil || got.GetSeq() != late[0].Seq {
@@ -594,20 +588,6 @@ func TestReaderConfirmsAMissingPositionWithTheManifest(t *testing.T) {
 	if err != nil || got.GetSeq() != rs[0].Seq {
 		t.Fatalf("Get(x) after its log position was collected: %v, %v; want seq %d", got, err, rs[0].Seq)
 	}
-}
-
-// manifestFreeze refuses manifest writes once off is set, so no checkpoint
-// lands after that: what the writer commits then stays in the log's tail.
-type manifestFreeze struct {
-	blob.Store
-	off atomic.Bool
-}
-
-func (s *manifestFreeze) Put(ctx context.Context, name string, data []byte, opts blob.PutOptions) (blob.Attrs, error) {
-	if s.off.Load() && strings.HasSuffix(name, "/_manifest") {
-		return blob.Attrs{}, fmt.Errorf("manifest writes frozen by the test: %w", blob.ErrUnavailable)
-	}
-	return s.Store.Put(ctx, name, data, opts)
 }
 
 // collectingOptions are mergeOptions that checkpoint every two positions

@@ -3,54 +3,44 @@ package shard
 import (
 	"context"
 	"errors"
-	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/rolloutd/rolloutd/internal/blob"
+	"github.com/rolloutd/rolloutd/internal/blob/faultstore"
 	"github.com/rolloutd/rolloutd/internal/blob/memstore"
 	"github.com/rolloutd/rolloutd/internal/shard/format"
 )
 
-// getGate counts GETs and, when armed, holds a conditional manifest GET
-// until a record's ranged GET has been served, proving the two overlap.
+// getGate is a store that counts GETs and, once armed, holds a
+// conditional manifest GET until a record's ranged GET has been served,
+// proving the two overlap.
 type getGate struct {
-	blob.Store
-	gets  atomic.Int64
-	armed atomic.Bool
-	mu    sync.Mutex
-	rec   chan struct{} // closed when a ranged GET of a generation was served
+	*faultstore.Store
+	gets *faultstore.Counter
 }
 
 func newGetGate(inner blob.Store) *getGate {
-	return &getGate{Store: inner, rec: make(chan struct{})}
+	s := faultstore.New(inner, 1)
+	return &getGate{Store: s, gets: s.Count(faultstore.Match{Ops: []faultstore.Op{faultstore.OpGet}})}
 }
 
-func (s *getGate) Get(ctx context.Context, name string, opts blob.GetOptions) ([]byte, blob.Attrs, error) {
-	s.gets.Add(1)
-	if s.armed.Load() {
-		switch {
-		case strings.HasSuffix(name, "/_manifest") && opts.IfNoneMatch != "":
+func (g *getGate) arm() {
+	rec := make(chan struct{}) // closed when a ranged GET was served
+	var once sync.Once
+	gets := []faultstore.Op{faultstore.OpGet}
+	g.Intercept(faultstore.Match{Ops: gets, Suffix: "/_manifest", If: func(c faultstore.Call) bool { return c.GetOpts.IfNoneMatch != "" }},
+		func(context.Context, faultstore.Call) error {
 			select {
-			case <-s.rec:
+			case <-rec:
+				return nil
 			case <-time.After(5 * time.Second):
-				return nil, blob.Attrs{}, errors.New("test: the manifest read did not overlap a record read")
+				return errors.New("test: the manifest read did not overlap a record read")
 			}
-		case opts.Length > 0:
-			data, attrs, err := s.Store.Get(ctx, name, opts)
-			s.mu.Lock()
-			select {
-			case <-s.rec:
-			default:
-				close(s.rec)
-			}
-			s.mu.Unlock()
-			return data, attrs, err
-		}
-	}
-	return s.Store.Get(ctx, name, opts)
+		})
+	g.OnLanded(faultstore.Match{Ops: gets, If: func(c faultstore.Call) bool { return c.GetOpts.Length > 0 }},
+		func(faultstore.Call) { once.Do(func() { close(rec) }) })
 }
 
 // A Get whose record the cached manifest and index already locate sends the
@@ -76,8 +66,8 @@ func TestGetOverlapsTheRecordReadWithTheManifestRead(t *testing.T) {
 	if _, err := r.Get(context.Background(), "s", "a"); err != nil { // warms the caches
 		t.Fatal(err)
 	}
-	gate.armed.Store(true)
-	before := gate.gets.Load()
+	gate.arm()
+	before := gate.gets.N()
 	rec, err := r.Get(context.Background(), "s", "b")
 	if err != nil {
 		t.Fatal(err)
@@ -85,7 +75,7 @@ func TestGetOverlapsTheRecordReadWithTheManifestRead(t *testing.T) {
 	if rec.GetId() != "b" || rec.GetSeq() != l.acks["b"].Seq {
 		t.Fatalf("Get(b) = id %q seq %d, want seq %d", rec.GetId(), rec.GetSeq(), l.acks["b"].Seq)
 	}
-	if n := gate.gets.Load() - before; n != want {
+	if n := gate.gets.N() - before; n != want {
 		t.Fatalf("warm Get made %d GETs, want %d", n, want)
 	}
 }
@@ -158,10 +148,10 @@ func TestGetChecksAnEarlyReadAgainstTheManifest(t *testing.T) {
 			tc.change(t, store, w, l)
 			// The early read is served before the manifest read, so only
 			// the check after it can refuse its result.
-			gate.armed.Store(true)
-			before := gate.gets.Load()
+			gate.arm()
+			before := gate.gets.N()
 			rec, err := r.Get(context.Background(), "s", "a0")
-			if n := gate.gets.Load() - before; tc.wantGets > 0 && n != tc.wantGets {
+			if n := gate.gets.N() - before; tc.wantGets > 0 && n != tc.wantGets {
 				t.Errorf("Get(a0) made %d GETs, want %d", n, tc.wantGets)
 			}
 			if tc.wantErr != nil {

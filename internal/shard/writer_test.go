@@ -14,7 +14,9 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/rolloutd/rolloutd/internal/blob"
+	"github.com/rolloutd/rolloutd/internal/blob/faultstore"
 	"github.com/rolloutd/rolloutd/internal/blob/memstore"
+	"github.com/rolloutd/rolloutd/internal/shard/format"
 )
 
 func TestEpochStableAcrossAppends(t *testing.T) {
@@ -42,8 +44,8 @@ func TestEpochStableAcrossAppends(t *testing.T) {
 func TestGroupCommitSharesGenerations(t *testing.T) {
 	backends(t, func(t *testing.T, newStore func(testing.TB) blob.Store) {
 		store := newHookStore(newStore(t))
-		if _, mem := store.Store.(*memstore.Store); mem {
-			store.delay = 2 * time.Millisecond // so appends pile up behind a commit
+		if _, mem := store.Inner().(*memstore.Store); mem { // so appends pile up behind a commit
+			store.setDelay(2 * time.Millisecond)
 		}
 		w := open(t, store, "s")
 		l := newLedger()
@@ -156,14 +158,8 @@ func TestLostManifestResponseIsNotAFence(t *testing.T) {
 		t.Run(fmt.Sprint(lostAs), func(t *testing.T) {
 			store := newHookStore(memstore.New())
 			w := open(t, store, "s")
-			var lose atomic.Bool
-			lose.Store(true)
-			store.setAfterPut(func(name string, attrs blob.Attrs, err error) (blob.Attrs, error) {
-				if err == nil && strings.HasSuffix(name, "/_manifest") && lose.CompareAndSwap(true, false) {
-					return blob.Attrs{}, fmt.Errorf("response lost: %w", lostAs)
-				}
-				return attrs, err
-			})
+			// The next manifest put lands, and its answer is lost as lostAs.
+			store.Add(faultstore.Rule{Ops: []faultstore.Op{faultstore.OpPut}, Prefix: format.ManifestName("s"), Fault: faultstore.LoseResponse, Count: 1, Err: lostAs})
 			l := newLedger()
 			rs, err := w.Append(context.Background(), entries(t, "x"))
 			if err != nil {
@@ -185,7 +181,6 @@ func TestLostManifestResponseIsNotAFence(t *testing.T) {
 // position: the first writer must still report success, and then be
 // fenced.
 func TestLostResponseThenClaimIsSuccess(t *testing.T) {
-	commit := "/_l/"
 	backends(t, func(t *testing.T, newStore func(testing.TB) blob.Store) {
 		store := newHookStore(newStore(t))
 		opts := testOptions(t)
@@ -195,19 +190,17 @@ func TestLostResponseThenClaimIsSuccess(t *testing.T) {
 		}
 		defer w.Abort()
 		var other *Writer
-		var lose atomic.Bool
-		lose.Store(true)
-		store.setAfterPut(func(name string, attrs blob.Attrs, err error) (blob.Attrs, error) {
-			if err == nil && strings.Contains(name, commit) && lose.CompareAndSwap(true, false) {
-				o, oerr := Open(context.Background(), store.Store, "s", testOptions(t))
-				if oerr != nil {
-					t.Errorf("competing Open: %v", oerr)
-				}
-				other = o
-				return blob.Attrs{}, fmt.Errorf("response lost: %w", blob.ErrOutcomeUnknown)
+		// The next commit lands; another writer claims at once, and the
+		// commit's answer is lost.
+		next := faultstore.Match{Ops: []faultstore.Op{faultstore.OpPut}, Prefix: format.LogPrefix("s"), Count: 1}
+		store.OnLanded(next, func(faultstore.Call) {
+			o, oerr := Open(context.Background(), store.Inner(), "s", testOptions(t))
+			if oerr != nil {
+				t.Errorf("competing Open: %v", oerr)
 			}
-			return attrs, err
+			other = o
 		})
+		store.Add(faultstore.Rule{Ops: next.Ops, Prefix: next.Prefix, Fault: faultstore.LoseResponse, Count: 1})
 		l := newLedger()
 		rs, err := w.Append(context.Background(), entries(t, "x"))
 		if err != nil {
@@ -233,7 +226,7 @@ func TestLostResponseThenClaimIsSuccess(t *testing.T) {
 func TestCloseCommitsEverythingQueued(t *testing.T) {
 	backends(t, func(t *testing.T, newStore func(testing.TB) blob.Store) {
 		store := newHookStore(newStore(t))
-		store.delay = 5 * time.Millisecond
+		store.setDelay(5 * time.Millisecond)
 		w := open(t, store, "s")
 		l := newLedger()
 		var wg sync.WaitGroup
@@ -277,7 +270,7 @@ func TestCloseCommitsEverythingQueued(t *testing.T) {
 
 func TestAbortDuringBurst(t *testing.T) {
 	store := newHookStore(memstore.New())
-	store.delay = time.Millisecond
+	store.setDelay(time.Millisecond)
 	before := goleak.IgnoreCurrent()
 	w, err := Open(context.Background(), store, "s", testOptions(t))
 	if err != nil {
@@ -331,9 +324,7 @@ func TestAbortDuringBurst(t *testing.T) {
 func TestAbortIsImmediateWhileStoreHangs(t *testing.T) {
 	store := newHookStore(memstore.New())
 	w := open(t, store, "s")
-	store.mu.Lock()
-	store.delay = time.Hour
-	store.mu.Unlock()
+	store.setDelay(time.Hour)
 	errc := make(chan error, 1)
 	go func() {
 		_, err := w.Append(context.Background(), entries(t, "stuck"))
@@ -353,9 +344,7 @@ func TestAbortIsImmediateWhileStoreHangs(t *testing.T) {
 func TestCancelledAppendReturnsPromptly(t *testing.T) {
 	store := newHookStore(memstore.New())
 	w := open(t, store, "s")
-	store.mu.Lock()
-	store.delay = 200 * time.Millisecond
-	store.mu.Unlock()
+	store.setDelay(200 * time.Millisecond)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
 	defer cancel()
 	start := time.Now()
@@ -377,9 +366,7 @@ func TestBackpressure(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer w.Abort()
-	store.mu.Lock()
-	store.delay = time.Hour
-	store.mu.Unlock()
+	store.setDelay(time.Hour)
 	big := func(id string) []Entry {
 		r := record(id)
 		r.Content = strings.Repeat("x", 700)

@@ -23,6 +23,9 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // mutant wraps a correct store and breaks one rule. Each mutant must make
 // the named subtests of the suite fail; otherwise the suite has a blind spot.
+// It stays a hand-written wrapper: a mutant changes what the store does
+// (ignores a condition, lists out of order, aliases buffers), which no
+// faultstore fault or interceptor does.
 type mutant struct {
 	blob.Store
 	bug string

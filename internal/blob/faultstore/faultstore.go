@@ -115,7 +115,8 @@ type Rule struct {
 	// Delay is the latency a Delay rule adds.
 	Delay time.Duration
 	// Err is what a Fail rule returns (wrapped), and a Hang rule whose
-	// Until closed; nil means blob.ErrUnavailable.
+	// Until closed; nil means blob.ErrUnavailable. For a LoseResponse rule
+	// it replaces the class of the lost answer (a timeout, say).
 	Err error
 	// Until, for a Hang rule, ends the calls it holds when closed: they
 	// fail with Err. Calls already held stay held after the rule is
@@ -140,8 +141,20 @@ type Call struct {
 	// Fault is the fault injected into the call (0 for none; Delay is
 	// reported only when no other fault was chosen).
 	Fault Fault
-	// Err is the inner store's error (nil on success). Set for After only.
+	// Err is the inner store's error (nil on success). Set for After and
+	// for OnLanded only.
 	Err error
+
+	// The call's arguments, for matchers and hooks. Data is a Put's bytes:
+	// read it, never keep or change it.
+	Data       []byte
+	PutOpts    blob.PutOptions
+	GetOpts    blob.GetOptions
+	DeleteOpts blob.DeleteOptions
+	// Token is a List's page token; once a List landed, Listed holds the
+	// names and prefixes its page holds, and Next its next page's token.
+	Token, Next string
+	Listed      []string
 }
 
 // Hooks observe calls. They run on the caller's goroutine, outside the
@@ -169,6 +182,8 @@ type Store struct {
 	rng   *rand.Rand
 	rules []*rule
 	hooks Hooks
+	// Interceptors and watchers, in the order they were added (gate.go).
+	counts, intercepts, landed []*matcher
 
 	calls, forwarded, injected [numOps]atomic.Int64
 }
@@ -305,6 +320,13 @@ func (s *Store) decide(op Op, name string) (delay time.Duration, chosen *Rule, h
 // validation; invalid calls go straight to the inner store. injected reports
 // that err is an injected fault rather than the inner store's answer.
 func (s *Store) do(ctx context.Context, op Op, name string, valid bool, call func(context.Context) error) (injected bool, err error) {
+	return s.doCall(ctx, Call{Op: op, Name: name}, valid, call, nil)
+}
+
+// doCall is do for a call whose arguments the interceptors may look at.
+// out, if not nil, tells what a List returned (Call.Listed).
+func (s *Store) doCall(ctx context.Context, c Call, valid bool, call func(context.Context) error, out func() ([]string, string)) (injected bool, err error) {
+	op, name := c.Op, c.Name
 	s.calls[op].Add(1)
 	if !valid {
 		s.forwarded[op].Add(1)
@@ -315,6 +337,10 @@ func (s *Store) do(ctx context.Context, op Op, name string, valid bool, call fun
 	s.mu.Unlock()
 	if before != nil {
 		before(Call{Op: op, Name: name})
+	}
+	if err := s.intercept(ctx, c); err != nil {
+		s.injected[op].Add(1)
+		return true, fmt.Errorf("faultstore: %s %q: intercepted: %w", op, name, err)
 	}
 	delay, r, hooks := s.decide(op, name)
 	fault := Fault(0)
@@ -353,6 +379,11 @@ func (s *Store) do(ctx context.Context, op Op, name string, valid bool, call fun
 	}
 	s.forwarded[op].Add(1)
 	err = call(ctx)
+	c.Fault, c.Err = fault, err
+	if c.Op == OpList && out != nil {
+		c.Listed, c.Next = out()
+	}
+	s.land(c)
 	if hooks.After != nil {
 		hooks.After(Call{Op: op, Name: name, Fault: fault, Err: err})
 	}
@@ -361,6 +392,9 @@ func (s *Store) do(ctx context.Context, op Op, name string, valid bool, call fun
 		class := blob.ErrUnavailable
 		if op == OpPut || op == OpDelete {
 			class = blob.ErrOutcomeUnknown
+		}
+		if r.Err != nil {
+			class = r.Err
 		}
 		return true, fmt.Errorf("faultstore: %s %q: injected lost response (the store said %v): %w", op, name, errOrOK(err), class)
 	}
@@ -378,10 +412,10 @@ func errOrOK(err error) any {
 func (s *Store) Get(ctx context.Context, name string, opts blob.GetOptions) ([]byte, blob.Attrs, error) {
 	var data []byte
 	var a blob.Attrs
-	injected, err := s.do(ctx, OpGet, name, blob.ValidateName(name) == nil, func(ctx context.Context) (err error) {
+	injected, err := s.doCall(ctx, Call{Op: OpGet, Name: name, GetOpts: opts}, blob.ValidateName(name) == nil, func(ctx context.Context) (err error) {
 		data, a, err = s.inner.Get(ctx, name, opts)
 		return err
-	})
+	}, nil)
 	if injected {
 		return nil, blob.Attrs{}, err
 	}
@@ -404,10 +438,10 @@ func (s *Store) Head(ctx context.Context, name string) (blob.Attrs, error) {
 // Put implements blob.Store.
 func (s *Store) Put(ctx context.Context, name string, data []byte, opts blob.PutOptions) (blob.Attrs, error) {
 	var a blob.Attrs
-	injected, err := s.do(ctx, OpPut, name, blob.ValidateName(name) == nil, func(ctx context.Context) (err error) {
+	injected, err := s.doCall(ctx, Call{Op: OpPut, Name: name, Data: data, PutOpts: opts}, blob.ValidateName(name) == nil, func(ctx context.Context) (err error) {
 		a, err = s.inner.Put(ctx, name, data, opts)
 		return err
-	})
+	}, nil)
 	if injected {
 		return blob.Attrs{}, err
 	}
@@ -416,19 +450,19 @@ func (s *Store) Put(ctx context.Context, name string, data []byte, opts blob.Put
 
 // Delete implements blob.Store.
 func (s *Store) Delete(ctx context.Context, name string, opts blob.DeleteOptions) error {
-	_, err := s.do(ctx, OpDelete, name, blob.ValidateName(name) == nil, func(ctx context.Context) error {
+	_, err := s.doCall(ctx, Call{Op: OpDelete, Name: name, DeleteOpts: opts}, blob.ValidateName(name) == nil, func(ctx context.Context) error {
 		return s.inner.Delete(ctx, name, opts)
-	})
+	}, nil)
 	return err
 }
 
 // List implements blob.Store; a listing with a delimiter is one too (OpList).
 func (s *Store) List(ctx context.Context, opts blob.ListOptions) (blob.ListPage, error) {
 	var p blob.ListPage
-	injected, err := s.do(ctx, OpList, opts.Prefix, blob.ValidatePrefix(opts.Prefix) == nil, func(ctx context.Context) (err error) {
+	injected, err := s.doCall(ctx, Call{Op: OpList, Name: opts.Prefix, Token: opts.Token}, blob.ValidatePrefix(opts.Prefix) == nil, func(ctx context.Context) (err error) {
 		p, err = s.inner.List(ctx, opts)
 		return err
-	})
+	}, func() ([]string, string) { return listed(p.Items, p.Prefixes), p.Next })
 	if injected {
 		return blob.ListPage{}, err
 	}

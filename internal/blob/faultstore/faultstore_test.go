@@ -273,6 +273,17 @@ func TestLostResponse(t *testing.T) {
 // writer CAS the blob between our landed write and our retry: the retry must
 // then fail its condition (the shard layer re-reads and sees it was
 // superseded) rather than claim a version that is no longer ours.
+// A LoseResponse rule's Err is the class of the lost answer.
+func TestLostResponseClass(t *testing.T) {
+	s, ctx := newStore(t, 1, faultstore.WithRules(faultstore.Rule{Ops: []faultstore.Op{faultstore.OpPut}, Fault: faultstore.LoseResponse, Err: context.DeadlineExceeded}))
+	if _, err := s.Put(ctx, "a", nil, blob.PutOptions{}); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Put: %v, want DeadlineExceeded", err)
+	}
+	if _, err := s.Inner().Head(ctx, "a"); err != nil {
+		t.Fatalf("the put whose answer was lost did not land: %v", err)
+	}
+}
+
 func TestCompetingWriterAfterLostResponse(t *testing.T) {
 	s, ctx := newStore(t, 1)
 	e0, err := s.Put(ctx, "manifest", []byte("v0"), blob.PutOptions{})
