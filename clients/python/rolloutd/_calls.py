@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Iterable, List, Optional, Sequence, Union
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Union
 
 from google.protobuf import field_mask_pb2
 
@@ -32,6 +32,14 @@ SERIALIZERS = {
     DELETE_SHARD: (rollout_pb2.DeleteShardRequest.SerializeToString, rollout_pb2.DeleteShardResponse.FromString),
     HEALTH_CHECK: (health_pb2.HealthCheckRequest.SerializeToString, health_pb2.HealthCheckResponse.FromString),
 }
+
+
+def multi_callables(channel: Any) -> Dict[str, Any]:
+    """The channel's callable of each method (grpc's or grpc.aio's)."""
+    return {
+        m: (channel.unary_stream if m == SCAN else channel.unary_unary)(m, request_serializer=s, response_deserializer=d)
+        for m, (s, d) in SERIALIZERS.items()
+    }
 
 
 def append_request(shard: str, records: Iterable[RecordLike], request_id: str) -> rollout_pb2.AppendRequest:

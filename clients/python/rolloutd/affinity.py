@@ -241,17 +241,24 @@ class Endpoints(Generic[C]):
         flight drains as renew's do: closing it would cancel them, and a
         cancelled call is never resent (an append would not even know
         whether it landed)."""
-        idle = []
         with self._lock:
-            for a in [a for a in self._channels if a not in ring.addresses]:
-                ch = self._channels.pop(a)
-                self._ejected.pop(a, None)
-                if self._inflight.get(ch):
-                    self._draining[ch] = None
-                else:
-                    idle.append(ch)
+            idle = self._drop([a for a in self._channels if a not in ring.addresses])
         for ch in idle:
             self._close(ch)
+
+    def _drop(self, addrs: List[str]) -> List[C]:
+        """Forgets the channels of addrs (under self._lock): those with
+        calls in flight drain, and the idle ones are returned, to be closed
+        outside the lock."""
+        idle = []
+        for a in addrs:
+            ch = self._channels.pop(a)
+            self._ejected.pop(a, None)
+            if self._inflight.get(ch):
+                self._draining[ch] = None
+            else:
+                idle.append(ch)
+        return idle
 
     def pick(self, shard: str) -> Tuple[str, C]:
         ring = self._ring
@@ -310,15 +317,8 @@ class Endpoints(Generic[C]):
         following scan keeps its stream until it ends or breaks, and then
         resumes on a new channel)."""
         with self._lock:
-            old = list(self._channels.values())
-            self._channels.clear()
+            idle = self._drop(list(self._channels))
             self._ejected.clear()
-            idle = []
-            for ch in old:
-                if self._inflight.get(ch):
-                    self._draining[ch] = None
-                else:
-                    idle.append(ch)
         for ch in idle:
             self._close(ch)
 

@@ -5,17 +5,18 @@ from __future__ import annotations
 import threading
 import time
 import uuid
-import weakref
-from typing import Any, Callable, Iterable, Iterator, List, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Iterable, Iterator, List, Optional, Sequence, Union
 
 import grpc
 
-from . import _calls, _retry, _tlsreload, errors
-from ._channel import DEFAULT_MAX_MESSAGE_BYTES, SHARD_HEADER, TLS, channel_options, resolve_tls, strip_scheme
+from . import _calls, _core, _retry, errors
+# The public names this module imported before its shared logic moved to
+# _core (Client's __init__ among it) stay importable from here.
+from ._channel import DEFAULT_MAX_MESSAGE_BYTES, SHARD_HEADER, TLS  # noqa: F401
 from ._proto.rollout.v1 import rollout_pb2
 from ._proto.rolloutd_vendor.grpc.health.v1 import health_pb2
-from ._retry import DEFAULT_RETRY, RetryPolicy
-from .affinity import Affinity, Endpoints
+from ._retry import DEFAULT_RETRY, RetryPolicy  # noqa: F401
+from .affinity import Affinity, Endpoints  # noqa: F401
 from .types import AppendResult, DeleteResult, HealthStatus, ListedShard, Record, RecordLike, Role, ShardInfo, ShardPage
 
 __all__ = ["Client", "Scan"]
@@ -31,13 +32,10 @@ class _Stubs:
 
     def __init__(self, channel: grpc.Channel) -> None:
         self.channel = channel
-        self.calls = {
-            m: (channel.unary_stream if m == _calls.SCAN else channel.unary_unary)(m, request_serializer=s, response_deserializer=d)
-            for m, (s, d) in _calls.SERIALIZERS.items()
-        }
+        self.calls = _calls.multi_callables(channel)
 
 
-class Client:
+class Client(_core.ClientCore):
     """A blocking rolloutd client; use it as a context manager.
 
     Args:
@@ -60,37 +58,9 @@ class Client:
     The client is safe to share between threads.
     """
 
-    def __init__(
-        self,
-        target: str,
-        *,
-        tls: Union[None, bool, TLS] = None,
-        affinity: Optional[Affinity] = None,
-        timeout: float = DEFAULT_TIMEOUT,
-        attempt_timeout: float = DEFAULT_ATTEMPT_TIMEOUT,
-        retry: RetryPolicy = DEFAULT_RETRY,
-        max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
-        options: Sequence[Tuple[str, Any]] = (),
-    ) -> None:
-        self._tls = resolve_tls(tls)
-        self._timeout = timeout
-        self._attempt_timeout = attempt_timeout
-        if not isinstance(retry, RetryPolicy):
-            raise TypeError("retry: want a rolloutd.RetryPolicy, got %s" % type(retry).__name__)
-        self._retry = retry
-        # Read again when the files change (a renewed certificate): grpcio
-        # cannot reload a channel's credentials, so the channels are
-        # replaced (see _pick).
-        self._creds = _tlsreload.Credentials(self._tls) if self._tls else None
-        host = strip_scheme(target).rpartition(":")[0].strip("[]") if affinity is not None else None
-
-        def make(addr: str) -> _Stubs:
-            opts = channel_options(max_message_bytes, self._tls, host, options)
-            ch = grpc.secure_channel(addr, self._creds.current, opts) if self._creds is not None else grpc.insecure_channel(addr, opts)
-            return _Stubs(ch)
-
-        self._endpoints: Endpoints[_Stubs] = Endpoints(target, affinity, make, lambda s: s.channel.close())
-        self._closed = False
+    _grpc = grpc
+    _stubs = _Stubs
+    _what = "rolloutd.Client"
 
     # Context manager and lifetime.
     def __enter__(self) -> "Client":
@@ -107,62 +77,31 @@ class Client:
         for s in self._endpoints.close():
             s.channel.close()
 
+    @staticmethod
+    def _close_later(stubs: _Stubs) -> None:
+        """Closes a retired channel (now: grpc's blocking close does not wait)."""
+        stubs.channel.close()
+
     @property
     def endpoints(self) -> Endpoints[_Stubs]:
         """The channels (one per pod with affinity), for inspection."""
         return self._endpoints
 
-    def _check_open(self) -> None:
-        if self._closed:
-            raise ValueError("rolloutd.Client is closed")
-
     def _unary(self, method: str, shard: str, req: Any, timeout: Optional[float], retry: Callable[[errors.RolloutdError], bool], request_id: Optional[str] = None, mutates: bool = False) -> Any:
-        self._check_open()
-        budget = _retry.Budget(self._retry, self._endpoints.target, method.rsplit("/", 1)[-1], self._timeout if timeout is None else timeout)
-        md = ((SHARD_HEADER, shard),)
-        # An earlier attempt of this append or delete may have taken effect.
-        landed = False
+        call = self._attempts(method, shard, timeout, retry, request_id, mutates)
         while True:
             addr, stubs = self._pick(shard)
             try:
-                remaining = budget.remaining()
-                assert remaining is not None
-                budget.attempts += 1
                 try:
-                    if remaining <= 0:
-                        raise errors.DeadlineExceeded("the call's deadline passed before an attempt could start", request_id=request_id)
-                    resp = stubs.calls[method](req, timeout=min(self._attempt_timeout, remaining), metadata=md)
-                    self._endpoints.healthy(addr)
-                    return resp
+                    return call.answered(addr, stubs.calls[method](req, timeout=call.start(), metadata=call.metadata))
                 except grpc.RpcError as e:
-                    err = errors.from_rpc_error(e, request_id)
+                    err, transport, wait = call.failed(e, addr)
                     cause: Optional[BaseException] = e
-                if request_id is not None or mutates:
-                    landed = landed or _retry.may_have_landed(err)
-                    err.may_have_taken_effect = landed
-                    if request_id is not None:  # an append
-                        err.may_have_been_stored = landed
-                transport = _retry.transport_failure(err)
-                if transport:
-                    self._endpoints.eject(addr)
-                wait = budget.next_wait(err) if retry(err) else None
                 if wait is None:
-                    raise budget.give_up(err, (self._connected(stubs)) if transport else None, addr) from cause
+                    raise call.budget.give_up(err, (self._connected(stubs)) if transport else None, addr) from cause
                 self._pause(stubs, wait, transport)
             finally:
                 self._endpoints.release(stubs)
-
-    def _renew_if_changed(self) -> None:
-        """Replaces the channels when the TLS files changed (a renewed
-        client certificate): new calls handshake with the new files."""
-        if self._creds is not None and self._creds.check():
-            self._endpoints.renew()
-
-    def _pick(self, shard: str) -> Tuple[str, _Stubs]:
-        """The channel for one call on shard, counted in flight until
-        ``self._endpoints.release``."""
-        self._renew_if_changed()
-        return self._endpoints.acquire(shard)
 
     @staticmethod
     def _connected(stubs: _Stubs) -> bool:
@@ -274,15 +213,10 @@ class Client:
         deleted, rolloutd.NotFound when it was never written. UNAVAILABLE
         is retried within timeout, which bounds each call.
         """
-        ids = _calls.batch_get_ids(ids)
-        out: List[Optional[Record]] = [None] * len(ids)
-        todo = _calls.batch_get_firsts(ids)
-        while todo:
-            req = _calls.batch_get_request(shard, [ids[i] for i in todo], fields)
-            resp = self._unary(_calls.BATCH_GET, shard, req, timeout, _retry.read_retry)
-            todo = _calls.batch_get_fill(out, todo, resp)
-        _calls.batch_get_repeats(out, ids)
-        return out
+        bg = _core.BatchGet(shard, ids, fields)
+        while bg.todo:
+            bg.answer(self._unary(_calls.BATCH_GET, shard, bg.request(), timeout, _retry.read_retry))
+        return bg.result()
 
     def delete_shard(self, shard: str, *, expected_last_seq: Optional[int] = None, timeout: Optional[float] = None) -> DeleteResult:
         """Deletes the shard's records (authorization verb "delete"); with
@@ -316,30 +250,17 @@ class Client:
     def health(self, *, service: str = _calls.SERVICE_NAME, timeout: Optional[float] = None) -> HealthStatus:
         """grpc.health.v1 Check of service. With affinity, SERVING when any
         pod serves (the client can work), else the first pod's status."""
-        self._check_open()
-        t = self._timeout if timeout is None else timeout
-        first: Optional[HealthStatus] = None
-        last_err: Optional[errors.RolloutdError] = None
-        self._renew_if_changed()
-        held = self._endpoints.hold_all()
-        try:
-            for _, stubs in held:
+        tally = self._health(timeout)
+        with self._held_all() as held:
+            for stubs in held:
                 try:
-                    resp = stubs.calls[_calls.HEALTH_CHECK](health_pb2.HealthCheckRequest(service=service), timeout=t)
+                    resp = stubs.calls[_calls.HEALTH_CHECK](health_pb2.HealthCheckRequest(service=service), timeout=tally.timeout)
                 except grpc.RpcError as e:
-                    last_err = errors.from_rpc_error(e)
+                    tally.failed(e)
                     continue
-                st = HealthStatus(resp.status)
-                if st == HealthStatus.SERVING:
-                    return st
-                first = first if first is not None else st
-        finally:
-            for _, stubs in held:
-                self._endpoints.release(stubs)
-        if first is not None:
-            return first
-        assert last_err is not None
-        raise last_err
+                if tally.serving(resp.status):
+                    return HealthStatus.SERVING
+        return tally.result()
 
     def scan(
         self,
@@ -367,23 +288,13 @@ class Client:
         client's timeout) after the break (docs/clients.md). timeout bounds the
         whole scan (default: none).
         """
-        self._check_open()
-        req = _calls.scan_request(
-            shard, after_seq=after_seq, follow=follow, limit=limit, rollout_id=rollout_id, role=role,
-            include_in_training=include_in_training, fields=fields,
-        )
-        return Scan(self, req, timeout, self._timeout if reconnect_timeout is None else reconnect_timeout)
+        return Scan(self, *self._scan_args(
+            shard, timeout, reconnect_timeout, after_seq=after_seq, follow=follow, limit=limit, rollout_id=rollout_id,
+            role=role, include_in_training=include_in_training, fields=fields,
+        ))
 
 
-def _hold(scan: object, endpoints: Endpoints[Any], stubs: Any) -> weakref.finalize:
-    """endpoints.release(stubs), once: when called, or when scan is
-    collected. It holds no reference to scan."""
-    f = weakref.finalize(scan, endpoints.release, stubs)
-    f.atexit = False
-    return f
-
-
-class Scan(Iterator[Record]):
+class Scan(_core.ScanCore, Iterator[Record]):
     """The iterator ``Client.scan`` returns.
 
     ``cursor`` is the after_seq to resume from (pass it to a later
@@ -397,31 +308,9 @@ class Scan(Iterator[Record]):
     """
 
     def __init__(self, client: Client, req: rollout_pb2.ScanRequest, timeout: Optional[float], reconnect_timeout: float) -> None:
-        self._client = client
-        self._req = req
-        self._shard = req.shard
-        self._limit = req.limit
-        self.cursor: int = req.after_seq
-        self._yielded = 0
-        self._deadline = None if timeout is None else time.monotonic() + timeout
-        self._reconnect_timeout = reconnect_timeout
+        super().__init__(client, req, timeout, reconnect_timeout)
         self._stream: Any = None
-        self._batch: Sequence[rollout_pb2.Record] = ()
-        self._pos = 0
-        self._batch_cursor: Optional[int] = None
-        self._done = False
         self._lock = threading.Lock()
-        # Ends the count in flight of the open stream's channel (so that a
-        # certificate renewal does not close it under the stream): called
-        # when the stream ends, and by the garbage collector when the
-        # caller breaks off the iteration and drops the scan unclosed, or
-        # the retired channel would never close.
-        self._held: Optional[weakref.finalize] = None
-        # The budget of resuming after the current break (docs/clients.md);
-        # None while batches arrive.
-        self._break: Optional[_retry.Budget] = None
-        #: How many times the stream was reopened after a break.
-        self.reconnects = 0
 
     def __iter__(self) -> "Scan":
         return self
@@ -447,34 +336,12 @@ class Scan(Iterator[Record]):
         if held is not None:
             held()
 
-    def _open(self) -> Any:
-        req = rollout_pb2.ScanRequest()
-        req.CopyFrom(self._req)
-        req.after_seq = self.cursor
-        if self._limit:
-            req.limit = self._limit - self._yielded
-        timeout = None
-        if self._deadline is not None:
-            timeout = self._deadline - time.monotonic()
-            if timeout <= 0:
-                raise errors.DeadlineExceeded("the scan's deadline passed")
-        addr, stubs = self._client._pick(self._shard)
-        self._addr, self._stubs, self._held = addr, stubs, _hold(self, self._client._endpoints, stubs)
-        return stubs.calls[_calls.SCAN](req, timeout=timeout, metadata=((SHARD_HEADER, self._shard),))
-
     def __next__(self) -> Record:
         while True:
-            if self._pos < len(self._batch):
-                rec = self._batch[self._pos]
-                self._pos += 1
-                self.cursor = rec.seq
-                self._yielded += 1
-                return Record(rec)
-            if self._batch_cursor is not None:
-                self.cursor = max(self.cursor, self._batch_cursor)
-                self._batch_cursor = None
-            if self._done or (self._limit and self._yielded >= self._limit):
-                self._done = True
+            rec = self._take()
+            if rec is not None:
+                return rec
+            if self._done:
                 raise StopIteration
             self._fill()
 
@@ -506,34 +373,13 @@ class Scan(Iterator[Record]):
                     self._let_go()
                 self.reconnects += 1
                 continue
-            self._break = None
-            self._batch = resp.records
-            self._pos = 0
-            self._batch_cursor = resp.cursor
+            self._arrived(resp)
             return
 
     def _resume_or_raise(self, e: grpc.RpcError) -> None:
         """Waits before reopening a stream that broke with e, or raises
         when it cannot be resumed or the budget of this break is spent."""
-        err = errors.from_rpc_error(e)
-        if not _retry.scan_resumable(err) or (self._deadline is not None and time.monotonic() >= self._deadline):
-            self._done = True
-            raise err from e
-        resume = _retry.resume_after(err)
-        if resume is not None:
-            self.cursor = max(self.cursor, resume)
-        # As for a unary call: only an attempt that got no answer says
-        # anything about the pod; after SCAN_INTERRUPTED the server answered,
-        # and the wait is the whole backoff.
-        transport = _retry.transport_failure(err)
-        if transport:
-            self._client._endpoints.eject(self._addr)
-        if self._break is None:
-            self._break = _retry.Budget(self._client._retry, self._addr, "Scan", self._reconnect_timeout)
-        budget = self._break
-        budget.attempts += 1
-        wait = budget.next_wait(err)
+        err, transport, wait = self._broke(e)
         if wait is None:
-            self._done = True
-            raise budget.give_up(err, (self._client._connected(self._stubs)) if transport else None, self._addr) from e
+            raise self._give_up(err, (self._client._connected(self._stubs)) if transport else None) from e
         self._client._pause(self._stubs, wait, transport)
