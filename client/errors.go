@@ -18,23 +18,10 @@ import (
 // sends. Reasons of other domains are ignored.
 const ErrorDomain = "rolloutd.io"
 
-// The reasons of rolloutd's ErrorInfo details, as the strings the server
-// sends: the names of rolloutv1.ErrorReason's values. Its definition,
-// proto/rollout/v1/error_reason.proto, says when each is sent and what a
-// client does on it; the server and the Python client take their names from
-// the same enum. Decide with errors.Is and the Err classes below, which say
-// how this client reads each reason.
-var (
-	ReasonOutcomeUnknown  = rolloutv1.ErrorReason_OUTCOME_UNKNOWN.String()  // ErrOutcomeUnknown
-	ReasonNotCommitted    = rolloutv1.ErrorReason_NOT_COMMITTED.String()    // ErrNotCommitted
-	ReasonBackpressure    = rolloutv1.ErrorReason_BACKPRESSURE.String()     // ErrBackpressure
-	ReasonRateLimited     = rolloutv1.ErrorReason_RATE_LIMITED.String()     // ErrRateLimited, or ErrTooLarge
-	ReasonTooLarge        = rolloutv1.ErrorReason_TOO_LARGE.String()        // ErrTooLarge
-	ReasonScanInterrupted = rolloutv1.ErrorReason_SCAN_INTERRUPTED.String() // ErrScanInterrupted
-	ReasonShardDeleted    = rolloutv1.ErrorReason_SHARD_DELETED.String()    // ErrShardDeleted
-	ReasonSeqMismatch     = rolloutv1.ErrorReason_SEQ_MISMATCH.String()     // ErrSeqMismatch
-	ReasonStoreFull       = rolloutv1.ErrorReason_STORE_FULL.String()       // ErrStoreFull
-)
+// The reasons (ReasonOutcomeUnknown, …) are constants generated from the
+// enum rolloutv1.ErrorReason, in reasons_gen.go; the Err classes below say
+// how this client reads each.
+//go:generate go run ./internal/cmd/reasonsgen
 
 // MetadataResumeAfterSeq is the ErrorInfo metadata key of an interrupted
 // Scan's resume cursor, in decimal.

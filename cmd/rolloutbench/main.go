@@ -85,8 +85,14 @@ func runConfig(ctx context.Context, cfg *config, args []string, stdout, stderr i
 	} else {
 		rep.Phases, rep.Ratios, err = b.modeRun(ctx)
 	}
-	if err != nil {
+	if err != nil && !errors.Is(err, errRows) {
 		return err
+	}
+	// Wrong rows are a bench bug that must not cost the phases measured:
+	// the report is written, says so, and the run fails after.
+	rowsErr := err
+	if rowsErr != nil {
+		b.diagnostics = append(b.diagnostics, rowsErr.Error())
 	}
 	rep.Duration = time.Since(started).Seconds()
 	rep.Diagnostics = b.diagnostics
@@ -97,7 +103,7 @@ func runConfig(ctx context.Context, cfg *config, args []string, stdout, stderr i
 		}
 		fmt.Fprintf(stdout, "wrote %s\n", cfg.JSON)
 	}
-	return nil
+	return rowsErr
 }
 
 // newLogger logs rolloutd's warnings to stderr with -v, else nothing.

@@ -72,7 +72,9 @@ func (b *bench) target1Diagnostic(ctx context.Context) ([]phaseResult, error) {
 	if err != nil {
 		return nil, err
 	}
-	// In-process always has a store, so the floor ran.
+	// Never false in practice: the diagnostic runs in-process only, and
+	// resolveStore gives an in-process run a store (file:// by default), so
+	// the floor and the in-process phase always ran; kept as a nil guard.
 	if d.floor != nil && d.shard != nil {
 		f, d1, d2 := *d.floor, *d.shard, d.grpc
 		b.diagnostics = append(b.diagnostics, fmt.Sprintf("target 1 with merging off (diagnostic, its own Azurite): resident/floor p50 in-process %.2f, over gRPC %.2f (%s, %s vs %s)",

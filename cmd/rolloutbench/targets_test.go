@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"math"
 	"os"
 	"path/filepath"
@@ -119,5 +120,61 @@ func TestRowsDoNotDependOnLabels(t *testing.T) {
 	}
 	if len(rep.Diagnostics) != 1 || strings.Contains(rep.Diagnostics[0], "NaN") || strings.Contains(rep.Diagnostics[0], "Inf") {
 		t.Errorf("diagnostics %q, want one line of figures", rep.Diagnostics)
+	}
+}
+
+// TestCompareKeepsThePhasesWhenRowsGoMissing runs --compare with a target
+// that loses a row: the run fails naming that target and the row, but its
+// report still holds every phase measured and every row reported.
+func TestCompareKeepsThePhasesWhenRowsGoMissing(t *testing.T) {
+	ran := func(phase string, rows ...string) func(context.Context, *bench) (*outcome, error) {
+		return func(context.Context, *bench) (*outcome, error) {
+			o := &outcome{phases: []phaseResult{{Name: phase}}}
+			for _, id := range rows {
+				o.rows = append(o.rows, skipped(id, "what", "<=", 1, "why"))
+			}
+			return o, nil
+		}
+	}
+	saved := targetTable
+	defer func() { targetTable = saved }()
+	targetTable = []target{
+		{"1", []string{"1a", "1b"}, ran("P1", "1a")}, // loses 1b
+		{"2", []string{"2"}, ran("P2", "2")},
+	}
+	dir := t.TempDir()
+	out := filepath.Join(dir, "bench.json")
+	args := []string{"--inprocess", "--store", "file://" + filepath.Join(dir, "data"), "--compare", "--json", out, "--progress", "off"}
+	cfg, err := parseConfig(args, noEnv, &bytes.Buffer{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var stdout bytes.Buffer
+	err = runConfig(ctx, cfg, args, &stdout, &bytes.Buffer{})
+	if !errors.Is(err, errRows) || !strings.Contains(err.Error(), "target 1 did not report row 1b") {
+		t.Errorf("run: %v, want the bench bug naming target 1 and row 1b", err)
+	}
+	raw, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatalf("no report written: %v\n%s", err, stdout.String())
+	}
+	var rep report
+	if err := json.Unmarshal(raw, &rep); err != nil {
+		t.Fatal(err)
+	}
+	var phases, rows []string
+	for _, p := range rep.Phases {
+		phases = append(phases, p.Name)
+	}
+	for _, c := range rep.Targets {
+		rows = append(rows, c.ID)
+	}
+	if !slices.Equal(phases, []string{"P1", "P2"}) || !slices.Equal(rows, []string{"1a", "2"}) {
+		t.Errorf("report has phases %v and rows %v, want [P1 P2] and [1a 2]", phases, rows)
+	}
+	if !slices.ContainsFunc(rep.Diagnostics, func(d string) bool { return strings.Contains(d, "target 1 did not report row 1b") }) {
+		t.Errorf("report diagnostics %q do not name the missing row", rep.Diagnostics)
 	}
 }

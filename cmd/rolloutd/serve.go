@@ -97,11 +97,9 @@ func serve(ctx context.Context, stopSignals func(), cfg *config) error {
 	served := false
 	created := missingDir(cfg)
 	defer func() {
-		// Runs after the store is closed: a start that failed closes its
-		// listeners and leaves no directory it created behind.
+		// Runs after the store is closed.
 		if !served {
-			ls.close()
-			removeCreated(created, log)
+			abandonStart(ls, created, log)
 		}
 	}()
 	store, closeStore, err := openStore(ctx, cfg, log, reg)
@@ -241,6 +239,16 @@ func warnIfFails(log *zap.Logger, msg string, f func() error) {
 	if err := f(); err != nil {
 		log.Warn(msg, zap.Error(err))
 	}
+}
+
+// abandonStart undoes a start that failed before serving: it leaves no
+// directory it created behind, then frees the ports. The directory goes
+// while the ports are still held, so that a restarted rolloutd, which
+// cannot bind them until then, cannot create the directory anew before
+// this one removes it.
+func abandonStart(ls *listeners, created string, log *zap.Logger) {
+	removeCreated(created, log)
+	ls.close()
 }
 
 // removeCreated removes created, the store directory that a start that

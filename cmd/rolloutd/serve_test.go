@@ -174,3 +174,35 @@ func TestLogDurations(t *testing.T) {
 		}
 	}
 }
+
+// closeProbe is a listener whose Close reports whether dir still existed.
+type closeProbe struct {
+	net.Listener
+	dir       string
+	dirAtStop *bool
+}
+
+func (p closeProbe) Close() error {
+	_, err := os.Stat(p.dir)
+	*p.dirAtStop = err == nil
+	return nil
+}
+
+// A failed start removes the directory it created while it still holds its
+// ports, as it did before serve was split: a restarted rolloutd waiting for
+// the ports cannot have created the directory anew by then.
+func TestFailedStartRemovesTheDirBeforeFreeingThePorts(t *testing.T) {
+	created := filepath.Join(t.TempDir(), "new")
+	if err := os.Mkdir(created, 0o750); err != nil {
+		t.Fatal(err)
+	}
+	var dirAtStop bool
+	probe := closeProbe{dir: created, dirAtStop: &dirAtStop}
+	abandonStart(&listeners{grpc: probe, metrics: probe}, created, zap.NewNop())
+	if dirAtStop {
+		t.Error("the listeners were closed while the created directory was still there")
+	}
+	if _, err := os.Stat(created); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("the created directory is still there: %v", err)
+	}
+}

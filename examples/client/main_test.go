@@ -101,7 +101,7 @@ func TestClientRetryAfterLostAnswer(t *testing.T) {
 	loseFirst := func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 		resp, err := handler(ctx, req)
 		if info.FullMethod == rolloutv1.RolloutService_Append_FullMethodName && appends.Add(1) == 1 && err == nil {
-			st, _ := status.New(codes.Unavailable, "answer lost after commit").WithDetails(&errdetails.ErrorInfo{Domain: server.ErrorDomain, Reason: server.ReasonOutcomeUnknown})
+			st, _ := status.New(codes.Unavailable, "answer lost after commit").WithDetails(&errdetails.ErrorInfo{Domain: server.ErrorDomain, Reason: rolloutv1.ErrorReason_OUTCOME_UNKNOWN.String()})
 			return nil, st.Err()
 		}
 		return resp, err

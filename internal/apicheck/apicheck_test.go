@@ -177,6 +177,44 @@ func TestBreakingCatchesRemovedField(t *testing.T) {
 	}
 }
 
+// TestBreakingCatchesRenamedReason shows that the baseline guards the error
+// reasons, whose value names are wire strings: a copy of the protos with
+// ErrorReason's OUTCOME_UNKNOWN renamed must not pass.
+func TestBreakingCatchesRenamedReason(t *testing.T) {
+	t.Parallel()
+	const (
+		protoFile = "rollout/v1/error_reason.proto"
+		value     = "  OUTCOME_UNKNOWN = 1;\n"
+		renamed   = "  OUTCOME_UNSURE = 1;\n"
+	)
+	src, err := os.ReadFile(filepath.Join(root, "proto", protoFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := bytes.Count(src, []byte(value)); n != 1 {
+		t.Fatalf("proto/%s holds %q %d times, want once", protoFile, value, n)
+	}
+	against := filepath.Join(root, baseline)
+
+	// The unmodified copy passes, so the failure below is due to the edit.
+	intact := copyModuleFiles(t, nil, nil)
+	if out, code := runBuf(t, intact, "breaking", "--against", against); code != 0 {
+		t.Fatalf("buf breaking on an unmodified copy (exit %d):\n%s", code, out)
+	}
+
+	edited := copyModuleFiles(t, nil, map[string][]byte{
+		protoFile: bytes.Replace(src, []byte(value), []byte(renamed), 1),
+	})
+	out, code := runBuf(t, edited, "breaking", "--against", against, "--error-format=json")
+	t.Logf("buf breaking with OUTCOME_UNKNOWN renamed: exit %d\n%s", code, out)
+	if code == 0 {
+		t.Fatal("buf breaking passed with ErrorReason's OUTCOME_UNKNOWN renamed")
+	}
+	if want := `"type":"ENUM_VALUE_SAME_NAME"`; !strings.Contains(out, want) {
+		t.Errorf("buf breaking failed, but does not report %s:\n%s", want, out)
+	}
+}
+
 // TestLintExemptsErrorReasonsFromThePrefixOnly shows that buf.yaml's one
 // exemption for error_reason.proto is needed and hides nothing else: without
 // it, buf lint reports exactly one ENUM_VALUE_PREFIX finding for each
@@ -230,33 +268,40 @@ func TestLintExemptsErrorReasonsFromThePrefixOnly(t *testing.T) {
 // returns it.
 func copyModule(t *testing.T, rolloutProto []byte) string {
 	t.Helper()
-	bufYAML, err := os.ReadFile(filepath.Join(root, "buf.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return copyModuleWith(t, bufYAML, rolloutProto)
+	return copyModuleFiles(t, nil, map[string][]byte{"rollout/v1/rollout.proto": rolloutProto})
 }
 
 // copyModuleWith is copyModule with the given buf.yaml.
 func copyModuleWith(t *testing.T, bufYAML, rolloutProto []byte) string {
 	t.Helper()
-	dir := t.TempDir()
-	protoDir := filepath.Join(dir, "proto", "rollout", "v1")
-	if err := os.MkdirAll(protoDir, 0o755); err != nil {
-		t.Fatal(err)
+	return copyModuleFiles(t, bufYAML, map[string][]byte{"rollout/v1/rollout.proto": rolloutProto})
+}
+
+// copyModuleFiles writes buf.yaml (the repository's if bufYAML is nil) and
+// the module's protos into a new temporary directory laid out like the
+// repository, and returns it. protos replaces the files it names, keyed by
+// slash-separated path under proto/.
+func copyModuleFiles(t *testing.T, bufYAML []byte, protos map[string][]byte) string {
+	t.Helper()
+	if bufYAML == nil {
+		var err error
+		if bufYAML, err = os.ReadFile(filepath.Join(root, "buf.yaml")); err != nil {
+			t.Fatal(err)
+		}
 	}
+	dir := t.TempDir()
 	if err := os.WriteFile(filepath.Join(dir, "buf.yaml"), bufYAML, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(protoDir, "rollout.proto"), rolloutProto, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	// The other protos of the module (rollout.v1's error reasons, the
-	// storage formats, which the baseline guards too) come along as they
-	// are.
+	// The module's protos (rollout.v1's error reasons, the storage formats,
+	// which the baseline guards too) come along as they are, but for the
+	// ones replaced.
 	for rel, b := range readTree(t, filepath.Join(root, "proto")) {
-		if rel == "rollout/v1/rollout.proto" || !strings.HasSuffix(rel, ".proto") {
+		if !strings.HasSuffix(rel, ".proto") {
 			continue
+		}
+		if replaced, ok := protos[rel]; ok {
+			b = replaced
 		}
 		p := filepath.Join(dir, "proto", filepath.FromSlash(rel))
 		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {

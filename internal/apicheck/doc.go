@@ -4,7 +4,8 @@
 //   - buf lint is clean;
 //   - regenerating the code produces no diff against what is committed;
 //   - buf breaking passes against the committed baseline image
-//     proto/baseline/rollout.v1.binpb, and does catch a removed field.
+//     proto/baseline/rollout.v1.binpb, and does catch a removed field and a
+//     renamed error reason.
 //
 // The tests build buf v1.75.0 from tools/buf/go.mod once per run (about five
 // minutes on a cold module and build cache) and run the protoc plugins

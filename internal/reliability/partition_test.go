@@ -66,9 +66,9 @@ func TestStorePartitionHeals(t *testing.T) {
 		mu.Lock()
 		defer mu.Unlock()
 		switch reasonOf(st) {
-		case server.ReasonNotCommitted:
+		case rolloutv1.ErrorReason_NOT_COMMITTED.String():
 			notCommitted = append(notCommitted, rec)
-		case server.ReasonOutcomeUnknown, "":
+		case rolloutv1.ErrorReason_OUTCOME_UNKNOWN.String(), "":
 			doubtful = append(doubtful, rec)
 		default:
 			v.add("append %s: %v", rec.GetId(), err)

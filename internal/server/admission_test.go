@@ -122,8 +122,8 @@ func checkBackpressure(t *testing.T, st *status.Status) {
 			retry = d.GetRetryDelay().AsDuration() > 0
 		}
 	}
-	if reason != ReasonBackpressure || !retry {
-		t.Errorf("refusal %q has reason %q and RetryInfo %v, want %s with a RetryInfo", st.Message(), reason, retry, ReasonBackpressure)
+	if reason != rolloutv1.ErrorReason_BACKPRESSURE.String() || !retry {
+		t.Errorf("refusal %q has reason %q and RetryInfo %v, want %s with a RetryInfo", st.Message(), reason, retry, rolloutv1.ErrorReason_BACKPRESSURE.String())
 	}
 }
 

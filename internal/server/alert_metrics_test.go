@@ -22,7 +22,7 @@ func TestAlertSeriesExportedAtZero(t *testing.T) {
 	m := NewMetrics()
 	reg.MustRegister(m.collectors...)
 	want := map[string]bool{}
-	for _, r := range []string{ReasonOutcomeUnknown, ReasonNotCommitted, ReasonBackpressure, ReasonRateLimited, ReasonTooLarge} {
+	for _, r := range []string{rolloutv1.ErrorReason_OUTCOME_UNKNOWN.String(), rolloutv1.ErrorReason_NOT_COMMITTED.String(), rolloutv1.ErrorReason_BACKPRESSURE.String(), rolloutv1.ErrorReason_RATE_LIMITED.String(), rolloutv1.ErrorReason_TOO_LARGE.String()} {
 		want[fmt.Sprintf(`rolloutd_rpc_error_reasons_total{method="Append",reason=%q}`, r)] = true
 	}
 	want[`rolloutd_rpc_error_reasons_total{method="Scan",reason="SCAN_INTERRUPTED"}`] = true
@@ -65,11 +65,11 @@ func TestErrorReasonsCounted(t *testing.T) {
 		method, reason string
 		err            error
 	}{
-		{"Append", ReasonOutcomeUnknown, appendStatus(context.Background(), fmt.Errorf("commit: %w", shard.ErrOutcomeUnknown))},
-		{"Append", ReasonOutcomeUnknown, appendStatus(context.Background(), fmt.Errorf("put: %w", blob.ErrOutcomeUnknown))}, // withheld from the client, same reason
-		{"Append", ReasonNotCommitted, appendStatus(context.Background(), shard.ErrFenced)},
-		{"Append", ReasonStoreFull, appendStatus(context.Background(), fmt.Errorf("put: %w", blob.ErrNoSpace))}, // withheld from the client, same reason
-		{"Scan", ReasonScanInterrupted, failure{code: codes.Unavailable, msg: "scan ended"}.resumeAt(3).err()},
+		{"Append", rolloutv1.ErrorReason_OUTCOME_UNKNOWN.String(), appendStatus(context.Background(), fmt.Errorf("commit: %w", shard.ErrOutcomeUnknown))},
+		{"Append", rolloutv1.ErrorReason_OUTCOME_UNKNOWN.String(), appendStatus(context.Background(), fmt.Errorf("put: %w", blob.ErrOutcomeUnknown))}, // withheld from the client, same reason
+		{"Append", rolloutv1.ErrorReason_NOT_COMMITTED.String(), appendStatus(context.Background(), shard.ErrFenced)},
+		{"Append", rolloutv1.ErrorReason_STORE_FULL.String(), appendStatus(context.Background(), fmt.Errorf("put: %w", blob.ErrNoSpace))}, // withheld from the client, same reason
+		{"Scan", rolloutv1.ErrorReason_SCAN_INTERRUPTED.String(), failure{code: codes.Unavailable, msg: "scan ended"}.resumeAt(3).err()},
 	} {
 		before := testutil.ToFloat64(m.errorReasons.WithLabelValues(tc.method, tc.reason))
 		err := tc.err

@@ -46,26 +46,6 @@ func (e *LimitError) Is(target error) bool { return target == ErrLimitExceeded }
 // ErrorDomain is the domain of every google.rpc.ErrorInfo rolloutd sends.
 const ErrorDomain = "rolloutd.io"
 
-// The reasons of rolloutd's google.rpc.ErrorInfo details, as the strings
-// they travel as: the names of rolloutv1.ErrorReason's values.
-// proto/rollout/v1/error_reason.proto defines them, says when each is sent
-// and what a client does on it; the Go and Python clients take their names
-// from the same enum. The server builds its failures from the enum (see
-// failure.reason); these strings are for what reads the wire (the metrics,
-// the tests). An error without an ErrorInfo needs none: its code says what
-// to do.
-var (
-	ReasonOutcomeUnknown  = rolloutv1.ErrorReason_OUTCOME_UNKNOWN.String()
-	ReasonNotCommitted    = rolloutv1.ErrorReason_NOT_COMMITTED.String()
-	ReasonBackpressure    = rolloutv1.ErrorReason_BACKPRESSURE.String()
-	ReasonRateLimited     = rolloutv1.ErrorReason_RATE_LIMITED.String()
-	ReasonTooLarge        = rolloutv1.ErrorReason_TOO_LARGE.String()
-	ReasonScanInterrupted = rolloutv1.ErrorReason_SCAN_INTERRUPTED.String()
-	ReasonShardDeleted    = rolloutv1.ErrorReason_SHARD_DELETED.String()
-	ReasonSeqMismatch     = rolloutv1.ErrorReason_SEQ_MISMATCH.String()
-	ReasonStoreFull       = rolloutv1.ErrorReason_STORE_FULL.String()
-)
-
 // MetadataLastSeq is the ErrorInfo metadata key of a SEQ_MISMATCH's
 // current last seq, in decimal.
 const MetadataLastSeq = "last_seq"

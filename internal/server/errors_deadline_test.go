@@ -8,6 +8,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	rolloutv1 "github.com/rolloutd/rolloutd/gen/rollout/v1"
 	"github.com/rolloutd/rolloutd/internal/blob/faultstore"
 	"github.com/rolloutd/rolloutd/internal/blob/memstore"
 	"github.com/rolloutd/rolloutd/internal/shard/format"
@@ -33,7 +34,7 @@ func TestCommitTimeoutIsNotDeadlineExceeded(t *testing.T) {
 	_, err := ts.client.Append(rpcCtx(t), appendReq("s", "b")) // a 10 s deadline
 	st := status.Convert(err)
 	d := detailsOf(t, st)
-	if st.Code() != codes.Unavailable || d.reason(t) != ReasonOutcomeUnknown || d.retry == nil {
+	if st.Code() != codes.Unavailable || d.reason(t) != rolloutv1.ErrorReason_OUTCOME_UNKNOWN.String() || d.retry == nil {
 		t.Errorf("commit timeout inside the call's deadline: %v %v, want Unavailable OUTCOME_UNKNOWN with a RetryInfo", st, st.Details())
 	}
 

@@ -83,9 +83,9 @@ func TestErrorTextsWithholdInternals(t *testing.T) {
 		{"Get, corrupt", leak{class: shard.ErrCorrupt}, get, codes.DataLoss, "", false, "rpc error withheld from the client"},
 		// (Storage that is unavailable, or whose outcome is unknown, gets
 		// retried by the writer until the deadline.)
-		{"Append, store failed", leak{class: blob.ErrStoreFailed, generations: true}, appendS, codes.Unavailable, ReasonNotCommitted, true, "rpc error withheld from the client"},
-		{"Scan, storage unavailable", leak{class: blob.ErrUnavailable}, scan, codes.Unavailable, ReasonScanInterrupted, false, "rpc error withheld from the client"},
-		{"Scan, store failed", leak{class: blob.ErrStoreFailed}, scan, codes.Unavailable, ReasonScanInterrupted, false, "rpc error withheld from the client"},
+		{"Append, store failed", leak{class: blob.ErrStoreFailed, generations: true}, appendS, codes.Unavailable, rolloutv1.ErrorReason_NOT_COMMITTED.String(), true, "rpc error withheld from the client"},
+		{"Scan, storage unavailable", leak{class: blob.ErrUnavailable}, scan, codes.Unavailable, rolloutv1.ErrorReason_SCAN_INTERRUPTED.String(), false, "rpc error withheld from the client"},
+		{"Scan, store failed", leak{class: blob.ErrStoreFailed}, scan, codes.Unavailable, rolloutv1.ErrorReason_SCAN_INTERRUPTED.String(), false, "rpc error withheld from the client"},
 		{"Get, panic", leak{panics: true}, get, codes.Internal, "", false, "rpc handler panicked"},
 		{"Scan, panic", leak{panics: true}, scan, codes.Internal, "", false, "rpc handler panicked"},
 	}
@@ -107,7 +107,7 @@ func TestErrorTextsWithholdInternals(t *testing.T) {
 			if d.reason(t) != tt.reason || (d.retry != nil) != tt.retry || d.bad != nil {
 				t.Errorf("details %v, want reason %q, RetryInfo %v", st.Details(), tt.reason, tt.retry)
 			}
-			if tt.reason == ReasonScanInterrupted && d.info.GetMetadata()[MetadataResumeAfterSeq] != "7" {
+			if tt.reason == rolloutv1.ErrorReason_SCAN_INTERRUPTED.String() && d.info.GetMetadata()[MetadataResumeAfterSeq] != "7" {
 				t.Errorf("metadata %v, want %s=7", d.info.GetMetadata(), MetadataResumeAfterSeq)
 			}
 			m := requestIDInMessage.FindStringSubmatch(st.Message())

@@ -37,7 +37,7 @@ func TestAppendTooLargeNamesTheField(t *testing.T) {
 			_, err := ts.client.Append(rpcCtx(t), &rolloutv1.AppendRequest{Shard: "s", Records: tt.records})
 			st := status.Convert(err)
 			d := detailsOf(t, st)
-			if st.Code() != codes.ResourceExhausted || d.reason(t) != ReasonTooLarge || d.badField(t) != tt.field || d.retry != nil {
+			if st.Code() != codes.ResourceExhausted || d.reason(t) != rolloutv1.ErrorReason_TOO_LARGE.String() || d.badField(t) != tt.field || d.retry != nil {
 				t.Errorf("got %v %v, want ResourceExhausted TOO_LARGE naming %q, without RetryInfo", st, st.Details(), tt.field)
 			}
 		})
@@ -74,10 +74,10 @@ func TestAppendBackpressureCarriesRetryInfo(t *testing.T) {
 	gate.Release()
 	st := status.Convert(err)
 	d := detailsOf(t, st)
-	if st.Code() != codes.ResourceExhausted || d.reason(t) != ReasonBackpressure || d.retry.GetRetryDelay().AsDuration() != backpressureRetry || d.bad != nil {
+	if st.Code() != codes.ResourceExhausted || d.reason(t) != rolloutv1.ErrorReason_BACKPRESSURE.String() || d.retry.GetRetryDelay().AsDuration() != backpressureRetry || d.bad != nil {
 		t.Errorf("got %v %v, want ResourceExhausted BACKPRESSURE with a RetryInfo of %v", st, st.Details(), backpressureRetry)
 	}
-	if got := testutil.ToFloat64(ts.metrics.errorReasons.WithLabelValues("Append", ReasonBackpressure)); got != 1 {
+	if got := testutil.ToFloat64(ts.metrics.errorReasons.WithLabelValues("Append", rolloutv1.ErrorReason_BACKPRESSURE.String())); got != 1 {
 		t.Errorf(`rolloutd_rpc_error_reasons_total{method="Append",reason="BACKPRESSURE"} = %v, want 1`, got)
 	}
 	if err := <-first; err != nil {
@@ -98,7 +98,7 @@ func TestStorageErrorOnReadDetails(t *testing.T) {
 	}
 	st := status.Convert(err)
 	d := detailsOf(t, st)
-	if st.Code() != codes.Unavailable || d.reason(t) != ReasonScanInterrupted || d.info.GetMetadata()[MetadataResumeAfterSeq] != "7" {
+	if st.Code() != codes.Unavailable || d.reason(t) != rolloutv1.ErrorReason_SCAN_INTERRUPTED.String() || d.info.GetMetadata()[MetadataResumeAfterSeq] != "7" {
 		t.Errorf("Scan: %v %v, want Unavailable SCAN_INTERRUPTED with %s=7", st, st.Details(), MetadataResumeAfterSeq)
 	}
 	_, err = ts.client.Get(rpcCtx(t), &rolloutv1.GetRequest{Shard: "s", Id: "a"})
@@ -114,7 +114,7 @@ func TestAppendNotSentIsNotCommitted(t *testing.T) {
 	_, err := ts.client.Append(context.Background(), &rolloutv1.AppendRequest{Shard: "s", Records: []*rolloutv1.Record{record("a")}})
 	st := status.Convert(err)
 	d := detailsOf(t, st)
-	if st.Code() != codes.DeadlineExceeded || d.reason(t) != ReasonNotCommitted || d.retry != nil {
+	if st.Code() != codes.DeadlineExceeded || d.reason(t) != rolloutv1.ErrorReason_NOT_COMMITTED.String() || d.retry != nil {
 		t.Errorf("got %v %v, want DeadlineExceeded NOT_COMMITTED without RetryInfo", st, st.Details())
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	rolloutv1 "github.com/rolloutd/rolloutd/gen/rollout/v1"
 	"github.com/rolloutd/rolloutd/internal/authz"
 	"github.com/rolloutd/rolloutd/internal/ratelimit"
 )
@@ -23,7 +24,7 @@ func TestToStatusSecurity(t *testing.T) {
 	limited := fmt.Errorf("wrapped: %w", &ratelimit.LimitedError{Identity: "spiffe://x", Bytes: 10, Rate: 5, Burst: 20, Retry: 1500 * time.Millisecond})
 	st := status.Convert(toStatus(t.Context(), limited))
 	d := detailsOf(t, st)
-	if st.Code() != codes.ResourceExhausted || d.reason(t) != ReasonRateLimited || d.bad != nil {
+	if st.Code() != codes.ResourceExhausted || d.reason(t) != rolloutv1.ErrorReason_RATE_LIMITED.String() || d.bad != nil {
 		t.Fatalf("limited: %v %v", st, st.Details())
 	}
 	if d.retry.GetRetryDelay().AsDuration() != 1500*time.Millisecond {
@@ -31,7 +32,7 @@ func TestToStatusSecurity(t *testing.T) {
 	}
 	never := &ratelimit.LimitedError{Identity: "spiffe://x", Bytes: 30, Rate: 5, Burst: 20}
 	st = status.Convert(toStatus(t.Context(), never))
-	if d := detailsOf(t, st); st.Code() != codes.ResourceExhausted || d.reason(t) != ReasonRateLimited || d.retry != nil || d.badField(t) != "records" {
+	if d := detailsOf(t, st); st.Code() != codes.ResourceExhausted || d.reason(t) != rolloutv1.ErrorReason_RATE_LIMITED.String() || d.retry != nil || d.badField(t) != "records" {
 		t.Errorf("over the burst: %v %v", st, st.Details())
 	}
 }

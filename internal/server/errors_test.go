@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	rolloutv1 "github.com/rolloutd/rolloutd/gen/rollout/v1"
 	"github.com/rolloutd/rolloutd/internal/blob"
 	"github.com/rolloutd/rolloutd/internal/ratelimit"
 	"github.com/rolloutd/rolloutd/internal/shard"
@@ -118,44 +119,44 @@ func TestToStatus(t *testing.T) {
 		{"storage not-found", wrap(blob.ErrNotFound), true, nil, codes.Internal, "internal error", "", 0, "", true},
 		{"unclassified", errors.New("boom"), true, nil, codes.Internal, "internal error", "", 0, "", true},
 
-		{"backpressure", wrap(shard.ErrBackpressure), true, nil, codes.ResourceExhausted, "queue full; back off, then retry", ReasonBackpressure, backpressureRetry, "", false},
-		{"batch over the generation limit", wrap(shard.ErrTooLarge), true, nil, codes.ResourceExhausted, "split the batch", ReasonTooLarge, 0, "records", false},
-		{"batch over the record count", &LimitError{Field: "records", Detail: "the batch has 9 records, the server takes at most 3 per Append"}, true, nil, codes.ResourceExhausted, "request over the server's limit: the batch has 9 records, the server takes at most 3 per Append; split the batch", ReasonTooLarge, 0, "records", false},
-		{"record over the limit", wrap(&LimitError{Field: "records[3]", Detail: "records[3] encodes to 9 bytes, the server takes at most 5 per record", Hint: hintRecordTooLarge}), true, nil, codes.ResourceExhausted, "records[3] encodes to 9 bytes, the server takes at most 5 per record; shrink the record, or raise the server's --max-record-bytes", ReasonTooLarge, 0, "records[3]", false},
-		{"rate limited", &ratelimit.LimitedError{Identity: "x", Bytes: 10, Rate: 5, Burst: 20, Retry: 1500 * time.Millisecond}, true, nil, codes.ResourceExhausted, "retry this call of 10 bytes in 1.5s", ReasonRateLimited, 1500 * time.Millisecond, "", false},
-		{"rate limited, never fits", &ratelimit.LimitedError{Identity: "x", Bytes: 30, Rate: 5, Burst: 20}, true, nil, codes.ResourceExhausted, "split the batch", ReasonRateLimited, 0, "records", false},
+		{"backpressure", wrap(shard.ErrBackpressure), true, nil, codes.ResourceExhausted, "queue full; back off, then retry", rolloutv1.ErrorReason_BACKPRESSURE.String(), backpressureRetry, "", false},
+		{"batch over the generation limit", wrap(shard.ErrTooLarge), true, nil, codes.ResourceExhausted, "split the batch", rolloutv1.ErrorReason_TOO_LARGE.String(), 0, "records", false},
+		{"batch over the record count", &LimitError{Field: "records", Detail: "the batch has 9 records, the server takes at most 3 per Append"}, true, nil, codes.ResourceExhausted, "request over the server's limit: the batch has 9 records, the server takes at most 3 per Append; split the batch", rolloutv1.ErrorReason_TOO_LARGE.String(), 0, "records", false},
+		{"record over the limit", wrap(&LimitError{Field: "records[3]", Detail: "records[3] encodes to 9 bytes, the server takes at most 5 per record", Hint: hintRecordTooLarge}), true, nil, codes.ResourceExhausted, "records[3] encodes to 9 bytes, the server takes at most 5 per record; shrink the record, or raise the server's --max-record-bytes", rolloutv1.ErrorReason_TOO_LARGE.String(), 0, "records[3]", false},
+		{"rate limited", &ratelimit.LimitedError{Identity: "x", Bytes: 10, Rate: 5, Burst: 20, Retry: 1500 * time.Millisecond}, true, nil, codes.ResourceExhausted, "retry this call of 10 bytes in 1.5s", rolloutv1.ErrorReason_RATE_LIMITED.String(), 1500 * time.Millisecond, "", false},
+		{"rate limited, never fits", &ratelimit.LimitedError{Identity: "x", Bytes: 30, Rate: 5, Burst: 20}, true, nil, codes.ResourceExhausted, "split the batch", rolloutv1.ErrorReason_RATE_LIMITED.String(), 0, "records", false},
 
 		// Append: certainly not stored.
-		{"fenced", fenced, true, nil, codes.Unavailable, "epoch 3 fenced by epoch 4; not stored, safe to retry", ReasonNotCommitted, notCommittedRetry, "", false},
-		{"aborted", wrap(shard.ErrAborted), true, nil, codes.Unavailable, "aborted; not stored, safe to retry", ReasonNotCommitted, notCommittedRetry, "", false},
-		{"closed", wrap(shard.ErrClosed), true, nil, codes.Unavailable, "closed; not stored, safe to retry", ReasonNotCommitted, notCommittedRetry, "", false},
-		{"stale", wrap(shard.ErrStale), true, nil, codes.Unavailable, "stale; not stored, safe to retry", ReasonNotCommitted, notCommittedRetry, "", false},
-		{"store failed for good", wrap(blob.ErrStoreFailed), true, nil, codes.Unavailable, "storage unavailable; not stored, safe to retry", ReasonNotCommitted, notCommittedRetry, "", true},
-		{"store failed by this write", fmt.Errorf("%w (%w)", blob.ErrStoreFailed, blob.ErrOutcomeUnknown), true, nil, codes.Unavailable, "may have been stored", ReasonOutcomeUnknown, outcomeUnknownRetry, "", true},
-		{"shutting down", wrap(ErrShuttingDown), true, nil, codes.Unavailable, "shutting down; not stored, safe to retry", ReasonNotCommitted, notCommittedRetry, "", false},
-		{"storage refused the write", wrap(blob.ErrUnavailable), true, nil, codes.Unavailable, "storage unavailable; not stored, safe to retry", ReasonNotCommitted, notCommittedRetry, "", true},
-		{"deadline before sending", wrap(context.DeadlineExceeded), true, context.DeadlineExceeded, codes.DeadlineExceeded, "not sent, so not stored", ReasonNotCommitted, 0, "", false},
-		{"cancelled before sending", wrap(context.Canceled), true, context.Canceled, codes.Canceled, "not sent, so not stored", ReasonNotCommitted, 0, "", false},
+		{"fenced", fenced, true, nil, codes.Unavailable, "epoch 3 fenced by epoch 4; not stored, safe to retry", rolloutv1.ErrorReason_NOT_COMMITTED.String(), notCommittedRetry, "", false},
+		{"aborted", wrap(shard.ErrAborted), true, nil, codes.Unavailable, "aborted; not stored, safe to retry", rolloutv1.ErrorReason_NOT_COMMITTED.String(), notCommittedRetry, "", false},
+		{"closed", wrap(shard.ErrClosed), true, nil, codes.Unavailable, "closed; not stored, safe to retry", rolloutv1.ErrorReason_NOT_COMMITTED.String(), notCommittedRetry, "", false},
+		{"stale", wrap(shard.ErrStale), true, nil, codes.Unavailable, "stale; not stored, safe to retry", rolloutv1.ErrorReason_NOT_COMMITTED.String(), notCommittedRetry, "", false},
+		{"store failed for good", wrap(blob.ErrStoreFailed), true, nil, codes.Unavailable, "storage unavailable; not stored, safe to retry", rolloutv1.ErrorReason_NOT_COMMITTED.String(), notCommittedRetry, "", true},
+		{"store failed by this write", fmt.Errorf("%w (%w)", blob.ErrStoreFailed, blob.ErrOutcomeUnknown), true, nil, codes.Unavailable, "may have been stored", rolloutv1.ErrorReason_OUTCOME_UNKNOWN.String(), outcomeUnknownRetry, "", true},
+		{"shutting down", wrap(ErrShuttingDown), true, nil, codes.Unavailable, "shutting down; not stored, safe to retry", rolloutv1.ErrorReason_NOT_COMMITTED.String(), notCommittedRetry, "", false},
+		{"storage refused the write", wrap(blob.ErrUnavailable), true, nil, codes.Unavailable, "storage unavailable; not stored, safe to retry", rolloutv1.ErrorReason_NOT_COMMITTED.String(), notCommittedRetry, "", true},
+		{"deadline before sending", wrap(context.DeadlineExceeded), true, context.DeadlineExceeded, codes.DeadlineExceeded, "not sent, so not stored", rolloutv1.ErrorReason_NOT_COMMITTED.String(), 0, "", false},
+		{"cancelled before sending", wrap(context.Canceled), true, context.Canceled, codes.Canceled, "not sent, so not stored", rolloutv1.ErrorReason_NOT_COMMITTED.String(), 0, "", false},
 
 		// Append: may have been stored. The reason wins over every other
 		// class the error wraps; the code keeps a context's.
-		{"outcome unknown", wrap(shard.ErrOutcomeUnknown), true, nil, codes.Unavailable, "may have been stored: retry with the same ids or request_id", ReasonOutcomeUnknown, outcomeUnknownRetry, "", false},
-		{"storage outcome unknown", wrap(blob.ErrOutcomeUnknown), true, nil, codes.Unavailable, "may have been stored", ReasonOutcomeUnknown, outcomeUnknownRetry, "", true},
-		{"deadline, commit in flight", cutOff, true, context.DeadlineExceeded, codes.DeadlineExceeded, "may have been stored", ReasonOutcomeUnknown, 0, "", false},
-		{"cancelled, commit in flight", fmt.Errorf("%w (%w)", context.Canceled, blob.ErrOutcomeUnknown), true, context.Canceled, codes.Canceled, "may have been stored", ReasonOutcomeUnknown, 0, "", false},
-		{"fenced, commit in flight", fmt.Errorf("%w after %w", shard.ErrOutcomeUnknown, &shard.FencedError{Shard: "s", Local: 3, Stored: 4}), true, nil, codes.Unavailable, "may have been stored", ReasonOutcomeUnknown, outcomeUnknownRetry, "", false},
-		{"storage refused the re-read", fmt.Errorf("%w (%w)", shard.ErrOutcomeUnknown, blob.ErrUnavailable), true, nil, codes.Unavailable, "may have been stored", ReasonOutcomeUnknown, outcomeUnknownRetry, "", true},
+		{"outcome unknown", wrap(shard.ErrOutcomeUnknown), true, nil, codes.Unavailable, "may have been stored: retry with the same ids or request_id", rolloutv1.ErrorReason_OUTCOME_UNKNOWN.String(), outcomeUnknownRetry, "", false},
+		{"storage outcome unknown", wrap(blob.ErrOutcomeUnknown), true, nil, codes.Unavailable, "may have been stored", rolloutv1.ErrorReason_OUTCOME_UNKNOWN.String(), outcomeUnknownRetry, "", true},
+		{"deadline, commit in flight", cutOff, true, context.DeadlineExceeded, codes.DeadlineExceeded, "may have been stored", rolloutv1.ErrorReason_OUTCOME_UNKNOWN.String(), 0, "", false},
+		{"cancelled, commit in flight", fmt.Errorf("%w (%w)", context.Canceled, blob.ErrOutcomeUnknown), true, context.Canceled, codes.Canceled, "may have been stored", rolloutv1.ErrorReason_OUTCOME_UNKNOWN.String(), 0, "", false},
+		{"fenced, commit in flight", fmt.Errorf("%w after %w", shard.ErrOutcomeUnknown, &shard.FencedError{Shard: "s", Local: 3, Stored: 4}), true, nil, codes.Unavailable, "may have been stored", rolloutv1.ErrorReason_OUTCOME_UNKNOWN.String(), outcomeUnknownRetry, "", false},
+		{"storage refused the re-read", fmt.Errorf("%w (%w)", shard.ErrOutcomeUnknown, blob.ErrUnavailable), true, nil, codes.Unavailable, "may have been stored", rolloutv1.ErrorReason_OUTCOME_UNKNOWN.String(), outcomeUnknownRetry, "", true},
 
 		// A timeout of the server's own (CommitTimeout, the open timeout, a
 		// storage try) inside a call whose deadline is still far is never
 		// DEADLINE_EXCEEDED: UNAVAILABLE, with a RetryInfo, and its text
 		// withheld (it may name a blob).
-		{"commit timeout, call's deadline far", cutOff, true, nil, codes.Unavailable, "may have been stored", ReasonOutcomeUnknown, outcomeUnknownRetry, "", true},
-		{"server timeout before sending", wrap(context.DeadlineExceeded), true, nil, codes.Unavailable, "not stored, safe to retry", ReasonNotCommitted, notCommittedRetry, "", true},
-		{"server cancellation before sending", wrap(context.Canceled), true, nil, codes.Unavailable, "not stored, safe to retry", ReasonNotCommitted, notCommittedRetry, "", true},
+		{"commit timeout, call's deadline far", cutOff, true, nil, codes.Unavailable, "may have been stored", rolloutv1.ErrorReason_OUTCOME_UNKNOWN.String(), outcomeUnknownRetry, "", true},
+		{"server timeout before sending", wrap(context.DeadlineExceeded), true, nil, codes.Unavailable, "not stored, safe to retry", rolloutv1.ErrorReason_NOT_COMMITTED.String(), notCommittedRetry, "", true},
+		{"server cancellation before sending", wrap(context.Canceled), true, nil, codes.Unavailable, "not stored, safe to retry", rolloutv1.ErrorReason_NOT_COMMITTED.String(), notCommittedRetry, "", true},
 		{"read, server timeout", wrap(context.DeadlineExceeded), false, nil, codes.Unavailable, "retry", "", 0, "", true},
 		// A call past its deadline keeps the class of an error that is not the deadline.
-		{"deadline, storage refused the write", wrap(blob.ErrUnavailable), true, context.DeadlineExceeded, codes.Unavailable, "not stored, safe to retry", ReasonNotCommitted, notCommittedRetry, "", true},
+		{"deadline, storage refused the write", wrap(blob.ErrUnavailable), true, context.DeadlineExceeded, codes.Unavailable, "not stored, safe to retry", rolloutv1.ErrorReason_NOT_COMMITTED.String(), notCommittedRetry, "", true},
 
 		// Reads: a storage or context error says nothing about a write.
 		{"read, storage unavailable", wrap(blob.ErrUnavailable), false, nil, codes.Unavailable, "storage unavailable; retry", "", 0, "", true},
@@ -245,9 +246,9 @@ func TestScanResumeAt(t *testing.T) {
 		code   codes.Code
 		reason string
 	}{
-		{fmt.Errorf("read: %w", blob.ErrUnavailable), codes.Unavailable, ReasonScanInterrupted},
-		{fmt.Errorf("read: %w", context.DeadlineExceeded), codes.DeadlineExceeded, ReasonScanInterrupted},
-		{fmt.Errorf("read: %w", context.Canceled), codes.Canceled, ReasonScanInterrupted},
+		{fmt.Errorf("read: %w", blob.ErrUnavailable), codes.Unavailable, rolloutv1.ErrorReason_SCAN_INTERRUPTED.String()},
+		{fmt.Errorf("read: %w", context.DeadlineExceeded), codes.DeadlineExceeded, rolloutv1.ErrorReason_SCAN_INTERRUPTED.String()},
+		{fmt.Errorf("read: %w", context.Canceled), codes.Canceled, rolloutv1.ErrorReason_SCAN_INTERRUPTED.String()},
 		{fmt.Errorf("%w: blob x: bad crc", shard.ErrCorrupt), codes.DataLoss, ""},
 		{errors.New("boom"), codes.Internal, ""},
 		{shard.ErrShardNotFound, codes.NotFound, ""},

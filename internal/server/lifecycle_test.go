@@ -156,7 +156,7 @@ func TestLifecycleRPCs(t *testing.T) {
 
 	stale := uint64(11)
 	_, err = c.DeleteShard(ctx, &rolloutv1.DeleteShardRequest{Shard: "exp/a", ExpectedLastSeq: &stale})
-	wantReason(t, "DeleteShard with a stale expected_last_seq", err, codes.FailedPrecondition, ReasonSeqMismatch)
+	wantReason(t, "DeleteShard with a stale expected_last_seq", err, codes.FailedPrecondition, rolloutv1.ErrorReason_SEQ_MISMATCH.String())
 	if got := errorInfo(err).GetMetadata()[MetadataLastSeq]; got != "12" {
 		t.Fatalf("SEQ_MISMATCH metadata last_seq = %q, want 12", got)
 	}
@@ -168,21 +168,21 @@ func TestLifecycleRPCs(t *testing.T) {
 	for {
 		_, err := follow.Recv()
 		if err != nil {
-			wantReason(t, "following Scan across the delete", err, codes.NotFound, ReasonShardDeleted)
+			wantReason(t, "following Scan across the delete", err, codes.NotFound, rolloutv1.ErrorReason_SHARD_DELETED.String())
 			break
 		}
 	}
 	_, err = c.Get(ctx, &rolloutv1.GetRequest{Shard: "exp/a", Id: "b0-1"})
-	wantReason(t, "Get of a deleted record", err, codes.NotFound, ReasonShardDeleted)
+	wantReason(t, "Get of a deleted record", err, codes.NotFound, rolloutv1.ErrorReason_SHARD_DELETED.String())
 	_, err = c.DescribeShard(ctx, &rolloutv1.DescribeShardRequest{Shard: "exp/a"})
-	wantReason(t, "DescribeShard of a deleted shard", err, codes.NotFound, ReasonShardDeleted)
+	wantReason(t, "DescribeShard of a deleted shard", err, codes.NotFound, rolloutv1.ErrorReason_SHARD_DELETED.String())
 	_, err = c.BatchGet(ctx, &rolloutv1.BatchGetRequest{Shard: "exp/a", Ids: []string{"b0-1"}})
-	wantReason(t, "BatchGet of a deleted shard", err, codes.NotFound, ReasonShardDeleted)
+	wantReason(t, "BatchGet of a deleted shard", err, codes.NotFound, rolloutv1.ErrorReason_SHARD_DELETED.String())
 	scan, err := c.Scan(ctx, &rolloutv1.ScanRequest{Shard: "exp/a"})
 	if err == nil {
 		_, err = scan.Recv()
 	}
-	wantReason(t, "Scan of a deleted shard", err, codes.NotFound, ReasonShardDeleted)
+	wantReason(t, "Scan of a deleted shard", err, codes.NotFound, rolloutv1.ErrorReason_SHARD_DELETED.String())
 	sum, err := c.ListShards(ctx, &rolloutv1.ListShardsRequest{Prefix: "exp/a", IncludeSummary: true})
 	if err != nil || len(sum.GetShards()) != 1 || !sum.GetShards()[0].GetSummary().GetDeleted() {
 		t.Fatalf("ListShards of the deleted shard = %v, %v: want it listed as deleted", sum, err)
@@ -403,7 +403,7 @@ func TestLifecycleAuthorization(t *testing.T) {
 		t.Fatalf("delete under its grant: %v", err)
 	}
 	_, err = trainer.Get(rpcCtx(t), &rolloutv1.GetRequest{Shard: "team-a/old", Id: "r-1"})
-	wantReason(t, "Get after the granted delete", err, codes.NotFound, ReasonShardDeleted)
+	wantReason(t, "Get after the granted delete", err, codes.NotFound, rolloutv1.ErrorReason_SHARD_DELETED.String())
 	if _, err := trainer.Get(rpcCtx(t), &rolloutv1.GetRequest{Shard: "team-a/x", Id: "r-1"}); err != nil {
 		t.Fatalf("the refused delete deleted: %v", err)
 	}

@@ -58,5 +58,5 @@ func TestListShardsChargedByStoreOps(t *testing.T) {
 		t.Fatalf("second page while the bucket still held %.1f: %v", lim.Tokens(client), err)
 	}
 	_, err = c.ListShards(rpcCtx(t), &rolloutv1.ListShardsRequest{Prefix: "exp"})
-	wantReason(t, "ListShards in debt", err, codes.ResourceExhausted, ReasonRateLimited)
+	wantReason(t, "ListShards in debt", err, codes.ResourceExhausted, rolloutv1.ErrorReason_RATE_LIMITED.String())
 }

@@ -6,6 +6,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/status"
+
+	rolloutv1 "github.com/rolloutd/rolloutd/gen/rollout/v1"
 )
 
 // Metrics are the server's Prometheus collectors. Blob operations are counted
@@ -111,12 +113,12 @@ func (m *Metrics) exportZeros() {
 	for _, method := range requestMethods {
 		m.decodeFailures.WithLabelValues(method)
 	}
-	for method, reasons := range map[string][]string{
-		"Append": {ReasonOutcomeUnknown, ReasonNotCommitted, ReasonBackpressure, ReasonRateLimited, ReasonTooLarge, ReasonStoreFull},
-		"Scan":   {ReasonScanInterrupted},
+	for method, reasons := range map[string][]rolloutv1.ErrorReason{
+		"Append": {rolloutv1.ErrorReason_OUTCOME_UNKNOWN, rolloutv1.ErrorReason_NOT_COMMITTED, rolloutv1.ErrorReason_BACKPRESSURE, rolloutv1.ErrorReason_RATE_LIMITED, rolloutv1.ErrorReason_TOO_LARGE, rolloutv1.ErrorReason_STORE_FULL},
+		"Scan":   {rolloutv1.ErrorReason_SCAN_INTERRUPTED},
 	} {
 		for _, r := range reasons {
-			m.errorReasons.WithLabelValues(method, r)
+			m.errorReasons.WithLabelValues(method, r.String())
 		}
 	}
 	for _, stage := range []string{shutdownStageRPCs, shutdownStageWriters} {

@@ -39,9 +39,9 @@ func (l *partitionLedger) answer(t *testing.T, shardName, id string, r *rolloutv
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	switch reason {
-	case ReasonNotCommitted:
+	case rolloutv1.ErrorReason_NOT_COMMITTED.String():
 		l.notCommitted = append(l.notCommitted, id)
-	case ReasonOutcomeUnknown, "":
+	case rolloutv1.ErrorReason_OUTCOME_UNKNOWN.String(), "":
 		// No reason: the client's own deadline ended the call first.
 		l.doubtful = append(l.doubtful, id)
 	default:

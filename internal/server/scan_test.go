@@ -202,8 +202,8 @@ func TestScanFollow(t *testing.T) {
 		cursor = first.GetCursor()
 	}
 	d := detailsOf(t, status.Convert(err))
-	if d.reason(t) != ReasonScanInterrupted || d.info.GetMetadata()[MetadataResumeAfterSeq] != strconv.FormatUint(cursor, 10) {
-		t.Errorf("follow at shutdown: details %v, want %s with %s=%d", status.Convert(err).Details(), ReasonScanInterrupted, MetadataResumeAfterSeq, cursor)
+	if d.reason(t) != rolloutv1.ErrorReason_SCAN_INTERRUPTED.String() || d.info.GetMetadata()[MetadataResumeAfterSeq] != strconv.FormatUint(cursor, 10) {
+		t.Errorf("follow at shutdown: details %v, want %s with %s=%d", status.Convert(err).Details(), rolloutv1.ErrorReason_SCAN_INTERRUPTED.String(), MetadataResumeAfterSeq, cursor)
 	}
 }
 

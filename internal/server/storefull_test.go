@@ -53,7 +53,7 @@ func TestStoreFullIsSaidAtOnce(t *testing.T) {
 			took := time.Since(start)
 			cancel()
 			st := status.Convert(err)
-			if st.Code() != codes.ResourceExhausted || reasonOf(st) != ReasonStoreFull {
+			if st.Code() != codes.ResourceExhausted || reasonOf(st) != rolloutv1.ErrorReason_STORE_FULL.String() {
 				t.Fatalf("full at %s: Append(%s) = %v (reason %q); want RESOURCE_EXHAUSTED, STORE_FULL", op, shard, err, reasonOf(st))
 			}
 			if took > time.Second {
@@ -72,7 +72,7 @@ func TestStoreFullIsSaidAtOnce(t *testing.T) {
 	if store.Failed() != nil {
 		t.Fatalf("the store failed: %v", store.Failed())
 	}
-	if got := testutil.ToFloat64(ts.metrics.errorReasons.WithLabelValues("Append", ReasonStoreFull)); got != 4 {
+	if got := testutil.ToFloat64(ts.metrics.errorReasons.WithLabelValues("Append", rolloutv1.ErrorReason_STORE_FULL.String())); got != 4 {
 		t.Errorf("rolloutd_rpc_error_reasons_total{reason=STORE_FULL} = %v, want 4", got)
 	}
 	for shard, ids := range acked {

@@ -8,8 +8,9 @@ import (
 	"os"
 )
 
-// IsTerminal reports whether w is a file on a character device, as a
-// terminal is. A pipe, a regular file or an in-memory writer is not.
+// IsTerminal reports whether w is a file that is a character device, as a
+// terminal is: /dev/null counts too, since it is one. A pipe, a regular
+// file or an in-memory writer does not.
 func IsTerminal(w io.Writer) bool {
 	f, ok := w.(*os.File)
 	if !ok {
