@@ -115,6 +115,10 @@ func settleRace(t *testing.T, kill func(t *testing.T, w *Writer, gate *genGate, 
 	opts := testOptions(t)
 	opts.Logger = zap.NewNop()
 	opts.DisableMerge = true
+	// The held create waits while 2,000 appends queue, which under -race
+	// on a loaded machine outlasts the default 30 s: its timeout would
+	// halt the writer before kill ran.
+	opts.CommitTimeout = time.Hour
 	w, err := Open(context.Background(), gate, "s", opts)
 	if err != nil {
 		t.Fatal(err)
