@@ -120,23 +120,27 @@ func TestReappendAfterLostResponses(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer w.Abort()
+	defer func() { w.Abort() }()
 	ctx := context.Background()
 	l := newLedger()
 	all := ids("id", 1000)
-	// Every 7th manifest CAS lands but its response is lost, and the re-read
-	// that would decide it fails too: the append is ErrOutcomeUnknown.
+	// Every 7th log create lands but its response is lost, and the read of
+	// the position that would decide it fails too: the append is
+	// ErrOutcomeUnknown and the writer stops. The client goes on with its
+	// replacement, which fences the log and inherits what landed.
 	var unknown []string
 	for i := 0; i < len(all); i += 10 {
 		batch := all[i : i+10]
 		if (i/10)%7 == 3 {
-			rm1 := fs.Add(faultstore.Rule{Ops: []faultstore.Op{faultstore.OpPut}, Prefix: format.ManifestName("s"), Fault: faultstore.LoseResponse, Count: 1})
-			rm2 := fs.Add(faultstore.Rule{Ops: []faultstore.Op{faultstore.OpGet}, Prefix: format.ManifestName("s"), Fault: faultstore.Fail, Err: errors.New("injected permanent read failure")})
+			undo := loseCreate(fs, w)
 			_, err := w.Append(ctx, entries(t, batch...))
-			rm1()
-			rm2()
+			undo()
 			if !errors.Is(err, ErrOutcomeUnknown) {
-				t.Fatalf("append with lost CAS response and failed re-read: %v, want ErrOutcomeUnknown", err)
+				t.Fatalf("append with a lost create response and a failed read of its position: %v, want ErrOutcomeUnknown", err)
+			}
+			w.Abort()
+			if w, err = Open(ctx, fs, "s", opts); err != nil {
+				t.Fatal(err)
 			}
 			unknown = append(unknown, batch...)
 			continue
@@ -174,6 +178,18 @@ func TestReappendAfterLostResponses(t *testing.T) {
 
 func store(fs *faultstore.Store) blob.Store { return fs.Inner() }
 
+// loseCreate makes w's next log create land with its response lost, and
+// every read of that position fail until undo: the create's outcome stays
+// undecided.
+func loseCreate(fs *faultstore.Store, w *Writer) (undo func()) {
+	w.w.mu.Lock()
+	next := format.LogName(w.w.shard, w.w.last+1)
+	w.w.mu.Unlock()
+	rm1 := fs.Add(faultstore.Rule{Ops: []faultstore.Op{faultstore.OpPut}, Prefix: next, Fault: faultstore.LoseResponse, Count: 1})
+	rm2 := fs.Add(faultstore.Rule{Ops: []faultstore.Op{faultstore.OpGet}, Prefix: next, Fault: faultstore.Fail, Err: errors.New("injected permanent read failure")})
+	return func() { rm1(); rm2() }
+}
+
 func TestCommitAfterUnknownOutcomeRechecksIDs(t *testing.T) {
 	fs := faultstore.New(memstore.New(), 1)
 	opts := testOptions(t)
@@ -182,17 +198,19 @@ func TestCommitAfterUnknownOutcomeRechecksIDs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer w.Abort()
+	defer func() { w.Abort() }()
 	ctx := context.Background()
-	rm1 := fs.Add(faultstore.Rule{Ops: []faultstore.Op{faultstore.OpPut}, Prefix: format.ManifestName("s"), Fault: faultstore.LoseResponse, Count: 1})
-	rm2 := fs.Add(faultstore.Rule{Ops: []faultstore.Op{faultstore.OpGet}, Prefix: format.ManifestName("s"), Fault: faultstore.Fail, Err: errors.New("injected")})
+	undo := loseCreate(fs, w)
 	if _, err := w.Append(ctx, entries(t, "x", "y")); !errors.Is(err, ErrOutcomeUnknown) {
 		t.Fatalf("got %v, want ErrOutcomeUnknown", err)
 	}
-	rm1()
-	rm2()
-	// The writer's manifest is stale: the retry must learn from storage that
-	// x and y landed, not store them again.
+	undo()
+	// The writer stopped; its replacement must learn from storage that x
+	// and y landed, not store them again.
+	w.Abort()
+	if w, err = Open(ctx, fs, "s", opts); err != nil {
+		t.Fatal(err)
+	}
 	rs, err := w.Append(ctx, entries(t, "y", "z", "x"))
 	if err != nil {
 		t.Fatal(err)
