@@ -154,13 +154,14 @@ func TestSecondCloseWaitsForTheFirst(t *testing.T) {
 // An Abort that overtakes a Close in progress leaves the writer aborted,
 // and that Close reports it: it did not flush.
 func TestCloseOvertakenByAbortReportsAborted(t *testing.T) {
-	t.Skip("i31-v1: its fault setup was v1's commit path; not yet converted to the log create (see the i31-v1 report)")
 	g := newGate(memstore.New())
-	w := open(t, g, "s") // v1: a generation put before the CAS
+	w := open(t, g, "s")
 	var wg sync.WaitGroup
-	var appendErr, closeErr error
-	wg.Go(func() { _, appendErr = w.Append(context.Background(), entries(t, "queued")) })
+	var sentErr, queuedErr, closeErr error
+	wg.Go(func() { _, sentErr = w.Append(context.Background(), entries(t, "sent")) })
 	<-g.Reached()
+	wg.Go(func() { _, queuedErr = w.Append(context.Background(), entries(t, "queued")) })
+	waitQueue(t, w, 1)
 	wg.Go(func() { closeErr = w.Close(context.Background()) })
 	waitState(t, w, stateClosing)
 	w.Abort()
@@ -171,18 +172,26 @@ func TestCloseOvertakenByAbortReportsAborted(t *testing.T) {
 	if err := w.Err(); !errors.Is(err, ErrAborted) {
 		t.Errorf("Err after Abort overtook Close: %v, want ErrAborted", err)
 	}
-	// Its generation put was held, so no CAS was sent: certainly not stored.
-	if !errors.Is(appendErr, ErrAborted) || errors.Is(appendErr, ErrOutcomeUnknown) {
-		t.Errorf("append whose generation put was held when aborted: %v, want ErrAborted", appendErr)
+	// Its create was held, so it may still land: it must not be told
+	// "aborted", which says not stored.
+	if !errors.Is(sentErr, ErrOutcomeUnknown) || errors.Is(sentErr, ErrAborted) {
+		t.Errorf("append whose log create was held when aborted: %v, want ErrOutcomeUnknown", sentErr)
+	}
+	// Queued behind it, never sent: certainly not stored.
+	if !errors.Is(queuedErr, ErrAborted) || errors.Is(queuedErr, ErrOutcomeUnknown) {
+		t.Errorf("append queued behind the held create when aborted: %v, want ErrAborted", queuedErr)
+	}
+	g.Release()
+	if n := countRecords(t, g.Store, "s")["queued"]; n != 0 {
+		t.Errorf("the append told ErrAborted is stored %d times", n)
 	}
 }
 
 // The cleanup of a dropped handle stops the writer without waiting for its
 // goroutines, even when a store call ignores its context.
 func TestDroppedCleanupDoesNotWait(t *testing.T) {
-	t.Skip("i31-v1: its fault setup was v1's commit path; not yet converted to the log create (see the i31-v1 report)")
 	g := newGate(memstore.New(), faultstore.Deaf)
-	w := open(t, g, "s") // v1: a generation put before the CAS
+	w := open(t, g, "s")
 	appended := make(chan error, 1)
 	go func() {
 		_, err := w.Append(context.Background(), entries(t, "x"))
@@ -201,8 +210,10 @@ func TestDroppedCleanupDoesNotWait(t *testing.T) {
 		t.Errorf("Err after the cleanup: %v, want ErrAborted", err)
 	}
 	g.Release()
-	if err := <-appended; !errors.Is(err, ErrAborted) {
-		t.Errorf("append whose generation put was held when the writer was dropped: %v, want ErrAborted", err)
+	// Its create was held when the writer was dropped, so it may have
+	// landed: it must not be told "aborted", which says not stored.
+	if err := <-appended; !errors.Is(err, ErrOutcomeUnknown) || errors.Is(err, ErrAborted) {
+		t.Errorf("append whose log create was held when the writer was dropped: %v, want ErrOutcomeUnknown", err)
 	}
 	w.Abort() // waits for the goroutines, for goleak
 }

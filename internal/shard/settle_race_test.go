@@ -15,16 +15,17 @@ import (
 	"github.com/rolloutd/rolloutd/internal/blob/memstore"
 )
 
-// genGate holds generation puts while closed: a commit then waits in its
-// generation PUT, and every later append queues behind it.
+// genGate holds the first create of a log position while closed: a commit
+// then waits in its create, and every later append queues behind it. Only
+// the first is held, so a second writer's fence passes.
 type genGate struct {
 	blob.Store
 	mu      sync.Mutex
-	held    chan struct{} // closed once a put waits at the gate
-	release chan struct{} // closed to let puts through
-	// onGet, if set, runs once, on the first manifest read after the
-	// release: the re-read by which a commit whose CAS lost learns that
-	// it was fenced.
+	held    chan struct{} // closed once a create waits at the gate
+	release chan struct{} // closed to let the held create through
+	// onGet, if set, runs once, on the first read of a log position after
+	// the release: the read by which a commit whose create found the
+	// position taken learns that it was fenced.
 	onGet func()
 }
 
@@ -33,7 +34,7 @@ func (g *genGate) Get(ctx context.Context, name string, opts blob.GetOptions) ([
 	g.mu.Lock()
 	select {
 	case <-g.release:
-		if strings.HasSuffix(name, "/_manifest") {
+		if strings.Contains(name, "/_l/") {
 			hook, g.onGet = g.onGet, nil
 		}
 	default:
@@ -51,14 +52,19 @@ func newGenGate(inner blob.Store) *genGate {
 }
 
 func (g *genGate) Put(ctx context.Context, name string, data []byte, opts blob.PutOptions) (blob.Attrs, error) {
-	if strings.Contains(name, "/_g/") {
+	if strings.Contains(name, "/_l/") {
 		g.mu.Lock()
+		first := false
 		select {
 		case <-g.held:
 		default:
 			close(g.held)
+			first = true
 		}
 		g.mu.Unlock()
+		if !first {
+			return g.Store.Put(ctx, name, data, opts)
+		}
 		select {
 		case <-g.release:
 		case <-ctx.Done():
@@ -88,7 +94,7 @@ func waitQueue(t *testing.T, w *Writer, n int) {
 
 // settleRace sets up the race between the party that fails a whole queue
 // (a fence or Abort) and the queued appends' own cancellation. One commit is
-// held in its generation PUT; a sentinel append (never cancelled) and then
+// held in its log create; a sentinel append (never cancelled) and then
 // 2,000 more queue behind it, each with a context of its own. kill fails the
 // queue, and starts cancelAll just before: cancelAll cancels the appends one
 // by one, from the back of the queue, while the failing party settles them
@@ -109,6 +115,10 @@ func settleRace(t *testing.T, kill func(t *testing.T, w *Writer, gate *genGate, 
 	opts := testOptions(t)
 	opts.Logger = zap.NewNop()
 	opts.DisableMerge = true
+	// The held create waits while 2,000 appends queue, which under -race
+	// on a loaded machine outlasts the default 30 s: its timeout would
+	// halt the writer before kill ran.
+	opts.CommitTimeout = time.Hour
 	w, err := Open(context.Background(), gate, "s", opts)
 	if err != nil {
 		t.Fatal(err)
@@ -166,12 +176,12 @@ func settleRace(t *testing.T, kill func(t *testing.T, w *Writer, gate *genGate, 
 }
 
 // Finding 1 of issue 16, with a fence: a second writer claims the shard
-// while a commit is held. The held commit's CAS then loses, and its
-// re-read of the manifest finds the claim: the committer fences the writer
-// and fails the queue. The queued appends start being cancelled during
-// that re-read, just before the fence.
+// while a commit is held, and fences the log at the held create's
+// position. The held create then finds the position taken, and its read of
+// the position finds the fence: the committer fences the writer and fails
+// the queue. The queued appends start being cancelled during that read,
+// just before the fence.
 func TestDoubleSettleFenceVsCancel(t *testing.T) {
-	t.Skip("i31-v1: its fault setup was v1's commit path (a held generation put); not yet converted to the log create (see the i31-v1 report)")
 	settleRace(t, func(t *testing.T, w *Writer, gate *genGate, cancelAll func()) error {
 		other, err := Open(context.Background(), gate.Store, "s", testOptions(t))
 		if err != nil {
@@ -190,7 +200,6 @@ func TestDoubleSettleFenceVsCancel(t *testing.T) {
 // Close that ran out of time does it): Abort fails the queue while the
 // queued appends are being cancelled.
 func TestDoubleSettleAbortVsCancel(t *testing.T) {
-	t.Skip("i31-v1: its fault setup was v1's commit path (a held generation put); not yet converted to the log create (see the i31-v1 report)")
 	settleRace(t, func(t *testing.T, w *Writer, gate *genGate, cancelAll func()) error {
 		go cancelAll()
 		w.Abort()

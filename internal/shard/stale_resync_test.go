@@ -3,6 +3,7 @@ package shard
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -18,15 +19,12 @@ import (
 // ErrOutcomeUnknown, appending again with the same ids, stores a record
 // twice.
 //
-// An append of a lands, but its CAS response is lost and the re-read fails:
-// its caller hears "outcome unknown", and the writer's manifest is stale.
-// The next commit (of b) resyncs: it re-reads the manifest and looks for
-// its own batch's ids in what it had not seen. While that resync runs, the
-// caller retries a. The retry checks a against the writer's manifest, which
-// is still the stale one, so a looks new; it is queued for the commit after
-// b's, which does not resync, and a is stored a second time.
+// Under v1 an append of a landed with its CAS response lost; the writer
+// went on with a stale manifest, and a retry of a, checked against it while
+// b's commit resynced, was stored a second time. Under v2 the writer stops
+// instead, and the retry goes to its replacement: the retry, sent while b's
+// create is held, must find a stored, and a is stored once.
 func TestRetryAfterUnknownOutcomeIsNotStoredTwice(t *testing.T) {
-	t.Skip("i31-v1: its fault setup was v1's commit path (a lost manifest CAS); not yet converted to the log create (see the i31-v1 report)")
 	fs := faultstore.New(memstore.New(), 1)
 	opts := testOptions(t)
 	opts.Logger = zap.NewNop()
@@ -35,24 +33,31 @@ func TestRetryAfterUnknownOutcomeIsNotStoredTwice(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer w.Abort()
+	defer func() { w.Abort() }()
 	ctx := context.Background()
-	manifest := format.ManifestName("s")
 
-	fs.Add(faultstore.Rule{Ops: []faultstore.Op{faultstore.OpPut}, Prefix: manifest, Fault: faultstore.LoseResponse, Count: 1})
-	fs.Add(faultstore.Rule{Ops: []faultstore.Op{faultstore.OpGet}, Prefix: manifest, Fault: faultstore.Fail, Count: 1, Err: errors.New("injected: internal error")})
+	// On the log, a's create lands with its response lost and the read of
+	// its position failing: the writer stops, and the caller retries on its
+	// replacement, which inherits a.
+	undo := loseCreate(fs, w)
 	a := entries(t, "a")
 	if _, err := w.Append(ctx, a); !errors.Is(err, ErrOutcomeUnknown) {
-		t.Fatalf("append of a with a lost CAS response and a failed re-read: %v, want ErrOutcomeUnknown", err)
+		t.Fatalf("append of a with a lost create response and a failed read: %v, want ErrOutcomeUnknown", err)
+	}
+	undo()
+	w.Abort()
+	if w, err = Open(ctx, fs, "s", opts); err != nil {
+		t.Fatal(err)
 	}
 
-	// Hold b's resync (its manifest read) until the retry of a is queued.
-	resyncing, release := make(chan struct{}), make(chan struct{})
+	// Hold b's create while the caller retries a.
+	creating, release := make(chan struct{}), make(chan struct{})
 	var once sync.Once
+	logPrefix := format.LogPrefix("s")
 	fs.SetHooks(faultstore.Hooks{Before: func(c faultstore.Call) {
-		if c.Op == faultstore.OpGet && c.Name == manifest {
+		if c.Op == faultstore.OpPut && strings.HasPrefix(c.Name, logPrefix) {
 			once.Do(func() {
-				close(resyncing)
+				close(creating)
 				<-release
 			})
 		}
@@ -62,12 +67,18 @@ func TestRetryAfterUnknownOutcomeIsNotStoredTwice(t *testing.T) {
 	var retry []Result
 	wg.Go(func() { _, bErr = w.Append(ctx, entries(t, "b")) })
 	select {
-	case <-resyncing:
+	case <-creating:
 	case <-time.After(10 * time.Second):
-		t.Fatal("b's commit never re-read the manifest")
+		t.Fatal("b's commit never created its log position")
 	}
-	wg.Go(func() { retry, retryErr = w.Append(ctx, a) })
-	waitQueue(t, w, 1)
+	retried := make(chan struct{})
+	wg.Go(func() { retry, retryErr = w.Append(ctx, a); close(retried) })
+	select {
+	case <-retried:
+	case <-time.After(5 * time.Second):
+		// Only a retry that took a for new queues behind b's create.
+		t.Error("the retry of a, which is stored, waited for b's commit")
+	}
 	close(release)
 	wg.Wait()
 
