@@ -45,10 +45,8 @@ type genRef struct {
 
 func refOf(shard string, g *storagepb.Generation) genRef {
 	k := keyOf(g)
-	return genRef{shard, k.epoch, k.number}
+	return genRef{shard, k.Epoch, k.Number}
 }
-
-func (g genRef) name() string { return genKey{g.epoch, g.number}.name(g.shard) }
 
 // cacheKey separates a generation's cached parts.
 type cacheKey struct {

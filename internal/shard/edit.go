@@ -90,18 +90,11 @@ func (e *edit) apply(next *storagepb.Manifest, now int64) error {
 	return nil
 }
 
-// genKey names a generation: its epoch and number, or, for a batch in the
-// shard's log (protocol v2), epoch 0 and its log position. No generation
-// has epoch 0, and the retired list stores log positions the same way.
-type genKey struct{ epoch, number uint64 }
+// genKey names a generation (see format.GenKey).
+type genKey = format.GenKey
 
 // keyOf returns the key of g.
-func keyOf(g *storagepb.Generation) genKey {
-	if p := g.GetPosition(); p != 0 {
-		return genKey{0, p}
-	}
-	return genKey{g.GetEpoch(), g.GetNumber()}
-}
+func keyOf(g *storagepb.Generation) genKey { return format.KeyOf(g) }
 
 // genNumber is what a Result reports as the generation of a record in g:
 // its number, or, for a log batch, its log position.
@@ -110,12 +103,4 @@ func genNumber(g *storagepb.Generation) uint64 {
 		return p
 	}
 	return g.GetNumber()
-}
-
-// name is the blob name of the generation or log batch k.
-func (k genKey) name(shard string) string {
-	if k.epoch == 0 {
-		return format.LogName(shard, k.number)
-	}
-	return format.GenerationName(shard, k.epoch, k.number)
 }

@@ -86,7 +86,7 @@ func TestGCDeletesOnlyUnreferencedBlobsPastGrace(t *testing.T) {
 	}
 	var retired []string
 	eachRetired(m, func(k genKey, _ int64) bool {
-		retired = append(retired, format.GenerationName("s", k.epoch, k.number))
+		retired = append(retired, format.GenerationName("s", k.Epoch, k.Number))
 		return true
 	})
 	// Within the grace period nothing is deleted, however often GC runs.

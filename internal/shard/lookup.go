@@ -22,7 +22,7 @@ func loadIndex(ctx context.Context, store blob.Store, cache *BlobCache, shard st
 		}
 		return idx, nil
 	}
-	name := ref.name()
+	name := keyOf(g).Blob(shard)
 	tail, _, err := store.Get(ctx, name, blob.GetOptions{Offset: int64(g.GetFooterOffset())})
 	if err != nil {
 		return nil, fmt.Errorf("shard %q: read footer of %s: %w", shard, name, err)
@@ -62,7 +62,7 @@ func loadFilter(ctx context.Context, store blob.Store, cache *BlobCache, shard s
 	if f, ok := cache.getFilter(ref); ok {
 		return f, nil
 	}
-	name := ref.name()
+	name := keyOf(g).Blob(shard)
 	n := int64(g.GetFilterLength())
 	b, _, err := store.Get(ctx, name, blob.GetOptions{Offset: int64(g.GetFooterOffset()) - n, Length: n})
 	if err != nil {

@@ -91,7 +91,7 @@ func (m *merger) merge(ctx context.Context, plan []*storagepb.Generation) error 
 	g.SetLimit(mergeReadParallelism)
 	for i, src := range plan {
 		g.Go(func() error {
-			name := keyOf(src).name(w.shard)
+			name := keyOf(src).Blob(w.shard)
 			data, ok := w.opts.Cache.getData(refOf(w.shard, src))
 			if !ok {
 				var err error
@@ -113,8 +113,8 @@ func (m *merger) merge(ctx context.Context, plan []*storagepb.Generation) error 
 	gen := w.allocGen()
 	// Claimed until its edit settles, so that no commit folds the output
 	// the moment it is swapped in.
-	w.claims.add(genKey{w.epoch, gen})
-	defer w.claims.release(genKey{w.epoch, gen})
+	w.claims.add(genKey{Epoch: w.epoch, Number: gen})
+	defer w.claims.release(genKey{Epoch: w.epoch, Number: gen})
 	b := format.NewGenerationBuilder(w.shard, w.epoch, gen, size)
 	addSources(b, footers, datas)
 	out, err := w.writeGeneration(ctx, gen, b, plan[0].GetFirstSeq(), plan[len(plan)-1].GetLastSeq(), level+1, w.opts.Clock.Now().UnixNano())

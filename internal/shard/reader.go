@@ -96,7 +96,7 @@ func (r *Reader) Get(ctx context.Context, shard, id string) (*rolloutv1.Record, 
 func decodeRecord(shard string, g *storagepb.Generation, e *storagepb.FooterEntry, b []byte) (*rolloutv1.Record, error) {
 	rec := &rolloutv1.Record{}
 	if err := proto.Unmarshal(b, rec); err != nil {
-		return nil, fmt.Errorf("%w: blob %s: record %q: %w", ErrCorrupt, keyOf(g).name(shard), e.GetId(), err)
+		return nil, fmt.Errorf("%w: blob %s: record %q: %w", ErrCorrupt, keyOf(g).Blob(shard), e.GetId(), err)
 	}
 	return rec, nil
 }

@@ -398,7 +398,7 @@ func (r *Reader) readSpans(ctx context.Context, shard string, q query, next func
 // readSpan reads the bytes of s with one ranged GET. It is the only reader
 // of record bytes in the package.
 func (r *Reader) readSpan(ctx context.Context, shard string, s span) ([]byte, error) {
-	name := keyOf(s.g).name(shard)
+	name := keyOf(s.g).Blob(shard)
 	data, _, err := r.store.Get(ctx, name, blob.GetOptions{Offset: int64(s.first), Length: int64(s.end - s.first)})
 	if err != nil {
 		return nil, fmt.Errorf("shard %q: read records from %s: %w", shard, name, err)
@@ -417,7 +417,7 @@ func (r *Reader) checkSpan(ctx context.Context, shard string, s span, res spanRe
 		return nil, res.err
 	}
 	corrupt := func(err error) error {
-		name := keyOf(s.g).name(shard)
+		name := keyOf(s.g).Blob(shard)
 		if !classify {
 			return fmt.Errorf("%w: blob %s: %w", ErrCorrupt, name, err)
 		}

@@ -29,7 +29,7 @@ func retire(m *storagepb.Manifest, gens []*storagepb.Generation, now int64) {
 	}
 	for _, g := range gens {
 		k := keyOf(g)
-		addRun(b, k.epoch, k.number, 1)
+		addRun(b, k.Epoch, k.Number, 1)
 	}
 }
 
@@ -51,7 +51,7 @@ func addRun(b *storagepb.RetiredRuns, epoch, first, count uint64) {
 func eachRetired(m *storagepb.Manifest, f func(k genKey, retired int64) bool) {
 	for _, b := range m.GetRetiredBatches() {
 		for i, num := range b.GetNumbers() {
-			if !f(genKey{b.GetEpochs()[i], num}, b.GetRetiredUnixNanos()) {
+			if !f(genKey{Epoch: b.GetEpochs()[i], Number: num}, b.GetRetiredUnixNanos()) {
 				return
 			}
 		}
@@ -59,7 +59,7 @@ func eachRetired(m *storagepb.Manifest, f func(k genKey, retired int64) bool) {
 	for _, b := range m.GetRetiredRuns() {
 		for i, first := range b.GetFirsts() {
 			for k := range b.GetCounts()[i] {
-				if !f(genKey{b.GetEpochs()[i], first + k}, b.GetRetiredUnixNanos()) {
+				if !f(genKey{Epoch: b.GetEpochs()[i], Number: first + k}, b.GetRetiredUnixNanos()) {
 					return
 				}
 			}
@@ -81,7 +81,7 @@ func dueRetired(m *storagepb.Manifest, now, grace int64, limit int) (due []genKe
 		for i, num := range b.GetNumbers() {
 			backlog++
 			if len(due) < limit {
-				due = append(due, genKey{b.GetEpochs()[i], num})
+				due = append(due, genKey{Epoch: b.GetEpochs()[i], Number: num})
 			}
 		}
 	}
@@ -93,7 +93,7 @@ func dueRetired(m *storagepb.Manifest, now, grace int64, limit int) (due []genKe
 			count := b.GetCounts()[i]
 			backlog += int(count)
 			for k := uint64(0); k < count && len(due) < limit; k++ {
-				due = append(due, genKey{b.GetEpochs()[i], first + k})
+				due = append(due, genKey{Epoch: b.GetEpochs()[i], Number: first + k})
 			}
 		}
 	}
@@ -106,7 +106,7 @@ func forget(m *storagepb.Manifest, gone map[genKey]bool) {
 	for _, b := range m.GetRetiredBatches() {
 		var epochs, numbers []uint64
 		for i, num := range b.GetNumbers() {
-			if !gone[genKey{b.GetEpochs()[i], num}] {
+			if !gone[genKey{Epoch: b.GetEpochs()[i], Number: num}] {
 				epochs, numbers = append(epochs, b.GetEpochs()[i]), append(numbers, num)
 			}
 		}
@@ -122,7 +122,7 @@ func forget(m *storagepb.Manifest, gone map[genKey]bool) {
 			epoch, count := b.GetEpochs()[i], b.GetCounts()[i]
 			start := first // the first number of the kept stretch
 			for num := first; num < first+count; num++ {
-				if gone[genKey{epoch, num}] {
+				if gone[genKey{Epoch: epoch, Number: num}] {
 					if num > start {
 						addRun(nb, epoch, start, num-start)
 					}

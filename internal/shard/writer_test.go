@@ -489,7 +489,7 @@ func TestStaleWriterFindsItselfFencedWhenItsGenerationsVanish(t *testing.T) {
 	}
 	// Delete every generation a knows of, as b's merge and GC would.
 	for _, g := range a.w.manifest().GetGenerations() {
-		if err := store.Delete(ctx, keyOf(g).name("s"), blob.DeleteOptions{}); err != nil {
+		if err := store.Delete(ctx, keyOf(g).Blob("s"), blob.DeleteOptions{}); err != nil {
 			t.Fatal(err)
 		}
 	}
