@@ -12,6 +12,7 @@ import (
 
 	"github.com/rolloutd/rolloutd/internal/blob"
 	"github.com/rolloutd/rolloutd/internal/shard/format"
+	"github.com/rolloutd/rolloutd/internal/shard/shardlog"
 	"github.com/rolloutd/rolloutd/internal/shard/storagepb"
 )
 
@@ -227,7 +228,7 @@ func (c *checkpointer) checkpoint(ctx context.Context, closing bool) (err error)
 	}
 	name := format.ManifestName(w.shard)
 	opts := blob.PutOptions{IfMatch: etag, PutID: next.GetCommitId()}
-	b := newBackoff(w.opts)
+	b := shardlog.NewBackoff(w.opts.Clock, w.opts.RetryBackoff)
 	for {
 		attrs, err := w.store.Put(ctx, name, data, opts)
 		if err == nil {
@@ -236,7 +237,7 @@ func (c *checkpointer) checkpoint(ctx context.Context, closing bool) (err error)
 			return nil
 		}
 		if errors.Is(err, blob.ErrUnavailable) {
-			if b.wait(ctx) == nil {
+			if b.Wait(ctx) == nil {
 				continue
 			}
 		}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/rolloutd/rolloutd/internal/blob"
 	"github.com/rolloutd/rolloutd/internal/shard/format"
+	"github.com/rolloutd/rolloutd/internal/shard/shardlog"
 	"github.com/rolloutd/rolloutd/internal/shard/storagepb"
 )
 
@@ -128,7 +129,7 @@ func (w *writer) confirm(ctx context.Context) error {
 		return err
 	}
 	name := format.ManifestName(w.shard)
-	b := newBackoff(w.opts)
+	b := shardlog.NewBackoff(w.opts.Clock, w.opts.RetryBackoff)
 	for {
 		attrs, err := w.store.Put(ctx, name, data, blob.PutOptions{IfMatch: w.etag, PutID: next.GetCommitId()})
 		if err == nil {
@@ -136,7 +137,7 @@ func (w *writer) confirm(ctx context.Context) error {
 			return nil
 		}
 		if errors.Is(err, blob.ErrUnavailable) {
-			if werr := b.wait(ctx); werr != nil {
+			if werr := b.Wait(ctx); werr != nil {
 				return fmt.Errorf("open shard %q: confirm the claim: %w (last error: %w)", w.shard, werr, err)
 			}
 			continue

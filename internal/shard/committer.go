@@ -10,6 +10,7 @@ import (
 
 	"github.com/rolloutd/rolloutd/internal/blob"
 	"github.com/rolloutd/rolloutd/internal/shard/format"
+	"github.com/rolloutd/rolloutd/internal/shard/shardlog"
 	"github.com/rolloutd/rolloutd/internal/shard/storagepb"
 )
 
@@ -237,9 +238,9 @@ func (c *committer) commitBatch(ctx context.Context, batch []*pending, edits []*
 			return commitOut{}, c.unsure(attempts[:len(attempts)-1], err)
 		}
 		attrs, err := w.store.Put(ctx, name, data, opts)
-		for b := newBackoff(w.opts); err != nil && errors.Is(err, blob.ErrUnavailable); {
+		for b := shardlog.NewBackoff(w.opts.Clock, w.opts.RetryBackoff); err != nil && errors.Is(err, blob.ErrUnavailable); {
 			// Known not applied: retry the same CAS (same put id).
-			if b.wait(ctx) != nil {
+			if b.Wait(ctx) != nil {
 				break
 			}
 			attrs, err = w.store.Put(ctx, name, data, opts)
@@ -300,11 +301,11 @@ var errRebase = errors.New("rebase")
 // the shard and no attempt landed.
 func (c *committer) resolve(ctx context.Context, attempts []attempt, casErr error) (commitOut, error) {
 	w := c.w
-	b := newBackoff(w.opts)
+	b := shardlog.NewBackoff(w.opts.Clock, w.opts.RetryBackoff)
 	for ctx.Err() == nil {
 		m, etag, err := readManifest(ctx, w.store, w.shard)
 		if err != nil {
-			if retryable(err) && b.wait(ctx) == nil {
+			if retryable(err) && b.Wait(ctx) == nil {
 				continue
 			}
 			break

@@ -13,6 +13,7 @@ import (
 	"github.com/rolloutd/rolloutd/internal/blob"
 	"github.com/rolloutd/rolloutd/internal/clock"
 	"github.com/rolloutd/rolloutd/internal/shard/format"
+	"github.com/rolloutd/rolloutd/internal/shard/shardlog"
 	"github.com/rolloutd/rolloutd/internal/shard/storagepb"
 )
 
@@ -68,7 +69,7 @@ func Delete(ctx context.Context, store blob.Store, shard string, opts DeleteOpti
 	if opts.RetryBackoff <= 0 {
 		opts.RetryBackoff = DefaultRetryBackoff
 	}
-	backoff := newBackoff(Options{Clock: opts.Clock, RetryBackoff: opts.RetryBackoff})
+	backoff := shardlog.NewBackoff(opts.Clock, opts.RetryBackoff)
 	var rnd [8]byte
 	_, _ = rand.Read(rnd[:])
 	putID := "delete-" + hex.EncodeToString(rnd[:])
@@ -83,7 +84,7 @@ func Delete(ctx context.Context, store blob.Store, shard string, opts DeleteOpti
 		case errors.Is(err, blob.ErrNotFound):
 			return Deletion{}, fmt.Errorf("delete shard %q: %w", shard, ErrShardNotFound)
 		case err != nil && retryable(err):
-			if werr := backoff.wait(ctx); werr != nil {
+			if werr := backoff.Wait(ctx); werr != nil {
 				return Deletion{}, unsure.wrap(fmt.Errorf("delete shard %q: %w (last storage error: %w)", shard, werr, err))
 			}
 			continue
@@ -127,7 +128,7 @@ func Delete(ctx context.Context, store blob.Store, shard string, opts DeleteOpti
 			// check the expected seq against what it wrote.
 		case retryable(err):
 			// The CAS may have landed: the re-read's commit id decides.
-			if werr := backoff.wait(ctx); werr != nil {
+			if werr := backoff.Wait(ctx); werr != nil {
 				return Deletion{}, fmt.Errorf("delete shard %q: %w (its tombstone may have been written: %w)", shard, werr, err)
 			}
 		default:

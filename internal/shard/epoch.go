@@ -9,6 +9,7 @@ import (
 
 	"github.com/rolloutd/rolloutd/internal/blob"
 	"github.com/rolloutd/rolloutd/internal/shard/format"
+	"github.com/rolloutd/rolloutd/internal/shard/shardlog"
 	"github.com/rolloutd/rolloutd/internal/shard/storagepb"
 )
 
@@ -16,7 +17,7 @@ import (
 // conditional write wins or ctx ends; losing to a concurrent claim is normal.
 func (w *writer) claim(ctx context.Context) error {
 	name := format.ManifestName(w.shard)
-	backoff := newBackoff(w.opts)
+	backoff := shardlog.NewBackoff(w.opts.Clock, w.opts.RetryBackoff)
 	var last error // the last retryable storage error, reported if ctx ends
 	fail := func(err error) error {
 		if last != nil {
@@ -42,7 +43,7 @@ func (w *writer) claim(ctx context.Context) error {
 			startIncarnation(next, w.opts.Clock.Now()) // lifecycle.go
 		case err != nil && retryable(err):
 			last = err
-			if err := backoff.wait(ctx); err != nil {
+			if err := backoff.Wait(ctx); err != nil {
 				return fail(err)
 			}
 			continue
@@ -87,7 +88,7 @@ func (w *writer) claim(ctx context.Context) error {
 				w.m, w.etag, w.epoch, w.replaced = m, etag, m.GetEpoch(), cur
 				return nil
 			}
-			if err := backoff.wait(ctx); err != nil {
+			if err := backoff.Wait(ctx); err != nil {
 				return fail(err)
 			}
 		default:

@@ -7,6 +7,7 @@ import (
 
 	"github.com/rolloutd/rolloutd/internal/blob"
 	"github.com/rolloutd/rolloutd/internal/shard/format"
+	"github.com/rolloutd/rolloutd/internal/shard/shardlog"
 	"github.com/rolloutd/rolloutd/internal/shard/storagepb"
 )
 
@@ -49,13 +50,13 @@ func (w *writer) writeGeneration(ctx context.Context, gen uint64, b *format.Gene
 // putWithRetry retries a put that failed retryably, with the same put id, so
 // a retry of a put that landed reports success.
 func (w *writer) putWithRetry(ctx context.Context, name string, data []byte, opts blob.PutOptions) error {
-	b := newBackoff(w.opts)
+	b := shardlog.NewBackoff(w.opts.Clock, w.opts.RetryBackoff)
 	for {
 		_, err := w.store.Put(ctx, name, data, opts)
 		if err == nil || !retryable(err) {
 			return err
 		}
-		if werr := b.wait(ctx); werr != nil {
+		if werr := b.Wait(ctx); werr != nil {
 			return fmt.Errorf("%w (last error: %w)", werr, err)
 		}
 	}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/rolloutd/rolloutd/internal/blob"
 	"github.com/rolloutd/rolloutd/internal/shard/format"
+	"github.com/rolloutd/rolloutd/internal/shard/shardlog"
 	"github.com/rolloutd/rolloutd/internal/shard/storagepb"
 )
 
@@ -115,7 +116,7 @@ var errUndecided = errors.New("create of a log position undecided")
 func (w *writer) createAt(ctx context.Context, position uint64, data []byte, putID string) (createResult, error) {
 	name := format.LogName(w.shard, position)
 	opts := blob.PutOptions{IfNoneMatch: true, PutID: putID}
-	b := newBackoff(w.opts)
+	b := shardlog.NewBackoff(w.opts.Clock, w.opts.RetryBackoff)
 	var last error
 	mayHaveLanded := false
 	for {
@@ -129,7 +130,7 @@ func (w *writer) createAt(ctx context.Context, position uint64, data []byte, put
 		case errors.Is(err, blob.ErrUnavailable):
 			// Known not applied: send the same create again.
 			last = err
-			if werr := b.wait(ctx); werr != nil {
+			if werr := b.Wait(ctx); werr != nil {
 				return createResult{}, w.undecided(mayHaveLanded, position, werr, last)
 			}
 			continue
@@ -162,7 +163,7 @@ func (w *writer) createAt(ctx context.Context, position uint64, data []byte, put
 			return createResult{}, fmt.Errorf("shard %q epoch %d: log position %d was collected under this writer: %w", w.shard, w.epoch, position, ErrStale)
 		}
 		// Missing after an unknown outcome: create it again.
-		if werr := b.wait(ctx); werr != nil {
+		if werr := b.Wait(ctx); werr != nil {
 			return createResult{}, w.undecided(true, position, werr, last)
 		}
 	}
@@ -170,13 +171,13 @@ func (w *writer) createAt(ctx context.Context, position uint64, data []byte, put
 
 // readPosition reads the log entry at position, retrying retryable
 // failures until ctx ends. A missing position is blob.ErrNotFound.
-func (w *writer) readPosition(ctx context.Context, position uint64, b *backoff) (*logEntry, error) {
+func (w *writer) readPosition(ctx context.Context, position uint64, b *shardlog.Backoff) (*logEntry, error) {
 	for {
 		e, err := readLogEntry(ctx, w.store, w.opts.Cache, w.shard, position, w.opts.Clock.Now().UnixNano())
 		if err == nil || !retryable(err) {
 			return e, err
 		}
-		if werr := b.wait(ctx); werr != nil {
+		if werr := b.Wait(ctx); werr != nil {
 			return nil, fmt.Errorf("%w (last error: %w)", werr, err)
 		}
 	}
