@@ -1,6 +1,7 @@
 package shard
 
 import (
+	"github.com/rolloutd/rolloutd/internal/shard/shardlog"
 	"github.com/rolloutd/rolloutd/internal/shard/storagepb"
 )
 
@@ -45,7 +46,7 @@ func (c *committer) pickFold(next *storagepb.Manifest, maxBytes int64) *foldRun 
 
 	f := &foldRun{gens: run}
 	for _, g := range run {
-		data, ok := w.opts.Cache.getData(refOf(w.shard, g))
+		data, ok := w.opts.Cache.GetData(shardlog.RefOf(w.shard, g))
 		if !ok {
 			c.releaseFold()
 			return nil

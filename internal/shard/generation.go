@@ -27,10 +27,10 @@ func (w *writer) writeGeneration(ctx context.Context, gen uint64, b *format.Gene
 	if err := w.putWithRetry(ctx, name, l.Data, blob.PutOptions{IfNoneMatch: true, PutID: w.nextPutID()}); err != nil {
 		return nil, fmt.Errorf("write generation %s: %w", name, err)
 	}
-	ref := genRef{w.shard, w.epoch, gen}
-	w.opts.Cache.addIndex(ref, newIndex(l.Footer))
-	w.opts.Cache.addFilter(ref, l.Filter)
-	w.opts.Cache.addData(ref, l.Data)
+	ref := shardlog.Ref{Shard: w.shard, Key: genKey{Epoch: w.epoch, Number: gen}}
+	w.opts.Cache.AddIndex(ref, shardlog.NewIndex(l.Footer))
+	w.opts.Cache.AddFilter(ref, l.Filter)
+	w.opts.Cache.AddData(ref, l.Data)
 	return &storagepb.Generation{
 		Number:           gen,
 		Epoch:            w.epoch,

@@ -138,7 +138,7 @@ func countRecords(t testing.TB, store blob.Store, shard string) map[string]int {
 		if err != nil {
 			t.Fatalf("generation %d: %v", g.GetNumber(), err)
 		}
-		for _, e := range idx.footer.GetEntries() {
+		for _, e := range idx.Footer.GetEntries() {
 			if e.GetSeq() <= lastSeq {
 				t.Errorf("seq %d of %q not above %d", e.GetSeq(), e.GetId(), lastSeq)
 			}

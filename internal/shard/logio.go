@@ -62,10 +62,10 @@ func entryOf(cache *BlobCache, shard string, position uint64, l format.Layout, c
 		created = c
 	}
 	e.gen = logGeneration(position, l, created)
-	ref := refOf(shard, e.gen)
-	cache.addIndex(ref, newIndex(f))
-	cache.addFilter(ref, l.Filter)
-	cache.addData(ref, l.Data)
+	ref := shardlog.RefOf(shard, e.gen)
+	cache.AddIndex(ref, shardlog.NewIndex(f))
+	cache.AddFilter(ref, l.Filter)
+	cache.AddData(ref, l.Data)
 	return e
 }
 

@@ -9,15 +9,16 @@ import (
 
 	"github.com/rolloutd/rolloutd/internal/blob"
 	"github.com/rolloutd/rolloutd/internal/shard/format"
+	"github.com/rolloutd/rolloutd/internal/shard/shardlog"
 	"github.com/rolloutd/rolloutd/internal/shard/storagepb"
 )
 
 // loadIndex returns the footer index of generation g, from the cache or with
 // one ranged GET of its footer.
-func loadIndex(ctx context.Context, store blob.Store, cache *BlobCache, shard string, g *storagepb.Generation) (*index, error) {
-	ref := refOf(shard, g)
-	if idx, ok := cache.getIndex(ref); ok {
-		if err := checkPutID(shard, g, idx.footer); err != nil {
+func loadIndex(ctx context.Context, store blob.Store, cache *BlobCache, shard string, g *storagepb.Generation) (*shardlog.Index, error) {
+	ref := shardlog.RefOf(shard, g)
+	if idx, ok := cache.GetIndex(ref); ok {
+		if err := checkPutID(shard, g, idx.Footer); err != nil {
 			return nil, err
 		}
 		return idx, nil
@@ -37,8 +38,8 @@ func loadIndex(ctx context.Context, store blob.Store, cache *BlobCache, shard st
 	if f.GetShard() != shard || f.GetEpoch() != g.GetEpoch() || f.GetGeneration() != g.GetNumber() || f.GetPosition() != g.GetPosition() {
 		return nil, fmt.Errorf("%w: blob %s: footer names shard %q epoch %d generation %d", ErrCorrupt, name, f.GetShard(), f.GetEpoch(), f.GetGeneration())
 	}
-	idx := newIndex(f)
-	cache.addIndex(ref, idx)
+	idx := shardlog.NewIndex(f)
+	cache.AddIndex(ref, idx)
 	return idx, nil
 }
 
@@ -58,8 +59,8 @@ func checkPutID(shard string, g *storagepb.Generation, f *storagepb.Footer) erro
 // loadFilter returns the id filter of generation g, from the cache or with
 // one ranged GET.
 func loadFilter(ctx context.Context, store blob.Store, cache *BlobCache, shard string, g *storagepb.Generation) (*bloom.BloomFilter, error) {
-	ref := refOf(shard, g)
-	if f, ok := cache.getFilter(ref); ok {
+	ref := shardlog.RefOf(shard, g)
+	if f, ok := cache.GetFilter(ref); ok {
 		return f, nil
 	}
 	name := keyOf(g).Blob(shard)
@@ -72,7 +73,7 @@ func loadFilter(ctx context.Context, store blob.Store, cache *BlobCache, shard s
 	if err != nil {
 		return nil, corruptOrReplaced(ctx, store, shard, g, name, err)
 	}
-	cache.addFilter(ref, f)
+	cache.AddFilter(ref, f)
 	return f, nil
 }
 
@@ -91,7 +92,7 @@ func lookupCommitted(ctx context.Context, store blob.Store, cache *BlobCache, sh
 		if err != nil {
 			return err
 		}
-		var idx *index
+		var idx *shardlog.Index
 		for _, id := range ids {
 			if _, done := out[id]; done || !f.TestString(id) {
 				continue
@@ -101,7 +102,7 @@ func lookupCommitted(ctx context.Context, store blob.Store, cache *BlobCache, sh
 					return err
 				}
 			}
-			if e, ok := idx.byID[id]; ok {
+			if e, ok := idx.ByID[id]; ok {
 				out[id] = found{entry: e, gen: g}
 			}
 		}

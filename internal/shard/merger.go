@@ -9,6 +9,7 @@ import (
 
 	"github.com/rolloutd/rolloutd/internal/blob"
 	"github.com/rolloutd/rolloutd/internal/shard/format"
+	"github.com/rolloutd/rolloutd/internal/shard/shardlog"
 	"github.com/rolloutd/rolloutd/internal/shard/storagepb"
 )
 
@@ -92,7 +93,7 @@ func (m *merger) merge(ctx context.Context, plan []*storagepb.Generation) error 
 	for i, src := range plan {
 		g.Go(func() error {
 			name := keyOf(src).Blob(w.shard)
-			data, ok := w.opts.Cache.getData(refOf(w.shard, src))
+			data, ok := w.opts.Cache.GetData(shardlog.RefOf(w.shard, src))
 			if !ok {
 				var err error
 				if data, _, err = w.store.Get(gctx, name, blob.GetOptions{}); err != nil {

@@ -13,6 +13,7 @@ import (
 	rolloutv1 "github.com/rolloutd/rolloutd/gen/rollout/v1"
 	"github.com/rolloutd/rolloutd/internal/blob"
 	"github.com/rolloutd/rolloutd/internal/shard/format"
+	"github.com/rolloutd/rolloutd/internal/shard/shardlog"
 	"github.com/rolloutd/rolloutd/internal/shard/storagepb"
 )
 
@@ -160,19 +161,19 @@ func (r *Reader) locate(shard string, m *storagepb.Manifest, id string) (*storag
 	gens := m.GetGenerations()
 	for i := len(gens) - 1; i >= 0; i-- {
 		g := gens[i]
-		ref := refOf(shard, g)
-		f, ok := r.cache.getFilter(ref)
+		ref := shardlog.RefOf(shard, g)
+		f, ok := r.cache.GetFilter(ref)
 		if !ok {
 			return nil, nil, false
 		}
 		if !f.TestString(id) {
 			continue
 		}
-		idx, ok := r.cache.getIndex(ref)
+		idx, ok := r.cache.GetIndex(ref)
 		if !ok {
 			return nil, nil, false
 		}
-		if e, ok := idx.byID[id]; ok {
+		if e, ok := idx.ByID[id]; ok {
 			return g, e, true
 		}
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/rolloutd/rolloutd/internal/blob"
 	"github.com/rolloutd/rolloutd/internal/shard/format"
+	"github.com/rolloutd/rolloutd/internal/shard/shardlog"
 	"github.com/rolloutd/rolloutd/internal/shard/storagepb"
 )
 
@@ -167,7 +168,7 @@ func (r *Reader) spansOfIDs(ctx context.Context, shard string, m *storagepb.Mani
 	}
 	located := make(map[string]*storagepb.FooterEntry, len(at))
 	for id, a := range at {
-		located[id] = a.byID[id]
+		located[id] = a.ByID[id]
 	}
 	take := located
 	if q.take != nil {
@@ -195,7 +196,7 @@ func (r *Reader) spansOfIDs(ctx context.Context, shard string, m *storagepb.Mani
 // view, and that generation's index.
 type idAt struct {
 	gen int
-	*index
+	*shardlog.Index
 }
 
 // locateIDs finds each of ids in gens through their filters and indexes
@@ -213,7 +214,7 @@ func (r *Reader) locateIDs(ctx context.Context, shard string, gens []*storagepb.
 	}
 	for hi := len(gens); hi > 0 && wanted > 0; hi -= parallel {
 		lo := max(0, hi-parallel)
-		idx := make([]*index, hi-lo)
+		idx := make([]*shardlog.Index, hi-lo)
 		errs := make([]error, hi-lo)
 		load := func(i int) {
 			idx[i-lo], errs[i-lo] = r.loadIfHit(ctx, shard, gens[i], at)
@@ -238,7 +239,7 @@ func (r *Reader) locateIDs(ctx context.Context, shard string, gens []*storagepb.
 				if a.gen >= 0 {
 					continue // found in a newer generation
 				}
-				if _, ok := idx[i-lo].byID[id]; ok {
+				if _, ok := idx[i-lo].ByID[id]; ok {
 					at[id] = idAt{i, idx[i-lo]}
 					wanted--
 				}
@@ -255,7 +256,7 @@ func (r *Reader) locateIDs(ctx context.Context, shard string, gens []*storagepb.
 
 // loadIfHit returns g's index when its filter admits an id not found yet,
 // else nil.
-func (r *Reader) loadIfHit(ctx context.Context, shard string, g *storagepb.Generation, at map[string]idAt) (*index, error) {
+func (r *Reader) loadIfHit(ctx context.Context, shard string, g *storagepb.Generation, at map[string]idAt) (*shardlog.Index, error) {
 	f, err := loadFilter(ctx, r.store, r.cache, shard, g)
 	if err != nil {
 		return nil, err
@@ -294,7 +295,7 @@ func (it *rangeSpans) next(ctx context.Context) (span, bool, error) {
 		if err != nil {
 			return span{}, false, err
 		}
-		entries := idx.footer.GetEntries()
+		entries := idx.Footer.GetEntries()
 		i := sort.Search(len(entries), func(i int) bool { return entries[i].GetSeq() > it.after })
 		if i == len(entries) {
 			continue
