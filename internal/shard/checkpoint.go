@@ -153,7 +153,7 @@ func (c *checkpointer) dueLocked() time.Duration {
 	w := c.w
 	switch {
 	case len(w.tail) > 0:
-		age := w.opts.Clock.Now().Sub(time.Unix(0, w.tail[0].added))
+		age := w.opts.Clock.Now().Sub(time.Unix(0, w.tail[0].Added))
 		return max(w.opts.CheckpointInterval-age, 0)
 	case len(w.edits) > 0:
 		return max(w.committer.editsDueLocked(), 0)

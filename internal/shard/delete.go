@@ -191,13 +191,13 @@ func deleteV2(ctx context.Context, store blob.Store, shard string, opts DeleteOp
 	if opts.ExpectedLastSeq != nil {
 		// Seqs only grow: a tail already past the expected seq refuses the
 		// delete without claiming (and fencing) the live writer.
-		found, err := probeLog(ctx, store, NewBlobCache(1<<20), shard, cur.GetLogCheckpoint()+1, 0)
+		found, err := shardlog.Probe(ctx, store, NewBlobCache(1<<20), shard, cur.GetLogCheckpoint()+1, 0)
 		if err != nil {
 			return Deletion{}, false, fmt.Errorf("delete shard %q: probe the log: %w", shard, err)
 		}
 		last := cur.GetNextSeq() - 1
 		for _, e := range found {
-			last = max(last, e.nextSeq-1)
+			last = max(last, e.NextSeq-1)
 		}
 		if last > *opts.ExpectedLastSeq {
 			return Deletion{}, true, &SeqMismatchError{Shard: shard, Expected: *opts.ExpectedLastSeq, LastSeq: last}
@@ -227,21 +227,21 @@ func deleteV2(ctx context.Context, store blob.Store, shard string, opts DeleteOp
 	// A writer of the claimed epoch, for the log's fence.
 	w := &writer{store: store, shard: shard, epoch: claim.GetEpoch(), id: putID,
 		opts: Options{Clock: opts.Clock, RetryBackoff: opts.RetryBackoff}.withDefaults()}
-	found, err := probeLog(ctx, store, w.opts.Cache, shard, cur.GetLogCheckpoint()+1, 0)
+	found, err := shardlog.Probe(ctx, store, w.opts.Cache, shard, cur.GetLogCheckpoint()+1, 0)
 	if err != nil {
 		return Deletion{}, false, fmt.Errorf("delete shard %q: probe the log: %w", shard, err)
 	}
 	lastSeq, records := cur.GetNextSeq()-1, cur.GetRecordCount()
 	pos := cur.GetLogCheckpoint() + 1
-	tally := func(e *logEntry) {
-		lastSeq = max(lastSeq, e.nextSeq-1)
-		if e.gen != nil {
-			records += uint64(e.gen.GetRecords())
+	tally := func(e *shardlog.Entry) {
+		lastSeq = max(lastSeq, e.NextSeq-1)
+		if e.Gen != nil {
+			records += uint64(e.Gen.GetRecords())
 		}
-		pos = e.position + 1
+		pos = e.Position + 1
 	}
 	for _, e := range found {
-		if e.epoch > claim.GetEpoch() {
+		if e.Epoch > claim.GetEpoch() {
 			return Deletion{}, false, nil
 		}
 		tally(e)
@@ -258,7 +258,7 @@ func deleteV2(ctx context.Context, store blob.Store, shard string, opts DeleteOp
 		if res.outcome == created {
 			break
 		}
-		if res.found.epoch > claim.GetEpoch() {
+		if res.found.Epoch > claim.GetEpoch() {
 			return Deletion{}, false, nil
 		}
 		tally(res.found)

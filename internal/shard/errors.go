@@ -3,6 +3,8 @@ package shard
 import (
 	"errors"
 	"fmt"
+
+	"github.com/rolloutd/rolloutd/internal/shard/shardlog"
 )
 
 var (
@@ -36,7 +38,7 @@ var (
 	ErrRecordNotFound = errors.New("record not found")
 	// ErrCorrupt: stored bytes failed to decode or verify. It wraps
 	// format.ErrCorrupt and names the blob.
-	ErrCorrupt = errors.New("corrupt shard data")
+	ErrCorrupt = shardlog.ErrCorrupt
 )
 
 // FencedError reports the epoch this writer held and the higher epoch found

@@ -9,6 +9,7 @@ import (
 
 	"github.com/rolloutd/rolloutd/internal/blob"
 	"github.com/rolloutd/rolloutd/internal/shard/format"
+	"github.com/rolloutd/rolloutd/internal/shard/shardlog"
 )
 
 // Protocol v2's committer: a commit is the create of log position last+1,
@@ -180,8 +181,8 @@ func (c *committer) createBatch(ctx context.Context, live []*pending) (map[*pend
 	c.inDoubt = false
 	if res.outcome == taken {
 		f := res.found
-		if f.epoch > w.epoch {
-			fe := &FencedError{Shard: w.shard, Local: w.epoch, Stored: f.epoch}
+		if f.Epoch > w.epoch {
+			fe := &FencedError{Shard: w.shard, Local: w.epoch, Stored: f.Epoch}
 			w.fence(fe)
 			return nil, fe
 		}
@@ -189,13 +190,13 @@ func (c *committer) createBatch(ctx context.Context, live []*pending) (map[*pend
 		// late. It is part of the log, and this batch's seqs follow what
 		// was there before it: the writer moves past it by being replaced,
 		// whose open reads it, and the appends are retried there.
-		err := w.staleErr(fmt.Errorf("log position %d holds a late entry of epoch %d", pos, f.epoch))
-		w.log.Warn("late landing of an earlier epoch's create in the log", zap.Uint64("position", pos), zap.Uint64("stored_epoch", f.epoch))
+		err := w.staleErr(fmt.Errorf("log position %d holds a late entry of epoch %d", pos, f.Epoch))
+		w.log.Warn("late landing of an earlier epoch's create in the log", zap.Uint64("position", pos), zap.Uint64("stored_epoch", f.Epoch))
 		w.halt(err, err)
 		return nil, err
 	}
 	now := w.opts.Clock.Now().UnixNano()
-	e := entryOf(w.opts.Cache, w.shard, pos, l, now)
+	e := shardlog.EntryOf(w.opts.Cache, w.shard, pos, l, now)
 	w.mu.Lock()
 	w.addTailLocked(e, now)
 	lag := len(w.tail)

@@ -66,6 +66,9 @@ func commitStatus(m *storagepb.Manifest, epoch, gen uint64) commitState {
 	return notCommitted
 }
 
+// isV2 reports whether m is a protocol v2 manifest: a checkpoint of the log.
+func isV2(m *storagepb.Manifest) bool { return m.GetProtocol() == format.ProtocolV2 }
+
 // retryable reports whether a storage error may succeed when retried with
 // the same put id.
 func retryable(err error) bool {

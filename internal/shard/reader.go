@@ -45,7 +45,7 @@ type cachedManifest struct {
 	etag blob.ETag
 	// Protocol v2: the log entries after m's checkpoint that a read found,
 	// in position order from LogCheckpoint+1, and the view they make with m.
-	tail []*logEntry
+	tail []*shardlog.Entry
 	view *storagepb.Manifest
 }
 
@@ -230,7 +230,7 @@ func (r *Reader) Manifest(ctx context.Context, shard string) (*storagepb.Manifes
 		missing := uint64(0)
 		if isV2(base.m) {
 			next := base.m.GetLogCheckpoint() + uint64(len(base.tail)) + 1
-			found, err := probeLog(ctx, r.store, r.cache, shard, next, 0)
+			found, err := shardlog.Probe(ctx, r.store, r.cache, shard, next, 0)
 			if err != nil {
 				return nil, err
 			}
@@ -252,7 +252,7 @@ func (r *Reader) Manifest(ctx context.Context, shard string) (*storagepb.Manifes
 			continue
 		}
 		tail := base.tail
-		for len(tail) > 0 && tail[0].position <= m.GetLogCheckpoint() {
+		for len(tail) > 0 && tail[0].Position <= m.GetLogCheckpoint() {
 			tail = tail[1:]
 		}
 		if m.GetLogCheckpoint() >= missing {
@@ -261,7 +261,7 @@ func (r *Reader) Manifest(ctx context.Context, shard string) (*storagepb.Manifes
 			base = cachedManifest{m: m, etag: etag, tail: tail}
 			continue
 		}
-		c := cachedManifest{m: m, etag: etag, tail: tail, view: viewOf(m, tail)}
+		c := cachedManifest{m: m, etag: etag, tail: tail, view: shardlog.ViewOf(m, tail)}
 		r.remember(shard, c)
 		return c.view, nil
 	}

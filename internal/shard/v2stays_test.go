@@ -9,6 +9,7 @@ import (
 	"github.com/rolloutd/rolloutd/internal/blob"
 	"github.com/rolloutd/rolloutd/internal/blob/memstore"
 	"github.com/rolloutd/rolloutd/internal/shard/format"
+	"github.com/rolloutd/rolloutd/internal/shard/shardlog"
 )
 
 // A v2 shard is never written back in the v1 format (issue 21 section 8):
@@ -78,11 +79,11 @@ func testV1ModeWriterKeepsAV2ShardInV2(t *testing.T, closeV2 bool) {
 			rs := appendIDs(t, w, id)
 			l.add(t, rs)
 			// The ack is a batch this writer created in the log.
-			e, err := readLogEntry(ctx, store, NewBlobCache(1<<20), "s", rs[0].Generation, 0)
+			e, err := shardlog.ReadEntry(ctx, store, NewBlobCache(1<<20), "s", rs[0].Generation, 0)
 			if err != nil {
 				t.Fatalf("v1-mode writer %d acked %q at position %d, which the log lacks: %v", i, id, rs[0].Generation, err)
 			}
-			if e.fence() || e.epoch != w.Epoch() || e.gen == nil || e.gen.GetFirstSeq() != rs[0].Seq {
+			if e.Fence() || e.Epoch != w.Epoch() || e.Gen == nil || e.Gen.GetFirstSeq() != rs[0].Seq {
 				t.Fatalf("v1-mode writer %d acked %q (seq %d, epoch %d) at position %d, which holds %+v", i, id, rs[0].Seq, w.Epoch(), rs[0].Generation, e)
 			}
 		}
