@@ -9,6 +9,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/rolloutd/rolloutd/internal/blob"
+	"github.com/rolloutd/rolloutd/internal/shard/shardlog"
 	"github.com/rolloutd/rolloutd/internal/shard/storagepb"
 )
 
@@ -109,7 +110,7 @@ func (w *writer) appendOnce(ctx context.Context, entries []Entry) (_ []Result, c
 	if size > w.opts.MaxGenerationBytes {
 		return nil, false, fmt.Errorf("%w: batch of %d bytes exceeds the %d-byte generation limit", ErrTooLarge, size, w.opts.MaxGenerationBytes)
 	}
-	present := map[string]found{}
+	present := map[string]shardlog.Found{}
 	if err := w.findPresent(ctx, entries, present); err != nil {
 		return nil, false, err
 	}
@@ -162,7 +163,7 @@ func (w *writer) sharedMayLand(waits []shared, err error) error {
 // success it returns holding mu, with every generation of the current
 // manifest checked, so that an id committed after that is still in
 // inflight. (present is the caller's, so that it can stay on the stack.)
-func (w *writer) findPresent(ctx context.Context, entries []Entry, present map[string]found) error {
+func (w *writer) findPresent(ctx context.Context, entries []Entry, present map[string]shardlog.Found) error {
 	ids := make([]string, len(entries))
 	for i, e := range entries {
 		ids[i] = e.ID
@@ -186,7 +187,7 @@ func (w *writer) findPresent(ctx context.Context, entries []Entry, present map[s
 			return nil
 		}
 		w.mu.Unlock()
-		err := lookupCommitted(ctx, w.store, w.opts.Cache, w.shard, todo, ids, present)
+		err := shardlog.LookupCommitted(ctx, w.store, w.opts.Cache, w.shard, todo, ids, present)
 		if errors.Is(err, blob.ErrNotFound) && vanished < maxReadRetries {
 			// A merge retired a generation and GC deleted it meanwhile;
 			// its records are in the merged one. Look again.
@@ -246,15 +247,15 @@ type shared struct {
 // append with an *IDConflictError (the first such), after every entry was
 // sorted, so that the caller still knows which of its ids other appends
 // are committing. The caller holds mu.
-func (w *writer) partitionLocked(entries []Entry, present map[string]found, results []Result) (partition, error) {
+func (w *writer) partitionLocked(entries []Entry, present map[string]shardlog.Found, results []Result) (partition, error) {
 	var part partition
 	var conflict error
 	for i, e := range entries {
 		if f, ok := present[e.ID]; ok {
-			if f.entry.GetClientHash() != e.ClientHash && conflict == nil {
-				conflict = &IDConflictError{Shard: w.shard, ID: e.ID, Seq: f.entry.GetSeq()}
+			if f.Entry.GetClientHash() != e.ClientHash && conflict == nil {
+				conflict = &IDConflictError{Shard: w.shard, ID: e.ID, Seq: f.Entry.GetSeq()}
 			}
-			results[i] = Result{ID: e.ID, Seq: f.entry.GetSeq(), Epoch: f.gen.GetEpoch(), Generation: genNumber(f.gen), AlreadyPresent: true}
+			results[i] = Result{ID: e.ID, Seq: f.Entry.GetSeq(), Epoch: f.Gen.GetEpoch(), Generation: genNumber(f.Gen), AlreadyPresent: true}
 			continue
 		}
 		if ref, ok := w.inflight[e.ID]; ok {

@@ -210,7 +210,7 @@ const maxRebases = 3
 func (c *committer) commitBatch(ctx context.Context, batch []*pending, edits []*edit) (commitOut, error) {
 	w := c.w
 	var attempts []attempt
-	present := map[string]found{}
+	present := map[string]shardlog.Found{}
 	for rebase := 0; ; rebase++ {
 		if c.stale {
 			out, err := c.resync(ctx, attempts)
@@ -392,7 +392,7 @@ func (c *committer) resync(ctx context.Context, attempts []attempt) (commitOut, 
 // against the writer's manifest when it is queued, and a commit of unclear
 // outcome that landed after all may hold them. Ids found are acknowledged
 // as present, not stored again.
-func (c *committer) recheck(ctx context.Context, batch []*pending, present map[string]found) error {
+func (c *committer) recheck(ctx context.Context, batch []*pending, present map[string]shardlog.Found) error {
 	w := c.w
 	m, adopted := w.m, w.adopted // the committer is the only one that changes them
 	for _, p := range batch {
@@ -413,7 +413,7 @@ func (c *committer) recheck(ctx context.Context, batch []*pending, present map[s
 		for i, e := range p.entries {
 			ids[i] = e.ID
 		}
-		if err := lookupCommitted(ctx, w.store, w.opts.Cache, w.shard, added, ids, present); err != nil {
+		if err := shardlog.LookupCommitted(ctx, w.store, w.opts.Cache, w.shard, added, ids, present); err != nil {
 			if errors.Is(err, blob.ErrNotFound) {
 				err = w.staleErr(err)
 			}

@@ -12,6 +12,7 @@ import (
 
 	rolloutv1 "github.com/rolloutd/rolloutd/gen/rollout/v1"
 	"github.com/rolloutd/rolloutd/internal/blob"
+	"github.com/rolloutd/rolloutd/internal/shard/shardlog"
 )
 
 func testOptions(t testing.TB) Options {
@@ -134,7 +135,7 @@ func countRecords(t testing.TB, store blob.Store, shard string) map[string]int {
 	seen := map[string]int{}
 	var lastSeq uint64
 	for _, g := range m.GetGenerations() {
-		idx, err := loadIndex(ctx, store, cache, shard, g)
+		idx, err := shardlog.LoadIndex(ctx, store, cache, shard, g)
 		if err != nil {
 			t.Fatalf("generation %d: %v", g.GetNumber(), err)
 		}

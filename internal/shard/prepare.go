@@ -7,12 +7,13 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/rolloutd/rolloutd/internal/shard/format"
+	"github.com/rolloutd/rolloutd/internal/shard/shardlog"
 	"github.com/rolloutd/rolloutd/internal/shard/storagepb"
 )
 
 // prepare writes the batch's new entries as a generation blob and builds the
 // manifest that commits it and the edits.
-func (c *committer) prepare(ctx context.Context, batch []*pending, edits []*edit, present map[string]found) (attempt, *storagepb.Manifest, error) {
+func (c *committer) prepare(ctx context.Context, batch []*pending, edits []*edit, present map[string]shardlog.Found) (attempt, *storagepb.Manifest, error) {
 	w := c.w
 	cur := w.m
 	now := w.opts.Clock.Now().UnixNano()
@@ -58,7 +59,7 @@ func (a *attempt) applyEdits(next *storagepb.Manifest, edits []*edit, now int64)
 // found committed after a resync, which are acknowledged as present, not
 // written again; an id stored with other content fails its append with an
 // *IDConflictError. It returns how many entries are fresh, and their size.
-func (c *committer) acknowledgePresent(a *attempt, batch []*pending, present map[string]found) (size, fresh int) {
+func (c *committer) acknowledgePresent(a *attempt, batch []*pending, present map[string]shardlog.Found) (size, fresh int) {
 	for _, p := range batch {
 		rs := make([]Result, len(p.entries))
 		for i, e := range p.entries {
@@ -68,10 +69,10 @@ func (c *committer) acknowledgePresent(a *attempt, batch []*pending, present map
 				size += int(e.size())
 				fresh++
 				continue
-			case f.entry.GetClientHash() != e.ClientHash:
-				a.out.errs[p] = &IDConflictError{Shard: c.w.shard, ID: e.ID, Seq: f.entry.GetSeq()}
+			case f.Entry.GetClientHash() != e.ClientHash:
+				a.out.errs[p] = &IDConflictError{Shard: c.w.shard, ID: e.ID, Seq: f.Entry.GetSeq()}
 			}
-			rs[i] = Result{ID: e.ID, Seq: f.entry.GetSeq(), Epoch: f.gen.GetEpoch(), Generation: f.gen.GetNumber(), AlreadyPresent: true}
+			rs[i] = Result{ID: e.ID, Seq: f.Entry.GetSeq(), Epoch: f.Gen.GetEpoch(), Generation: f.Gen.GetNumber(), AlreadyPresent: true}
 		}
 		a.out.results[p] = rs
 	}
@@ -82,7 +83,7 @@ func (c *committer) acknowledgePresent(a *attempt, batch []*pending, present map
 // fail, numbered from seq on, as one new generation, together with the
 // newest generations it folds (fold.go), and lists that generation in next
 // in their place. size is the fresh entries' estimated size.
-func (c *committer) writeBatch(ctx context.Context, a *attempt, next *storagepb.Manifest, batch []*pending, present map[string]found, size int, seq uint64, now int64) error {
+func (c *committer) writeBatch(ctx context.Context, a *attempt, next *storagepb.Manifest, batch []*pending, present map[string]shardlog.Found, size int, seq uint64, now int64) error {
 	w := c.w
 	type add struct {
 		p *pending

@@ -257,13 +257,13 @@ func (r *Reader) locateIDs(ctx context.Context, shard string, gens []*storagepb.
 // loadIfHit returns g's index when its filter admits an id not found yet,
 // else nil.
 func (r *Reader) loadIfHit(ctx context.Context, shard string, g *storagepb.Generation, at map[string]idAt) (*shardlog.Index, error) {
-	f, err := loadFilter(ctx, r.store, r.cache, shard, g)
+	f, err := shardlog.LoadFilter(ctx, r.store, r.cache, shard, g)
 	if err != nil {
 		return nil, err
 	}
 	for id, a := range at {
 		if a.gen < 0 && f.TestString(id) {
-			return loadIndex(ctx, r.store, r.cache, shard, g)
+			return shardlog.LoadIndex(ctx, r.store, r.cache, shard, g)
 		}
 	}
 	return nil, nil
@@ -291,7 +291,7 @@ func (it *rangeSpans) next(ctx context.Context) (span, bool, error) {
 		if g.GetLastSeq() <= it.after {
 			continue
 		}
-		idx, err := loadIndex(ctx, it.r.store, it.r.cache, it.shard, g)
+		idx, err := shardlog.LoadIndex(ctx, it.r.store, it.r.cache, it.shard, g)
 		if err != nil {
 			return span{}, false, err
 		}
@@ -422,7 +422,7 @@ func (r *Reader) checkSpan(ctx context.Context, shard string, s span, res spanRe
 		if !classify {
 			return fmt.Errorf("%w: blob %s: %w", ErrCorrupt, name, err)
 		}
-		return corruptOrReplaced(ctx, r.store, shard, s.g, name, err)
+		return shardlog.CorruptOrReplaced(ctx, r.store, shard, s.g, name, err)
 	}
 	if uint64(len(res.data)) != s.end-s.first {
 		return nil, corrupt(fmt.Errorf("ranged read returned %d bytes, want %d", len(res.data), s.end-s.first))
