@@ -214,7 +214,7 @@ func (w *writer) findPresent(ctx context.Context, entries []Entry, present map[s
 // manifest keeps listing and storage no longer has: another writer took
 // the shard over, merged and collected. Storage says so.
 func (w *writer) missingGeneration(ctx context.Context, lookup error) error {
-	m, _, rerr := readManifest(ctx, w.store, w.shard)
+	m, _, rerr := shardlog.ReadManifest(ctx, w.store, w.shard)
 	switch {
 	case rerr != nil:
 		// Nothing proves this writer stale: replacing it would fence its

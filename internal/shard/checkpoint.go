@@ -242,7 +242,7 @@ func (c *checkpointer) checkpoint(ctx context.Context, closing bool) (err error)
 			}
 		}
 		// Lost, or unclear: only the stored manifest can say.
-		m, metag, rerr := readManifest(ctx, w.store, w.shard)
+		m, metag, rerr := shardlog.ReadManifest(ctx, w.store, w.shard)
 		switch {
 		case rerr != nil:
 			c.unsure = true
@@ -281,7 +281,7 @@ func (c *checkpointer) land(next *storagepb.Manifest, etag blob.ETag, through ui
 // resync re-reads the manifest after a checkpoint of unknown outcome.
 func (c *checkpointer) resync(ctx context.Context) error {
 	w := c.w
-	m, etag, err := readManifest(ctx, w.store, w.shard)
+	m, etag, err := shardlog.ReadManifest(ctx, w.store, w.shard)
 	if err != nil {
 		return fmt.Errorf("shard %q epoch %d: re-read the manifest: %w", w.shard, w.epoch, err)
 	}

@@ -142,7 +142,7 @@ func (w *writer) confirm(ctx context.Context) error {
 			}
 			continue
 		}
-		m, etag, rerr := readManifest(ctx, w.store, w.shard)
+		m, etag, rerr := shardlog.ReadManifest(ctx, w.store, w.shard)
 		switch {
 		case rerr != nil:
 			return fmt.Errorf("open shard %q: confirm the claim: %w, and re-reading the manifest: %w", w.shard, err, rerr)

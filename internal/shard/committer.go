@@ -303,9 +303,9 @@ func (c *committer) resolve(ctx context.Context, attempts []attempt, casErr erro
 	w := c.w
 	b := shardlog.NewBackoff(w.opts.Clock, w.opts.RetryBackoff)
 	for ctx.Err() == nil {
-		m, etag, err := readManifest(ctx, w.store, w.shard)
+		m, etag, err := shardlog.ReadManifest(ctx, w.store, w.shard)
 		if err != nil {
-			if retryable(err) && b.Wait(ctx) == nil {
+			if shardlog.Retryable(err) && b.Wait(ctx) == nil {
 				continue
 			}
 			break
@@ -370,7 +370,7 @@ func (c *committer) decide(m *storagepb.Manifest, etag blob.ETag, attempts []att
 // finds which of the queued ids a landed commit had already stored.
 func (c *committer) resync(ctx context.Context, attempts []attempt) (commitOut, error) {
 	w := c.w
-	m, etag, err := readManifest(ctx, w.store, w.shard)
+	m, etag, err := shardlog.ReadManifest(ctx, w.store, w.shard)
 	if err != nil {
 		return commitOut{}, c.fail(attempts, fmt.Errorf("shard %q: re-read manifest: %w", w.shard, err))
 	}

@@ -100,7 +100,7 @@ func (w *writer) createAt(ctx context.Context, position uint64, data []byte, put
 func (w *writer) readPosition(ctx context.Context, position uint64, b *shardlog.Backoff) (*shardlog.Entry, error) {
 	for {
 		e, err := shardlog.ReadEntry(ctx, w.store, w.opts.Cache, w.shard, position, w.opts.Clock.Now().UnixNano())
-		if err == nil || !retryable(err) {
+		if err == nil || !shardlog.Retryable(err) {
 			return e, err
 		}
 		if werr := b.Wait(ctx); werr != nil {

@@ -79,11 +79,11 @@ func Delete(ctx context.Context, store blob.Store, shard string, opts DeleteOpti
 		if err := ctx.Err(); err != nil {
 			return Deletion{}, unsure.wrap(fmt.Errorf("delete shard %q: %w", shard, err))
 		}
-		cur, etag, err := readManifest(ctx, store, shard)
+		cur, etag, err := shardlog.ReadManifest(ctx, store, shard)
 		switch {
 		case errors.Is(err, blob.ErrNotFound):
 			return Deletion{}, fmt.Errorf("delete shard %q: %w", shard, ErrShardNotFound)
-		case err != nil && retryable(err):
+		case err != nil && shardlog.Retryable(err):
 			if werr := backoff.Wait(ctx); werr != nil {
 				return Deletion{}, unsure.wrap(fmt.Errorf("delete shard %q: %w (last storage error: %w)", shard, werr, err))
 			}
@@ -126,7 +126,7 @@ func Delete(ctx context.Context, store blob.Store, shard string, opts DeleteOpti
 		case errors.Is(err, blob.ErrConditionFailed):
 			// A writer committed or claimed meanwhile: look again, and
 			// check the expected seq against what it wrote.
-		case retryable(err):
+		case shardlog.Retryable(err):
 			// The CAS may have landed: the re-read's commit id decides.
 			if werr := backoff.Wait(ctx); werr != nil {
 				return Deletion{}, fmt.Errorf("delete shard %q: %w (its tombstone may have been written: %w)", shard, werr, err)
@@ -215,9 +215,9 @@ func deleteV2(ctx context.Context, store blob.Store, shard string, opts DeleteOp
 	}
 	attrs, err := store.Put(ctx, name, data, blob.PutOptions{IfMatch: etag, PutID: claim.GetCommitId()})
 	if err != nil {
-		m, metag, rerr := readManifest(ctx, store, shard)
+		m, metag, rerr := shardlog.ReadManifest(ctx, store, shard)
 		if rerr != nil || m.GetCommitId() != claim.GetCommitId() {
-			if errors.Is(err, blob.ErrConditionFailed) || retryable(err) {
+			if errors.Is(err, blob.ErrConditionFailed) || shardlog.Retryable(err) {
 				return Deletion{}, false, nil
 			}
 			return Deletion{}, false, fmt.Errorf("delete shard %q: claim: %w", shard, err)
@@ -285,10 +285,10 @@ func deleteV2(ctx context.Context, store blob.Store, shard string, opts DeleteOp
 	// may have claimed over it before any read: the manifest's
 	// deleted_through_epoch decides, not its commit id.
 	unsure.m = next
-	if errors.Is(err, blob.ErrConditionFailed) || retryable(err) {
+	if errors.Is(err, blob.ErrConditionFailed) || shardlog.Retryable(err) {
 		return Deletion{}, false, nil // Delete's next read decides
 	}
-	if m, _, rerr := readManifest(ctx, store, shard); rerr == nil {
+	if m, _, rerr := shardlog.ReadManifest(ctx, store, shard); rerr == nil {
 		if mine, derr := unsure.decide(shard, m); derr != nil {
 			return Deletion{}, true, derr
 		} else if mine != nil {

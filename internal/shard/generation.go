@@ -53,7 +53,7 @@ func (w *writer) putWithRetry(ctx context.Context, name string, data []byte, opt
 	b := shardlog.NewBackoff(w.opts.Clock, w.opts.RetryBackoff)
 	for {
 		_, err := w.store.Put(ctx, name, data, opts)
-		if err == nil || !retryable(err) {
+		if err == nil || !shardlog.Retryable(err) {
 			return err
 		}
 		if werr := b.Wait(ctx); werr != nil {

@@ -386,7 +386,7 @@ func TestReaderTellsALateFenceFromTheListedBatch(t *testing.T) {
 	}
 	r := NewReader(store, ReaderOptions{})
 	waitFor(t, "a checkpoint that lists position 1", func() bool {
-		m, _, err := readManifest(ctx, store, "s")
+		m, _, err := shardlog.ReadManifest(ctx, store, "s")
 		return err == nil && len(m.GetGenerations()) > 0 && m.GetGenerations()[0].GetPosition() == 1
 	})
 	if _, err := r.Get(ctx, "s", "x"); err != nil { // caches that manifest and the batch's index
@@ -471,7 +471,7 @@ func TestDeleteFencesTheLogAndPurgeKeepsFences(t *testing.T) {
 	defer w.Abort()
 	appendIDs(t, w, "a", "b")
 	appendIDs(t, w, "c") // seqs 1..3, in the log, no checkpoint lists them
-	if m, _, _ := readManifest(ctx, store, "s"); m.GetNextSeq() != 1 {
+	if m, _, _ := shardlog.ReadManifest(ctx, store, "s"); m.GetNextSeq() != 1 {
 		t.Fatalf("the checkpoint already holds next seq %d; the test wants the records in the log alone", m.GetNextSeq())
 	}
 	stale := uint64(1)

@@ -23,7 +23,7 @@ var storeGetCallers = map[string]string{
 	"shardlog.LoadIndex":         "a generation's footer index for the shared cache, put id checked; also the writer's id lookups",
 	"shardlog.LoadFilter":        "a generation's id filter for the shared cache; also the writer's id lookups",
 	"shardlog.CorruptOrReplaced": "reads a blob whole only to tell a replaced log batch from a corrupt one after a failed check",
-	"readManifest":               "the write path: claims, checkpoints and deletes read the manifest unconditionally",
+	"shardlog.ReadManifest":      "the write path: claims, checkpoints and deletes read the manifest unconditionally",
 	"(*merger).merge":            "the write path: a merge reads its sources whole to rewrite them",
 }
 
