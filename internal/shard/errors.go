@@ -33,9 +33,9 @@ var (
 	// commit again. Nothing was sent; open a new writer and retry.
 	ErrStale = errors.New("shard writer stale")
 	// ErrShardNotFound: the shard has never been written.
-	ErrShardNotFound = errors.New("shard not found")
+	ErrShardNotFound = shardlog.ErrShardNotFound
 	// ErrRecordNotFound: the shard has no record with that id.
-	ErrRecordNotFound = errors.New("record not found")
+	ErrRecordNotFound = shardlog.ErrRecordNotFound
 	// ErrCorrupt: stored bytes failed to decode or verify. It wraps
 	// format.ErrCorrupt and names the blob.
 	ErrCorrupt = shardlog.ErrCorrupt

@@ -1,4 +1,4 @@
-package shard
+package read
 
 import (
 	"context"
@@ -23,7 +23,7 @@ type ReaderOptions struct {
 	Logger *zap.Logger
 	// Cache holds generation indexes, filters and small blobs; share the
 	// writers' cache.
-	Cache *BlobCache
+	Cache *shardlog.BlobCache
 	// MaxManifests bounds how many shards' last manifests are kept for
 	// conditional GETs. Default 4096.
 	MaxManifests int
@@ -33,7 +33,7 @@ type ReaderOptions struct {
 // so any instance can use it with or without a resident writer.
 type Reader struct {
 	store blob.Store
-	cache *BlobCache
+	cache *shardlog.BlobCache
 	log   *zap.Logger
 
 	mu        sync.Mutex
@@ -55,7 +55,7 @@ func NewReader(store blob.Store, opts ReaderOptions) *Reader {
 		opts.Logger = zap.NewNop()
 	}
 	if opts.Cache == nil {
-		opts.Cache = NewBlobCache(DefaultCacheBytes)
+		opts.Cache = shardlog.NewBlobCache(shardlog.DefaultCacheBytes)
 	}
 	if opts.MaxManifests <= 0 {
 		opts.MaxManifests = 4096
@@ -66,10 +66,6 @@ func NewReader(store blob.Store, opts ReaderOptions) *Reader {
 	}
 	return &Reader{store: store, cache: opts.Cache, log: opts.Logger, manifests: lru}
 }
-
-// maxReadRetries bounds how often Get re-reads the manifest because a
-// generation it listed was merged away and deleted meanwhile.
-const maxReadRetries = 3
 
 // Get returns the record with id in shard. It always reads the current
 // manifest (a conditional GET when cached), so it sees every append
@@ -88,7 +84,7 @@ func (r *Reader) Get(ctx context.Context, shard, id string) (*rolloutv1.Record, 
 	case err != nil:
 		return nil, err
 	case rec == nil:
-		return nil, fmt.Errorf("shard %q: id %q: %w", shard, id, ErrRecordNotFound)
+		return nil, fmt.Errorf("shard %q: id %q: %w", shard, id, shardlog.ErrRecordNotFound)
 	}
 	return rec, nil
 }
@@ -97,7 +93,7 @@ func (r *Reader) Get(ctx context.Context, shard, id string) (*rolloutv1.Record, 
 func decodeRecord(shard string, g *storagepb.Generation, e *storagepb.FooterEntry, b []byte) (*rolloutv1.Record, error) {
 	rec := &rolloutv1.Record{}
 	if err := proto.Unmarshal(b, rec); err != nil {
-		return nil, fmt.Errorf("%w: blob %s: record %q: %w", ErrCorrupt, keyOf(g).Blob(shard), e.GetId(), err)
+		return nil, fmt.Errorf("%w: blob %s: record %q: %w", shardlog.ErrCorrupt, format.KeyOf(g).Blob(shard), e.GetId(), err)
 	}
 	return rec, nil
 }
@@ -183,7 +179,7 @@ func (r *Reader) locate(shard string, m *storagepb.Manifest, id string) (*storag
 // lists reports whether m lists generation g as live.
 func lists(m *storagepb.Manifest, g *storagepb.Generation) bool {
 	for _, h := range m.GetGenerations() {
-		if keyOf(h) == keyOf(g) {
+		if format.KeyOf(h) == format.KeyOf(g) {
 			return true
 		}
 	}
@@ -220,7 +216,7 @@ func (r *Reader) Manifest(ctx context.Context, shard string) (*storagepb.Manifes
 		if err != nil {
 			return nil, err
 		}
-		if !isV2(m) {
+		if !shardlog.IsCheckpoint(m) {
 			r.remember(shard, cachedManifest{m: m, etag: etag, view: m})
 			return m, nil
 		}
@@ -228,7 +224,7 @@ func (r *Reader) Manifest(ctx context.Context, shard string) (*storagepb.Manifes
 	}
 	for range maxViewRestarts {
 		missing := uint64(0)
-		if isV2(base.m) {
+		if shardlog.IsCheckpoint(base.m) {
 			next := base.m.GetLogCheckpoint() + uint64(len(base.tail)) + 1
 			found, err := shardlog.Probe(ctx, r.store, r.cache, shard, next, 0)
 			if err != nil {
@@ -243,10 +239,10 @@ func (r *Reader) Manifest(ctx context.Context, shard string) (*storagepb.Manifes
 			return nil, err
 		}
 		switch {
-		case !isV2(m):
+		case !shardlog.IsCheckpoint(m):
 			r.remember(shard, cachedManifest{m: m, etag: etag, view: m})
 			return m, nil
-		case !isV2(base.m) || m.GetLogCheckpoint() < base.m.GetLogCheckpoint():
+		case !shardlog.IsCheckpoint(base.m) || m.GetLogCheckpoint() < base.m.GetLogCheckpoint():
 			// Converted to v2 since, or a new incarnation: probe afresh.
 			base = cachedManifest{m: m, etag: etag}
 			continue
@@ -280,13 +276,13 @@ func (r *Reader) fetch(ctx context.Context, shard string, base cachedManifest) (
 	case base.m != nil && errors.Is(err, blob.ErrNotModified):
 		return base.m, base.etag, nil
 	case errors.Is(err, blob.ErrNotFound):
-		return nil, "", fmt.Errorf("shard %q: %w", shard, ErrShardNotFound)
+		return nil, "", fmt.Errorf("shard %q: %w", shard, shardlog.ErrShardNotFound)
 	case err != nil:
 		return nil, "", fmt.Errorf("shard %q: read manifest: %w", shard, err)
 	}
 	m, err := format.DecodeManifest(data)
 	if err != nil {
-		return nil, "", fmt.Errorf("%w: blob %s: %w", ErrCorrupt, name, err)
+		return nil, "", fmt.Errorf("%w: blob %s: %w", shardlog.ErrCorrupt, name, err)
 	}
 	return m, attrs.ETag, nil
 }

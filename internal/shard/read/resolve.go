@@ -1,4 +1,4 @@
-package shard
+package read
 
 import (
 	"cmp"
@@ -23,7 +23,7 @@ import (
 // checked against the view), reads them with ranged GETs, checks each, and
 // reads the view again when a blob it listed was replaced or collected
 // meanwhile. Only readSpan, which resolve alone calls, reads record bytes
-// (readpath_test.go holds the package to that).
+// (the shard package's readpath_test.go holds the engine to that).
 //
 // A resolve keeps nothing of its own between calls but the caller's
 // cursor: what it caches is the Reader's, per process and keyed by shard.
@@ -33,7 +33,7 @@ import (
 // cursor is where reads of one shard resume, and what they have seen of
 // it. A read by range resumes after seq. Every read pins the incarnation
 // it first sees live, so that it never mixes a deleted incarnation's
-// records with the next one's (see check, in lifecycle.go).
+// records with the next one's (see check, in cursor.go).
 type cursor struct {
 	seq         uint64 // the last seq passed: delivered, or skipped by the caller
 	seen        bool   // an incarnation was seen live
@@ -87,7 +87,7 @@ type span struct {
 //
 // A blob the view lists that is gone, or holds another log entry, was
 // merged away and collected (and perhaps created again by a late fence):
-// resolve reads the view again and resumes, up to maxReadRetries times in
+// resolve reads the view again and resumes, up to shardlog.MaxReadRetries times in
 // a row without progress.
 //
 // Errors: ErrShardNotFound, ErrShardDeleted, ErrCorrupt naming the blob, a
@@ -106,7 +106,7 @@ func (r *Reader) resolve(ctx context.Context, shard string, c *cursor, q query, 
 		if m == nil {
 			var err error
 			m, err = r.Manifest(ctx, shard)
-			if errors.Is(err, ErrShardNotFound) && q.follow {
+			if errors.Is(err, shardlog.ErrShardNotFound) && q.follow {
 				return nil // not written yet: a follower waits for it
 			}
 			if err != nil {
@@ -126,7 +126,7 @@ func (r *Reader) resolve(ctx context.Context, shard string, c *cursor, q query, 
 		if c.seq != stuckAt {
 			stuckAt, attempt = c.seq, 0
 		}
-		if attempt >= maxReadRetries {
+		if attempt >= shardlog.MaxReadRetries {
 			return fmt.Errorf("shard %q: generations kept vanishing while reading them: %w", shard, err)
 		}
 		m = nil
@@ -399,7 +399,7 @@ func (r *Reader) readSpans(ctx context.Context, shard string, q query, next func
 // readSpan reads the bytes of s with one ranged GET. It is the only reader
 // of record bytes in the package.
 func (r *Reader) readSpan(ctx context.Context, shard string, s span) ([]byte, error) {
-	name := keyOf(s.g).Blob(shard)
+	name := format.KeyOf(s.g).Blob(shard)
 	data, _, err := r.store.Get(ctx, name, blob.GetOptions{Offset: int64(s.first), Length: int64(s.end - s.first)})
 	if err != nil {
 		return nil, fmt.Errorf("shard %q: read records from %s: %w", shard, name, err)
@@ -418,9 +418,9 @@ func (r *Reader) checkSpan(ctx context.Context, shard string, s span, res spanRe
 		return nil, res.err
 	}
 	corrupt := func(err error) error {
-		name := keyOf(s.g).Blob(shard)
+		name := format.KeyOf(s.g).Blob(shard)
 		if !classify {
-			return fmt.Errorf("%w: blob %s: %w", ErrCorrupt, name, err)
+			return fmt.Errorf("%w: blob %s: %w", shardlog.ErrCorrupt, name, err)
 		}
 		return shardlog.CorruptOrReplaced(ctx, r.store, shard, s.g, name, err)
 	}
