@@ -10,38 +10,30 @@ import (
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	rolloutv1 "github.com/rolloutd/rolloutd/gen/rollout/v1"
 )
 
 // ErrorDomain is the domain of the google.rpc.ErrorInfo details rolloutd
 // sends. Reasons of other domains are ignored.
 const ErrorDomain = "rolloutd.io"
 
-// The reasons of rolloutd's ErrorInfo details (see "Errors and retries" in
-// the README, and proto/rollout/v1/rollout.proto).
-const (
-	// ReasonOutcomeUnknown: the Append may or may not have been stored.
-	// The server sends it on UNAVAILABLE with a RetryInfo (a commit it
-	// gave up on after its own commit timeout included), and on
-	// DEADLINE_EXCEEDED or CANCELLED only when the call's own deadline
-	// passed or it was cancelled.
-	ReasonOutcomeUnknown = "OUTCOME_UNKNOWN"
-	// ReasonNotCommitted: the Append was certainly not stored.
-	ReasonNotCommitted = "NOT_COMMITTED"
-	// ReasonBackpressure: the shard's writer or the server is full;
-	// nothing was stored.
-	ReasonBackpressure = "BACKPRESSURE"
-	// ReasonRateLimited: the caller is over its append rate limit; nothing
-	// was stored. Without a RetryInfo the call never fits: split it.
-	ReasonRateLimited = "RATE_LIMITED"
-	// ReasonTooLarge: a record or the batch is over a server limit.
-	ReasonTooLarge = "TOO_LARGE"
-	// ReasonScanInterrupted: a Scan ended early; MetadataResumeAfterSeq
-	// says where to resume.
-	ReasonScanInterrupted = "SCAN_INTERRUPTED"
-	// ReasonStoreFull: the server's storage is out of space; the Append
-	// was not stored. Appends succeed again once an operator frees space,
-	// so it is not resent by itself.
-	ReasonStoreFull = "STORE_FULL"
+// The reasons of rolloutd's ErrorInfo details, as the strings the server
+// sends: the names of rolloutv1.ErrorReason's values. Its definition,
+// proto/rollout/v1/error_reason.proto, says when each is sent and what a
+// client does on it; the server and the Python client take their names from
+// the same enum. Decide with errors.Is and the Err classes below, which say
+// how this client reads each reason.
+var (
+	ReasonOutcomeUnknown  = rolloutv1.ErrorReason_OUTCOME_UNKNOWN.String()  // ErrOutcomeUnknown
+	ReasonNotCommitted    = rolloutv1.ErrorReason_NOT_COMMITTED.String()    // ErrNotCommitted
+	ReasonBackpressure    = rolloutv1.ErrorReason_BACKPRESSURE.String()     // ErrBackpressure
+	ReasonRateLimited     = rolloutv1.ErrorReason_RATE_LIMITED.String()     // ErrRateLimited, or ErrTooLarge
+	ReasonTooLarge        = rolloutv1.ErrorReason_TOO_LARGE.String()        // ErrTooLarge
+	ReasonScanInterrupted = rolloutv1.ErrorReason_SCAN_INTERRUPTED.String() // ErrScanInterrupted
+	ReasonShardDeleted    = rolloutv1.ErrorReason_SHARD_DELETED.String()    // ErrShardDeleted
+	ReasonSeqMismatch     = rolloutv1.ErrorReason_SEQ_MISMATCH.String()     // ErrSeqMismatch
+	ReasonStoreFull       = rolloutv1.ErrorReason_STORE_FULL.String()       // ErrStoreFull
 )
 
 // MetadataResumeAfterSeq is the ErrorInfo metadata key of an interrupted
@@ -49,54 +41,91 @@ const (
 const MetadataResumeAfterSeq = "resume_after_seq"
 
 // Classes of errors, for errors.Is. An *Error matches every class its code
-// and reason belong to.
+// and reason belong to; each class says which, where it is declared.
 var (
 	// ErrNotFound: NOT_FOUND, the shard was never written or has no such id.
-	ErrNotFound = errors.New("not found")
+	ErrNotFound = byCode(codes.NotFound, "not found")
 	// ErrAlreadyExists: ALREADY_EXISTS, the id is stored with different
 	// content (or a request_id was reused for different records).
-	ErrAlreadyExists = errors.New("already exists with different content")
+	ErrAlreadyExists = byCode(codes.AlreadyExists, "already exists with different content")
 	// ErrInvalidArgument: INVALID_ARGUMENT; the message names the field.
-	ErrInvalidArgument = errors.New("invalid argument")
+	ErrInvalidArgument = byCode(codes.InvalidArgument, "invalid argument")
 	// ErrPermissionDenied: PERMISSION_DENIED by the server's policy.
-	ErrPermissionDenied = errors.New("permission denied")
+	ErrPermissionDenied = byCode(codes.PermissionDenied, "permission denied")
 	// ErrUnauthenticated: UNAUTHENTICATED.
-	ErrUnauthenticated = errors.New("unauthenticated")
+	ErrUnauthenticated = byCode(codes.Unauthenticated, "unauthenticated")
 	// ErrTooLarge: the request can never succeed as it is; split the batch
 	// or shrink the record. Reason TOO_LARGE (Field names the record or
 	// "records"), RATE_LIMITED without a RetryInfo (the call is larger than
 	// the rate limit's burst), or RESOURCE_EXHAUSTED without a reason (a
 	// message over gRPC's size limit, on either side).
-	ErrTooLarge = errors.New("request too large")
+	ErrTooLarge = newClass("request too large", func(e *Error) bool {
+		return e.Reason == ReasonTooLarge ||
+			(e.Reason == ReasonRateLimited && e.RetryDelay == 0) ||
+			(e.Reason == "" && e.Code == codes.ResourceExhausted)
+	})
 	// ErrUnavailable: UNAVAILABLE, whatever the reason.
-	ErrUnavailable = errors.New("unavailable")
+	ErrUnavailable = byCode(codes.Unavailable, "unavailable")
 	// ErrOutcomeUnknown: an Append that may or may not have been stored:
 	// reason OUTCOME_UNKNOWN, or an Append failure without an ErrorInfo
 	// (UNAVAILABLE, DEADLINE_EXCEEDED or CANCELLED from the transport or
 	// the call's context). Resend it with the same request_id
 	// (WithRequestID) to learn the outcome. Also a DeleteShard that may
 	// have taken effect, on the same failures (see DeleteShard).
-	ErrOutcomeUnknown = errors.New("outcome unknown")
+	ErrOutcomeUnknown = newClass("outcome unknown", func(e *Error) bool {
+		return e.Reason == ReasonOutcomeUnknown || e.unknown
+	})
 	// ErrNotCommitted: reason NOT_COMMITTED, the Append was not stored.
-	ErrNotCommitted = errors.New("not committed")
+	ErrNotCommitted = newClass("not committed", func(e *Error) bool {
+		// Not when an earlier attempt of the same Append may have landed.
+		return e.Reason == ReasonNotCommitted && !e.unknown
+	})
 	// ErrBackpressure: reason BACKPRESSURE.
-	ErrBackpressure = errors.New("backpressure")
+	ErrBackpressure = byReason(rolloutv1.ErrorReason_BACKPRESSURE, "backpressure")
 	// ErrRateLimited: reason RATE_LIMITED.
-	ErrRateLimited = errors.New("rate limited")
+	ErrRateLimited = byReason(rolloutv1.ErrorReason_RATE_LIMITED, "rate limited")
 	// ErrStoreFull: reason STORE_FULL, the server's storage is out of
 	// space and the Append was not stored; it needs an operator, not a
 	// resend.
-	ErrStoreFull = errors.New("server storage full")
+	ErrStoreFull = byReason(rolloutv1.ErrorReason_STORE_FULL, "server storage full")
 	// ErrScanInterrupted: reason SCAN_INTERRUPTED; Scan resumes by itself
 	// until its retry budget is spent.
-	ErrScanInterrupted = errors.New("scan interrupted")
+	ErrScanInterrupted = byReason(rolloutv1.ErrorReason_SCAN_INTERRUPTED, "scan interrupted")
 	// ErrDataLoss: DATA_LOSS, stored bytes failed their checksum.
-	ErrDataLoss = errors.New("data loss")
+	ErrDataLoss = byCode(codes.DataLoss, "data loss")
 	// ErrInternal: INTERNAL, a bug in rolloutd (or UNKNOWN).
-	ErrInternal = errors.New("internal error")
-	// ErrClosed: the Client was closed.
+	ErrInternal = newClass("internal error", func(e *Error) bool {
+		return e.Code == codes.Internal || e.Code == codes.Unknown
+	})
+	// ErrClosed: the Client was closed. No *Error is one: the call never
+	// reached the server.
 	ErrClosed = errors.New("client closed")
 )
+
+// class is an error class an *Error may belong to (errors.Is): one of the
+// Err values above, with the rule that decides membership.
+type class struct {
+	text  string
+	match func(*Error) bool
+}
+
+func (c *class) Error() string { return c.text }
+
+// newClass is the class of the errors match accepts.
+func newClass(text string, match func(*Error) bool) error {
+	return &class{text: text, match: match}
+}
+
+// byCode is the class of the errors with code, whatever their reason.
+func byCode(code codes.Code, text string) error {
+	return newClass(text, func(e *Error) bool { return e.Code == code })
+}
+
+// byReason is the class of the errors with reason, whatever their code.
+func byReason(reason rolloutv1.ErrorReason, text string) error {
+	wire := reason.String()
+	return newClass(text, func(e *Error) bool { return e.Reason == wire })
+}
 
 // Error is a failed call: the last attempt's status as the server (or the
 // transport) sent it, with its details decoded.
@@ -191,49 +220,13 @@ func (e *Error) tries() string {
 // codes DEADLINE_EXCEEDED and CANCELLED.
 func (e *Error) Is(target error) bool {
 	switch target {
-	case ErrNotFound:
-		return e.Code == codes.NotFound
-	case ErrAlreadyExists:
-		return e.Code == codes.AlreadyExists
-	case ErrInvalidArgument:
-		return e.Code == codes.InvalidArgument
-	case ErrPermissionDenied:
-		return e.Code == codes.PermissionDenied
-	case ErrUnauthenticated:
-		return e.Code == codes.Unauthenticated
-	case ErrTooLarge:
-		return e.Reason == ReasonTooLarge ||
-			(e.Reason == ReasonRateLimited && e.RetryDelay == 0) ||
-			(e.Reason == "" && e.Code == codes.ResourceExhausted)
-	case ErrUnavailable:
-		return e.Code == codes.Unavailable
-	case ErrOutcomeUnknown:
-		return e.Reason == ReasonOutcomeUnknown || e.unknown
-	case ErrNotCommitted:
-		// Not when an earlier attempt of the same Append may have landed.
-		return e.Reason == ReasonNotCommitted && !e.unknown
-	case ErrBackpressure:
-		return e.Reason == ReasonBackpressure
-	case ErrRateLimited:
-		return e.Reason == ReasonRateLimited
-	case ErrStoreFull:
-		return e.Reason == ReasonStoreFull
-	case ErrScanInterrupted:
-		return e.Reason == ReasonScanInterrupted
-	case ErrShardDeleted:
-		return e.Reason == ReasonShardDeleted
-	case ErrSeqMismatch:
-		return e.Reason == ReasonSeqMismatch
-	case ErrDataLoss:
-		return e.Code == codes.DataLoss
-	case ErrInternal:
-		return e.Code == codes.Internal || e.Code == codes.Unknown
 	case context.DeadlineExceeded:
 		return e.Code == codes.DeadlineExceeded
 	case context.Canceled:
 		return e.Code == codes.Canceled
 	}
-	return false
+	c, ok := target.(*class)
+	return ok && c.match(e)
 }
 
 // GRPCStatus returns the status the error was decoded from, so that

@@ -13,29 +13,21 @@ import (
 // The shard lifecycle: ListShards, DescribeShard, BatchGet and
 // DeleteShard.
 
-const (
-	// ReasonShardDeleted: the shard was deleted (NOT_FOUND); a following
-	// Scan of the deleted records ends with it.
-	ReasonShardDeleted = "SHARD_DELETED"
-	// ReasonSeqMismatch: DeleteShard's expected last seq is not the
-	// shard's (FAILED_PRECONDITION); MetadataLastSeq holds the shard's.
-	ReasonSeqMismatch = "SEQ_MISMATCH"
-	// MetadataLastSeq is the ErrorInfo metadata key of SEQ_MISMATCH's
-	// current last seq.
-	MetadataLastSeq = "last_seq"
-)
+// MetadataLastSeq is the ErrorInfo metadata key of SEQ_MISMATCH's current
+// last seq.
+const MetadataLastSeq = "last_seq"
 
 var (
 	// ErrShardDeleted: the shard was deleted (it also matches
 	// ErrNotFound). Reason SHARD_DELETED.
-	ErrShardDeleted = errors.New("shard deleted")
+	ErrShardDeleted = byReason(rolloutv1.ErrorReason_SHARD_DELETED, "shard deleted")
 	// ErrSeqMismatch: a conditional DeleteShard found records appended
 	// since the caller looked, and deleted nothing. Reason SEQ_MISMATCH.
 	// When the error also matches ErrOutcomeUnknown, that answer came to a
 	// resend, and an earlier attempt may have deleted the records through
 	// the expected seq before the shard was written again (see
 	// DeleteShard).
-	ErrSeqMismatch = errors.New("shard's last seq changed")
+	ErrSeqMismatch = byReason(rolloutv1.ErrorReason_SEQ_MISMATCH, "shard's last seq changed")
 )
 
 // ListShards returns one page of the shards under req.Prefix that the

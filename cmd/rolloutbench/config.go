@@ -79,6 +79,10 @@ type config struct {
 	// Derived by validate.
 	store     storeURL
 	azureConn string // from the environment or Azurite; never printed
+
+	// relabel, when set (tests), renames every phase: the targets' rows
+	// read typed results, so a phase's name is for display only.
+	relabel func(string) string
 }
 
 // compareSizes sizes the phases of --compare. The defaults are the figures
@@ -213,7 +217,7 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (*con
 	fs.DurationVar(&c.Duration, "duration", 0, "run each mode this long instead of --count operations")
 	fs.Float64Var(&c.ReadFraction, "read-fraction", 0, "fraction of operations that are Gets of ids this run appended (0..1)")
 	fs.BoolVar(&c.Compare, "compare", false, "run the targets' phases (floor, resident, per-append) back to back and print their ratios")
-	targets := fs.String("targets", "1,2,3,4,5,6", "--compare: which targets to run (6 needs the embedded local store)")
+	targets := fs.String("targets", strings.Join(targetIDs(), ","), "--compare: which targets to run (6 needs the embedded local store)")
 	fs.BoolVar(&c.Diagnose, "diagnose", true, "--compare in-process: also run target 1 with merging off, to show what merging costs a lone client")
 	fs.IntVar(&c.sizes.SingleAppends, "compare-single", defaultSizes.SingleAppends, "--compare: single-client appends per mode (target 1)")
 	fs.Int64Var(&c.sizes.ManyAppends, "compare-appends", defaultSizes.ManyAppends, "--compare: appends of the 32-client phases (target 2)")
@@ -234,12 +238,12 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (*con
 		return nil, fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
 	for t := range strings.SplitSeq(*targets, ",") {
-		switch t = strings.TrimSpace(t); t {
-		case "":
-		case "1", "2", "3", "4", "5", "6":
+		switch t = strings.TrimSpace(t); {
+		case t == "":
+		case slices.Contains(targetIDs(), t):
 			c.Targets = append(c.Targets, t)
 		default:
-			return nil, fmt.Errorf("--targets: %q is not one of 1, 2, 3, 4, 5, 6", t)
+			return nil, fmt.Errorf("--targets: %q is not one of %s", t, strings.Join(targetIDs(), ", "))
 		}
 	}
 	for m := range strings.SplitSeq(*mode, ",") {
@@ -253,7 +257,20 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (*con
 	return c, nil
 }
 
+// validate checks the flags against each other and derives the store and
+// the target's metrics URL.
 func (c *config) validate(getenv func(string) string) error {
+	if err := c.validateFlags(); err != nil {
+		return err
+	}
+	if err := c.resolveStore(getenv); err != nil {
+		return err
+	}
+	return c.validateStoreUse()
+}
+
+// validateFlags checks the flags that need no store.
+func (c *config) validateFlags() error {
 	switch {
 	case c.Target != "" && c.InProcess:
 		return errors.New("--target and --inprocess exclude each other")
@@ -294,7 +311,12 @@ func (c *config) validate(getenv func(string) string) error {
 	if c.GetTarget != "" && c.Target == "" {
 		return errors.New("--get-target needs --target")
 	}
+	return nil
+}
 
+// resolveStore parses --store, or picks the default one, and reads the
+// Azure credentials it needs.
+func (c *config) resolveStore(getenv func(string) string) error {
 	raw := c.Store
 	if raw == "" {
 		switch {
@@ -320,6 +342,12 @@ func (c *config) validate(getenv func(string) string) error {
 			return fmt.Errorf("--store %s needs %s (or --azurite to start one)", c.store, envConnectionString)
 		}
 	}
+	return nil
+}
+
+// validateStoreUse checks that the modes and the target can use the store,
+// and derives the target's metrics URL.
+func (c *config) validateStoreUse() error {
 	if (slices.Contains(c.Modes, modeFloorFS) || slices.Contains(c.Modes, modeFloor1FS)) && (c.store.Kind != "local" || !c.InProcess) {
 		return errors.New("--mode floor-fs and floor1-fs are the embedded local store's floors: they need --inprocess and a local --store")
 	}

@@ -28,21 +28,13 @@ func fsFloorClients(dir string, generation, manifest []byte) func(int) (clientOp
 	man := append(make([]byte, headerBytes), manifest...)
 	return func(i int) (clientOps, error) {
 		shardDir := filepath.Join(dir, "shards", fmt.Sprintf("c%d", i))
-		genDir := filepath.Join(shardDir, "_g")
-		tmpDir := filepath.Join(dir, "tmp")
-		for _, d := range []string{genDir, tmpDir} {
-			if err := os.MkdirAll(d, 0o750); err != nil {
-				return clientOps{}, fmt.Errorf("floor-fs: %w", err)
-			}
+		write, err := generationWriter("floor-fs", dir, filepath.Join(shardDir, "_g"), fmt.Sprintf("c%d", i), gen)
+		if err != nil {
+			return clientOps{}, err
 		}
-		n := 0
 		return clientOps{append: func(context.Context, string, []*rolloutv1.Record) error {
-			n++
-			tmp := filepath.Join(tmpDir, fmt.Sprintf("c%d-%d", i, n))
-			if err := writeSyncRename(tmp, filepath.Join(genDir, fmt.Sprintf("%016x", n)), gen); err != nil {
-				return err
-			}
-			if err := syncDir(genDir); err != nil {
+			tmp, err := write()
+			if err != nil {
 				return err
 			}
 			if err := writeSyncRename(tmp+"m", filepath.Join(shardDir, "_manifest"), man); err != nil {
@@ -61,23 +53,37 @@ func fsFloorClients(dir string, generation, manifest []byte) func(int) (clientOp
 func fsFloor1Clients(dir string, generation []byte) func(int) (clientOps, error) {
 	gen := append(make([]byte, headerBytes), generation...)
 	return func(i int) (clientOps, error) {
-		logDir := filepath.Join(dir, "shards", fmt.Sprintf("c%d", i), "_l")
-		tmpDir := filepath.Join(dir, "tmp")
-		for _, d := range []string{logDir, tmpDir} {
-			if err := os.MkdirAll(d, 0o750); err != nil {
-				return clientOps{}, fmt.Errorf("floor1-fs: %w", err)
-			}
+		write, err := generationWriter("floor1-fs", dir, filepath.Join(dir, "shards", fmt.Sprintf("c%d", i), "_l"), fmt.Sprintf("l%d", i), gen)
+		if err != nil {
+			return clientOps{}, err
 		}
-		n := 0
 		return clientOps{append: func(context.Context, string, []*rolloutv1.Record) error {
-			n++
-			tmp := filepath.Join(tmpDir, fmt.Sprintf("l%d-%d", i, n))
-			if err := writeSyncRename(tmp, filepath.Join(logDir, fmt.Sprintf("%016x", n)), gen); err != nil {
-				return err
-			}
-			return syncDir(logDir)
+			_, err := write()
+			return err
 		}}, nil
 	}
+}
+
+// generationWriter makes genDir and dir's tmp, and returns write, which
+// writes a client's next generation, the nth: to a new temporary file
+// tag-n in one write, fsynced, renamed into genDir, and genDir fsynced.
+// write returns the temporary file's name. what names the floor in errors.
+func generationWriter(what, dir, genDir, tag string, gen []byte) (write func() (tmp string, err error), err error) {
+	tmpDir := filepath.Join(dir, "tmp")
+	for _, d := range []string{genDir, tmpDir} {
+		if err := os.MkdirAll(d, 0o750); err != nil {
+			return nil, fmt.Errorf("%s: %w", what, err)
+		}
+	}
+	n := 0
+	return func() (string, error) {
+		n++
+		tmp := filepath.Join(tmpDir, fmt.Sprintf("%s-%d", tag, n))
+		if err := writeSyncRename(tmp, filepath.Join(genDir, fmt.Sprintf("%016x", n)), gen); err != nil {
+			return "", err
+		}
+		return tmp, syncDir(genDir)
+	}, nil
 }
 
 func writeSyncRename(tmp, path string, data []byte) error {

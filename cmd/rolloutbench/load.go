@@ -111,6 +111,9 @@ type phase struct {
 const ackedRing = 1024
 
 func (b *bench) newPhase(spec loadSpec) (*phase, error) {
+	if b.cfg.relabel != nil {
+		spec.Name = b.cfg.relabel(spec.Name)
+	}
 	p := &phase{b: b, spec: spec, errs: map[string]int64{}, figures: serverFigures{BlobOps: map[string]float64{}}}
 	for i := range spec.Clients {
 		c, err := spec.NewClient(i)
@@ -133,176 +136,6 @@ func (p *phase) close() {
 	p.clients = nil
 }
 
-// run runs one block: count operations, or for duration, or whichever
-// ends first when both are set (0 means no bound of that kind). Errors are
-// counted, not returned: a benchmark reports them.
-func (p *phase) run(ctx context.Context, count int64, duration time.Duration) {
-	spec := &p.spec
-	p.blocks++
-	var before serverFigures
-	haveBefore := false
-	if spec.Figures != nil {
-		if f, err := spec.Figures(); err == nil {
-			before, haveBefore = f, true
-		} else {
-			p.note("reading counters: " + err.Error())
-		}
-	}
-	emuBefore := -1.0
-	if p.b.azurite != nil {
-		emuBefore = emulatorCPU()
-	}
-	var httpBefore [2]int64
-	if spec.HTTP != nil {
-		httpBefore = spec.HTTP.snapshot()
-	}
-	if spec.Sockets && !p.haveSock {
-		if s, err := countSockets(p.b.ep); err == nil {
-			p.sockBase, p.sockPeak, p.haveSock = s, s, true
-		}
-	}
-
-	cpuBefore := processCPU()
-	var started, finished atomic.Int64
-	var timeBound atomic.Bool
-	start := time.Now()
-	deadline := time.Time{}
-	if duration > 0 {
-		deadline = start.Add(duration)
-	}
-	runCtx, cancel := context.WithCancel(ctx)
-	defer cancel()
-
-	// The sampler: progress, peak sockets, RSS at a quarter.
-	sampled := make(chan struct{})
-	quarterDone := p.rssQ > 0 || spec.RSS == nil
-	go func() {
-		defer close(sampled)
-		tick := time.NewTicker(200 * time.Millisecond)
-		defer tick.Stop()
-		lastSock := time.Now()
-		for {
-			select {
-			case <-runCtx.Done():
-				return
-			case <-tick.C:
-			}
-			if time.Since(lastSock) >= time.Second {
-				p.samplePeak()
-				lastSock = time.Now()
-			}
-			frac := 0.0
-			if duration > 0 {
-				frac = float64(time.Since(start)) / float64(duration)
-			}
-			if count > 0 {
-				frac = max(frac, float64(finished.Load())/float64(count))
-			}
-			if !quarterDone && frac >= 0.25 {
-				p.rssQ = spec.RSS()
-				quarterDone = true
-				p.heapSnapshot("quarter")
-			}
-			p.b.progress.show(p.progressLine(frac, time.Since(start)))
-		}
-	}()
-
-	var wg sync.WaitGroup
-	for i := range p.clients {
-		wg.Go(func() {
-			rng := rand.New(rand.NewPCG(uint64(start.UnixNano()), uint64(i)))
-			for runCtx.Err() == nil {
-				n := started.Add(1)
-				if count > 0 && n > count {
-					return
-				}
-				if duration > 0 && !time.Now().Before(deadline) {
-					timeBound.Store(true)
-					return
-				}
-				p.one(runCtx, i, rng)
-				finished.Add(1)
-			}
-		})
-	}
-	wg.Wait()
-	p.cpu += processCPU() - cpuBefore
-	cancel()
-	<-sampled
-	p.elapsed += time.Since(start)
-	if emuBefore >= 0 {
-		if after := emulatorCPU(); after >= emuBefore {
-			p.emuCPU += after - emuBefore
-			p.haveEmu = true
-		}
-	}
-	if p.haveSock && spec.Settle > 0 && ctx.Err() == nil {
-		p.b.progress.show(fmt.Sprintf("%-30s settling %v: sockets the blob service closes late", spec.Name, spec.Settle))
-		for end := time.Now().Add(spec.Settle); time.Now().Before(end) && ctx.Err() == nil; {
-			time.Sleep(500 * time.Millisecond)
-			p.samplePeak()
-		}
-	}
-	p.b.progress.clear()
-
-	switch {
-	case ctx.Err() != nil:
-		p.stopped = "interrupted"
-	case count > 0 && timeBound.Load():
-		p.stopped = fmt.Sprintf("time bound %v reached before %d operations", duration, count)
-	}
-	if p.haveSock {
-		if s, err := countSockets(p.b.ep); err == nil {
-			p.sockEnd = s
-			p.sockPeak.TimeWait = max(p.sockPeak.TimeWait, s.TimeWait)
-			p.sockPeak.Established = max(p.sockPeak.Established, s.Established)
-			p.sockPeak.ServerTimeWait = max(p.sockPeak.ServerTimeWait, s.ServerTimeWait)
-		}
-	}
-	if spec.Quiesce > 0 && ctx.Err() == nil {
-		pause(ctx, spec.Quiesce)
-	}
-	if spec.RSS != nil {
-		p.rssEnd = spec.RSS()
-		if p.rssQ == 0 {
-			p.rssQ = p.rssEnd
-		}
-		p.heapSnapshot("end")
-	}
-	if haveBefore {
-		if after, err := spec.Figures(); err == nil {
-			d := after.since(before)
-			for op, n := range d.BlobOps {
-				p.figures.BlobOps[op] += n
-			}
-			p.figures.Evictions += d.Evictions
-			p.figures.Opens += d.Opens
-			p.figures.Fences += d.Fences
-			p.figures.FencesKnown = p.figures.FencesKnown || d.FencesKnown
-			p.figures.RSS = d.RSS
-			p.haveFigs = true
-		} else {
-			p.note("reading counters: " + err.Error())
-		}
-	}
-	if spec.HTTP != nil {
-		a := spec.HTTP.snapshot()
-		p.http.requests += a[0] - httpBefore[0]
-		p.http.conns += a[1] - httpBefore[1]
-	}
-}
-
-func (p *phase) samplePeak() {
-	if !p.haveSock {
-		return
-	}
-	if s, err := countSockets(p.b.ep); err == nil {
-		p.sockPeak.TimeWait = max(p.sockPeak.TimeWait, s.TimeWait)
-		p.sockPeak.Established = max(p.sockPeak.Established, s.Established)
-		p.sockPeak.ServerTimeWait = max(p.sockPeak.ServerTimeWait, s.ServerTimeWait)
-	}
-}
-
 // one does one operation of client i: a Get of an id appended earlier (with
 // probability ReadFraction, once there is one), else an append.
 func (p *phase) one(ctx context.Context, i int, rng *rand.Rand) {
@@ -312,15 +145,7 @@ func (p *phase) one(ctx context.Context, i int, rng *rand.Rand) {
 	defer cancel()
 	if c.get != nil && spec.ReadFraction > 0 && rng.Float64() < spec.ReadFraction {
 		if ref, ok := p.pickRead(i, rng); ok {
-			t0 := time.Now()
-			err := c.get(ctx, ref.shard, ref.id)
-			d := time.Since(t0)
-			if err != nil {
-				p.fail(ctx, err)
-				return
-			}
-			p.getLat.record(d)
-			p.gets.Add(1)
+			p.timed(ctx, &p.getLat, &p.gets, func() error { return c.get(ctx, ref.shard, ref.id) })
 			return
 		}
 	}
@@ -329,15 +154,9 @@ func (p *phase) one(ctx context.Context, i int, rng *rand.Rand) {
 	for k := range recs {
 		recs[k] = p.b.newRecord(i)
 	}
-	t0 := time.Now()
-	err := c.append(ctx, sh, recs)
-	d := time.Since(t0)
-	if err != nil {
-		p.fail(ctx, err)
+	if !p.timed(ctx, &p.appendLat, &p.appends, func() error { return c.append(ctx, sh, recs) }) {
 		return
 	}
-	p.appendLat.record(d)
-	p.appends.Add(1)
 	p.records.Add(int64(len(recs)))
 	if spec.ReadFraction > 0 || spec.KeepIDs {
 		ring := p.acked[i]
@@ -348,6 +167,21 @@ func (p *phase) one(ctx context.Context, i int, rng *rand.Rand) {
 			ring[rng.IntN(len(ring))] = ref
 		}
 	}
+}
+
+// timed runs op and counts it: its latency in lat and one more in n, or
+// a failure. It reports whether op succeeded.
+func (p *phase) timed(ctx context.Context, lat *histogram, n *atomic.Int64, op func() error) bool {
+	t0 := time.Now()
+	err := op()
+	d := time.Since(t0)
+	if err != nil {
+		p.fail(ctx, err)
+		return false
+	}
+	lat.record(d)
+	n.Add(1)
+	return true
 }
 
 // pickShard spreads clients over shards. With at least as many shards as

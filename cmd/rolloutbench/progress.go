@@ -3,9 +3,10 @@ package main
 import (
 	"fmt"
 	"io"
-	"os"
 	"sync"
 	"time"
+
+	"github.com/rolloutd/rolloutd/internal/term"
 )
 
 // progress shows a phase's live figures: one line rewritten in place on a
@@ -27,18 +28,9 @@ func newProgress(w io.Writer, mode string) *progress {
 		p.off = true
 	case "plain":
 	default:
-		p.tty = isTerminal(w)
+		p.tty = term.IsTerminal(w)
 	}
 	return p
-}
-
-func isTerminal(w io.Writer) bool {
-	f, ok := w.(*os.File)
-	if !ok {
-		return false
-	}
-	st, err := f.Stat()
-	return err == nil && st.Mode()&os.ModeCharDevice != 0
 }
 
 func (p *progress) show(line string) {
@@ -65,10 +57,7 @@ func (p *progress) clear() {
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.tty && p.shown {
-		fmt.Fprint(p.w, "\r\x1b[K")
-		p.shown = false
-	}
+	p.wipe()
 }
 
 // say prints a line between phases.
@@ -78,9 +67,14 @@ func (p *progress) say(format string, args ...any) {
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	p.wipe()
+	fmt.Fprintf(p.w, format+"\n", args...)
+}
+
+// wipe erases the live line, if one shows; p.mu is held.
+func (p *progress) wipe() {
 	if p.tty && p.shown {
 		fmt.Fprint(p.w, "\r\x1b[K")
 		p.shown = false
 	}
-	fmt.Fprintf(p.w, format+"\n", args...)
 }

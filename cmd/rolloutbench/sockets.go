@@ -41,6 +41,14 @@ type sockets struct {
 	ServerTimeWait int `json:"server_time_wait"`
 }
 
+// raise makes s the most of s and o, count by count (ESTABLISHED and both
+// TIME_WAITs).
+func (s *sockets) raise(o sockets) {
+	s.TimeWait = max(s.TimeWait, o.TimeWait)
+	s.Established = max(s.Established, o.Established)
+	s.ServerTimeWait = max(s.ServerTimeWait, o.ServerTimeWait)
+}
+
 // TCP states as /proc/net/tcp prints them (include/net/tcp_states.h).
 const (
 	tcpEstablished = 0x01

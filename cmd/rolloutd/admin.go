@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -30,25 +31,129 @@ func init() {
 	})
 }
 
-const adminUsage = `Usage: rolloutd admin <command> [flags]
-
-Commands:
-  list      [--prefix P] [--summary]            list the shards under a prefix
-                                                (no --prefix: every shard)
-  describe  SHARD                               describe one shard
-  delete    SHARD [--expected-last-seq N]       delete one shard
-  purge     (--prefix P | --all) --older-than D [--dry-run]
+// adminCommands are admin's subcommands, in the order its usage lists
+// them. admin's usage, the errors that name the commands, each command's
+// --help and flags, and the dispatch all come from this table.
+var adminCommands = []*adminCommand{
+	{
+		name: "list",
+		synopsis: `[--prefix P] [--summary]            list the shards under a prefix
+                                                (no --prefix: every shard)`,
+		help: "Lists the shards under a prefix (whole '/'-separated segments), one per line;\nwith --summary, a table of their sizes, last seqs and last commits;\na shard whose summary cannot be read is named on stderr, and the exit status is 1.",
+		flags: func(fs *flag.FlagSet, a *adminArgs) {
+			fs.StringVar(&a.prefix, "prefix", "", "list the shards under this `prefix`, on whole '/'-separated segments; omitted or empty, every shard")
+			fs.BoolVar(&a.summary, "summary", false, "show each shard's records, bytes, last seq and last commit (a manifest read each)")
+		},
+		selection: func(a *adminArgs) (string, error) {
+			return parsePrefix("admin list", a.prefix, "omit --prefix to list every shard")
+		},
+		run: func(ctx context.Context, c *client.Client, a *adminArgs) error {
+			return adminList(ctx, c, a.stdout, a.stderr, a.selected, a.summary)
+		},
+	},
+	{
+		name:       "describe",
+		synopsis:   "SHARD                               describe one shard",
+		help:       "Describes one shard: its records, bytes, generations, seq range, epoch,\nincarnation, and created and last-commit times. A deleted shard is NOT_FOUND\n(SHARD_DELETED).",
+		takesShard: true,
+		run:        adminDescribe,
+	},
+	{
+		name:       "delete",
+		synopsis:   "SHARD [--expected-last-seq N]       delete one shard",
+		help:       "Deletes one shard's records at once; the server reclaims their storage in the\nbackground. An Append afterwards starts the shard again, with higher seqs.\nDeleting a deleted shard resumes reclaiming its storage. Pass\n--expected-last-seq (the last seq of describe) to delete only if nothing was\nappended since.",
+		takesShard: true,
+		flags: func(fs *flag.FlagSet, a *adminArgs) {
+			fs.StringVar(&a.expected, "expected-last-seq", "", "delete only if the shard's last seq is still `N` (see describe)")
+		},
+		run: adminDelete,
+	},
+	{
+		name: "purge",
+		synopsis: `(--prefix P | --all) --older-than D [--dry-run]
             delete every shard under P (with --all, every shard) whose last
             commit is older than D (a duration such as 36h, or days: 30d).
             Each delete passes the last seq purge saw, so a shard written
             since survives. Deleted shards whose storage was not yet
-            reclaimed are finished.
+            reclaimed are finished.`,
+		help: "Deletes every shard under --prefix (or, with --all, every shard) whose last\ncommit is older than --older-than. Each delete passes the last seq purge\nlisted, so a shard written since survives. The deletion of shards deleted\nbefore is resumed. Prints each shard it deletes, then a summary; exits 1 if\nany shard failed.",
+		flags: func(fs *flag.FlagSet, a *adminArgs) {
+			fs.StringVar(&a.prefix, "prefix", "", "purge the shards under this `prefix`, on whole '/'-separated segments (this or --all is required)")
+			fs.BoolVar(&a.all, "all", false, "purge every shard (this or --prefix is required)")
+			fs.StringVar(&a.olderThan, "older-than", "", "delete shards whose last commit is older than this `duration` (36h, 30d; required)")
+			fs.BoolVar(&a.dryRun, "dry-run", false, "list what would be deleted, delete nothing")
+		},
+		selection: purgeSelection,
+		run: func(ctx context.Context, c *client.Client, a *adminArgs) error {
+			age, err := parseAge(a.olderThan)
+			if err != nil {
+				return fmt.Errorf("admin purge: --older-than: %w", err)
+			}
+			return adminPurge(ctx, c, a.stdout, a.stderr, a.selected, age, a.dryRun, time.Now())
+		},
+	},
+}
 
+// adminCommand is one admin subcommand.
+type adminCommand struct {
+	name string
+	// synopsis follows the name in admin's list of commands: the
+	// command's arguments and what it does, continuation lines indented
+	// as printed.
+	synopsis   string
+	help       string // what the command does, for its --help
+	takesShard bool   // it takes one SHARD argument
+	// flags registers the command's own flags, beside the connection
+	// flags every command takes.
+	flags func(fs *flag.FlagSet, a *adminArgs)
+	// selection checks what the command selects, before any connection,
+	// and returns the prefix it acts on.
+	selection func(a *adminArgs) (string, error)
+	run       func(ctx context.Context, c *client.Client, a *adminArgs) error
+}
+
+// adminArgs is an admin command's parsed command line and its output.
+type adminArgs struct {
+	conn      adminFlags
+	prefix    string
+	summary   bool
+	expected  string
+	olderThan string
+	dryRun    bool
+	all       bool
+
+	shard    string // the SHARD argument, for a command that takes one
+	selected string // the prefix that selection returned
+
+	stdout, stderr io.Writer
+}
+
+// adminUsage is admin's usage, with the commands of adminCommands.
+func adminUsage() string {
+	var b strings.Builder
+	b.WriteString("Usage: rolloutd admin <command> [flags]\n\nCommands:\n")
+	for _, cmd := range adminCommands {
+		fmt.Fprintf(&b, "  %-9s %s\n", cmd.name, cmd.synopsis)
+	}
+	b.WriteString(`
 A prefix is whole '/'-separated segments: "exp" covers exp and exp/run1,
 not exp2. '*' is not a prefix.
 
 Every command takes the connection flags (see rolloutd admin list --help).
-`
+`)
+	return b.String()
+}
+
+// adminNames is "list, describe, delete and purge" with conj as the last
+// joint.
+func adminNames(conj string) string {
+	names := make([]string, len(adminCommands))
+	for i, cmd := range adminCommands {
+		names[i] = cmd.name
+	}
+	last := len(names) - 1
+	return strings.Join(names[:last], ", ") + " " + conj + " " + names[last]
+}
 
 // adminFlags are the connection flags every admin command takes: the Go
 // client's options.
@@ -94,63 +199,60 @@ func (a *adminFlags) target(getenv func(string) string) string {
 
 func runAdmin(args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
-		fmt.Fprint(stderr, adminUsage)
-		return errors.New("admin: name a command: list, describe, delete or purge")
+		fmt.Fprint(stderr, adminUsage())
+		return fmt.Errorf("admin: name a command: %s", adminNames("or"))
 	}
 	if args[0] == "-h" || args[0] == "-help" || args[0] == "--help" || args[0] == "help" {
-		fmt.Fprint(stdout, adminUsage)
+		fmt.Fprint(stdout, adminUsage())
 		return nil
 	}
-	sub, args := args[0], args[1:]
-	fs := flag.NewFlagSet("rolloutd admin "+sub, flag.ContinueOnError)
+	i := slices.IndexFunc(adminCommands, func(cmd *adminCommand) bool { return cmd.name == args[0] })
+	if i < 0 {
+		return fmt.Errorf("admin: unknown command %q: the commands are %s", args[0], adminNames("and"))
+	}
+	cmd := adminCommands[i]
+	a := &adminArgs{stdout: stdout, stderr: stderr}
+	if help, err := cmd.parse(args[1:], a); help || err != nil {
+		return err
+	}
+	if cmd.selection != nil {
+		p, err := cmd.selection(a)
+		if err != nil {
+			return err
+		}
+		a.selected = p
+	}
+	c, err := a.conn.client()
+	if err != nil {
+		return fmt.Errorf("admin: %w", err)
+	}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), a.conn.timeout)
+	defer cancel()
+	return cmd.run(ctx, c, a)
+}
+
+// parse parses args, the command line after the command's name, into a.
+// On --help it prints the command's usage to a.stdout and returns help.
+func (cmd *adminCommand) parse(args []string, a *adminArgs) (help bool, err error) {
+	fs := flag.NewFlagSet("rolloutd admin "+cmd.name, flag.ContinueOnError)
 	// The flag package would print the whole usage after a bad flag; the
 	// error names the flag, and --help shows the usage.
 	fs.SetOutput(io.Discard)
 	fs.Usage = func() {}
-	var conn adminFlags
-	conn.register(fs)
-	var (
-		prefix    = new(string)
-		summary   = new(bool)
-		expected  = new(string)
-		olderThan = new(string)
-		dryRun    = new(bool)
-		all       = new(bool)
-	)
-	var positional int // positional arguments the command takes
-	var what string    // what the command does, for its --help
-	switch sub {
-	case "list":
-		what = "Lists the shards under a prefix (whole '/'-separated segments), one per line;\nwith --summary, a table of their sizes, last seqs and last commits;\na shard whose summary cannot be read is named on stderr, and the exit status is 1."
-		fs.StringVar(prefix, "prefix", "", "list the shards under this `prefix`, on whole '/'-separated segments; omitted or empty, every shard")
-		fs.BoolVar(summary, "summary", false, "show each shard's records, bytes, last seq and last commit (a manifest read each)")
-	case "describe":
-		positional = 1
-		what = "Describes one shard: its records, bytes, generations, seq range, epoch,\nincarnation, and created and last-commit times. A deleted shard is NOT_FOUND\n(SHARD_DELETED)."
-	case "delete":
-		positional = 1
-		what = "Deletes one shard's records at once; the server reclaims their storage in the\nbackground. An Append afterwards starts the shard again, with higher seqs.\nDeleting a deleted shard resumes reclaiming its storage. Pass\n--expected-last-seq (the last seq of describe) to delete only if nothing was\nappended since."
-		fs.StringVar(expected, "expected-last-seq", "", "delete only if the shard's last seq is still `N` (see describe)")
-	case "purge":
-		what = "Deletes every shard under --prefix (or, with --all, every shard) whose last\ncommit is older than --older-than. Each delete passes the last seq purge\nlisted, so a shard written since survives. The deletion of shards deleted\nbefore is resumed. Prints each shard it deletes, then a summary; exits 1 if\nany shard failed."
-		fs.StringVar(prefix, "prefix", "", "purge the shards under this `prefix`, on whole '/'-separated segments (this or --all is required)")
-		fs.BoolVar(all, "all", false, "purge every shard (this or --prefix is required)")
-		fs.StringVar(olderThan, "older-than", "", "delete shards whose last commit is older than this `duration` (36h, 30d; required)")
-		fs.BoolVar(dryRun, "dry-run", false, "list what would be deleted, delete nothing")
-	default:
-		return fmt.Errorf("admin: unknown command %q: the commands are list, describe, delete and purge", sub)
+	a.conn.register(fs)
+	if cmd.flags != nil {
+		cmd.flags(fs, a)
 	}
 	// Flags may come before or after the shard.
 	var rest []string
 	for {
 		if err := fs.Parse(args); err != nil {
 			if errors.Is(err, flag.ErrHelp) {
-				fmt.Fprintf(stdout, "Usage: rolloutd admin %s%s [flags]\n\n%s\n\nFlags:\n", sub, strings.Repeat(" SHARD", positional), what)
-				fs.SetOutput(stdout)
-				fs.PrintDefaults()
-				return nil
+				cmd.printHelp(a.stdout, fs)
+				return true, nil
 			}
-			return fmt.Errorf("admin %s: %w (see rolloutd admin %s --help)", sub, err, sub)
+			return false, fmt.Errorf("admin %s: %w (see rolloutd admin %s --help)", cmd.name, err, cmd.name)
 		}
 		if fs.NArg() == 0 {
 			break
@@ -158,89 +260,87 @@ func runAdmin(args []string, stdout, stderr io.Writer) error {
 		rest = append(rest, fs.Arg(0))
 		args = fs.Args()[1:]
 	}
-	switch {
-	case len(rest) < positional:
-		return fmt.Errorf("admin %s: name the shard, as in: rolloutd admin %s exp-42/actor-7", sub, sub)
-	case len(rest) > positional && positional == 0:
-		return fmt.Errorf("admin %s: takes no arguments, got %q (see rolloutd admin %s --help)", sub, rest, sub)
-	case len(rest) > positional:
-		return fmt.Errorf("admin %s: takes one shard, got %d: %q", sub, len(rest), rest)
-	case positional == 1 && rest[0] == "":
-		return fmt.Errorf("admin %s: the shard is empty: name one, as in: rolloutd admin %s exp-42/actor-7 (%s acts on one shard only)", sub, sub, sub)
-	}
-	p, err := adminSelection(sub, *prefix, *all, *olderThan)
-	if err != nil {
-		return err
-	}
-	c, err := conn.client()
-	if err != nil {
-		return fmt.Errorf("admin: %w", err)
-	}
-	defer c.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), conn.timeout)
-	defer cancel()
-	switch sub {
-	case "list":
-		return adminList(ctx, c, stdout, stderr, p, *summary)
-	case "describe":
-		info, err := c.DescribeShard(ctx, rest[0])
-		if err != nil {
-			return callError("admin describe "+rest[0], err)
-		}
-		printInfo(stdout, info)
-		return nil
-	case "delete":
-		var exp *uint64
-		if *expected != "" {
-			n, err := strconv.ParseUint(*expected, 10, 64)
-			if err != nil {
-				return fmt.Errorf("admin delete: --expected-last-seq %q: want a whole number, the shard's last seq (rolloutd admin describe %s)", *expected, rest[0])
-			}
-			exp = &n
-		}
-		resp, err := c.DeleteShard(ctx, rest[0], exp)
-		switch {
-		case errors.Is(err, client.ErrOutcomeUnknown):
-			return fmt.Errorf("%w; if it reached the server, the delete may have taken effect: see rolloutd admin describe %s, and delete again with --expected-last-seq", callError("admin delete "+rest[0], err), rest[0])
-		case err != nil:
-			return callError("admin delete "+rest[0], err)
-		}
-		if resp.GetAlreadyDeleted() {
-			fmt.Fprintf(stdout, "%s: already deleted (last seq %d); reclaiming its storage resumed\n", rest[0], resp.GetLastSeq())
-		} else {
-			fmt.Fprintf(stdout, "%s: deleted %d records through seq %d\n", rest[0], resp.GetRecords(), resp.GetLastSeq())
-		}
-		return nil
-	}
-	age, err := parseAge(*olderThan)
-	if err != nil {
-		return fmt.Errorf("admin purge: --older-than: %w", err)
-	}
-	return adminPurge(ctx, c, stdout, stderr, p, age, *dryRun, time.Now())
+	return false, cmd.takeArgs(rest, a)
 }
 
-// adminSelection checks what list and purge select, before any
-// connection: the prefix, on whole segments, and for purge, which
-// deletes, an explicit --all for every shard, never an empty prefix.
-func adminSelection(sub, prefix string, all bool, olderThan string) (string, error) {
-	switch sub {
-	case "list":
-		return parsePrefix("admin list", prefix, "omit --prefix to list every shard")
-	case "purge":
-	default:
-		return "", nil
+func (cmd *adminCommand) printHelp(w io.Writer, fs *flag.FlagSet) {
+	shard := ""
+	if cmd.takesShard {
+		shard = " SHARD"
 	}
+	fmt.Fprintf(w, "Usage: rolloutd admin %s%s [flags]\n\n%s\n\nFlags:\n", cmd.name, shard, cmd.help)
+	fs.SetOutput(w)
+	fs.PrintDefaults()
+}
+
+// takeArgs checks the arguments that are not flags, rest: one shard for a
+// command that takes it, none for the others.
+func (cmd *adminCommand) takeArgs(rest []string, a *adminArgs) error {
+	sub := cmd.name
 	switch {
-	case all && prefix != "":
+	case !cmd.takesShard && len(rest) > 0:
+		return fmt.Errorf("admin %s: takes no arguments, got %q (see rolloutd admin %s --help)", sub, rest, sub)
+	case !cmd.takesShard:
+		return nil
+	case len(rest) == 0:
+		return fmt.Errorf("admin %s: name the shard, as in: rolloutd admin %s exp-42/actor-7", sub, sub)
+	case len(rest) > 1:
+		return fmt.Errorf("admin %s: takes one shard, got %d: %q", sub, len(rest), rest)
+	case rest[0] == "":
+		return fmt.Errorf("admin %s: the shard is empty: name one, as in: rolloutd admin %s exp-42/actor-7 (%s acts on one shard only)", sub, sub, sub)
+	}
+	a.shard = rest[0]
+	return nil
+}
+
+func adminDescribe(ctx context.Context, c *client.Client, a *adminArgs) error {
+	info, err := c.DescribeShard(ctx, a.shard)
+	if err != nil {
+		return callError("admin describe "+a.shard, err)
+	}
+	printInfo(a.stdout, info)
+	return nil
+}
+
+func adminDelete(ctx context.Context, c *client.Client, a *adminArgs) error {
+	var exp *uint64
+	if a.expected != "" {
+		n, err := strconv.ParseUint(a.expected, 10, 64)
+		if err != nil {
+			return fmt.Errorf("admin delete: --expected-last-seq %q: want a whole number, the shard's last seq (rolloutd admin describe %s)", a.expected, a.shard)
+		}
+		exp = &n
+	}
+	resp, err := c.DeleteShard(ctx, a.shard, exp)
+	switch {
+	case errors.Is(err, client.ErrOutcomeUnknown):
+		return fmt.Errorf("%w; if it reached the server, the delete may have taken effect: see rolloutd admin describe %s, and delete again with --expected-last-seq", callError("admin delete "+a.shard, err), a.shard)
+	case err != nil:
+		return callError("admin delete "+a.shard, err)
+	}
+	if resp.GetAlreadyDeleted() {
+		fmt.Fprintf(a.stdout, "%s: already deleted (last seq %d); reclaiming its storage resumed\n", a.shard, resp.GetLastSeq())
+	} else {
+		fmt.Fprintf(a.stdout, "%s: deleted %d records through seq %d\n", a.shard, resp.GetRecords(), resp.GetLastSeq())
+	}
+	return nil
+}
+
+// purgeSelection checks what purge selects, before any connection: the
+// prefix, on whole segments, and, since purge deletes, an explicit --all
+// for every shard, never an empty prefix.
+func purgeSelection(a *adminArgs) (string, error) {
+	switch {
+	case a.all && a.prefix != "":
 		return "", errors.New("admin purge: --all and --prefix both given: give --prefix P for the shards under P, or --all for every shard")
-	case prefix == "*":
+	case a.prefix == "*":
 		return "", errors.New("admin purge: --prefix '*': '*' is not a prefix; give --all to purge every shard")
-	case !all && prefix == "":
+	case !a.all && a.prefix == "":
 		return "", errors.New("admin purge: say what to purge: --prefix P for the shards under P, or --all for every shard (an empty --prefix is not every shard)")
-	case olderThan == "":
+	case a.olderThan == "":
 		return "", errors.New("admin purge: --older-than is required")
 	}
-	return parsePrefix("admin purge", prefix, "give --all to purge every shard")
+	return parsePrefix("admin purge", a.prefix, "give --all to purge every shard")
 }
 
 // callError is err, the error of a call by an admin command, prefixed
@@ -268,39 +368,6 @@ func (e *adminCallError) Error() string {
 }
 
 func (e *adminCallError) Unwrap() error { return e.err }
-
-// ageString is age as --older-than takes it: whole days as "30d".
-func ageString(age time.Duration) string {
-	const day = 24 * time.Hour
-	if age >= day && age%day == 0 {
-		return fmt.Sprintf("%dd", age/day)
-	}
-	// 36h, not 36h0m0s.
-	str := age.String()
-	if strings.HasSuffix(str, "m0s") {
-		str = strings.TrimSuffix(str, "0s")
-	}
-	if strings.HasSuffix(str, "h0m") {
-		str = strings.TrimSuffix(str, "0m")
-	}
-	return str
-}
-
-// parseAge is time.ParseDuration, plus whole days ("30d").
-func parseAge(s string) (time.Duration, error) {
-	if d, ok := strings.CutSuffix(s, "d"); ok {
-		n, err := strconv.ParseUint(d, 10, 32)
-		if err != nil {
-			return 0, fmt.Errorf("%q: want a duration such as 36h or a number of days such as 30d", s)
-		}
-		return time.Duration(n) * 24 * time.Hour, nil
-	}
-	d, err := time.ParseDuration(s)
-	if err != nil || d <= 0 {
-		return 0, fmt.Errorf("%q: want a positive duration such as 36h or a number of days such as 30d", s)
-	}
-	return d, nil
-}
 
 func adminList(ctx context.Context, c *client.Client, stdout, stderr io.Writer, prefix string, summary bool) error {
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
@@ -380,123 +447,4 @@ func printInfo(w io.Writer, info *rolloutv1.ShardInfo) {
 		fmt.Fprintf(tw, "%s:\t%s\n", kv[0], kv[1])
 	}
 	tw.Flush()
-}
-
-// purgeBeforeDelete, when set (by tests), runs before each of purge's
-// deletes: a writer acts between the listing and the delete.
-var purgeBeforeDelete func(shard string)
-
-// adminPurge deletes the shards under prefix idle for longer than age:
-// whose last commit (or, without one, creation) is before now-age. A shard
-// whose age is not recorded (written by a build before these times) is
-// skipped and counted. Each delete passes the last seq the listing saw. A
-// deleted shard is deleted again, which finishes reclaiming its storage.
-func adminPurge(ctx context.Context, c *client.Client, stdout, stderr io.Writer, prefix string, age time.Duration, dryRun bool, now time.Time) error {
-	cutoff := now.Add(-age)
-	var examined, deleted, records, resumed, unknown, young, moved, failed int
-	verb := "deleted"
-	if dryRun {
-		verb = "would delete"
-	}
-	for s, err := range c.AllShards(ctx, prefix, 1000, true) {
-		if err != nil {
-			return callError("admin purge: list shards", err)
-		}
-		examined++
-		sum := s.GetSummary()
-		if e := s.GetSummaryError(); e != "" {
-			// Its age is unknown: keep it, say so, and go on.
-			failed++
-			fmt.Fprintf(stderr, "purge: %s: cannot read its summary: %s\n", s.GetShard(), e)
-			continue
-		}
-		if sum == nil {
-			continue // gone between the listing and its read
-		}
-		if sum.GetDeleted() {
-			if !dryRun {
-				if purgeBeforeDelete != nil {
-					purgeBeforeDelete(s.GetShard())
-				}
-				// With the last seq the listing saw, so that a shard
-				// written again since (its next incarnation) survives: a
-				// delete of a tombstone only resumes reclaiming storage,
-				// and the last seq of a shard written since is higher.
-				seq := sum.GetLastSeq()
-				_, err := c.DeleteShard(ctx, s.GetShard(), &seq)
-				switch {
-				case errors.Is(err, client.ErrSeqMismatch):
-					moved++
-					fmt.Fprintf(stdout, "kept %s: written again since it was listed deleted\n", s.GetShard())
-					continue
-				case err != nil:
-					failed++
-					fmt.Fprintf(stderr, "purge: %s: finishing its deletion: %v\n", s.GetShard(), callError("", err))
-					continue
-				}
-			}
-			resumed++
-			resumeVerb := "resumed reclaiming"
-			if dryRun {
-				resumeVerb = "would resume reclaiming"
-			}
-			fmt.Fprintf(stdout, "%s %s: deleted %s\n", resumeVerb, s.GetShard(), when(sum.GetDeletedAt().AsTime(), sum.GetDeletedAt() != nil))
-			continue
-		}
-		last := sum.GetLastCommitAt()
-		if last == nil {
-			last = sum.GetCreatedAt()
-		}
-		switch {
-		case last == nil:
-			unknown++
-			continue
-		case !last.AsTime().Before(cutoff):
-			young++
-			continue
-		}
-		if dryRun {
-			deleted++
-			records += int(sum.GetRecords())
-			fmt.Fprintf(stdout, "%s %s: %d records through seq %d, last commit %s\n", verb, s.GetShard(), sum.GetRecords(), sum.GetLastSeq(), when(last.AsTime(), true))
-			continue
-		}
-		if purgeBeforeDelete != nil {
-			purgeBeforeDelete(s.GetShard())
-		}
-		seq := sum.GetLastSeq()
-		resp, err := c.DeleteShard(ctx, s.GetShard(), &seq)
-		switch {
-		case errors.Is(err, client.ErrSeqMismatch):
-			moved++
-			if errors.Is(err, client.ErrOutcomeUnknown) {
-				fmt.Fprintf(stdout, "kept %s: written since it was listed (an earlier attempt of this delete may have deleted its records through seq %d)\n", s.GetShard(), seq)
-			} else {
-				fmt.Fprintf(stdout, "kept %s: written since it was listed\n", s.GetShard())
-			}
-		case errors.Is(err, client.ErrNotFound):
-		case err != nil:
-			failed++
-			fmt.Fprintf(stderr, "purge: %s: %v\n", s.GetShard(), callError("", err))
-		default:
-			deleted++
-			records += int(resp.GetRecords())
-			fmt.Fprintf(stdout, "%s %s: %d records through seq %d, last commit %s\n", verb, s.GetShard(), resp.GetRecords(), resp.GetLastSeq(), when(last.AsTime(), true))
-		}
-	}
-	if examined == 0 {
-		if err := wrongPrefix(ctx, "admin purge", clientLister(c), prefix); err != nil {
-			return err
-		}
-	}
-	scope := fmt.Sprintf("%q", prefix)
-	if prefix == "" {
-		scope = "every shard"
-	}
-	fmt.Fprintf(stdout, "purge of %s, older than %s (before %s): %d shards examined, %d %s (%d records), %d younger, %d written since listed, %d of unknown age, %d deleted before (storage reclaim %s), %d failed\n",
-		scope, ageString(age), cutoff.UTC().Format(time.RFC3339), examined, deleted, verb, records, young, moved, unknown, resumed, map[bool]string{true: "not resumed: dry run", false: "resumed"}[dryRun], failed)
-	if failed > 0 {
-		return fmt.Errorf("admin purge: %d shards failed", failed)
-	}
-	return nil
 }

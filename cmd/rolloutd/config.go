@@ -46,8 +46,7 @@ type config struct {
 	IndexCacheBytes  byteSize
 	DisableMerge     bool
 	CommitTimeout    time.Duration
-	CommitProtocol   string
-	commitProtocol   shard.Protocol
+	CommitProtocol   string // deprecated: "" or v2 (commitProtocolUnset)
 
 	MaxMessageBytes byteSize
 	MaxBatchRecords int
@@ -120,28 +119,6 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (*con
 	// (main prints it once, to stderr), and --help prints below, to out.
 	fs.SetOutput(io.Discard)
 	fs.Usage = func() {}
-	usage := func() {
-		fmt.Fprintf(out, `rolloutd serves rollout.v1.RolloutService over gRPC and stores records durably
-in blob storage: a local directory by default, or Azure Blob Storage.
-Its RPCs: %s.
-Every flag can also be set with the environment variable
-%s<FLAG_IN_CAPS> (--max-writers: %sMAX_WRITERS); a flag wins over
-its variable, which wins over the default. Tracing is configured by the
-standard OpenTelemetry variables (OTEL_TRACES_EXPORTER=otlp or
-OTEL_EXPORTER_OTLP_ENDPOINT turns it on; docs/operations.md, "Tracing").
-
-Usage: rolloutd [serve] [flags]
-       rolloutd COMMAND [flags]
-
-Commands:
-%s
-Flags of serve:
-`, serviceMethods(), envPrefix, envPrefix, commandList())
-		fs.SetOutput(out)
-		fs.PrintDefaults()
-		fs.SetOutput(io.Discard)
-	}
-
 	fs.StringVar(&c.Listen, "listen", ":50051", "`address` of the gRPC listener (RolloutService, grpc.health.v1, reflection)")
 	fs.StringVar(&c.MetricsListen, "metrics-listen", ":9090", "`address` of the HTTP listener for /metrics (Prometheus), and /debug/pprof/ with --pprof")
 	fs.StringVar(&c.Store, "store", "./rolloutd-data", "where records are stored: a local `directory` (also file:///abs/path), or azblob://CONTAINER[/PREFIX] for Azure\n"+
@@ -155,7 +132,7 @@ Flags of serve:
 	fs.Var(&c.IndexCacheBytes, "index-cache-bytes", "`bytes` of generation indexes cached for all shards, shared by writers and reads")
 	fs.BoolVar(&c.DisableMerge, "disable-merge", false, "turn off merging small generations and garbage collection (for debugging only)")
 	fs.DurationVar(&c.CommitTimeout, "commit-timeout", shard.DefaultCommitTimeout, "how long one commit may take before the server gives up on it: its Append is then answered UNAVAILABLE (OUTCOME_UNKNOWN when the commit was sent), and a shard writer whose commit stays undecided is replaced")
-	fs.StringVar(&c.CommitProtocol, "commit-protocol", "v2", "`protocol` of commits: v2 (commit by create; converts each shard it writes, which older builds then refuse) or v1 (manifest CAS, for the first step of a rolling upgrade; a shard already in v2 is still written in v2). See docs/operations.md")
+	fs.StringVar(&c.CommitProtocol, "commit-protocol", "", "deprecated and ignored: v2 (commit by create) is the only commit `protocol`; v1 is refused. See docs/operations.md")
 	fs.Var(&c.MaxMessageBytes, "max-message-bytes", "largest gRPC request in `bytes`; sized to the largest Append batch")
 	fs.IntVar(&c.MaxBatchRecords, "max-batch-records", server.DefaultMaxBatchRecords, "maximum records in one Append")
 	fs.Var(&c.MaxRecordBytes, "max-record-bytes", "largest encoded record in `bytes`; the default is the largest a default gRPC client (4 MiB receive limit) can read back. Raise clients' receive limit with it")
@@ -178,7 +155,7 @@ Flags of serve:
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			restoreValues()
-			usage()
+			printServeUsage(out, fs)
 		} else {
 			err = fmt.Errorf("%w (see rolloutd --help)", err)
 		}
@@ -191,6 +168,45 @@ Flags of serve:
 		return nil, fmt.Errorf("unexpected argument %q: rolloutd serve takes flags only (see --help)", fs.Arg(0))
 	}
 	fs.VisitAll(func(f *flag.Flag) { c.flagNames = append(c.flagNames, f.Name) })
+	if err := setFromEnv(fs, getenv); err != nil {
+		return nil, err
+	}
+	if err := c.readEnv(getenv); err != nil {
+		return nil, err
+	}
+	if err := c.validate(); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// printServeUsage writes serve's --help to out: what rolloutd is, its
+// commands, and the flags of fs.
+func printServeUsage(out io.Writer, fs *flag.FlagSet) {
+	fmt.Fprintf(out, `rolloutd serves rollout.v1.RolloutService over gRPC and stores records durably
+in blob storage: a local directory by default, or Azure Blob Storage.
+Its RPCs: %s.
+Every flag can also be set with the environment variable
+%s<FLAG_IN_CAPS> (--max-writers: %sMAX_WRITERS); a flag wins over
+its variable, which wins over the default. Tracing is configured by the
+standard OpenTelemetry variables (OTEL_TRACES_EXPORTER=otlp or
+OTEL_EXPORTER_OTLP_ENDPOINT turns it on; docs/operations.md, "Tracing").
+
+Usage: rolloutd [serve] [flags]
+       rolloutd COMMAND [flags]
+
+Commands:
+%s
+Flags of serve:
+`, serviceMethods(), envPrefix, envPrefix, commandList())
+	fs.SetOutput(out)
+	fs.PrintDefaults()
+	fs.SetOutput(io.Discard)
+}
+
+// setFromEnv sets each flag of fs not given on the command line from its
+// ROLLOUTD_* variable, if set.
+func setFromEnv(fs *flag.FlagSet, getenv func(string) string) error {
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	var envErr error
@@ -205,43 +221,60 @@ Flags of serve:
 			}
 		}
 	})
-	if envErr != nil {
-		return nil, envErr
-	}
+	return envErr
+}
+
+// readEnv reads what comes from the environment only, not from flags:
+// the Azure credentials and endpoint, and the OTEL_* tracing settings.
+func (c *config) readEnv(getenv func(string) string) error {
 	if c.AzureAccountURL == "" {
 		c.AzureAccountURL = getenv(envAccountURL)
 	}
 	c.azureConn = getenv(envConnectionString)
 	if err := c.readConnectionStringFile(); err != nil {
-		return nil, err
+		return err
 	}
 	tr, err := tracing.FromEnv(getenv)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	c.tracing = tr
-	if err := c.validate(); err != nil {
-		return nil, err
-	}
-	return c, nil
+	return nil
 }
 
 // validate checks every value and derives the parsed forms. Each error
 // names the flag.
 func (c *config) validate() error {
-	switch c.CommitProtocol {
-	case "v2":
-		c.commitProtocol = shard.ProtocolV2
-	case "v1":
-		c.commitProtocol = shard.ProtocolV1
-	default:
-		return fmt.Errorf("--commit-protocol %q: want v2 or v1", c.CommitProtocol)
+	if err := checkCommitProtocol(c.CommitProtocol); err != nil {
+		return err
 	}
 	for _, a := range []struct{ flag, addr string }{{"listen", c.Listen}, {"metrics-listen", c.MetricsListen}} {
 		if _, _, err := net.SplitHostPort(a.addr); err != nil {
 			return fmt.Errorf("--%s %q: want host:port or :port: %w", a.flag, a.addr, err)
 		}
 	}
+	if err := c.validateStore(); err != nil {
+		return err
+	}
+	if err := c.validateLimits(); err != nil {
+		return err
+	}
+	switch c.LogFormat {
+	case "json", "console":
+	default:
+		return fmt.Errorf("--log-format %q: want json or console", c.LogFormat)
+	}
+	lvl, err := zapcore.ParseLevel(c.LogLevel)
+	if err != nil {
+		return fmt.Errorf("--log-level %q: want debug, info, warn or error", c.LogLevel)
+	}
+	c.logLevel = lvl
+	return c.validateSecurity()
+}
+
+// validateStore checks --store and, for Azure, its credentials and
+// connections, and derives c.store.
+func (c *config) validateStore() error {
 	loc, err := parseStore(c.Store)
 	if err != nil {
 		return fmt.Errorf("--store %q: %w", c.Store, err)
@@ -263,6 +296,11 @@ func (c *config) validate() error {
 			return fmt.Errorf("--azure-max-conns %d: must be at least 1", c.AzureMaxConns)
 		}
 	}
+	return nil
+}
+
+// validateLimits checks the sizes, counts and durations.
+func (c *config) validateLimits() error {
 	positive := []struct {
 		flag string
 		v    int64
@@ -297,17 +335,7 @@ func (c *config) validate() error {
 	case c.DrainDelay >= c.ShutdownTimeout/2:
 		return fmt.Errorf("--drain-delay %s must be under half of --shutdown-timeout %s, to leave time for in-flight appends and closing writers", c.DrainDelay, c.ShutdownTimeout)
 	}
-	switch c.LogFormat {
-	case "json", "console":
-	default:
-		return fmt.Errorf("--log-format %q: want json or console", c.LogFormat)
-	}
-	lvl, err := zapcore.ParseLevel(c.LogLevel)
-	if err != nil {
-		return fmt.Errorf("--log-level %q: want debug, info, warn or error", c.LogLevel)
-	}
-	c.logLevel = lvl
-	return c.validateSecurity()
+	return nil
 }
 
 // budget is --request-budget-bytes, or the server's default from the memory

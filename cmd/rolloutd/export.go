@@ -24,6 +24,7 @@ import (
 	"github.com/rolloutd/rolloutd/internal/blob/localstore"
 	"github.com/rolloutd/rolloutd/internal/export"
 	"github.com/rolloutd/rolloutd/internal/shard"
+	"github.com/rolloutd/rolloutd/internal/term"
 	"github.com/rolloutd/rolloutd/internal/validate"
 )
 
@@ -217,70 +218,18 @@ func exportMain(ctx context.Context, c *exportConfig, stdout, stderr io.Writer) 
 		Compression: export.Compression(c.Compression),
 		StatePath:   c.State,
 	}
-	var list shardLister // for the hint when nothing matches
-	if c.Server != "" {
-		var copts []client.Option
-		if c.TLS || c.TLSCA != "" || c.TLSCert != "" || c.TLSKey != "" || c.TLSServerName != "" {
-			copts = append(copts, client.WithTLS(client.TLSConfig{CAFile: c.TLSCA, CertFile: c.TLSCert, KeyFile: c.TLSKey, ServerName: c.TLSServerName}))
-		}
-		cl, err := client.New(c.Server, copts...)
-		if err != nil {
-			return fmt.Errorf("--server %s: %w", c.Server, err)
-		}
-		defer cl.Close()
-		opts.Source = &export.ClientSource{Client: cl, ShardNames: c.Shards}
-		list = clientLister(cl)
-	} else {
-		loc, err := parseStore(c.Store)
-		if err != nil {
-			return fmt.Errorf("--store %q: %w", c.Store, err)
-		}
-		if loc.Container == "" {
-			if _, err := os.Stat(filepath.Join(loc.Dir, "FORMAT")); err != nil {
-				return fmt.Errorf("--store %s: not a rolloutd data directory: %w", c.Store, err)
-			}
-			s, err := localstore.Open(loc.Dir)
-			if errors.Is(err, localstore.ErrLocked) {
-				return fmt.Errorf("--store %s: a running rolloutd holds the directory, and only it knows which of its blobs are durable: "+
-					"export through it with --server ADDR instead (%w)", c.Store, err)
-			}
-			if err != nil {
-				return fmt.Errorf("--store %s: %w", c.Store, err)
-			}
-			defer s.Close()
-			opts.Source = export.NewStoreSource(s)
-			list = storeLister(s)
-		} else {
-			s, err := c.azureStore(ctx, "store", c.Store, loc, 0)
-			if err != nil {
-				return err
-			}
-			defer s.Close()
-			opts.Source = export.NewStoreSource(s)
-			list = storeLister(s)
-		}
-	}
-	out, err := parseStore(c.Out)
+	src, list, closeSource, err := c.openSource(ctx)
 	if err != nil {
-		return fmt.Errorf("--out %q: %w", c.Out, err)
+		return err
 	}
-	if out.Container == "" {
-		d, err := export.OpenDir(out.Dir)
-		if err != nil {
-			return fmt.Errorf("--out %s: %w", c.Out, err)
-		}
-		defer d.Close()
-		opts.Dest = d
-	} else {
-		// A part is one put of up to hundreds of MB: the store's default
-		// try timeout (10 s) is sized for generations and manifests.
-		s, err := c.azureStore(ctx, "out", c.Out, out, partPutTimeout)
-		if err != nil {
-			return err
-		}
-		defer s.Close()
-		opts.Dest = &export.BlobDest{Store: s, Name: out.String() + "/"}
+	defer closeSource()
+	opts.Source = src
+	dest, closeDest, err := c.openDest(ctx)
+	if err != nil {
+		return err
 	}
+	defer closeDest()
+	opts.Dest = dest
 	log, err := buildLogger("json", zapcore.InfoLevel)
 	if err != nil {
 		return err
@@ -307,6 +256,68 @@ func exportMain(ctx context.Context, c *exportConfig, stdout, stderr io.Writer) 
 	return runErr
 }
 
+// openSource opens what export reads: a running rolloutd (--server) or
+// the storage itself (--store). list lists its shards, for the hint when
+// nothing matches; closeSource closes it.
+func (c *exportConfig) openSource(ctx context.Context) (src export.Source, list shardLister, closeSource func(), err error) {
+	if c.Server != "" {
+		var copts []client.Option
+		if c.TLS || c.TLSCA != "" || c.TLSCert != "" || c.TLSKey != "" || c.TLSServerName != "" {
+			copts = append(copts, client.WithTLS(client.TLSConfig{CAFile: c.TLSCA, CertFile: c.TLSCert, KeyFile: c.TLSKey, ServerName: c.TLSServerName}))
+		}
+		cl, err := client.New(c.Server, copts...)
+		if err != nil {
+			return nil, nil, nil, fmt.Errorf("--server %s: %w", c.Server, err)
+		}
+		return &export.ClientSource{Client: cl, ShardNames: c.Shards}, clientLister(cl), func() { cl.Close() }, nil
+	}
+	loc, err := parseStore(c.Store)
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("--store %q: %w", c.Store, err)
+	}
+	if loc.Container != "" {
+		s, err := c.azureStore(ctx, "store", c.Store, loc, 0)
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		return export.NewStoreSource(s), storeLister(s), func() { s.Close() }, nil
+	}
+	if _, err := os.Stat(filepath.Join(loc.Dir, "FORMAT")); err != nil {
+		return nil, nil, nil, fmt.Errorf("--store %s: not a rolloutd data directory: %w", c.Store, err)
+	}
+	s, err := localstore.Open(loc.Dir)
+	if errors.Is(err, localstore.ErrLocked) {
+		return nil, nil, nil, fmt.Errorf("--store %s: a running rolloutd holds the directory, and only it knows which of its blobs are durable: "+
+			"export through it with --server ADDR instead (%w)", c.Store, err)
+	}
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("--store %s: %w", c.Store, err)
+	}
+	return export.NewStoreSource(s), storeLister(s), func() { s.Close() }, nil
+}
+
+// openDest opens where export writes, --out: a local directory or Azure.
+func (c *exportConfig) openDest(ctx context.Context) (export.Dest, func(), error) {
+	out, err := parseStore(c.Out)
+	if err != nil {
+		return nil, nil, fmt.Errorf("--out %q: %w", c.Out, err)
+	}
+	if out.Container == "" {
+		d, err := export.OpenDir(out.Dir)
+		if err != nil {
+			return nil, nil, fmt.Errorf("--out %s: %w", c.Out, err)
+		}
+		return d, func() { d.Close() }, nil
+	}
+	// A part is one put of up to hundreds of MB: the store's default
+	// try timeout (10 s) is sized for generations and manifests.
+	s, err := c.azureStore(ctx, "out", c.Out, out, partPutTimeout)
+	if err != nil {
+		return nil, nil, err
+	}
+	return &export.BlobDest{Store: s, Name: out.String() + "/"}, func() { s.Close() }, nil
+}
+
 // exportProgress shows each shard's records and MB/s: on a terminal, a
 // line per shard rewritten in place while it runs; otherwise (with plain)
 // one line when it ends.
@@ -321,19 +332,10 @@ type exportProgress struct {
 func newExportProgress(w io.Writer, mode string) *exportProgress {
 	p := &exportProgress{w: w, off: mode == "off"}
 	if mode == "auto" {
-		p.tty = isTerminal(w)
+		p.tty = term.IsTerminal(w)
 		p.off = !p.tty
 	}
 	return p
-}
-
-func isTerminal(w io.Writer) bool {
-	f, ok := w.(*os.File)
-	if !ok {
-		return false
-	}
-	st, err := f.Stat()
-	return err == nil && st.Mode()&os.ModeCharDevice != 0
 }
 
 func (p *exportProgress) update(pr export.Progress) {

@@ -322,7 +322,7 @@ func TestExportOnAzurite(t *testing.T) {
 	}
 
 	dest := readStore(t, store+"-out")
-	page, err := dest.List(ctx, "exports/", "", 0)
+	page, err := dest.List(ctx, blob.ListOptions{Prefix: "exports/"})
 	if err != nil {
 		t.Fatal(err)
 	}

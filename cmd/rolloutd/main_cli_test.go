@@ -13,7 +13,6 @@ import (
 
 	rolloutv1 "github.com/rolloutd/rolloutd/gen/rollout/v1"
 	"github.com/rolloutd/rolloutd/internal/authz"
-	"github.com/rolloutd/rolloutd/internal/shard"
 )
 
 // rolloutd with no subcommand or with flags only serves; a name picks a
@@ -83,7 +82,7 @@ func TestConfigParseErrorsShowTheFormat(t *testing.T) {
 		{args: []string{"--max-writers", "1e3"}, want: "want a whole number such as 1024"},
 		{env: []string{"ROLLOUTD_AZURE_MAX_CONNS", "many"}, want: "--azure-max-conns (from ROLLOUTD_AZURE_MAX_CONNS): want a whole number"},
 		{args: []string{"--keepalive-permit-without-stream=maybe"}, want: "-keepalive-permit-without-stream"},
-		{args: []string{"--commit-protocol=v3"}, want: "--commit-protocol \"v3\": want v2 or v1"},
+		{args: []string{"--commit-protocol=v3"}, want: "--commit-protocol \"v3\": want v2"},
 	} {
 		_, err := parseConfig(tc.args, env(tc.env...), io.Discard)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
@@ -93,13 +92,6 @@ func TestConfigParseErrorsShowTheFormat(t *testing.T) {
 	// Bool flags stay bool flags: --disable-merge takes no value.
 	if c, err := parseConfig([]string{"--disable-merge", "--max-writers", "3"}, env(), io.Discard); err != nil || !c.DisableMerge || c.MaxWriters != 3 {
 		t.Errorf("--disable-merge --max-writers 3: %+v, %v", c, err)
-	}
-	// The commit protocol: v2 unless told v1 (the first step of an upgrade).
-	for args, want := range map[string]shard.Protocol{"": shard.ProtocolV2, "--commit-protocol=v1": shard.ProtocolV1, "--commit-protocol=v2": shard.ProtocolV2} {
-		c, err := parseConfig(strings.Fields(args), env(), io.Discard)
-		if err != nil || c.commitProtocol != want {
-			t.Errorf("%q: protocol %v, %v; want %v", args, c.commitProtocol, err, want)
-		}
 	}
 	var out strings.Builder
 	if _, err := parseConfig([]string{"--help"}, env(), &out); !errors.Is(err, flag.ErrHelp) {

@@ -70,24 +70,18 @@ func serve(ctx context.Context, stopSignals func(), cfg *config) error {
 		return err
 	}
 	defer func() { _ = log.Sync() }()
-	for _, name := range cfg.unknownEnv {
-		log.Warn("ignoring an environment variable that names no flag", zap.String("name", name), zap.String("hint", "every flag is also ROLLOUTD_<FLAG_IN_CAPS>; see rolloutd --help"))
-	}
-
-	tp, err := tracing.New(ctx, cfg.tracing, log.Named("tracing"), version)
+	warnUnknownEnv(log, cfg.unknownEnv)
+	cfg.warnDeprecated(log)
+	tp, err := startTracing(ctx, cfg, log)
 	if err != nil {
 		return err
 	}
 	// The normal path flushes within the shutdown budget below; this only
 	// stops the exporter on the paths that fail before serving.
 	defer shutdownTracing(tp, log, time.Second)
-	if tp != nil {
-		log.Info("tracing: exporting spans over OTLP/gRPC", zap.String("sampler", cfg.tracing.Sampler), zap.Float64("ratio", cfg.tracing.Ratio))
-	}
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-
 	sec, err := newSecurity(cfg, log, reg)
 	if err != nil {
 		return err
@@ -101,30 +95,20 @@ func serve(ctx context.Context, stopSignals func(), cfg *config) error {
 		return err
 	}
 	served := false
-	defer func() {
-		if !served {
-			ls.close()
-		}
-	}()
 	created := missingDir(cfg)
 	defer func() {
-		// Runs after the store is closed: a start that failed leaves no
-		// directory it created behind.
-		if !served && created != "" {
-			if err := os.RemoveAll(created); err != nil {
-				log.Warn("removing the store directory this failed start created", zap.String("dir", created), zap.Error(err))
-			}
+		// Runs after the store is closed: a start that failed closes its
+		// listeners and leaves no directory it created behind.
+		if !served {
+			ls.close()
+			removeCreated(created, log)
 		}
 	}()
 	store, closeStore, err := openStore(ctx, cfg, log, reg)
 	if err != nil {
 		return err
 	}
-	defer func() {
-		if err := closeStore(); err != nil {
-			log.Warn("closing the store", zap.Error(err))
-		}
-	}()
+	defer warnIfFails(log, "closing the store", closeStore)
 	reg.MustRegister(storeFailedGauge(store))
 	warnIfEmpty(ctx, store, cfg, log)
 
@@ -137,7 +121,6 @@ func serve(ctx context.Context, stopSignals func(), cfg *config) error {
 			MaxQueuedBytes:    int64(cfg.WriterQueueBytes),
 			DisableBackground: cfg.DisableMerge,
 			CommitTimeout:     cfg.CommitTimeout,
-			Protocol:          cfg.commitProtocol,
 		},
 		IndexCacheBytes: int64(cfg.IndexCacheBytes),
 		MaxMessageBytes: int(cfg.MaxMessageBytes),
@@ -157,12 +140,30 @@ func serve(ctx context.Context, stopSignals func(), cfg *config) error {
 		return err
 	}
 
-	lis, mlis, hlis := ls.grpc, sec.metricsListener(ls.metrics, log), ls.health
-	served = true // Serve and metrics.Serve close them from here on
-	metrics := newMetricsServer(server.DebugHandler(reg, cfg.Pprof), metricsIdleTimeout)
+	served = true // Serve and metrics.Serve close the listeners from here on
+	return serveUntilDone(ctx, stopSignals, cfg, log, running{tp: tp, srv: srv, reg: reg, store: store, sec: sec, ls: ls})
+}
+
+// running is what serve built, for serveUntilDone.
+type running struct {
+	tp    *tracing.Provider
+	srv   *server.Server
+	reg   *prometheus.Registry
+	store blob.Store
+	sec   *security
+	ls    *listeners
+}
+
+// serveUntilDone serves on r's listeners until ctx ends or one of them,
+// or the store, fails, then shuts r down within cfg.ShutdownTimeout. It
+// returns that failure, if any.
+func serveUntilDone(ctx context.Context, stopSignals func(), cfg *config, log *zap.Logger, r running) error {
+	srv := r.srv
+	lis, mlis, hlis := r.ls.grpc, r.sec.metricsListener(r.ls.metrics, log), r.ls.health
+	metrics := newMetricsServer(server.DebugHandler(r.reg, cfg.Pprof), metricsIdleTimeout)
 
 	errc := make(chan error, 4)
-	stopWatch := watchStore(store, errc)
+	stopWatch := watchStore(r.store, errc)
 	defer stopWatch()
 	if hlis != nil {
 		go func() {
@@ -192,9 +193,14 @@ func serve(ctx context.Context, stopSignals func(), cfg *config) error {
 		log.Error("shutdown: a listener or the store failed", zap.Error(failed))
 	}
 	stopSignals()
+	shutdown(cfg, log, r.tp, srv, metrics)
+	return failed
+}
 
-	// The whole sequence fits cfg.ShutdownTimeout: the server gets 90% of
-	// it, the rest is for the metrics listener, the store and exiting.
+// shutdown stops the server, then flushes the spans and stops the
+// metrics listener, all within cfg.ShutdownTimeout: the server gets 90%
+// of it, the rest is for the metrics listener, the store and exiting.
+func shutdown(cfg *config, log *zap.Logger, tp *tracing.Provider, srv *server.Server, metrics *http.Server) {
 	start := time.Now()
 	sctx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout*9/10)
 	defer cancel()
@@ -207,7 +213,45 @@ func serve(ctx context.Context, stopSignals func(), cfg *config) error {
 		metrics.Close()
 	}
 	log.Info("rolloutd stopped", zap.Duration("shutdown", time.Since(start)))
-	return failed
+}
+
+// warnUnknownEnv warns about each ROLLOUTD_* variable in names, which
+// name no flag.
+func warnUnknownEnv(log *zap.Logger, names []string) {
+	for _, name := range names {
+		log.Warn("ignoring an environment variable that names no flag", zap.String("name", name), zap.String("hint", "every flag is also ROLLOUTD_<FLAG_IN_CAPS>; see rolloutd --help"))
+	}
+}
+
+// startTracing starts the tracer provider of cfg.tracing (nil when
+// tracing is off).
+func startTracing(ctx context.Context, cfg *config, log *zap.Logger) (*tracing.Provider, error) {
+	tp, err := tracing.New(ctx, cfg.tracing, log.Named("tracing"), version)
+	if err != nil {
+		return nil, err
+	}
+	if tp != nil {
+		log.Info("tracing: exporting spans over OTLP/gRPC", zap.String("sampler", cfg.tracing.Sampler), zap.Float64("ratio", cfg.tracing.Ratio))
+	}
+	return tp, nil
+}
+
+// warnIfFails calls f, and logs its error, if any, as a warning with msg.
+func warnIfFails(log *zap.Logger, msg string, f func() error) {
+	if err := f(); err != nil {
+		log.Warn(msg, zap.Error(err))
+	}
+}
+
+// removeCreated removes created, the store directory that a start that
+// failed created ("" for none).
+func removeCreated(created string, log *zap.Logger) {
+	if created == "" {
+		return
+	}
+	if err := os.RemoveAll(created); err != nil {
+		log.Warn("removing the store directory this failed start created", zap.String("dir", created), zap.Error(err))
+	}
 }
 
 // listeners are serve's sockets.
@@ -322,7 +366,7 @@ func openStore(ctx context.Context, cfg *config, log *zap.Logger, reg prometheus
 func warnIfEmpty(ctx context.Context, store blob.Store, cfg *config, log *zap.Logger) {
 	ctx, cancel := context.WithTimeout(ctx, storeOpenTimeout)
 	defer cancel()
-	page, err := store.List(ctx, format.ShardsRoot, "", 1)
+	page, err := store.List(ctx, blob.ListOptions{Prefix: format.ShardsRoot, Max: 1})
 	switch {
 	case err != nil:
 		log.Warn("could not check whether the store holds any shard", zap.String("store", cfg.store.String()), zap.Error(err))

@@ -12,6 +12,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	rolloutv1 "github.com/rolloutd/rolloutd/gen/rollout/v1"
 )
 
 // baseline is the committed image that buf breaking compares against,
@@ -175,16 +177,70 @@ func TestBreakingCatchesRemovedField(t *testing.T) {
 	}
 }
 
-// copyModule writes buf.yaml, the given rollout.proto and the storage protos
-// into a new temporary directory laid out like the repository, and returns
-// it.
-func copyModule(t *testing.T, rolloutProto []byte) string {
-	t.Helper()
-	dir := t.TempDir()
+// TestLintExemptsErrorReasonsFromThePrefixOnly shows that buf.yaml's one
+// exemption for error_reason.proto is needed and hides nothing else: without
+// it, buf lint reports exactly one ENUM_VALUE_PREFIX finding for each
+// ErrorReason value but the zero, whose names are wire strings.
+func TestLintExemptsErrorReasonsFromThePrefixOnly(t *testing.T) {
+	t.Parallel()
+	const (
+		file      = "proto/rollout/v1/error_reason.proto"
+		exemption = "    ENUM_VALUE_PREFIX:\n      - " + file + "\n"
+	)
 	bufYAML, err := os.ReadFile(filepath.Join(root, "buf.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}
+	if n := bytes.Count(bufYAML, []byte(file)); n != 1 || !bytes.Contains(bufYAML, []byte(exemption)) {
+		t.Fatalf("buf.yaml names %s %d times; want once, as the exemption\n%s", file, n, exemption)
+	}
+	rolloutProto, err := os.ReadFile(filepath.Join(root, "proto/rollout/v1/rollout.proto"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := copyModuleWith(t, bytes.Replace(bufYAML, []byte(exemption), nil, 1), rolloutProto)
+	out, code := runBuf(t, dir, "lint")
+	if code == 0 {
+		t.Fatal("buf lint passed without the exemption")
+	}
+	var got []string
+	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+		name, ok := strings.CutSuffix(line, `" should be prefixed with "ERROR_REASON_".`)
+		_, name, found := strings.Cut(name, `:Enum value name "`)
+		if !ok || !found || !strings.HasPrefix(line, file+":") {
+			t.Errorf("buf lint without the exemption reports more than the prefix: %s", line)
+			continue
+		}
+		got = append(got, name)
+	}
+	var want []string // in the file's order, as buf reports them
+	values := rolloutv1.ErrorReason(0).Descriptor().Values()
+	for i := range values.Len() {
+		if v := values.Get(i); v.Number() != 0 {
+			want = append(want, string(v.Name()))
+		}
+	}
+	if strings.Join(got, " ") != strings.Join(want, " ") {
+		t.Errorf("buf lint without the exemption reports the prefix for %v, want %v", got, want)
+	}
+}
+
+// copyModule writes buf.yaml, the given rollout.proto and the module's other
+// protos into a new temporary directory laid out like the repository, and
+// returns it.
+func copyModule(t *testing.T, rolloutProto []byte) string {
+	t.Helper()
+	bufYAML, err := os.ReadFile(filepath.Join(root, "buf.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return copyModuleWith(t, bufYAML, rolloutProto)
+}
+
+// copyModuleWith is copyModule with the given buf.yaml.
+func copyModuleWith(t *testing.T, bufYAML, rolloutProto []byte) string {
+	t.Helper()
+	dir := t.TempDir()
 	protoDir := filepath.Join(dir, "proto", "rollout", "v1")
 	if err := os.MkdirAll(protoDir, 0o755); err != nil {
 		t.Fatal(err)
@@ -195,10 +251,14 @@ func copyModule(t *testing.T, rolloutProto []byte) string {
 	if err := os.WriteFile(filepath.Join(protoDir, "rollout.proto"), rolloutProto, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	// The baseline guards the storage formats too, so they come along as
-	// they are.
-	for rel, b := range readTree(t, filepath.Join(root, "proto", "rolloutd")) {
-		p := filepath.Join(dir, "proto", "rolloutd", filepath.FromSlash(rel))
+	// The other protos of the module (rollout.v1's error reasons, the
+	// storage formats, which the baseline guards too) come along as they
+	// are.
+	for rel, b := range readTree(t, filepath.Join(root, "proto")) {
+		if rel == "rollout/v1/rollout.proto" || !strings.HasSuffix(rel, ".proto") {
+			continue
+		}
+		p := filepath.Join(dir, "proto", filepath.FromSlash(rel))
 		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
 			t.Fatal(err)
 		}

@@ -308,7 +308,7 @@ func TestFaultClasses(t *testing.T) {
 			wantClass(t, err, c.read, "Get")
 			_, err = s.Head(ctx, "present")
 			wantClass(t, err, c.read, "Head")
-			_, err = s.List(ctx, "", "", 0)
+			_, err = s.List(ctx, blob.ListOptions{})
 			wantClass(t, err, c.read, "List")
 			_, err = s.Put(ctx, "new", []byte("x"), blob.PutOptions{})
 			wantClass(t, err, c.write, "Put")

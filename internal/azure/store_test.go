@@ -243,7 +243,7 @@ func TestPrefix(t *testing.T) {
 	if err != nil || h.ETag != a.ETag {
 		t.Fatalf("the prefixed blob is not stored under the prefix: %+v %v", h, err)
 	}
-	p, err := s.List(ctx, "", "", 0)
+	p, err := s.List(ctx, blob.ListOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -278,7 +278,7 @@ func TestClosed(t *testing.T) {
 	wantClass(t, err, blob.ErrClosed, "Put")
 	err = s.Delete(ctx, "x", blob.DeleteOptions{})
 	wantClass(t, err, blob.ErrClosed, "Delete")
-	_, err = s.List(ctx, "", "", 0)
+	_, err = s.List(ctx, blob.ListOptions{})
 	wantClass(t, err, blob.ErrClosed, "List")
 }
 

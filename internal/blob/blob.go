@@ -103,11 +103,37 @@ type DeleteOptions struct {
 	IfMatch ETag
 }
 
-// ListPage is one page of a prefix listing.
+// ListOptions selects one page of a listing.
+type ListOptions struct {
+	// Prefix: only names that start with it are listed.
+	Prefix string
+	// Delimiter, when set, rolls up, as Azure's hierarchical listing does,
+	// every name whose remainder after Prefix contains it into one entry of
+	// ListPage.Prefixes: the name up to and including the first Delimiter
+	// after Prefix. Names without it after Prefix are Items. A rolled-up
+	// prefix is listed once across pages and stands for at least one
+	// stored blob. "" lists every name as an item.
+	Delimiter string
+	// Token is "" for the first page or a previous page's Next. With a
+	// Delimiter it may also be a DelimitedToken's Encode that a caller
+	// built: the listing then continues after it, as if it had been the
+	// last entry of a page, so a caller can start a listing at a name
+	// without holding a backend's token.
+	Token string
+	// Max bounds a page, items and prefixes together (a backend default
+	// when <= 0; a backend may cap it).
+	Max int
+}
+
+// ListPage is one page of a listing.
 type ListPage struct {
 	// Items are in byte-wise order of the full name, as on Azure. Their
 	// PutID may be empty: listings need not carry it; Head does.
 	Items []Attrs
+	// Prefixes are the rolled-up names of a listing with a Delimiter, each
+	// ending with it, in byte-wise order. Items and Prefixes interleave in
+	// name order across the page.
+	Prefixes []string
 	// Next continues the listing; "" means this was the last page.
 	Next string
 }
@@ -139,49 +165,20 @@ type Store interface {
 	// with ErrOutcomeUnknown for the delete that made the store fail),
 	// ErrInvalidName.
 	Delete(ctx context.Context, name string, opts DeleteOptions) error
-	// List returns up to max blobs (a backend default when max <= 0) whose
-	// names start with prefix, continuing after the token of a previous page.
-	// Errors: ErrUnavailable, ErrStoreFailed, ErrInvalidName (for the
-	// prefix).
-	List(ctx context.Context, prefix, token string, max int) (ListPage, error)
-	// ListDelimited is List that rolls up, as Azure's hierarchical listing
-	// does, every name whose remainder after prefix contains delimiter into
-	// one entry of Prefixes: the name up to and including the first
-	// delimiter after prefix. Names without the delimiter after prefix are
-	// Items. A rolled-up prefix is listed once across pages, and a page
-	// holds at most max entries, items and prefixes together; each list
-	// is in byte-wise order. A prefix stands for at least one stored blob.
-	// token is "", a previous page's Next, or a DelimitedToken's Encode
-	// that a caller built: the listing then continues after it, as if it
-	// had been the last entry of a page, so a caller can start a listing
-	// at a name without holding a backend's token.
-	// Errors: as List, and ErrInvalidName for an empty delimiter.
-	ListDelimited(ctx context.Context, prefix, delimiter, token string, max int) (DelimitedPage, error)
+	// List returns one page of the blobs whose names start with
+	// opts.Prefix, rolled up at opts.Delimiter when that is set; see
+	// ListOptions. Errors: ErrUnavailable, ErrStoreFailed, ErrInvalidName
+	// (for the prefix, and for a token that is not one, with a Delimiter).
+	List(ctx context.Context, opts ListOptions) (ListPage, error)
 }
 
-// DelimitedPage is one page of a delimited listing.
-type DelimitedPage struct {
-	// Items are the blobs whose names hold no delimiter after the prefix.
-	Items []Attrs
-	// Prefixes are the rolled-up names, each ending with the delimiter.
-	Prefixes []string
-	// Next continues the listing; "" means this was the last page.
-	Next string
-}
-
-// ValidateDelimiter rejects an empty delimiter: it would roll up nothing
-// and mean a different listing on every backend.
-func ValidateDelimiter(d string) error {
-	if d == "" {
-		return fmt.Errorf("%w: empty delimiter", ErrInvalidName)
-	}
-	return nil
-}
-
-// RollUp is the entry a delimited listing of prefix shows for name: the
-// name itself (isPrefix false) or its rolled-up prefix. Backends that list
-// in name order use it to build DelimitedPage.
+// RollUp is the entry a listing of prefix shows for name: the name itself
+// (isPrefix false) or its rolled-up prefix. Backends that list in name
+// order use it to build a ListPage. An empty delimiter rolls up nothing.
 func RollUp(prefix, delimiter, name string) (entry string, isPrefix bool) {
+	if delimiter == "" {
+		return name, false
+	}
 	rest := name[len(prefix):]
 	if i := strings.Index(rest, delimiter); i >= 0 {
 		return prefix + rest[:i+len(delimiter)], true
@@ -189,10 +186,9 @@ func RollUp(prefix, delimiter, name string) (entry string, isPrefix bool) {
 	return name, false
 }
 
-// DelimitedToken is the token of a name-ordered backend's delimited
-// listing: the last entry of the page, and whether it was a prefix. Every
-// name at or before it, and every name under it when it is a prefix, was
-// listed.
+// DelimitedToken is where a name-ordered backend's listing resumes: the
+// last entry of the page, and whether it was a prefix. Every name at or
+// before it, and every name under it when it is a prefix, was listed.
 type DelimitedToken struct {
 	Last     string
 	IsPrefix bool
@@ -220,16 +216,26 @@ func ParseDelimitedToken(s string) (DelimitedToken, error) {
 	return DelimitedToken{}, fmt.Errorf("%w: not a listing token", ErrInvalidName)
 }
 
-// ParseDelimitedArgs checks a delimited listing's prefix and delimiter and
-// parses its token, for the backends whose tokens are DelimitedTokens.
-func ParseDelimitedArgs(prefix, delimiter, token string) (DelimitedToken, error) {
-	if err := ValidatePrefix(prefix); err != nil {
+// ParseToken checks o's prefix and parses its token, for the backends
+// that list in name order. A listing without a delimiter takes, and
+// TokenAfter gives, the last name listed; one with a delimiter a
+// DelimitedToken's Encode.
+func (o ListOptions) ParseToken() (DelimitedToken, error) {
+	if err := ValidatePrefix(o.Prefix); err != nil {
 		return DelimitedToken{}, err
 	}
-	if err := ValidateDelimiter(delimiter); err != nil {
-		return DelimitedToken{}, err
+	if o.Delimiter == "" {
+		return DelimitedToken{Last: o.Token}, nil
 	}
-	return ParseDelimitedToken(token)
+	return ParseDelimitedToken(o.Token)
+}
+
+// TokenAfter is the Next of a page of o's listing whose last entry was last.
+func (o ListOptions) TokenAfter(last DelimitedToken) string {
+	if o.Delimiter == "" {
+		return last.Last
+	}
+	return last.Encode()
 }
 
 // After reports whether name comes after the token: not yet listed.

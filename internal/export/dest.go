@@ -250,7 +250,7 @@ func (d *BlobDest) List(ctx context.Context, dir string) ([]string, error) {
 	var names []string
 	token := ""
 	for attempt := 0; ; {
-		page, err := d.Store.List(ctx, dir, token, 0)
+		page, err := d.Store.List(ctx, blob.ListOptions{Prefix: dir, Token: token})
 		if err != nil {
 			if retryable(err) && attempt < d.retries() {
 				if err := pause(ctx, attempt); err != nil {

@@ -102,7 +102,7 @@ func blobParts(t testing.TB, store blob.Store) map[string][]Row {
 	t.Helper()
 	ctx := context.Background()
 	parts := map[string][]Row{}
-	page, err := store.List(ctx, "", "", 100000)
+	page, err := store.List(ctx, blob.ListOptions{Max: 100000})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -39,7 +39,7 @@ func listing(t *testing.T, s blob.Store) map[string]blob.ETag {
 	out := map[string]blob.ETag{}
 	token := ""
 	for {
-		page, err := s.List(context.Background(), "", token, 0)
+		page, err := s.List(context.Background(), blob.ListOptions{Token: token})
 		if err != nil {
 			t.Fatal(err)
 		}

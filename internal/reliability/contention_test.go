@@ -39,108 +39,6 @@ func TestContention(t *testing.T) {
 	})
 }
 
-// TestMixedFleetContention is TestContention with one process pinned to
-// commit protocol v1 (--commit-protocol=v1, the first step of a rolling
-// upgrade) and one in v2, contending on the same shards (issue 21 section
-// 8): no split brain, nothing acked lost or duplicated. It goes in steps,
-// so that each part of that is seen to happen:
-//
-//  1. Only the pinned process a is sent appends: it creates every shard
-//     and commits in v1 (manifest format version 1, no log).
-//  2. Process b appends to each shard once: its claim converts the shard
-//     (format version 2) at an epoch above every v1 ack.
-//  3. a appends to each shard once: its v1 writer, still resident, finds
-//     itself fenced (its manifest CAS names an ETag the claim replaced),
-//     and its replacement commits in v2, to the log, at a higher epoch.
-//  4. Random routing, as in TestContention. No ack comes from an epoch
-//     below step 3's: every writer there was claimed over.
-//
-// In the end every ack reads back exactly once (the ledger), and each
-// manifest is still format version 2.
-func TestMixedFleetContention(t *testing.T) {
-	if testing.Short() {
-		t.Skip("runs the real binary")
-	}
-	seeds(t, 1, func(t *testing.T, seed int64) {
-		c := newContender(t, seed, []string{"--commit-protocol=v1"})
-		a, b := c.procs[0], c.procs[1]
-		direct := directStore(t, c.container)
-		defer direct.Close()
-		only := func(p *proc) func() *proc { return func() *proc { return p } }
-
-		// 1. The pinned process alone: v1 commits.
-		var mu sync.Mutex
-		v1Epoch := map[string]uint64{}
-		c.clients("v1-", 5, only(a), func(sh string, rs []*rolloutv1.AppendResult) {
-			mu.Lock()
-			defer mu.Unlock()
-			for _, r := range rs {
-				v1Epoch[sh] = max(v1Epoch[sh], r.GetEpoch())
-			}
-		})
-		for i := range contendedShards {
-			sh := shardName(i)
-			if v1Epoch[sh] == 0 {
-				c.v.add("shard %s: process a acknowledged nothing before the conversion", sh)
-			}
-			c.wantVersion(direct, sh, format.ManifestVersion, "after the v1 process alone wrote it")
-			if names := c.logNames(direct, sh); len(names) > 0 {
-				c.v.add("shard %s: log positions %v before any v2 claim: the v1 process committed in v2", sh, names)
-			}
-		}
-
-		// 2. The v2 process converts each shard.
-		converted := map[string]uint64{}
-		for i := range contendedShards {
-			sh := shardName(i)
-			rs := c.send(sh, []*rolloutv1.Record{makeRecord(sh, "converts", 10)}, only(b))
-			if rs == nil {
-				continue // a violation already
-			}
-			converted[sh] = rs[0].GetEpoch()
-			if converted[sh] <= v1Epoch[sh] {
-				c.v.add("shard %s: process b acked at epoch %d, not above the v1 writer's %d", sh, converted[sh], v1Epoch[sh])
-			}
-			c.wantVersion(direct, sh, format.ManifestVersionV2, "after process b's claim")
-		}
-
-		// 3. The v1 writer is fenced and never acks again; its replacement
-		// writes v2.
-		fences := a.Metric("rolloutd_writer_fences_total", "")
-		floor := map[string]uint64{}
-		for i := range contendedShards {
-			sh := shardName(i)
-			rs := c.send(sh, []*rolloutv1.Record{makeRecord(sh, "after-the-conversion", 10)}, only(a))
-			if rs == nil {
-				continue
-			}
-			r := rs[0]
-			floor[sh] = r.GetEpoch()
-			if r.GetEpoch() <= converted[sh] {
-				c.v.add("shard %s: process a acked at epoch %d after b converted the shard at epoch %d (its v1 writer's was %d): split brain", sh, r.GetEpoch(), converted[sh], v1Epoch[sh])
-			}
-			c.wantLogBatch(direct, sh, r)
-			c.wantVersion(direct, sh, format.ManifestVersionV2, "after process a appended again")
-		}
-		if n := a.Metric("rolloutd_writer_fences_total", "") - fences; n != contendedShards {
-			c.v.add("process a replaced %v fenced writers after the conversion, want %d: its v1 writer of each shard", n, contendedShards)
-		}
-
-		// 4. Contention.
-		c.clients("mixed-", 25, c.anyProc, func(sh string, rs []*rolloutv1.AppendResult) {
-			for _, r := range rs {
-				if r.GetEpoch() < floor[sh] {
-					c.v.add("shard %s: %q acked at epoch %d, below %d, which claimed the shard over every writer before step 4", sh, r.GetId(), r.GetEpoch(), floor[sh])
-				}
-			}
-		})
-		for i := range contendedShards {
-			c.wantVersion(direct, shardName(i), format.ManifestVersionV2, "at the end")
-		}
-		c.verify()
-	})
-}
-
 // wantVersion checks the format version of sh's manifest.
 func (c *contender) wantVersion(store blob.Store, sh string, want uint32, when string) {
 	raw, _, err := store.Get(context.Background(), format.ManifestName(sh), blob.GetOptions{})
@@ -155,7 +53,7 @@ func (c *contender) wantVersion(store blob.Store, sh string, want uint32, when s
 
 // logNames lists sh's log positions.
 func (c *contender) logNames(store blob.Store, sh string) []string {
-	page, err := store.List(context.Background(), format.LogPrefix(sh), "", 0)
+	page, err := store.List(context.Background(), blob.ListOptions{Prefix: format.LogPrefix(sh)})
 	if err != nil {
 		c.v.add("shard %s: list the log: %v", sh, err)
 		return nil

@@ -26,8 +26,8 @@ import (
 // INTERNAL, whose text is withheld from the client and logged.
 type failingLists struct{ blob.Store }
 
-func (failingLists) ListDelimited(context.Context, string, string, string, int) (blob.DelimitedPage, error) {
-	return blob.DelimitedPage{}, errors.New("listing broke at /var/lib/rolloutd/secret")
+func (failingLists) List(context.Context, blob.ListOptions) (blob.ListPage, error) {
+	return blob.ListPage{}, errors.New("listing broke at /var/lib/rolloutd/secret")
 }
 
 // Attack 6 of docs/security.md, at a smaller scale with the same ratio:

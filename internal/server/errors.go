@@ -12,6 +12,7 @@ import (
 	"google.golang.org/protobuf/protoadapt"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	rolloutv1 "github.com/rolloutd/rolloutd/gen/rollout/v1"
 	"github.com/rolloutd/rolloutd/internal/authz"
 	"github.com/rolloutd/rolloutd/internal/blob"
 	"github.com/rolloutd/rolloutd/internal/ratelimit"
@@ -45,69 +46,24 @@ func (e *LimitError) Is(target error) bool { return target == ErrLimitExceeded }
 // ErrorDomain is the domain of every google.rpc.ErrorInfo rolloutd sends.
 const ErrorDomain = "rolloutd.io"
 
-// The reasons of rolloutd's google.rpc.ErrorInfo details. A client decides
-// what to do from the status code and the reason, never from the message.
-// An error without an ErrorInfo needs none: its code says what to do
-// (INVALID_ARGUMENT, NOT_FOUND, ALREADY_EXISTS, PERMISSION_DENIED,
-// DATA_LOSS, INTERNAL, and UNAVAILABLE from Get). proto/rollout/v1 and the
-// README list them too.
-const (
-	// ReasonOutcomeUnknown: an Append may or may not have been stored; its
-	// commit was sent and its answer was lost or cut off. Retry the same
-	// request (the same ids, or the same request_id) to learn the outcome:
-	// records that landed come back already_present. Code UNAVAILABLE with
-	// a RetryInfo (a commit the server gave up on after its CommitTimeout
-	// included); DEADLINE_EXCEEDED or CANCELLED, without one, only when
-	// the call's own deadline passed or the call was cancelled.
-	ReasonOutcomeUnknown = "OUTCOME_UNKNOWN"
-	// ReasonNotCommitted: an Append was certainly not stored (its writer was
-	// fenced, aborted, closed or stale, the server is shutting down, storage
-	// refused the write, or the call's context ended before anything was
-	// sent). It speaks for this call only: retrying is safe, and after an
-	// earlier OUTCOME_UNKNOWN for the same records, it must keep their ids
-	// or request_id, since that earlier call may have stored them. Code
-	// UNAVAILABLE, with a RetryInfo (a server-side timeout included); or
-	// DEADLINE_EXCEEDED or CANCELLED, without one, when the call's own
-	// deadline passed or the call was cancelled.
-	ReasonNotCommitted = "NOT_COMMITTED"
-	// ReasonBackpressure: the shard's writer holds its cap of queued bytes,
-	// or the server's request memory budget (or the caller's share of it)
-	// is spent. Nothing was stored; retry after the RetryInfo delay. Code
-	// RESOURCE_EXHAUSTED.
-	ReasonBackpressure = "BACKPRESSURE"
-	// ReasonRateLimited: the caller is over its append rate limit. Nothing
-	// was stored. With a RetryInfo, the same call fits after that delay;
-	// without one it never fits (it is larger than the limit's burst) and
-	// carries a BadRequest: split it. Code RESOURCE_EXHAUSTED.
-	ReasonRateLimited = "RATE_LIMITED"
-	// ReasonTooLarge: the request is too big in itself (a record or the
-	// batch over a server limit). Nothing was stored, and no retry of the
-	// same request can succeed: split it. It never carries a RetryInfo; a
-	// BadRequest names the field ("records[3]", or "records" for the
-	// batch). Code RESOURCE_EXHAUSTED.
-	ReasonTooLarge = "TOO_LARGE"
-	// ReasonScanInterrupted: a Scan stream ended before its end, in a way a
-	// new Scan gets past (the server is stopping, storage is unavailable, a
-	// deadline). Resume with after_seq set to the metadata
-	// MetadataResumeAfterSeq. Code UNAVAILABLE, or DEADLINE_EXCEEDED or
-	// CANCELLED when the call's own deadline passed or it was cancelled.
-	ReasonScanInterrupted = "SCAN_INTERRUPTED"
-	// ReasonShardDeleted: the shard was deleted (DeleteShard): it is a
-	// tombstone now, or a following Scan saw its records deleted. They are
-	// gone; an Append starts the shard afresh, with seqs above every
-	// deleted one. Code NOT_FOUND.
-	ReasonShardDeleted = "SHARD_DELETED"
-	// ReasonSeqMismatch: DeleteShard's expected_last_seq is not the
-	// shard's last seq; nothing was deleted. The metadata MetadataLastSeq
-	// holds the shard's last seq. Code FAILED_PRECONDITION.
-	ReasonSeqMismatch = "SEQ_MISMATCH"
-	// ReasonStoreFull: the server's storage is out of space (the embedded
-	// local store's disk is full or its quota spent), and the Append was
-	// certainly not stored. Appends succeed again by themselves once an
-	// operator frees space, with no restart; until then a resend meets the
-	// same answer, so the clients do not resend it by themselves. Code
-	// RESOURCE_EXHAUSTED.
-	ReasonStoreFull = "STORE_FULL"
+// The reasons of rolloutd's google.rpc.ErrorInfo details, as the strings
+// they travel as: the names of rolloutv1.ErrorReason's values.
+// proto/rollout/v1/error_reason.proto defines them, says when each is sent
+// and what a client does on it; the Go and Python clients take their names
+// from the same enum. The server builds its failures from the enum (see
+// failure.reason); these strings are for what reads the wire (the metrics,
+// the tests). An error without an ErrorInfo needs none: its code says what
+// to do.
+var (
+	ReasonOutcomeUnknown  = rolloutv1.ErrorReason_OUTCOME_UNKNOWN.String()
+	ReasonNotCommitted    = rolloutv1.ErrorReason_NOT_COMMITTED.String()
+	ReasonBackpressure    = rolloutv1.ErrorReason_BACKPRESSURE.String()
+	ReasonRateLimited     = rolloutv1.ErrorReason_RATE_LIMITED.String()
+	ReasonTooLarge        = rolloutv1.ErrorReason_TOO_LARGE.String()
+	ReasonScanInterrupted = rolloutv1.ErrorReason_SCAN_INTERRUPTED.String()
+	ReasonShardDeleted    = rolloutv1.ErrorReason_SHARD_DELETED.String()
+	ReasonSeqMismatch     = rolloutv1.ErrorReason_SEQ_MISMATCH.String()
+	ReasonStoreFull       = rolloutv1.ErrorReason_STORE_FULL.String()
 )
 
 // MetadataLastSeq is the ErrorInfo metadata key of a SEQ_MISMATCH's
@@ -189,8 +145,9 @@ type failure struct {
 	// to the log under that id. Set for Internal, DataLoss and
 	// storage-caused Unavailable.
 	internal bool
-	// reason is the ErrorInfo reason; "" sends no ErrorInfo.
-	reason   string
+	// reason is the ErrorInfo reason; ERROR_REASON_UNSPECIFIED sends no
+	// ErrorInfo.
+	reason   rolloutv1.ErrorReason
 	metadata map[string]string
 	// retry > 0 sends a RetryInfo with that delay.
 	retry time.Duration
@@ -236,70 +193,27 @@ func storageCaused(err error) bool {
 
 // classifyCode decides the code, the client-facing texts and the details of
 // err, given ended, the RPC context's error (nil while it runs); classify
-// then marks which failures withhold their text.
+// then marks which failures withhold their text. The classes are tried in
+// order (classifyCode's outcome-unknown first, then classifyRequest's, then
+// classifyResources', then the rest): an error that wraps several classes
+// gets the first one's failure.
 func classifyCode(ended, err error, write bool) failure {
 	msg := err.Error()
 	// First: an outcome-unknown error may also wrap a context error or a
 	// storage class, and must never read as "not committed".
 	if errors.Is(err, shard.ErrOutcomeUnknown) || errors.Is(err, blob.ErrOutcomeUnknown) {
 		if code, ok := endedCode(ended); ok {
-			return failure{code: code, msg: msg, hint: hintOutcomeUnknown, reason: ReasonOutcomeUnknown}
+			return failure{code: code, msg: msg, hint: hintOutcomeUnknown, reason: rolloutv1.ErrorReason_OUTCOME_UNKNOWN}
 		}
-		return failure{code: codes.Unavailable, msg: msg, hint: hintOutcomeUnknown, reason: ReasonOutcomeUnknown, retry: outcomeUnknownRetry}
+		return failure{code: codes.Unavailable, msg: msg, hint: hintOutcomeUnknown, reason: rolloutv1.ErrorReason_OUTCOME_UNKNOWN, retry: outcomeUnknownRetry}
+	}
+	if f, ok := classifyRequest(err, msg); ok {
+		return f
+	}
+	if f, ok := classifyResources(err, msg); ok {
+		return f
 	}
 	switch {
-	case errors.Is(err, validate.ErrInvalid):
-		return failure{code: codes.InvalidArgument, msg: msg}
-
-	case errors.Is(err, shard.ErrShardDeleted):
-		return failure{code: codes.NotFound, msg: msg, reason: ReasonShardDeleted}
-	case errors.Is(err, shard.ErrShardNotFound), errors.Is(err, shard.ErrRecordNotFound):
-		return failure{code: codes.NotFound, msg: msg}
-	case errors.Is(err, shard.ErrSeqMismatch):
-		f := failure{code: codes.FailedPrecondition, msg: msg, reason: ReasonSeqMismatch}
-		var sm *shard.SeqMismatchError
-		if errors.As(err, &sm) {
-			f.metadata = map[string]string{MetadataLastSeq: strconv.FormatUint(sm.LastSeq, 10)}
-		}
-		return f
-	case errors.Is(err, shard.ErrBadPageToken):
-		return failure{code: codes.InvalidArgument, msg: msg}
-
-	case errors.Is(err, shard.ErrIDConflict):
-		return failure{code: codes.AlreadyExists, msg: msg}
-
-	case errors.Is(err, authz.ErrDenied):
-		return failure{code: codes.PermissionDenied, msg: msg}
-	case errors.Is(err, ratelimit.ErrLimited):
-		f := failure{code: codes.ResourceExhausted, msg: msg, reason: ReasonRateLimited}
-		var le *ratelimit.LimitedError
-		if errors.As(err, &le) && le.Retry > 0 {
-			f.retry = le.Retry
-		} else {
-			// Larger than the bucket: it never fits.
-			f.field, f.fieldDesc = "records", msg
-		}
-		return f
-
-	case errors.Is(err, shard.ErrBackpressure):
-		return failure{code: codes.ResourceExhausted, msg: msg, hint: "; back off, then retry", reason: ReasonBackpressure, retry: backpressureRetry}
-	case errors.Is(err, ErrOverBudget):
-		return failure{code: codes.ResourceExhausted, msg: msg, hint: "; back off, then retry", reason: ReasonBackpressure, retry: overBudgetRetry}
-	case errors.Is(err, shard.ErrTooLarge), errors.Is(err, ErrLimitExceeded):
-		f := failure{code: codes.ResourceExhausted, msg: msg, hint: "; split the batch", reason: ReasonTooLarge, field: "records", fieldDesc: msg}
-		var le *LimitError
-		if errors.As(err, &le) {
-			f.field, f.fieldDesc = le.Field, le.Detail
-			if le.Hint != "" {
-				f.hint = le.Hint
-			}
-		}
-		return f
-
-	case errors.Is(err, blob.ErrNoSpace):
-		// Its text names files of the data directory: withheld.
-		return failure{code: codes.ResourceExhausted, msg: msg, hint: "; not stored: the server's data volume needs free space", reason: ReasonStoreFull, internal: true}
-
 	case errors.Is(err, shard.ErrCorrupt):
 		return failure{code: codes.DataLoss, msg: msg}
 
@@ -308,18 +222,14 @@ func classifyCode(ended, err error, write bool) failure {
 		f := failure{code: code, msg: msg}
 		if write {
 			f.hint = hintNotSent
-			f.reason = ReasonNotCommitted
+			f.reason = rolloutv1.ErrorReason_NOT_COMMITTED
 		}
 		return f
-	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
+	case
 		// A timeout or cancellation of the server's own, inside a call
 		// that still runs: the service is unavailable for now.
-		if !write {
-			return failure{code: codes.Unavailable, msg: msg, hint: "; retry"}
-		}
-		return failure{code: codes.Unavailable, msg: msg, hint: hintNotCommitted, reason: ReasonNotCommitted, retry: notCommittedRetry}
-
-	case errors.Is(err, shard.ErrFenced),
+		errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled),
+		errors.Is(err, shard.ErrFenced),
 		errors.Is(err, shard.ErrAborted),
 		errors.Is(err, shard.ErrClosed),
 		errors.Is(err, shard.ErrStale),
@@ -331,7 +241,7 @@ func classifyCode(ended, err error, write bool) failure {
 		if !write {
 			return failure{code: codes.Unavailable, msg: msg, hint: "; retry"}
 		}
-		return failure{code: codes.Unavailable, msg: msg, hint: hintNotCommitted, reason: ReasonNotCommitted, retry: notCommittedRetry}
+		return failure{code: codes.Unavailable, msg: msg, hint: hintNotCommitted, reason: rolloutv1.ErrorReason_NOT_COMMITTED, retry: notCommittedRetry}
 
 	case errors.Is(err, blob.ErrNotFound):
 		// The reader turns a missing manifest or record into its own
@@ -342,6 +252,76 @@ func classifyCode(ended, err error, write bool) failure {
 	default:
 		return failure{code: codes.Internal, msg: msg}
 	}
+}
+
+// classifyRequest classifies the errors that are about the request itself
+// (its fields, the shard and the ids it names, the caller's permission),
+// for classifyCode; false for any other error.
+func classifyRequest(err error, msg string) (failure, bool) {
+	switch {
+	case errors.Is(err, validate.ErrInvalid):
+		return failure{code: codes.InvalidArgument, msg: msg}, true
+
+	case errors.Is(err, shard.ErrShardDeleted):
+		return failure{code: codes.NotFound, msg: msg, reason: rolloutv1.ErrorReason_SHARD_DELETED}, true
+	case errors.Is(err, shard.ErrShardNotFound), errors.Is(err, shard.ErrRecordNotFound):
+		return failure{code: codes.NotFound, msg: msg}, true
+	case errors.Is(err, shard.ErrSeqMismatch):
+		f := failure{code: codes.FailedPrecondition, msg: msg, reason: rolloutv1.ErrorReason_SEQ_MISMATCH}
+		var sm *shard.SeqMismatchError
+		if errors.As(err, &sm) {
+			f.metadata = map[string]string{MetadataLastSeq: strconv.FormatUint(sm.LastSeq, 10)}
+		}
+		return f, true
+	case errors.Is(err, shard.ErrBadPageToken):
+		return failure{code: codes.InvalidArgument, msg: msg}, true
+
+	case errors.Is(err, shard.ErrIDConflict):
+		return failure{code: codes.AlreadyExists, msg: msg}, true
+
+	case errors.Is(err, authz.ErrDenied):
+		return failure{code: codes.PermissionDenied, msg: msg}, true
+	}
+	return failure{}, false
+}
+
+// classifyResources classifies the errors of a request over a limit or a
+// resource (the rate limit, the writer's queue, the memory budget, the size
+// limits, the storage's space), for classifyCode: RESOURCE_EXHAUSTED, each
+// with its reason. False for any other error.
+func classifyResources(err error, msg string) (failure, bool) {
+	switch {
+	case errors.Is(err, ratelimit.ErrLimited):
+		f := failure{code: codes.ResourceExhausted, msg: msg, reason: rolloutv1.ErrorReason_RATE_LIMITED}
+		var le *ratelimit.LimitedError
+		if errors.As(err, &le) && le.Retry > 0 {
+			f.retry = le.Retry
+		} else {
+			// Larger than the bucket: it never fits.
+			f.field, f.fieldDesc = "records", msg
+		}
+		return f, true
+
+	case errors.Is(err, shard.ErrBackpressure):
+		return failure{code: codes.ResourceExhausted, msg: msg, hint: "; back off, then retry", reason: rolloutv1.ErrorReason_BACKPRESSURE, retry: backpressureRetry}, true
+	case errors.Is(err, ErrOverBudget):
+		return failure{code: codes.ResourceExhausted, msg: msg, hint: "; back off, then retry", reason: rolloutv1.ErrorReason_BACKPRESSURE, retry: overBudgetRetry}, true
+	case errors.Is(err, shard.ErrTooLarge), errors.Is(err, ErrLimitExceeded):
+		f := failure{code: codes.ResourceExhausted, msg: msg, hint: "; split the batch", reason: rolloutv1.ErrorReason_TOO_LARGE, field: "records", fieldDesc: msg}
+		var le *LimitError
+		if errors.As(err, &le) {
+			f.field, f.fieldDesc = le.Field, le.Detail
+			if le.Hint != "" {
+				f.hint = le.Hint
+			}
+		}
+		return f, true
+
+	case errors.Is(err, blob.ErrNoSpace):
+		// Its text names files of the data directory: withheld.
+		return failure{code: codes.ResourceExhausted, msg: msg, hint: "; not stored: the server's data volume needs free space", reason: rolloutv1.ErrorReason_STORE_FULL, internal: true}, true
+	}
+	return failure{}, false
 }
 
 // endedCode is the code of a call that ended, given its context's error:
@@ -398,8 +378,8 @@ func (f failure) err() error {
 func (f failure) status(requestID string) *status.Status {
 	st := status.New(f.code, f.message(requestID))
 	var details []protoadapt.MessageV1
-	if f.reason != "" {
-		details = append(details, &errdetails.ErrorInfo{Reason: f.reason, Domain: ErrorDomain, Metadata: f.metadata})
+	if f.reason != rolloutv1.ErrorReason_ERROR_REASON_UNSPECIFIED {
+		details = append(details, &errdetails.ErrorInfo{Reason: f.reason.String(), Domain: ErrorDomain, Metadata: f.metadata})
 	}
 	if f.retry > 0 {
 		details = append(details, &errdetails.RetryInfo{RetryDelay: durationpb.New(f.retry)})
@@ -445,7 +425,7 @@ func (e *internalError) detail() string { return e.f.msg }
 func (f failure) resumeAt(cursor uint64) failure {
 	switch f.code {
 	case codes.Unavailable, codes.DeadlineExceeded, codes.Canceled:
-		f.reason = ReasonScanInterrupted
+		f.reason = rolloutv1.ErrorReason_SCAN_INTERRUPTED
 		f.metadata = map[string]string{MetadataResumeAfterSeq: strconv.FormatUint(cursor, 10)}
 	}
 	return f

@@ -46,7 +46,7 @@ func wantReason(t *testing.T, what string, err error, code codes.Code, reason st
 func generationEpochs(t *testing.T, store blob.Store, shardName string) []uint64 {
 	t.Helper()
 	var out []uint64
-	page, err := store.List(context.Background(), format.GenerationPrefix(shardName), "", 0)
+	page, err := store.List(context.Background(), blob.ListOptions{Prefix: format.GenerationPrefix(shardName)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -29,9 +29,9 @@ func (r *listTouches) note(names ...string) {
 	r.touched = append(r.touched, names...)
 }
 
-func (r *listTouches) ListDelimited(ctx context.Context, prefix, delimiter, token string, max int) (blob.DelimitedPage, error) {
-	p, err := r.Store.ListDelimited(ctx, prefix, delimiter, token, max)
-	r.note(prefix, token, p.Next)
+func (r *listTouches) List(ctx context.Context, opts blob.ListOptions) (blob.ListPage, error) {
+	p, err := r.Store.List(ctx, opts)
+	r.note(opts.Prefix, opts.Token, p.Next)
 	for _, it := range p.Items {
 		r.note(it.Name)
 	}

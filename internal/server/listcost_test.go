@@ -31,14 +31,9 @@ func (s *opsSeen) Head(ctx context.Context, name string) (blob.Attrs, error) {
 	return s.Store.Head(ctx, name)
 }
 
-func (s *opsSeen) List(ctx context.Context, prefix, token string, max int) (blob.ListPage, error) {
+func (s *opsSeen) List(ctx context.Context, opts blob.ListOptions) (blob.ListPage, error) {
 	s.n.Add(1)
-	return s.Store.List(ctx, prefix, token, max)
-}
-
-func (s *opsSeen) ListDelimited(ctx context.Context, prefix, delimiter, token string, max int) (blob.DelimitedPage, error) {
-	s.n.Add(1)
-	return s.Store.ListDelimited(ctx, prefix, delimiter, token, max)
+	return s.Store.List(ctx, opts)
 }
 
 // Attack 5 of docs/security.md: the listing limiter charges a ListShards

@@ -50,12 +50,7 @@ func (s countedStore) Delete(ctx context.Context, name string, opts blob.DeleteO
 	return s.Store.Delete(ctx, name, opts)
 }
 
-func (s countedStore) List(ctx context.Context, prefix, token string, max int) (blob.ListPage, error) {
+func (s countedStore) List(ctx context.Context, opts blob.ListOptions) (blob.ListPage, error) {
 	count(ctx)
-	return s.Store.List(ctx, prefix, token, max)
-}
-
-func (s countedStore) ListDelimited(ctx context.Context, prefix, delimiter, token string, max int) (blob.DelimitedPage, error) {
-	count(ctx)
-	return s.Store.ListDelimited(ctx, prefix, delimiter, token, max)
+	return s.Store.List(ctx, opts)
 }

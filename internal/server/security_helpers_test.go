@@ -156,7 +156,7 @@ func blobsUnder(t testing.TB, store blob.Store, part string) []string {
 	var out []string
 	token := ""
 	for {
-		page, err := store.List(context.Background(), "", token, 1000)
+		page, err := store.List(context.Background(), blob.ListOptions{Token: token, Max: 1000})
 		if err != nil {
 			t.Fatal(err)
 		}

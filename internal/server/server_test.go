@@ -140,7 +140,7 @@ func TestAppendRejects(t *testing.T) {
 	if n := store.puts.Load() + store.deletes.Load(); n != 0 {
 		t.Errorf("rejected requests wrote %d times to storage", n)
 	}
-	page, err := store.List(context.Background(), "", "", 0)
+	page, err := store.List(context.Background(), blob.ListOptions{})
 	if err != nil || len(page.Items) != 0 {
 		t.Errorf("storage holds %d blobs after rejected requests (err %v)", len(page.Items), err)
 	}

@@ -40,12 +40,6 @@ type pending struct {
 	results []Result
 	err     error
 
-	// checked is the manifest whose generations the entries' ids were
-	// looked up in (none was there), and adopted the writer's count of
-	// adopted manifests then; see committer.recheck.
-	checked *storagepb.Manifest
-	adopted uint64
-
 	// wait is the queue-wait span, nil unless traced (trace.go).
 	wait trace.Span
 }
@@ -299,7 +293,7 @@ func (w *writer) enqueueLocked(ctx context.Context, fresh []Entry) (*pending, er
 	if w.queued > 0 && w.queued+size > w.opts.MaxQueuedBytes {
 		return nil, fmt.Errorf("%w: shard %q has %d bytes queued (limit %d); retry later", ErrBackpressure, w.shard, w.queued, w.opts.MaxQueuedBytes)
 	}
-	p := &pending{ctx: ctx, entries: fresh, bytes: size, done: make(chan struct{}), checked: w.m, adopted: w.adopted}
+	p := &pending{ctx: ctx, entries: fresh, bytes: size, done: make(chan struct{})}
 	for i, e := range fresh {
 		w.inflight[e.ID] = inflightRef{p: p, i: i, hash: e.ClientHash}
 	}

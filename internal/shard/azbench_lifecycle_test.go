@@ -176,7 +176,7 @@ func BenchmarkAzuriteListShards(b *testing.B) {
 		start = time.Now()
 		manifests := 0
 		for tok := ""; ; {
-			p, err := store.List(ctx, format.ShardsRoot+"exp/", tok, 0)
+			p, err := store.List(ctx, blob.ListOptions{Prefix: format.ShardsRoot + "exp/", Token: tok})
 			if err != nil {
 				b.Fatal(err)
 			}

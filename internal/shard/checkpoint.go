@@ -79,7 +79,7 @@ func (c *checkpointer) loop() {
 			// faster than a checkpoint every K commits lets merges remove
 			// them, a merge's edit calls for its own.
 			w.mu.Lock()
-			pressed := len(w.m.GetGenerations()) >= w.opts.v2Policy().countTrigger()
+			pressed := len(w.m.GetGenerations()) >= w.opts.mergePolicy().countTrigger()
 			w.mu.Unlock()
 			if !pressed {
 				continue
@@ -156,7 +156,7 @@ func (c *checkpointer) dueLocked() time.Duration {
 		age := w.opts.Clock.Now().Sub(time.Unix(0, w.tail[0].Added))
 		return max(w.opts.CheckpointInterval-age, 0)
 	case len(w.edits) > 0:
-		return max(w.committer.editsDueLocked(), 0)
+		return max(w.editsDueLocked(), 0)
 	}
 	return w.opts.CheckpointInterval
 }
@@ -184,9 +184,9 @@ func (c *checkpointer) checkpoint(ctx context.Context, closing bool) (err error)
 	}
 	w.mu.Lock()
 	through, view, etag := w.last, w.m, w.etag
-	pressed := len(w.m.GetGenerations()) >= w.opts.v2Policy().countTrigger()
+	pressed := len(w.m.GetGenerations()) >= w.opts.mergePolicy().countTrigger()
 	pending := through > w.ckpt.GetLogCheckpoint() ||
-		(len(w.edits) > 0 && (closing || pressed || w.committer.editsDueLocked() <= 0))
+		(len(w.edits) > 0 && (closing || pressed || w.editsDueLocked() <= 0))
 	var edits []*edit
 	if pending {
 		edits = w.edits
@@ -305,4 +305,10 @@ func (c *checkpointer) adopt(m *storagepb.Manifest, etag blob.ETag) {
 	}
 	w.landLocked(m, etag, m.GetLogCheckpoint())
 	c.unsure = false
+}
+
+// editsDueLocked returns how long the waiting edits may still wait for a
+// checkpoint that positions call for before one is written for them alone.
+func (w *writer) editsDueLocked() time.Duration {
+	return w.opts.EditDelay - w.opts.Clock.Now().Sub(w.editsAt)
 }

@@ -35,7 +35,6 @@ var errReclaim = errors.New("shard claimed by a higher epoch while opening its l
 //
 // It returns errReclaim when a higher epoch got there first.
 func (w *writer) openLog(ctx context.Context) error {
-	w.v2 = true
 	w.ckpt, w.tail = w.m, nil
 	w.ckptLanded = make(chan struct{})
 	w.last = w.ckpt.GetLogCheckpoint()
@@ -102,7 +101,7 @@ func (w *writer) openLog(ctx context.Context) error {
 // writer of the shard, which ended with every create answered (Lineage).
 func (w *writer) fenceNeeded() bool {
 	r := w.replaced
-	if r == nil || !isV2(r) {
+	if r == nil || !hasLog(r) {
 		return false
 	}
 	return !w.opts.Lineage.cleanEnd(w.shard, r.GetOwner())

@@ -29,8 +29,10 @@ import (
 // version 1, commit by manifest CAS), as the build before "Commit by create"
 // left it. Its blobs sit under compatDir/store by blob name, and the records a
 // Get returns, in seq order, in compatDir/records.json. It is regenerated
-// only by that older code (ROLLOUTD_WRITE_FIXTURE=1 with it checked out):
-// every later build must open, read and append to it unchanged.
+// only by that older code: TestWriteCompatFixture of the builds through
+// 615b413, the last that could commit by protocol v1 (ROLLOUTD_WRITE_FIXTURE=1
+// with it checked out). Every later build must open, read and append to it
+// unchanged.
 const (
 	compatDir   = "testdata/compat-v1"
 	compatShard = "compat/v1"
@@ -111,100 +113,6 @@ func compatEntries(t testing.TB, a compatAppend) []Entry {
 		out[j] = e
 	}
 	return out
-}
-
-// TestWriteCompatFixture regenerates the fixture. Run it only on the
-// protocol-v1 build whose format the fixture stands for:
-//
-//	ROLLOUTD_WRITE_FIXTURE=1 go test -run TestWriteCompatFixture ./internal/shard
-//
-// Three writers (epochs 1-3) append; the second runs merges, so the shard
-// holds a merged generation and, with a long grace, the retired generations
-// it replaced, still present.
-func TestWriteCompatFixture(t *testing.T) {
-	if os.Getenv("ROLLOUTD_WRITE_FIXTURE") != "1" {
-		t.Skip("set ROLLOUTD_WRITE_FIXTURE=1 to regenerate " + compatDir)
-	}
-	ctx := context.Background()
-	store := memstore.New()
-	quiet := testOptions(t)
-	quiet.DisableBackground = true
-	merging := testOptions(t)
-	merging.MergeRun = 2
-	merging.FoldMaxBytes = -1 // a merge by the merger, not a fold
-	merging.EditDelay = -1
-	merging.MergeInterval = 10 * time.Millisecond
-	merging.RetireGrace = 100 * 365 * 24 * time.Hour
-	merging.OrphanScanInterval = 100 * 365 * 24 * time.Hour
-	for epoch := 1; epoch <= 3; epoch++ {
-		opts := quiet
-		if epoch == 2 {
-			opts = merging
-		}
-		w, err := Open(ctx, store, compatShard, opts)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, a := range compatAppends {
-			if a.epoch != epoch {
-				continue
-			}
-			if _, err := w.Append(ctx, compatEntries(t, a)); err != nil {
-				t.Fatal(err)
-			}
-		}
-		if epoch == 2 {
-			for st := w.Stats(); st.Merges == 0 || st.Retired == 0; st = w.Stats() {
-				time.Sleep(10 * time.Millisecond)
-			}
-		}
-		if err := w.Close(ctx); err != nil {
-			t.Fatal(err)
-		}
-	}
-
-	if err := os.RemoveAll(compatDir); err != nil {
-		t.Fatal(err)
-	}
-	page, err := store.List(ctx, "", "", 0)
-	if err != nil || page.Next != "" {
-		t.Fatalf("list: %v (next %q)", err, page.Next)
-	}
-	for _, it := range page.Items {
-		data, _, err := store.Get(ctx, it.Name, blob.GetOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		path := filepath.Join(compatDir, "store", filepath.FromSlash(it.Name))
-		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(path, data, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	var recs []json.RawMessage
-	err = NewReader(store, ReaderOptions{}).Scan(ctx, compatShard, ScanOptions{}, func(b Batch) error {
-		for _, r := range b.Records {
-			j, err := protojson.MarshalOptions{Multiline: false}.Marshal(r)
-			if err != nil {
-				return err
-			}
-			recs = append(recs, j)
-		}
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	out, err := json.MarshalIndent(recs, "", "  ")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(compatDir, "records.json"), append(out, '\n'), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("wrote %d blobs and %d records to %s", len(page.Items), len(recs), compatDir)
 }
 
 // loadCompatFixture copies the fixture's blobs into store and returns the
@@ -316,20 +224,16 @@ func TestCompatFixture(t *testing.T) {
 			return s
 		},
 	}
-	// Under either commit protocol: a v2 writer converts the shard (its
-	// claim writes format version 2), a v1 writer keeps it in v1.
-	for _, protocol := range []Protocol{ProtocolV2, ProtocolV1} {
-		for name, newStore := range stores {
-			t.Run(protocol.String()+"/"+name, func(t *testing.T) { testCompatFixture(t, newStore, protocol) })
-		}
+	// The first claim converts the shard: it writes format version 2.
+	for name, newStore := range stores {
+		t.Run("v2/"+name, func(t *testing.T) { testCompatFixture(t, newStore) })
 	}
 }
 
-func testCompatFixture(t *testing.T, newStore func(*testing.T) blob.Store, protocol Protocol) {
+func testCompatFixture(t *testing.T, newStore func(*testing.T) blob.Store) {
 	open := func(t *testing.T, store blob.Store, shard string) *Writer {
 		t.Helper()
 		opts := testOptions(t)
-		opts.Protocol = protocol
 		w, err := Open(context.Background(), store, shard, opts)
 		if err != nil {
 			t.Fatalf("Open(%q): %v", shard, err)
@@ -411,8 +315,8 @@ func testCompatFixture(t *testing.T, newStore func(*testing.T) blob.Store, proto
 			if err != nil {
 				t.Fatal(err)
 			}
-			if v, want := format.Version(raw), map[Protocol]uint32{ProtocolV1: format.ManifestVersion, ProtocolV2: format.ManifestVersionV2}[protocol]; v != want {
-				t.Errorf("manifest format version %d after %v writers, want %d", v, protocol, want)
+			if v, want := format.Version(raw), uint32(format.ManifestVersionV2); v != want {
+				t.Errorf("manifest format version %d after this build's writers, want %d", v, want)
 			}
 		}
 	}

@@ -73,7 +73,6 @@ func Delete(ctx context.Context, store blob.Store, shard string, opts DeleteOpti
 	var rnd [8]byte
 	_, _ = rand.Read(rnd[:])
 	putID := "delete-" + hex.EncodeToString(rnd[:])
-	name := format.ManifestName(shard)
 	var unsure unclearTombstone
 	for {
 		if err := ctx.Err(); err != nil {
@@ -103,37 +102,11 @@ func Delete(ctx context.Context, store blob.Store, shard string, opts DeleteOpti
 		if ts := cur.GetTombstone(); ts != nil {
 			return deletion(cur, true), nil
 		}
-		if isV2(cur) {
-			d, done, err := deleteV2(ctx, store, shard, opts, cur, etag, putID, &unsure)
-			if done || err != nil {
-				return d, err
-			}
-			continue // another claim got in first: look again
+		d, done, err := deleteLog(ctx, store, shard, opts, cur, etag, putID, &unsure)
+		if done || err != nil {
+			return d, err
 		}
-		last := cur.GetNextSeq() - 1
-		if opts.ExpectedLastSeq != nil && *opts.ExpectedLastSeq != last {
-			return Deletion{}, &SeqMismatchError{Shard: shard, Expected: *opts.ExpectedLastSeq, LastSeq: last}
-		}
-		next := tombstoneOf(cur, putID, opts.Clock.Now())
-		data, err := format.EncodeManifest(next)
-		if err != nil {
-			return Deletion{}, err
-		}
-		_, err = store.Put(ctx, name, data, blob.PutOptions{IfMatch: etag, PutID: putID})
-		switch {
-		case err == nil:
-			return deletion(next, false), nil
-		case errors.Is(err, blob.ErrConditionFailed):
-			// A writer committed or claimed meanwhile: look again, and
-			// check the expected seq against what it wrote.
-		case shardlog.Retryable(err):
-			// The CAS may have landed: the re-read's commit id decides.
-			if werr := backoff.Wait(ctx); werr != nil {
-				return Deletion{}, fmt.Errorf("delete shard %q: %w (its tombstone may have been written: %w)", shard, werr, err)
-			}
-		default:
-			return Deletion{}, fmt.Errorf("delete shard %q: write tombstone: %w", shard, err)
-		}
+		// Another claim got in first: look again.
 	}
 }
 
@@ -178,32 +151,61 @@ func deletion(m *storagepb.Manifest, already bool) Deletion {
 	return d
 }
 
-// deleteV2 deletes a protocol v2 shard whose manifest cur (ETag etag) it
-// read. The tombstone must also fence the log, and the expected last seq
-// is checked against the log's tail up to that fence: so it claims the
-// shard as a v2 writer does (a CAS to the next epoch), probes the log,
-// fences it at the first free position, and only then writes the
+// deleteLog deletes the shard whose manifest cur (ETag etag) it read. The
+// tombstone must also fence the log, and the expected last seq is checked
+// against the log's tail up to that fence: so it claims the shard as a
+// writer does (a CAS to the next epoch, which converts a v1 shard), probes
+// the log, fences it at the first free position, and only then writes the
 // tombstone, a CAS on its claim that checkpoints through the fence. A
 // writer of the old incarnation is fenced by the claim's ETag and by the
 // fence in the log. done is false when another claim got in first.
-func deleteV2(ctx context.Context, store blob.Store, shard string, opts DeleteOptions, cur *storagepb.Manifest, etag blob.ETag, putID string, unsure *unclearTombstone) (_ Deletion, done bool, _ error) {
-	name := format.ManifestName(shard)
+func deleteLog(ctx context.Context, store blob.Store, shard string, opts DeleteOptions, cur *storagepb.Manifest, etag blob.ETag, putID string, unsure *unclearTombstone) (_ Deletion, done bool, _ error) {
 	if opts.ExpectedLastSeq != nil {
 		// Seqs only grow: a tail already past the expected seq refuses the
 		// delete without claiming (and fencing) the live writer.
-		found, err := shardlog.Probe(ctx, store, NewBlobCache(1<<20), shard, cur.GetLogCheckpoint()+1, 0)
-		if err != nil {
-			return Deletion{}, false, fmt.Errorf("delete shard %q: probe the log: %w", shard, err)
-		}
-		last := cur.GetNextSeq() - 1
-		for _, e := range found {
-			last = max(last, e.NextSeq-1)
-		}
-		if last > *opts.ExpectedLastSeq {
-			return Deletion{}, true, &SeqMismatchError{Shard: shard, Expected: *opts.ExpectedLastSeq, LastSeq: last}
+		if err := checkTailBelow(ctx, store, shard, cur, *opts.ExpectedLastSeq); err != nil {
+			return Deletion{}, true, err
 		}
 	}
+	claim, claimETag, ok, err := claimForDelete(ctx, store, shard, cur, etag, putID)
+	if !ok || err != nil {
+		return Deletion{}, false, err
+	}
+	t, ok, err := fenceForDelete(ctx, store, shard, opts, cur, claim.GetEpoch(), putID)
+	if !ok || err != nil {
+		return Deletion{}, false, err
+	}
+	if opts.ExpectedLastSeq != nil && *opts.ExpectedLastSeq != t.lastSeq {
+		// The claim and the fence stay: the next writer claims after them
+		// and moves past the fence; nothing was deleted.
+		return Deletion{}, true, &SeqMismatchError{Shard: shard, Expected: *opts.ExpectedLastSeq, LastSeq: t.lastSeq}
+	}
+	return writeTombstone(ctx, store, shard, opts, claim, claimETag, t, putID, unsure)
+}
+
+// checkTailBelow fails with a *SeqMismatchError when the log's tail after
+// cur's checkpoint already holds a seq past expected.
+func checkTailBelow(ctx context.Context, store blob.Store, shard string, cur *storagepb.Manifest, expected uint64) error {
+	found, err := shardlog.Probe(ctx, store, NewBlobCache(1<<20), shard, cur.GetLogCheckpoint()+1, 0)
+	if err != nil {
+		return fmt.Errorf("delete shard %q: probe the log: %w", shard, err)
+	}
+	last := cur.GetNextSeq() - 1
+	for _, e := range found {
+		last = max(last, e.NextSeq-1)
+	}
+	if last > expected {
+		return &SeqMismatchError{Shard: shard, Expected: expected, LastSeq: last}
+	}
+	return nil
+}
+
+// claimForDelete claims the next epoch of cur for the delete. ok is false
+// when another claim got in first.
+func claimForDelete(ctx context.Context, store blob.Store, shard string, cur *storagepb.Manifest, etag blob.ETag, putID string) (_ *storagepb.Manifest, _ blob.ETag, ok bool, _ error) {
 	claim := proto.CloneOf(cur)
+	// The claim converts a v1 shard, as a writer's does (epoch.go).
+	claim.Protocol = format.ProtocolV2
 	claim.Epoch = cur.GetEpoch() + 1
 	claim.Owner = putID
 	claim.CommitId = putID + "-claim"
@@ -211,73 +213,85 @@ func deleteV2(ctx context.Context, store blob.Store, shard string, opts DeleteOp
 	pruneEpochs(claim, DefaultMaxEpochRecords)
 	data, err := format.EncodeManifest(claim)
 	if err != nil {
-		return Deletion{}, false, err
+		return nil, "", false, err
 	}
-	attrs, err := store.Put(ctx, name, data, blob.PutOptions{IfMatch: etag, PutID: claim.GetCommitId()})
+	attrs, err := store.Put(ctx, format.ManifestName(shard), data, blob.PutOptions{IfMatch: etag, PutID: claim.GetCommitId()})
 	if err != nil {
 		m, metag, rerr := shardlog.ReadManifest(ctx, store, shard)
 		if rerr != nil || m.GetCommitId() != claim.GetCommitId() {
 			if errors.Is(err, blob.ErrConditionFailed) || shardlog.Retryable(err) {
-				return Deletion{}, false, nil
+				return nil, "", false, nil
 			}
-			return Deletion{}, false, fmt.Errorf("delete shard %q: claim: %w", shard, err)
+			return nil, "", false, fmt.Errorf("delete shard %q: claim: %w", shard, err)
 		}
 		attrs.ETag = metag
 	}
+	return claim, attrs.ETag, true, nil
+}
+
+// deletedTail is what the log held up to the delete's fence.
+type deletedTail struct {
+	lastSeq, records uint64
+	fence            uint64 // the fence's position
+}
+
+// fenceForDelete probes the log after cur's checkpoint and creates the
+// delete's fence, under epoch, at the first free position. ok is false
+// when a higher epoch got there first.
+func fenceForDelete(ctx context.Context, store blob.Store, shard string, opts DeleteOptions, cur *storagepb.Manifest, epoch uint64, putID string) (_ deletedTail, ok bool, _ error) {
 	// A writer of the claimed epoch, for the log's fence.
-	w := &writer{store: store, shard: shard, epoch: claim.GetEpoch(), id: putID,
+	w := &writer{store: store, shard: shard, epoch: epoch, id: putID,
 		opts: Options{Clock: opts.Clock, RetryBackoff: opts.RetryBackoff}.withDefaults()}
 	found, err := shardlog.Probe(ctx, store, w.opts.Cache, shard, cur.GetLogCheckpoint()+1, 0)
 	if err != nil {
-		return Deletion{}, false, fmt.Errorf("delete shard %q: probe the log: %w", shard, err)
+		return deletedTail{}, false, fmt.Errorf("delete shard %q: probe the log: %w", shard, err)
 	}
-	lastSeq, records := cur.GetNextSeq()-1, cur.GetRecordCount()
-	pos := cur.GetLogCheckpoint() + 1
+	t := deletedTail{lastSeq: cur.GetNextSeq() - 1, records: cur.GetRecordCount(), fence: cur.GetLogCheckpoint() + 1}
 	tally := func(e *shardlog.Entry) {
-		lastSeq = max(lastSeq, e.NextSeq-1)
+		t.lastSeq = max(t.lastSeq, e.NextSeq-1)
 		if e.Gen != nil {
-			records += uint64(e.Gen.GetRecords())
+			t.records += uint64(e.Gen.GetRecords())
 		}
-		pos = e.Position + 1
+		t.fence = e.Position + 1
 	}
 	for _, e := range found {
-		if e.Epoch > claim.GetEpoch() {
-			return Deletion{}, false, nil
+		if e.Epoch > epoch {
+			return deletedTail{}, false, nil
 		}
 		tally(e)
 	}
 	for {
-		fence, err := format.EncodeFence(format.LogEntry{Shard: shard, Epoch: claim.GetEpoch(), Position: pos, Writer: putID, PutID: putID + "-fence", NextSeq: lastSeq + 1})
+		fence, err := format.EncodeFence(format.LogEntry{Shard: shard, Epoch: epoch, Position: t.fence, Writer: putID, PutID: putID + "-fence", NextSeq: t.lastSeq + 1})
 		if err != nil {
-			return Deletion{}, false, err
+			return deletedTail{}, false, err
 		}
-		res, err := w.createAt(ctx, pos, fence.Data, putID+"-fence")
+		res, err := w.createAt(ctx, t.fence, fence.Data, putID+"-fence")
 		if err != nil {
-			return Deletion{}, false, fmt.Errorf("delete shard %q: fence the log: %w", shard, err)
+			return deletedTail{}, false, fmt.Errorf("delete shard %q: fence the log: %w", shard, err)
 		}
 		if res.outcome == created {
-			break
+			return t, true, nil
 		}
-		if res.found.Epoch > claim.GetEpoch() {
-			return Deletion{}, false, nil
+		if res.found.Epoch > epoch {
+			return deletedTail{}, false, nil
 		}
 		tally(res.found)
 	}
-	if opts.ExpectedLastSeq != nil && *opts.ExpectedLastSeq != lastSeq {
-		// The claim and the fence stay: the next writer claims after them
-		// and moves past the fence; nothing was deleted.
-		return Deletion{}, true, &SeqMismatchError{Shard: shard, Expected: *opts.ExpectedLastSeq, LastSeq: lastSeq}
-	}
+}
+
+// writeTombstone writes the tombstone over claim (ETag claimETag), a CAS
+// that checkpoints through the fence of t.
+func writeTombstone(ctx context.Context, store blob.Store, shard string, opts DeleteOptions, claim *storagepb.Manifest, claimETag blob.ETag, t deletedTail, putID string, unsure *unclearTombstone) (_ Deletion, done bool, _ error) {
 	base := proto.CloneOf(claim)
-	base.NextSeq = lastSeq + 1
-	base.RecordCount = records
+	base.NextSeq = t.lastSeq + 1
+	base.RecordCount = t.records
 	next := tombstoneOf(base, putID, opts.Clock.Now())
-	next.LogCheckpoint = pos // through the fence
-	data, err = format.EncodeManifest(next)
+	next.LogCheckpoint = t.fence // through the fence
+	data, err := format.EncodeManifest(next)
 	if err != nil {
 		return Deletion{}, false, err
 	}
-	_, err = store.Put(ctx, name, data, blob.PutOptions{IfMatch: attrs.ETag, PutID: putID})
+	_, err = store.Put(ctx, format.ManifestName(shard), data, blob.PutOptions{IfMatch: claimETag, PutID: putID})
 	if err == nil {
 		return deletion(next, false), true, nil
 	}
@@ -298,7 +312,7 @@ func deleteV2(ctx context.Context, store blob.Store, shard string, opts DeleteOp
 	return Deletion{}, false, fmt.Errorf("delete shard %q: write tombstone: %w", shard, err)
 }
 
-// unclearTombstone is the v2 tombstone a Delete wrote last without
+// unclearTombstone is the tombstone a Delete wrote last without
 // learning whether it landed (m, nil when none). A read of the manifest
 // decides it by deleted_through_epoch, which every later manifest carries
 // (the next incarnation's included) and only a tombstone raises: it names

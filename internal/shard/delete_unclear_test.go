@@ -103,7 +103,7 @@ func TestDeleteV2LostTombstoneAnswerThenRecreated(t *testing.T) {
 func logBatchesThrough(t *testing.T, store blob.Store, shard string, through uint64) int {
 	t.Helper()
 	ctx := context.Background()
-	page, err := store.List(ctx, format.LogPrefix(shard), "", 0)
+	page, err := store.List(ctx, blob.ListOptions{Prefix: format.LogPrefix(shard)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,12 +2,14 @@
 // epoch-fenced writer that group-commits appends, and the stateless reader
 // that any instance uses to get a record.
 //
-// A shard is a manifest blob, immutable generation blobs and, under
-// protocol v2, a commit log (see package format for the names and bytes).
-// Options.Protocol selects how a writer commits; a shard a v2 writer has
-// claimed is always written in v2.
+// A shard is a manifest blob, immutable generation blobs and a commit log
+// (see package format for the names and bytes). Writers commit only by
+// protocol v2; a shard still in the v1 format (manifest format version 1,
+// written by builds through 615b413, which committed by manifest CAS) is
+// read as a checkpoint of an empty log, and the first claim converts it
+// (see "Shards in the v1 format" below).
 //
-// # Protocol v2: commit by create (the default)
+// # Protocol v2: commit by create
 //
 // A shard's commits form a log of positions 1, 2, 3, ..., one immutable blob
 // each (_l/<position>), created with If-None-Match: *. An entry is a batch
@@ -16,7 +18,7 @@
 // everything the log holds up to its log_checkpoint, and a reader probes
 // the positions after it.
 //
-//  1. Open claims epoch+1 by a CAS on the manifest (epoch.go), as in v1, and
+//  1. Open claims epoch+1 by a CAS on the manifest (epoch.go), and
 //     writes manifest format version 2. It then probes the log forward from
 //     the checkpoint, reading what it inherits, creates a fence at the first
 //     free position (moving forward on "exists"), and confirms with a CAS
@@ -74,47 +76,18 @@
 //     position would otherwise land, and be acknowledged, and no reader
 //     would ever see it (SlateDB #352, #1622).
 //
-// # Protocol v1: commit by manifest CAS
+// # Shards in the v1 format
 //
-// The manifest is the single source of truth: a record is committed exactly
-// when a manifest version that lists its generation has been written. v1
-// exists for the first step of a rolling upgrade from a build that predates
-// v2 (docs/operations.md).
-//
-//  1. Open claims epoch+1 with a conditional write of the manifest
-//     (epoch.go): create-only when there is none, else If-Match on the
-//     ETag read. A lost claim re-reads and claims the next epoch; a claim
-//     whose answer was lost is decided by reading the manifest back.
-//  2. Append checks its ids against the generations the manifest lists
-//     (Bloom filters first, then footer indexes) and queues the new ones
-//     (append.go). An id already committed comes back AlreadyPresent; an
-//     id another append is committing shares that append's outcome.
-//  3. One committer goroutine takes everything queued, up to
-//     MaxGenerationBytes, writes it as one generation blob (create-only,
-//     named by epoch and generation number), then compare-and-swaps the
-//     manifest to list it (committer.go). Only after that CAS succeeds does
-//     any waiting Append return. While a commit is in flight, new appends
-//     queue for the next one: group commit without a linger timer.
-//  4. A CAS that loses, or whose answer was lost, is decided by reading the
-//     manifest back, never by local belief: the commit landed if the
-//     manifest lists its generation, or this epoch's record names it as the
-//     epoch's last commit (which survives a merge and a later claim). If
-//     not, and a higher epoch holds the shard, the writer is fenced
-//     (ErrFenced) and never commits again; a claim changed the manifest's
-//     ETag, so its CAS never can. If the manifest changed under its own
-//     epoch, the batch is committed again on the manifest read, after its
-//     ids are looked up in the generations added since. Whatever cannot be
-//     decided is reported as ErrOutcomeUnknown, and a retry with the same
-//     ids then settles it: each id comes back committed or AlreadyPresent,
-//     never stored twice.
-//  5. Get reads the manifest (a conditional GET when cached), finds the id
-//     through the cached filters and indexes of the live generations, and
-//     reads the record with one ranged GET (reader.go). A generation that
-//     is gone was merged away: Get reads the manifest again.
-//
-// An uncommitted generation of a fenced or aborted writer is an orphan: no
-// manifest lists it, and none ever can. GC deletes it by name under a later
-// epoch.
+// Builds through 615b413 could also commit by manifest CAS (protocol v1):
+// a generation blob named by epoch and number, then a CAS of the manifest
+// that lists it. This build cannot, but it keeps what such a shard needs:
+// it opens, reads and scans one (the reader probes its empty log, finds
+// position 1 missing and reads the manifest's generations); a writer's
+// claim, or a Delete's, converts it to v2 (epoch.go, delete.go), and the
+// first log position follows its last generation's seqs; GC and Purge
+// delete its generations, orphans of earlier epochs included, by name.
+// Builds before v2 refuse a version 2 manifest (package format), so a fleet
+// on such a build upgrades through 615b413 (docs/operations.md).
 //
 // # Records are stored in the API encoding
 //
@@ -129,33 +102,28 @@
 //
 // # Background work
 //
-// Under protocol v1, a commit whose newest live generations form a small
-// run folds them into
-// its own generation and retires them in its CAS (fold.go), from bytes
-// still cached, so a lone client's appends need no separate merge. Beside
-// the committer, a merger goroutine collapses the rest (merger.go, with
-// the policy in policy.go) and a collector deletes the generations merges
-// and folds retired (gc.go). Their blob I/O never sits in a commit's path.
-// Their manifest edits join the next commit's CAS (edit.go), waiting up to
-// Options.EditDelay for one before they are committed alone, and the
-// collector deletes what fell due in one burst per MergeInterval. A lone
-// client's appends thus share the store with as little background work as
-// possible: on Azurite, which serves one request at a time, that work
-// shows up directly in a lone client's latency. Under protocol v2 a batch
-// is frozen at its log position, so commits never fold: the merger merges,
-// and its edits and GC's join the next checkpoint instead of a commit.
+// A batch is frozen at its log position, so commits never rewrite earlier
+// generations. Beside the committer, a merger goroutine merges them
+// (merger.go, with the policy in policy.go) and a collector deletes the
+// generations merges retired (gc.go). Their blob I/O never sits in a
+// commit's path. Their manifest edits (edit.go) join the next checkpoint,
+// waiting up to Options.EditDelay for one before one is written for them
+// alone, and the collector deletes what fell due in one burst per
+// MergeInterval. A lone client's appends thus share the store with as
+// little background work as possible: on Azurite, which serves one
+// request at a time, that work shows up directly in a lone client's
+// latency.
 //
 // # Who owns what
 //
 // Each goroutine has a file and a state of its own: the committer
-// (committer.go, with prepare.go and fold.go), the merger (merger.go) and
-// the collector (gc.go). Callers of Append run append.go. What more than
-// one of them touches is in the writer under its mu (writer.go lists the
-// fields), or in the claims on generations that the merger and the
-// committer rewrite (claims.go), which have their own lock. Under protocol v1 only the
-// committer writes the manifest; under v2 the committer creates log
-// positions, and only the claim and the checkpointer (checkpoint.go) write
-// the manifest.
+// (committer.go, logcommit.go), the checkpointer (checkpoint.go), the
+// merger (merger.go) and the collector (gc.go). Callers of Append run
+// append.go. What more than one of them touches is in the writer under its
+// mu (writer.go lists the fields), or in the claims on generations that
+// the merger rewrites (claims.go), which have their own lock. The
+// committer creates log positions; only the claim and the checkpointer
+// write the manifest.
 //
 // # Stopping: which path flushes, which discards
 //
@@ -165,7 +133,7 @@
 //     back to Abort.
 //   - Abort() discards un-acknowledged state: queued appends that were never
 //     sent fail with ErrAborted, and an append whose commit was in flight fails
-//     with ErrOutcomeUnknown (its CAS may still land). Abort does no I/O.
+//     with ErrOutcomeUnknown (its create may still land). Abort does no I/O.
 //   - Neither path can lose an acknowledged append: an ack is only given after
-//     the manifest that holds it is durable in the store.
+//     the log position that holds it is durable in the store.
 package shard

@@ -41,11 +41,7 @@ func (w *writer) submit(ctx context.Context, e *edit) error {
 	}
 	w.edits = append(w.edits, e)
 	w.mu.Unlock()
-	if w.v2 {
-		w.checkpointer.editArrived()
-	} else {
-		w.committer.wake()
-	}
+	w.checkpointer.editArrived()
 	select {
 	case err := <-e.done:
 		return err

@@ -35,9 +35,6 @@ func (w *writer) claim(ctx context.Context) error {
 		switch {
 		case errors.Is(err, blob.ErrNotFound):
 			next = &storagepb.Manifest{Epoch: 1, NextGeneration: 1, NextSeq: 1}
-			if w.opts.Protocol == ProtocolV2 {
-				next.Protocol = format.ProtocolV2
-			}
 			put.IfNoneMatch = true
 			cur = nil
 			startIncarnation(next, w.opts.Clock.Now()) // lifecycle.go
@@ -53,16 +50,13 @@ func (w *writer) claim(ctx context.Context) error {
 			next = proto.CloneOf(cur)
 			next.Epoch = cur.GetEpoch() + 1
 			put.IfMatch = etag
-			// A v2 shard stays v2, whatever this writer's Protocol: its
-			// log may hold positions past the checkpoint that a v1 writer
-			// would not see. (A tombstone keeps the protocol too.)
-			if w.opts.Protocol == ProtocolV2 || isV2(cur) {
-				next.Protocol = format.ProtocolV2
-			}
 			if next.GetTombstone() != nil {
 				startIncarnation(next, w.opts.Clock.Now()) // lifecycle.go
 			}
 		}
+		// Every claim converts a v1 shard: its manifest becomes a
+		// checkpoint of the log, which builds before the log refuse.
+		next.Protocol = format.ProtocolV2
 		next.Owner = w.id
 		next.CommitId = put.PutID
 		next.UpdatedUnixNanos = w.opts.Clock.Now().UnixNano()

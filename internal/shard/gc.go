@@ -187,7 +187,7 @@ func (c *collector) orphans(ctx context.Context) int {
 	deleted := 0
 	token := ""
 	for {
-		page, err := w.store.List(ctx, format.GenerationPrefix(w.shard), token, 1000)
+		page, err := w.store.List(ctx, blob.ListOptions{Prefix: format.GenerationPrefix(w.shard), Token: token, Max: 1000})
 		if err != nil {
 			if ctx.Err() == nil {
 				w.log.Warn("gc: list generations failed", zap.Error(err))

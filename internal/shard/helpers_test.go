@@ -19,25 +19,6 @@ func testOptions(t testing.TB) Options {
 	return Options{Logger: zaptest.NewLogger(t), RetryBackoff: time.Millisecond}
 }
 
-// testOptionsV1 is testOptions for a protocol v1 writer: the tests of v1's
-// internals (its manifest CAS, rebase and fold) run on it.
-func testOptionsV1(t testing.TB) Options {
-	o := testOptions(t)
-	o.Protocol = ProtocolV1
-	return o
-}
-
-// openV1 is open, for a protocol v1 writer.
-func openV1(t testing.TB, store blob.Store, shard string) *Writer {
-	t.Helper()
-	w, err := Open(context.Background(), store, shard, testOptionsV1(t))
-	if err != nil {
-		t.Fatalf("Open(%q): %v", shard, err)
-	}
-	t.Cleanup(w.Abort)
-	return w
-}
-
 func open(t testing.TB, store blob.Store, shard string) *Writer {
 	t.Helper()
 	w, err := Open(context.Background(), store, shard, testOptions(t))

@@ -115,7 +115,7 @@ func listScope(ctx context.Context, store blob.Store, scope, tok string, max int
 		own = "\xff" // no shard is named ""
 	}
 	for len(out.Shards) < max {
-		page, err := store.ListDelimited(ctx, root, shardDelimiter, tok, max-len(out.Shards))
+		page, err := store.List(ctx, blob.ListOptions{Prefix: root, Delimiter: shardDelimiter, Token: tok, Max: max - len(out.Shards)})
 		if err != nil {
 			return false, fmt.Errorf("list shards under %q: %w", scope, err)
 		}

@@ -12,7 +12,6 @@ import (
 	"github.com/rolloutd/rolloutd/internal/blob"
 	"github.com/rolloutd/rolloutd/internal/blob/faultstore"
 	"github.com/rolloutd/rolloutd/internal/blob/memstore"
-	"github.com/rolloutd/rolloutd/internal/clock"
 	"github.com/rolloutd/rolloutd/internal/shard/format"
 	"github.com/rolloutd/rolloutd/internal/shard/shardlog"
 )
@@ -30,13 +29,11 @@ func mergeOptions(t testing.TB) Options {
 	return o
 }
 
-// mergerOnlyOptions leave every merge to the merger goroutine (no folds)
-// and wake it only after commits, for tests of the merger's own edits.
+// mergerOnlyOptions wake the merger only after commits, for tests of the merger's own edits.
 func mergerOnlyOptions(t testing.TB) Options {
 	o := testOptions(t)
 	o.MergeRun = 4
 	o.MergeInterval = time.Hour
-	o.FoldMaxBytes = -1
 	return o
 }
 
@@ -184,76 +181,11 @@ func TestMergeOfRecentGenerationsReadsNothing(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	// Under protocol v1 commits fold too (each counts as a merge); under v2
-	// the merger alone merges, in fewer, larger passes.
+	// The merger alone merges, in few, large passes.
 	waitFor(t, "merges", func() bool { st := w.Stats(); return st.Merges >= 2 && st.Generations <= 8 })
 	if g := fs.Calls(faultstore.OpGet); g != 0 {
 		t.Fatalf("%d merges of recent generations made %d GETs, want 0", w.Stats().Merges, g)
 	}
-}
-
-// A merge's manifest edit joins the next append's CAS rather than costing a
-// manifest write of its own, and commits alone once EditDelay passes with no
-// append to ride on.
-func TestMergeEditRidesTheNextCommit(t *testing.T) {
-	hs := newHookStore(memstore.New())
-	fake := clock.NewFake(time.Unix(1_700_000_000, 0))
-	opts := mergerOnlyOptions(t)
-	opts.Protocol = ProtocolV1 // v1: edits ride the commit's manifest CAS
-	opts.Clock = fake
-	opts.MergeMaxGenerations = 4
-	opts.EditDelay = time.Second
-	w, err := Open(context.Background(), hs, "s", opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer w.Abort()
-	l := newLedger()
-	appendOne := func(id string) {
-		t.Helper()
-		rs, err := w.Append(context.Background(), entries(t, id))
-		if err != nil {
-			t.Fatal(err)
-		}
-		l.add(t, rs)
-	}
-	edits := func() int {
-		w.w.mu.Lock()
-		defer w.w.mu.Unlock()
-		return len(w.w.edits)
-	}
-	for i := range 4 {
-		appendOne(fmt.Sprint("a", i))
-	}
-	// The merge writes its generation at once, then its edit waits.
-	waitFor(t, "the merge's edit to be queued", func() bool { return edits() == 1 })
-	manifests := hs.count("manifest")
-	appendOne("rider")
-	if got := hs.count("manifest") - manifests; got != 1 {
-		t.Fatalf("append with a merge edit waiting made %d manifest writes, want 1", got)
-	}
-	waitFor(t, "the merge to be reported", func() bool { return w.Stats().Merges == 1 })
-	if n := len(w.w.manifest().GetGenerations()); n != 2 {
-		t.Fatalf("%d live generations after merging 4 of 5, want 2", n)
-	}
-
-	// No append follows this merge: its edit commits alone, after EditDelay.
-	for i := range 2 {
-		appendOne(fmt.Sprint("b", i))
-	}
-	waitFor(t, "the second merge's edit to be queued", func() bool { return edits() == 1 })
-	manifests = hs.count("manifest")
-	fake.Advance(999 * time.Millisecond)
-	time.Sleep(20 * time.Millisecond)
-	if w.Stats().Merges != 1 || hs.count("manifest") != manifests {
-		t.Fatal("a merge edit committed before EditDelay passed")
-	}
-	fake.Advance(time.Millisecond)
-	waitFor(t, "the lone merge edit to commit", func() bool { return w.Stats().Merges == 2 })
-	if got := hs.count("manifest") - manifests; got != 1 {
-		t.Fatalf("lone merge edit made %d manifest writes, want 1", got)
-	}
-	l.verify(t, hs, "s")
 }
 
 // Close commits a merge whose output is written and whose edit waits for a

@@ -54,13 +54,9 @@ func (m *merger) loop() {
 		case <-w.opts.Clock.After(w.opts.MergeInterval):
 		}
 		for w.background.Err() == nil {
-			policy := w.opts.mergePolicy()
-			if w.v2 {
-				policy = w.opts.v2Policy()
-			}
-			plan := pickMerge(w.manifest().GetGenerations(), w.opts.Clock.Now(), policy)
+			plan := pickMerge(w.manifest().GetGenerations(), w.opts.Clock.Now(), w.opts.mergePolicy())
 			if plan == nil || !m.claim(plan) {
-				break // a commit is folding part of it; the next kick looks again
+				break // GC or an edit in flight holds part of it; the next kick looks again
 			}
 			err := m.merge(w.background, plan)
 			m.release(plan)
@@ -112,8 +108,8 @@ func (m *merger) merge(ctx context.Context, plan []*storagepb.Generation) error 
 		return err
 	}
 	gen := w.allocGen()
-	// Claimed until its edit settles, so that no commit folds the output
-	// the moment it is swapped in.
+	// Claimed until its edit settles, so that no other rewrite takes the
+	// output the moment it is swapped in.
 	w.claims.add(genKey{Epoch: w.epoch, Number: gen})
 	defer w.claims.release(genKey{Epoch: w.epoch, Number: gen})
 	b := format.NewGenerationBuilder(w.shard, w.epoch, gen, size)

@@ -1,7 +1,6 @@
 package shard
 
 import (
-	"fmt"
 	"time"
 
 	"go.opentelemetry.io/otel/trace"
@@ -35,32 +34,6 @@ const (
 	DefaultCheckpointInterval = time.Second
 )
 
-// Protocol selects how a writer commits (see the package documentation).
-type Protocol int
-
-const (
-	// ProtocolV2 (the default) commits by create: one create-only write of
-	// the shard's next log position per commit, the manifest a checkpoint
-	// written off the ack path. A shard a v2 writer claimed is converted:
-	// its manifest is format version 2, which builds before v2 reject.
-	ProtocolV2 Protocol = iota
-	// ProtocolV1 commits by manifest CAS, as builds before v2 did, on a
-	// shard that is still in the v1 format; a v2 shard is always written
-	// in v2. It is for the first step of a rolling upgrade, while older
-	// builds may still open the shard (docs/operations.md).
-	ProtocolV1
-)
-
-func (p Protocol) String() string {
-	switch p {
-	case ProtocolV1:
-		return "v1"
-	case ProtocolV2:
-		return "v2"
-	}
-	return fmt.Sprintf("Protocol(%d)", int(p))
-}
-
 // Options configures a Writer. The zero value gives sane defaults.
 type Options struct {
 	// Logger receives lifecycle events; nil means no logging.
@@ -72,8 +45,6 @@ type Options struct {
 	Cache *BlobCache
 	// Notifier, when set, is told of every commit, to wake following scans.
 	Notifier *Notifier
-	// Protocol is how the writer commits; the zero value is ProtocolV2.
-	Protocol Protocol
 	// Lineage, when set, remembers how this process's writers of each shard
 	// ended, so that a reopen after a writer that left no create in doubt
 	// writes no fence (protocol v2). Share one per process. Nil fences on
@@ -91,9 +62,7 @@ type Options struct {
 	// each checkpoint the writer wrote (protocol v2), for metrics.
 	OnFence      func()
 	OnCheckpoint func()
-	// OnMerge, when set, is called after each committed merge, for metrics;
-	// also after a commit that folded generations (fold.go), with took 0:
-	// a fold has no time of its own.
+	// OnMerge, when set, is called after each committed merge, for metrics.
 	OnMerge func(sources, records int, took time.Duration)
 	// Tracer, when set, gives an append's trace a span for its wait in the
 	// queue and one for the commit that carried it, and each checkpoint
@@ -143,10 +112,6 @@ type Options struct {
 	// and 32.
 	MergeMaxBytes   int64
 	MergeMaxSources int
-	// FoldMaxBytes caps the bytes of the newest generations a commit folds
-	// into its own generation (fold.go). Default MergeTierBytes; negative
-	// turns folding off, leaving every merge to the merger.
-	FoldMaxBytes int64
 	// EditDelay is how long a merge's or GC's manifest edit waits for the
 	// next append's commit, whose CAS it then joins, before it is committed
 	// in a CAS of its own. Edits are never urgent, and a lone client's
@@ -213,9 +178,6 @@ func (o Options) withDefaults() Options {
 	}
 	if o.MergeMaxSources < 2 {
 		o.MergeMaxSources = DefaultMergeMaxSources
-	}
-	if o.FoldMaxBytes == 0 {
-		o.FoldMaxBytes = o.MergeTierBytes
 	}
 	if o.EditDelay == 0 {
 		o.EditDelay = DefaultEditDelay

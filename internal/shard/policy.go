@@ -21,12 +21,9 @@ import (
 //  3. Age. A generation never merged and older than MergeAge is merged with
 //     its cheapest neighbours.
 //
-// Most tier-0 runs never reach the merger: the commit that would complete
-// one folds it (fold.go). A merge and a commit's fold claim the generations
-// they rewrite (claims.go), so neither rewrites what the other does.
-//
-// Under protocol v2 the policy differs below the count trigger: see
-// v2Policy and pickMergeV2.
+// The merger claims the generations it rewrites (claims.go). Log batches
+// are merged among themselves below the count trigger: see mergePolicy and
+// pickBelowCount.
 //
 // Only contiguous runs are merged, so the per-generation sequence ranges
 // never overlap. Each pass is capped by MergeMaxSources and MergeMaxBytes.
@@ -48,13 +45,22 @@ type mergePolicy struct {
 	tierBytes      int64         // MergeTierBytes
 	maxBytes       int64         // MergeMaxBytes
 	maxSources     int           // MergeMaxSources
-	// level0 > 0 selects protocol v2's policy (pickMergeV2): log batches
-	// (level 0) are merged this many at a time. See v2Policy.
+	// level0: log batches (level 0) are merged this many at a time. See
+	// mergePolicy.
 	level0 int
-	idle   time.Duration // v2: level-0 batches this quiet are merged however few
+	idle   time.Duration // level-0 batches this quiet are merged however few
 }
 
-// v2Policy is the merge policy of a protocol v2 writer. Under v2 a merge's
+// countTrigger is the number of live generations at which the count
+// trigger merges, and at which a merge's edit calls for a checkpoint of
+// its own instead of waiting for the next one. A lone client's log batches alone reach about three K before their
+// merge lands (2K gathered, and K more while its edit waits), so the
+// trigger sits above that, at 4x MergeMaxGenerations.
+func (o mergePolicy) countTrigger() int {
+	return max(4*o.maxGenerations, 2*o.level0)
+}
+
+// mergePolicy is the writer's merge policy, from its Options. A merge's
 // edit lands with a checkpoint, which a lone client's appends call for
 // once per CheckpointEvery (K) commits, and each merge costs a blob write
 // (its output) besides. One merge per checkpoint of K+1 one-append batches
@@ -66,28 +72,8 @@ type mergePolicy struct {
 // lands every other checkpoint, leaving the others to the size tiers
 // above. The outputs are merged by size tier, MergeRun at a time, so a
 // record is rewritten about once per tier.
-func (o Options) v2Policy() mergePolicy {
-	p := o.mergePolicy()
-	p.level0 = max(2, min(2*o.CheckpointEvery, o.MergeMaxSources))
-	p.idle = o.MergeInterval
-	return p
-}
-
-// countTrigger is the number of live generations at which the count
-// trigger merges, and at which, under protocol v2, a merge's edit calls
-// for a checkpoint of its own instead of waiting for the next one. Under
-// v2 a lone client's log batches alone reach about three K before their
-// merge lands (2K gathered, and K more while its edit waits), so the
-// trigger sits above that, at 4x MergeMaxGenerations.
-func (o mergePolicy) countTrigger() int {
-	if o.level0 > 0 {
-		return max(4*o.maxGenerations, 2*o.level0)
-	}
-	return o.maxGenerations
-}
-
 func (o Options) mergePolicy() mergePolicy {
-	return mergePolicy{
+	p := mergePolicy{
 		run:            o.MergeRun,
 		maxGenerations: o.MergeMaxGenerations,
 		age:            o.MergeAge,
@@ -95,6 +81,9 @@ func (o Options) mergePolicy() mergePolicy {
 		maxBytes:       o.MergeMaxBytes,
 		maxSources:     o.MergeMaxSources,
 	}
+	p.level0 = max(2, min(2*o.CheckpointEvery, o.MergeMaxSources))
+	p.idle = o.MergeInterval
+	return p
 }
 
 // pickMerge returns the contiguous generations to merge next, or nil.
@@ -118,42 +107,16 @@ func pickMerge(gens []*storagepb.Generation, now time.Time, o mergePolicy) []*st
 		k := max(o.run, n-o.maxGenerations/2)
 		return cheapestWindow(gens, min(k, 2*o.run), k, -1, o)
 	}
-	if o.level0 > 0 {
-		return pickMergeV2(gens, now, o, tier)
-	}
-	var best []*storagepb.Generation
-	bestTier := int(^uint(0) >> 1)
-	for i := 0; i < n; {
-		t := tier(gens[i])
-		j := i + 1
-		for j < n && tier(gens[j]) == t {
-			j++
-		}
-		if j-i >= o.run && t < bestTier {
-			best, bestTier = gens[i:j], t
-		}
-		i = j
-	}
-	if best != nil {
-		if run := capRun(best, o); run != nil {
-			return run
-		}
-	}
-	for i, g := range gens {
-		if g.GetLevel() == 0 && now.Sub(time.Unix(0, g.GetCreatedUnixNanos())) >= o.age {
-			return cheapestWindow(gens, 2, o.run, i, o)
-		}
-	}
-	return nil
+	return pickBelowCount(gens, now, o, tier)
 }
 
-// pickMergeV2 is pickMerge's policy for protocol v2 below the count
-// trigger (see v2Policy): the oldest run of contiguous log batches once it
+// pickBelowCount is pickMerge's policy below the count trigger (see
+// mergePolicy): the oldest run of contiguous log batches once it
 // holds level0 of them, or once its newest is idle long (a shard that went
 // quiet, whose last batches would otherwise wait for MergeAge); else the
 // lowest size tier with MergeRun contiguous merged generations; else the
 // age trigger.
-func pickMergeV2(gens []*storagepb.Generation, now time.Time, o mergePolicy, tier func(*storagepb.Generation) int) []*storagepb.Generation {
+func pickBelowCount(gens []*storagepb.Generation, now time.Time, o mergePolicy, tier func(*storagepb.Generation) int) []*storagepb.Generation {
 	n := len(gens)
 	for i := 0; i < n; {
 		j := i

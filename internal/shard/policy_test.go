@@ -8,43 +8,6 @@ import (
 	"github.com/rolloutd/rolloutd/internal/shard/storagepb"
 )
 
-func TestPickMerge(t *testing.T) {
-	o := Options{MergeRun: 4, MergeMaxGenerations: 8, MergeTierBytes: 1000, MergeAge: time.Minute}.withDefaults().mergePolicy()
-	now := time.Unix(1000, 0)
-	gen := func(n uint64, bytes uint64, level uint32, age time.Duration) *storagepb.Generation {
-		return &storagepb.Generation{Number: n, Bytes: bytes, Level: level, CreatedUnixNanos: now.Add(-age).UnixNano()}
-	}
-	nums := func(gs []*storagepb.Generation) []uint64 {
-		var out []uint64
-		for _, g := range gs {
-			out = append(out, g.GetNumber())
-		}
-		return out
-	}
-	for _, tc := range []struct {
-		name string
-		gens []*storagepb.Generation
-		want []uint64
-	}{
-		{"one generation", []*storagepb.Generation{gen(1, 10, 0, time.Hour)}, nil},
-		{"young small run below the run length", []*storagepb.Generation{gen(1, 10, 0, 0), gen(2, 10, 0, 0), gen(3, 10, 0, 0)}, nil},
-		{"run of four in tier 0", []*storagepb.Generation{gen(1, 50000, 2, 0), gen(2, 10, 0, 0), gen(3, 10, 0, 0), gen(4, 10, 0, 0), gen(5, 10, 0, 0)}, []uint64{2, 3, 4, 5}},
-		{"lowest tier first", []*storagepb.Generation{gen(1, 2000, 1, 0), gen(2, 2000, 1, 0), gen(3, 2000, 1, 0), gen(4, 2000, 1, 0), gen(5, 10, 0, 0), gen(6, 10, 0, 0), gen(7, 10, 0, 0), gen(8, 10, 0, 0)}, []uint64{5, 6, 7, 8}},
-		{"age trigger merges the old unmerged generation with its cheapest neighbours", []*storagepb.Generation{gen(1, 900000, 3, time.Hour), gen(2, 10, 0, 2*time.Minute), gen(3, 20000, 1, 0)}, []uint64{2, 3}},
-		{"count trigger beats a tier run (interleaved tiers never form runs)", []*storagepb.Generation{gen(1, 2000, 1, 0), gen(2, 2000, 1, 0), gen(3, 2000, 1, 0), gen(4, 2000, 1, 0), gen(5, 10, 0, 0), gen(6, 50000, 2, 0), gen(7, 10, 0, 0), gen(8, 50000, 2, 0), gen(9, 10, 0, 0)}, []uint64{1, 2, 3, 4, 5}},
-		{"count trigger leaves a large generation out", []*storagepb.Generation{gen(1, 50000, 2, 0), gen(2, 10, 0, 0), gen(3, 10, 0, 0), gen(4, 50000, 2, 0), gen(5, 10, 0, 0), gen(6, 10, 0, 0), gen(7, 10, 0, 0), gen(8, 10, 0, 0)}, []uint64{5, 6, 7, 8}},
-		{"count trigger", []*storagepb.Generation{gen(1, 4000, 1, 0), gen(2, 20000, 2, 0), gen(3, 4000, 1, 0), gen(4, 20000, 2, 0), gen(5, 4000, 1, 0), gen(6, 20000, 2, 0), gen(7, 4000, 1, 0), gen(8, 20000, 2, 0)}, []uint64{1, 2, 3, 4}},
-		{"count trigger merges wide even when a narrow window is a hair cheaper per generation", []*storagepb.Generation{gen(1, 9000, 1, 0), gen(2, 9000, 1, 0), gen(3, 9000, 1, 0), gen(4, 9000, 1, 0), gen(5, 9000, 1, 0), gen(6, 9000, 1, 0), gen(7, 9000, 1, 0), gen(8, 9000, 1, 0), gen(9, 9000, 1, 0), gen(10, 9000, 1, 0), gen(11, 5000, 0, 0), gen(12, 2900, 0, 0)}, []uint64{5, 6, 7, 8, 9, 10, 11, 12}},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			got := nums(pickMerge(tc.gens, now, o))
-			if fmt.Sprint(got) != fmt.Sprint(tc.want) {
-				t.Fatalf("pickMerge = %v, want %v", got, tc.want)
-			}
-		})
-	}
-}
-
 func policyGens(bytes ...uint64) []*storagepb.Generation {
 	gens := make([]*storagepb.Generation, len(bytes))
 	for i, b := range bytes {
@@ -118,7 +81,7 @@ func TestCheapestWindow(t *testing.T) {
 // along (which rewrote the shard every K appends), never in windows so
 // narrow that a lone client pays a merge per checkpoint.
 func TestPickMergeV2(t *testing.T) {
-	o := Options{CheckpointEvery: 4}.withDefaults().v2Policy() // log batches merge 8 at a time
+	o := Options{CheckpointEvery: 4}.withDefaults().mergePolicy() // log batches merge 8 at a time
 	now := time.Unix(1000, 0)
 	num := uint64(0)
 	gen := func(kb uint64, level uint32, age time.Duration) *storagepb.Generation {

@@ -77,7 +77,7 @@ func (g *logGate) open() {
 func logEntries(t *testing.T, store blob.Store, shard string) map[uint64]*shardlog.Entry {
 	t.Helper()
 	ctx := context.Background()
-	page, err := store.List(ctx, format.LogPrefix(shard), "", 0)
+	page, err := store.List(ctx, blob.ListOptions{Prefix: format.LogPrefix(shard)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -34,7 +34,7 @@ func Purge(ctx context.Context, store blob.Store, shard string, through uint64, 
 		token   string
 	)
 	for {
-		page, err := store.List(ctx, prefix, token, 1000)
+		page, err := store.List(ctx, blob.ListOptions{Prefix: prefix, Token: token, Max: 1000})
 		if err != nil {
 			return deleted, fmt.Errorf("purge shard %q: list generations: %w", shard, err)
 		}
@@ -196,7 +196,7 @@ func purgeLog(ctx context.Context, store blob.Store, shard string, through uint6
 	deleted := 0
 	token := ""
 	for {
-		page, err := store.List(ctx, format.LogPrefix(shard), token, 1000)
+		page, err := store.List(ctx, blob.ListOptions{Prefix: format.LogPrefix(shard), Token: token, Max: 1000})
 		if err != nil {
 			return deleted, fmt.Errorf("purge shard %q: list the log: %w", shard, err)
 		}

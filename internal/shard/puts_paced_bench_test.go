@@ -100,20 +100,12 @@ func (s *slowStore) Delete(ctx context.Context, name string, opts blob.DeleteOpt
 	return s.Store.Delete(ctx, name, opts)
 }
 
-func (s *slowStore) List(ctx context.Context, prefix, token string, max int) (blob.ListPage, error) {
+func (s *slowStore) List(ctx context.Context, opts blob.ListOptions) (blob.ListPage, error) {
 	s.count("list")
 	if err := s.wait(ctx); err != nil {
 		return blob.ListPage{}, err
 	}
-	return s.Store.List(ctx, prefix, token, max)
-}
-
-func (s *slowStore) ListDelimited(ctx context.Context, prefix, delimiter, token string, max int) (blob.DelimitedPage, error) {
-	s.count("list")
-	if err := s.wait(ctx); err != nil {
-		return blob.DelimitedPage{}, err
-	}
-	return s.Store.ListDelimited(ctx, prefix, delimiter, token, max)
+	return s.Store.List(ctx, opts)
 }
 
 // BenchmarkPutsPerAppendPaced is BenchmarkPutsPerAppend at a real store's

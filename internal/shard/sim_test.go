@@ -28,6 +28,7 @@ type simInstance struct {
 	opens  int
 	epochs []uint64
 	folds  int64 // of the writers it dropped
+	aborts sync.WaitGroup
 }
 
 func (in *simInstance) writer(ctx context.Context) (*Writer, error) {
@@ -51,8 +52,10 @@ func (in *simInstance) drop(w *Writer) {
 	defer in.mu.Unlock()
 	if in.w == w {
 		in.w = nil
-		in.folds += w.Stats().Folds
-		go w.Abort() // as eviction would: never under the caller's feet
+		// As eviction would: never under the caller's feet. close waits for
+		// it: a writer still logging after its test ended races testing's
+		// own bookkeeping (t.done is written unlocked on purpose).
+		in.aborts.Go(w.Abort)
 	}
 }
 
@@ -61,9 +64,9 @@ func (in *simInstance) close() {
 	defer in.mu.Unlock()
 	if in.w != nil {
 		in.w.Abort()
-		in.folds += in.w.Stats().Folds
 		in.w = nil
 	}
+	in.aborts.Wait()
 }
 
 // TestSimulatedFaults runs clients against three competing instances of one
@@ -81,16 +84,11 @@ func TestSimulatedFaults(t *testing.T) {
 	}
 	for _, sc := range []simShape{
 		{instances: 3, clients: 6, appends: 25},
-		{instances: 3, clients: 6, appends: 25, protocol: ProtocolV1},
-		// A lone client on one instance: the shape in which commits fold
-		// the generations before them (protocol v1), so folding meets every
-		// fault too.
-		{instances: 1, clients: 1, appends: 120, protocol: ProtocolV1, wantFolds: true},
 		{instances: 1, clients: 1, appends: 120},
 	} {
 		for r := range rounds {
 			seed := seed + int64(r)
-			t.Run(fmt.Sprintf("%v,instances=%d,clients=%d,seed=%d", sc.protocol, sc.instances, sc.clients, seed), func(t *testing.T) {
+			t.Run(fmt.Sprintf("instances=%d,clients=%d,seed=%d", sc.instances, sc.clients, seed), func(t *testing.T) {
 				t.Logf("reproduce with ROLLOUTD_SIM_SEED=%d", seed)
 				simulate(t, seed, sc)
 			})
@@ -100,8 +98,6 @@ func TestSimulatedFaults(t *testing.T) {
 
 type simShape struct {
 	instances, clients, appends int
-	protocol                    Protocol
-	wantFolds                   bool
 }
 
 func simulate(t *testing.T, seed int64, sc simShape) {
@@ -114,7 +110,6 @@ func simulate(t *testing.T, seed int64, sc simShape) {
 	opts := mergeOptions(t)
 	opts.Logger = zap.NewNop()
 	opts.CommitTimeout = time.Second
-	opts.Protocol = sc.protocol
 	insts := make([]*simInstance, sc.instances)
 	for i := range insts {
 		o := opts
@@ -232,9 +227,6 @@ func simulate(t *testing.T, seed int64, sc simShape) {
 			return *(v.(*int))
 		}
 		return 0
-	}
-	if sc.wantFolds && folds == 0 {
-		t.Error("no commit folded generations: the simulation no longer covers folding under faults")
 	}
 	t.Logf("%d records acked; %d opens; %d folds; %d fenced, %d outcome-unknown, %d other failed attempts; injected: put %d, get %d, delete %d, list %d",
 		len(l.acks), opens, folds, get(&fences, "fenced"), get(&unknowns, "unknown"), get(&failures, "other"),

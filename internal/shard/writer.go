@@ -45,8 +45,7 @@ type writer struct {
 	puts  atomic.Uint64 // numbers this writer's conditional puts
 
 	// Counters for Stats.
-	merges     atomic.Int64 // merges committed, folds included
-	folds      atomic.Int64 // merges done by a commit (fold.go)
+	merges     atomic.Int64 // merges committed
 	mergeNanos atomic.Int64 // time spent in committed merges
 	gcDeleted  atomic.Int64 // blobs deleted by GC
 
@@ -60,13 +59,8 @@ type writer struct {
 	committer    committer
 	merger       merger
 	collector    collector
-	checkpointer checkpointer // protocol v2 only
-	claims       *claims      // the generations the merger or the committer rewrites
-
-	// v2: the shard is in protocol v2 (commit by create): commits create
-	// log positions (logcommit.go), and the manifest is a checkpoint
-	// (checkpoint.go). Set by Open, then only read.
-	v2 bool
+	checkpointer checkpointer
+	claims       *claims // the generations the merger rewrites
 	// replaced is the manifest this writer's claim replaced (nil when it
 	// created the shard): whose writer it was decides whether the claim
 	// must fence the log (Lineage).
@@ -103,9 +97,6 @@ type writer struct {
 	// the pointer.
 	m    *storagepb.Manifest
 	etag blob.ETag
-	// adopted counts the manifests the committer read back and made m
-	// (adopt), as opposed to the ones it wrote itself.
-	adopted uint64
 
 	// Protocol v2. m is then the writer's view: ckpt, the last checkpoint
 	// known durable (etag is its ETag), with the log batches of tail, the
@@ -140,9 +131,6 @@ func Open(ctx context.Context, store blob.Store, shard string, opts Options) (*W
 		if err := w.claim(ctx); err != nil {
 			return nil, err
 		}
-		if !isV2(w.m) {
-			break
-		}
 		err := w.openLog(ctx)
 		if err == nil {
 			break
@@ -158,13 +146,8 @@ func Open(ctx context.Context, store blob.Store, shard string, opts Options) (*W
 	// the writer lives until Close or Abort.
 	w.ctx, w.cancel = context.WithCancel(context.Background())
 	w.background, w.stopBackground = context.WithCancel(w.ctx)
-	if w.v2 {
-		go w.committer.runLog()
-		go w.checkpointer.loop()
-	} else {
-		go w.committer.run()
-		close(w.checkpointer.done)
-	}
+	go w.committer.runLog()
+	go w.checkpointer.loop()
 	if opts.DisableBackground {
 		close(w.merger.done)
 		close(w.collector.done)
@@ -216,8 +199,7 @@ type Stats struct {
 	Retired        int // retired generations awaiting deletion
 	EpochRecords   int
 	Records        uint64
-	Merges         int64 // folds included
-	Folds          int64 // merges done by a commit (see fold.go)
+	Merges         int64
 	MergeDuration  time.Duration
 	GCDeletedBlobs int64
 	// Protocol v2: fences and checkpoints this writer wrote, the last
@@ -242,7 +224,6 @@ func (h *Writer) Stats() Stats {
 		EpochRecords:   len(w.m.GetEpochs()),
 		Records:        w.m.GetRecordCount(),
 		Merges:         w.merges.Load(),
-		Folds:          w.folds.Load(),
 		MergeDuration:  time.Duration(w.mergeNanos.Load()),
 		GCDeletedBlobs: w.gcDeleted.Load(),
 		Fences:         w.fences.Load(),
@@ -362,14 +343,11 @@ func (w *writer) close(ctx context.Context) error {
 	<-w.merger.done
 	<-w.collector.done
 	w.committer.wake()
-	// Under protocol v2 the committer drains the queue, then the
-	// checkpointer writes the last checkpoint, with the edits of merges and
-	// GC already done: it exits last.
-	last := w.committer.done
-	if w.v2 {
-		w.checkpointer.close()
-		last = w.checkpointer.done
-	}
+	// The committer drains the queue, then the checkpointer writes the
+	// last checkpoint, with the edits of merges and GC already done: it
+	// exits last.
+	w.checkpointer.close()
+	last := w.checkpointer.done
 	select {
 	case <-last:
 	case <-ctx.Done():
@@ -473,25 +451,6 @@ func (w *writer) allocGen() uint64 {
 	gen := max(w.m.GetNextGeneration(), w.minGen)
 	w.minGen = gen + 1
 	return gen
-}
-
-// setManifest publishes a manifest the committer committed.
-func (w *writer) setManifest(m *storagepb.Manifest, etag blob.ETag) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.m, w.etag = m, etag
-}
-
-// adopt publishes a manifest the committer read back after an unclear
-// commit. It may list generations that no append queued before it looked
-// its ids up in: a commit reported as of unknown outcome may have landed
-// after all, and its caller may be retrying the same ids. The committer
-// looks those up before it commits them (recheck).
-func (w *writer) adopt(m *storagepb.Manifest, etag blob.ETag) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.m, w.etag = m, etag
-	w.adopted++
 }
 
 // manifest returns the last published manifest; it must not be modified.

@@ -180,26 +180,15 @@ func TestLostManifestResponseIsNotAFence(t *testing.T) {
 	}
 }
 
-// The lost CAS response is followed at once by another writer's claim: the
-// first writer must still report success, and then be fenced.
-//
-// Under protocol v2 the commit is the create of a log position: its lost
-// response is followed by the claim, whose fence lands at the next one.
+// The lost response of a commit, the create of a log position, is followed
+// at once by another writer's claim, whose fence lands at the next
+// position: the first writer must still report success, and then be
+// fenced.
 func TestLostResponseThenClaimIsSuccess(t *testing.T) {
-	for _, p := range []Protocol{ProtocolV1, ProtocolV2} {
-		t.Run(p.String(), func(t *testing.T) { testLostResponseThenClaim(t, p) })
-	}
-}
-
-func testLostResponseThenClaim(t *testing.T, protocol Protocol) {
-	commit := "/_manifest"
-	if protocol == ProtocolV2 {
-		commit = "/_l/"
-	}
+	commit := "/_l/"
 	backends(t, func(t *testing.T, newStore func(testing.TB) blob.Store) {
 		store := newHookStore(newStore(t))
 		opts := testOptions(t)
-		opts.Protocol = protocol
 		w, err := Open(context.Background(), store, "s", opts)
 		if err != nil {
 			t.Fatal(err)

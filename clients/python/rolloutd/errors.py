@@ -16,6 +16,7 @@ from typing import Dict, Mapping, Optional, Sequence, Tuple, Type
 
 import grpc
 
+from ._proto.rollout.v1 import error_reason_pb2
 from ._proto.rolloutd_vendor.google.rpc import error_details_pb2, status_pb2
 
 __all__ = [
@@ -45,18 +46,22 @@ __all__ = [
 #: The domain of every ErrorInfo rolloutd sends.
 ERROR_DOMAIN = "rolloutd.io"
 
-# ErrorInfo reasons (proto/rollout/v1/rollout.proto, "Errors and retries").
-OUTCOME_UNKNOWN = "OUTCOME_UNKNOWN"
-NOT_COMMITTED = "NOT_COMMITTED"
-BACKPRESSURE = "BACKPRESSURE"
-RATE_LIMITED = "RATE_LIMITED"
-TOO_LARGE = "TOO_LARGE"
-SCAN_INTERRUPTED = "SCAN_INTERRUPTED"
-SHARD_DELETED = "SHARD_DELETED"
-SEQ_MISMATCH = "SEQ_MISMATCH"
+# The ErrorInfo reasons, as the strings the server sends: the names of
+# rollout.v1.ErrorReason's values. proto/rollout/v1/error_reason.proto defines
+# them and says when each is sent and what a client does on it; the server and
+# the Go client take their names from the same enum.
+_REASONS = error_reason_pb2.ErrorReason
+OUTCOME_UNKNOWN = _REASONS.Name(error_reason_pb2.OUTCOME_UNKNOWN)
+NOT_COMMITTED = _REASONS.Name(error_reason_pb2.NOT_COMMITTED)
+BACKPRESSURE = _REASONS.Name(error_reason_pb2.BACKPRESSURE)
+RATE_LIMITED = _REASONS.Name(error_reason_pb2.RATE_LIMITED)
+TOO_LARGE = _REASONS.Name(error_reason_pb2.TOO_LARGE)
+SCAN_INTERRUPTED = _REASONS.Name(error_reason_pb2.SCAN_INTERRUPTED)
+SHARD_DELETED = _REASONS.Name(error_reason_pb2.SHARD_DELETED)
+SEQ_MISMATCH = _REASONS.Name(error_reason_pb2.SEQ_MISMATCH)
 #: The server's storage is out of space; the append was not stored. Appends
 #: succeed again once an operator frees space, so it is not resent.
-STORE_FULL = "STORE_FULL"
+STORE_FULL = _REASONS.Name(error_reason_pb2.STORE_FULL)
 #: The ErrorInfo metadata key of a Scan's resume cursor.
 RESUME_AFTER_SEQ = "resume_after_seq"
 #: The ErrorInfo metadata key of SEQ_MISMATCH's current last seq.
@@ -154,22 +159,37 @@ class RolloutdError(Exception):
 
 
 class Cancelled(RolloutdError):
+    """CANCELLED: the call was cancelled before it ended. For an append,
+    ``may_have_been_stored`` says whether its records may have landed."""
+
     code = grpc.StatusCode.CANCELLED
 
 
 class UnknownError(RolloutdError):
+    """UNKNOWN: a failure without a proper status, from the gRPC library or
+    something between the client and the server; rolloutd does not choose it."""
+
     code = grpc.StatusCode.UNKNOWN
 
 
 class InvalidArgument(RolloutdError, ValueError):
+    """INVALID_ARGUMENT: the request is malformed; the message names the field
+    (``shard``, ``records[3].reward``). Fix the request; never resend it as is."""
+
     code = grpc.StatusCode.INVALID_ARGUMENT
 
 
 class DeadlineExceeded(RolloutdError, TimeoutError):
+    """DEADLINE_EXCEEDED: the call's own deadline passed (a timeout inside the
+    server is UNAVAILABLE). For an append, ``may_have_been_stored`` says
+    whether its records may have landed."""
+
     code = grpc.StatusCode.DEADLINE_EXCEEDED
 
 
 class NotFound(RolloutdError, LookupError):
+    """NOT_FOUND: the shard was never written, or has no such id."""
+
     code = grpc.StatusCode.NOT_FOUND
 
 
@@ -188,6 +208,9 @@ class AlreadyExists(RolloutdError):
 
 
 class PermissionDenied(RolloutdError):
+    """PERMISSION_DENIED: the server's policy does not allow this identity
+    this verb on the shard; do not retry."""
+
     code = grpc.StatusCode.PERMISSION_DENIED
 
 
@@ -201,6 +224,9 @@ class ResourceExhausted(RolloutdError):
 
 
 class FailedPrecondition(RolloutdError):
+    """FAILED_PRECONDITION: the shard is not in the state the call requires
+    (see ``SeqMismatch``)."""
+
     code = grpc.StatusCode.FAILED_PRECONDITION
 
 
@@ -224,30 +250,51 @@ class SeqMismatch(FailedPrecondition):
 
 
 class Aborted(RolloutdError):
+    """ABORTED: rolloutd does not send it; it comes from something between the
+    client and the server."""
+
     code = grpc.StatusCode.ABORTED
 
 
 class OutOfRange(RolloutdError):
+    """OUT_OF_RANGE: rolloutd does not send it; it comes from something between
+    the client and the server."""
+
     code = grpc.StatusCode.OUT_OF_RANGE
 
 
 class Unimplemented(RolloutdError):
+    """UNIMPLEMENTED: the server has no such method: an older rolloutd, or not
+    rolloutd at all."""
+
     code = grpc.StatusCode.UNIMPLEMENTED
 
 
 class Internal(RolloutdError):
+    """INTERNAL: a bug in rolloutd. The message carries the request id under
+    which the server logged the details: report it."""
+
     code = grpc.StatusCode.INTERNAL
 
 
 class Unavailable(RolloutdError):
+    """UNAVAILABLE: the server or its storage cannot serve the call now. The
+    reason says more: OUTCOME_UNKNOWN (an append that may have been stored),
+    NOT_COMMITTED (not stored), SCAN_INTERRUPTED (resume the scan)."""
+
     code = grpc.StatusCode.UNAVAILABLE
 
 
 class DataLoss(RolloutdError):
+    """DATA_LOSS: stored bytes failed their checksum; the server logged which
+    blob under the message's request id."""
+
     code = grpc.StatusCode.DATA_LOSS
 
 
 class Unauthenticated(RolloutdError):
+    """UNAUTHENTICATED: the call carried no identity the server accepts."""
+
     code = grpc.StatusCode.UNAUTHENTICATED
 
 

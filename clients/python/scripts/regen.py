@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """Regenerates the committed protobuf and gRPC code under rolloutd/_proto/.
 
-Run it from anywhere (`make gen-python` does) after proto/rollout/v1/rollout.proto
+Run it from anywhere (`make gen-python` does) after a proto under proto/rollout/v1/
 or a vendored proto under clients/python/proto/ changes. It needs Debian's
 protobuf-compiler (protoc 3.21.12) and protobuf-compiler-grpc
 (grpc_python_plugin 1.51.1); tests/test_generated.py runs it into a temporary
@@ -47,6 +47,9 @@ DEFAULT_OUT = CLIENT / "rolloutd" / "_proto"
 # (include root, proto files relative to it, generate gRPC stubs)
 SOURCES = [
     (REPO / "proto", ["rollout/v1/rollout.proto"], True),
+    # The ErrorInfo reasons (errors.py names its constants after them); no
+    # service, so no gRPC stubs.
+    (REPO / "proto", ["rollout/v1/error_reason.proto"], False),
     (
         CLIENT / "proto",
         [

@@ -422,28 +422,15 @@ func (s *Store) Delete(ctx context.Context, name string, opts blob.DeleteOptions
 	return err
 }
 
-// List implements blob.Store.
-func (s *Store) List(ctx context.Context, prefix, token string, max int) (blob.ListPage, error) {
+// List implements blob.Store; a listing with a delimiter is one too (OpList).
+func (s *Store) List(ctx context.Context, opts blob.ListOptions) (blob.ListPage, error) {
 	var p blob.ListPage
-	injected, err := s.do(ctx, OpList, prefix, blob.ValidatePrefix(prefix) == nil, func(ctx context.Context) (err error) {
-		p, err = s.inner.List(ctx, prefix, token, max)
+	injected, err := s.do(ctx, OpList, opts.Prefix, blob.ValidatePrefix(opts.Prefix) == nil, func(ctx context.Context) (err error) {
+		p, err = s.inner.List(ctx, opts)
 		return err
 	})
 	if injected {
 		return blob.ListPage{}, err
-	}
-	return p, err
-}
-
-// ListDelimited implements blob.Store; its faults are List's (OpList).
-func (s *Store) ListDelimited(ctx context.Context, prefix, delimiter, token string, max int) (blob.DelimitedPage, error) {
-	var p blob.DelimitedPage
-	injected, err := s.do(ctx, OpList, prefix, blob.ValidatePrefix(prefix) == nil && delimiter != "", func(ctx context.Context) (err error) {
-		p, err = s.inner.ListDelimited(ctx, prefix, delimiter, token, max)
-		return err
-	})
-	if injected {
-		return blob.DelimitedPage{}, err
 	}
 	return p, err
 }

@@ -126,10 +126,10 @@ func TestPrefixAndOps(t *testing.T) {
 	if _, _, err := s.Get(ctx, "b/x", blob.GetOptions{}); err != nil {
 		t.Fatalf("Get(b/x): %v", err)
 	}
-	if _, err := s.List(ctx, "a/", "", 0); err == nil {
+	if _, err := s.List(ctx, blob.ListOptions{Prefix: "a/"}); err == nil {
 		t.Fatal("List(a/) passed a matching rule")
 	}
-	if p, err := s.List(ctx, "", "", 0); err != nil || len(p.Items) != 2 {
+	if p, err := s.List(ctx, blob.ListOptions{}); err != nil || len(p.Items) != 2 {
 		t.Fatalf("List(\"\") (prefix does not start with a/) = %+v, %v", p, err)
 	}
 	if err := s.Delete(ctx, "a/x", blob.DeleteOptions{}); err == nil {
@@ -146,7 +146,7 @@ func TestInvalidNamesBypassFaults(t *testing.T) {
 	if _, err := s.Put(ctx, "../x", nil, blob.PutOptions{}); !errors.Is(err, blob.ErrInvalidName) || errors.Is(err, blob.ErrUnavailable) {
 		t.Fatalf("Put(../x) under a Fail rule: %v, want only ErrInvalidName", err)
 	}
-	if _, err := s.List(ctx, "/", "", 0); !errors.Is(err, blob.ErrInvalidName) {
+	if _, err := s.List(ctx, blob.ListOptions{Prefix: "/"}); !errors.Is(err, blob.ErrInvalidName) {
 		t.Fatalf("List(/): %v", err)
 	}
 	if s.Injected(faultstore.OpPut) != 0 {
@@ -319,7 +319,7 @@ func TestBeforeHookSeesEveryCall(t *testing.T) {
 	}}), faultstore.WithRules(faultstore.Rule{Ops: []faultstore.Op{faultstore.OpHead}, Fault: faultstore.Fail}))
 	_, _ = s.Put(ctx, "a", nil, blob.PutOptions{})
 	_, _ = s.Head(ctx, "a")
-	_, _ = s.List(ctx, "p/", "", 0)
+	_, _ = s.List(ctx, blob.ListOptions{Prefix: "p/"})
 	if fmt.Sprint(seen) != "[put a head a list p/]" {
 		t.Fatalf("Before saw %q", seen)
 	}
@@ -348,7 +348,7 @@ func TestConcurrent(t *testing.T) {
 				case 1:
 					_, _, err = s.Get(ctx, n, blob.GetOptions{})
 				case 2:
-					_, err = s.List(ctx, fmt.Sprintf("g%d/", g), "", 3)
+					_, err = s.List(ctx, blob.ListOptions{Prefix: fmt.Sprintf("g%d/", g), Max: 3})
 				case 3:
 					err = s.Delete(ctx, n, blob.DeleteOptions{})
 				}

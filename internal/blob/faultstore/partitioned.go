@@ -181,18 +181,10 @@ func (p *Partitioned) Delete(ctx context.Context, name string, opts blob.DeleteO
 	return p.inner.Delete(ctx, name, opts)
 }
 
-// List implements blob.Store.
-func (p *Partitioned) List(ctx context.Context, prefix, token string, max int) (blob.ListPage, error) {
-	if err := p.check(ctx, OpList, prefix); err != nil {
+// List implements blob.Store; a cut holds a listing with a delimiter too.
+func (p *Partitioned) List(ctx context.Context, opts blob.ListOptions) (blob.ListPage, error) {
+	if err := p.check(ctx, OpList, opts.Prefix); err != nil {
 		return blob.ListPage{}, err
 	}
-	return p.inner.List(ctx, prefix, token, max)
-}
-
-// ListDelimited implements blob.Store; a cut holds it as it holds List.
-func (p *Partitioned) ListDelimited(ctx context.Context, prefix, delimiter, token string, max int) (blob.DelimitedPage, error) {
-	if err := p.check(ctx, OpList, prefix); err != nil {
-		return blob.DelimitedPage{}, err
-	}
-	return p.inner.ListDelimited(ctx, prefix, delimiter, token, max)
+	return p.inner.List(ctx, opts)
 }

@@ -140,18 +140,10 @@ func (s *Store) Delete(ctx context.Context, name string, opts blob.DeleteOptions
 	return err
 }
 
-// List implements blob.Store.
-func (s *Store) List(ctx context.Context, prefix, token string, max int) (blob.ListPage, error) {
+// List implements blob.Store; a listing with a delimiter counts as a list.
+func (s *Store) List(ctx context.Context, opts blob.ListOptions) (blob.ListPage, error) {
 	start := time.Now()
-	page, err := s.next.List(ctx, prefix, token, max)
-	s.observe("list", start, err)
-	return page, err
-}
-
-// ListDelimited implements blob.Store; it counts as a list.
-func (s *Store) ListDelimited(ctx context.Context, prefix, delimiter, token string, max int) (blob.DelimitedPage, error) {
-	start := time.Now()
-	page, err := s.next.ListDelimited(ctx, prefix, delimiter, token, max)
+	page, err := s.next.List(ctx, opts)
 	s.observe("list", start, err)
 	return page, err
 }

@@ -38,7 +38,7 @@ func TestCountsByKindAndOutcome(t *testing.T) {
 	if _, err := s.Head(ctx, "x"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.List(ctx, "", "", 0); err != nil {
+	if _, err := s.List(ctx, blob.ListOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.Delete(ctx, "y", blob.DeleteOptions{}); err != nil {

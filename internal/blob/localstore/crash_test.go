@@ -159,7 +159,7 @@ func checkCrash(p crashPoint, names []string) error {
 			return fmt.Errorf("%s: version %d, but version %d was acknowledged", n, v, p.acked[n])
 		}
 	}
-	page, err := s.List(ctx, "", "", 0)
+	page, err := s.List(ctx, blob.ListOptions{})
 	if err != nil {
 		return fmt.Errorf("List: %w", err)
 	}

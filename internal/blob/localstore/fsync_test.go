@@ -183,7 +183,7 @@ func TestVisibleChangeNotDurableFailsTheStore(t *testing.T) {
 			wantFailed(t, "Put", err, false)
 			err = s.Delete(ctx, "a/b/c", blob.DeleteOptions{})
 			wantFailed(t, "Delete", err, false)
-			_, err = s.List(ctx, "", "", 0)
+			_, err = s.List(ctx, blob.ListOptions{})
 			wantFailed(t, "List", err, false)
 			if !errors.Is(s.Failed(), blob.ErrStoreFailed) {
 				t.Fatalf("Failed() = %v after more calls", s.Failed())
@@ -200,7 +200,7 @@ func TestVisibleChangeNotDurableFailsTheStore(t *testing.T) {
 			if err := s2.Failed(); err != nil {
 				t.Fatalf("Failed() after reopening = %v", err)
 			}
-			if _, err := s2.List(ctx, "", "", 0); err != nil {
+			if _, err := s2.List(ctx, blob.ListOptions{}); err != nil {
 				t.Fatalf("List after reopening: %v", err)
 			}
 			if _, err := s2.Put(ctx, "other", []byte("x"), blob.PutOptions{}); err != nil {

@@ -221,7 +221,7 @@ func TestReadsOfPendingVersionWait(t *testing.T) {
 				reads <- err
 			}()
 			go func() { _, err := s.Head(ctx, "d/x"); reads <- err }()
-			go func() { _, err := s.List(ctx, "d/", "", 0); reads <- err }()
+			go func() { _, err := s.List(ctx, blob.ListOptions{Prefix: "d/"}); reads <- err }()
 			// The put-id short-circuit: a retry of the put in flight.
 			retry := goPut(ctx, s, "d/x", "v1", blob.PutOptions{IfMatch: a0.ETag, PutID: "p1"})
 			waitQueued(t, s, 1)

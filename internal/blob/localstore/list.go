@@ -16,17 +16,22 @@ import (
 // name, as on Azure, not in directory-walk order: "a-c" < "a.b" < "a/b" <
 // "a0". The walk sorts each directory's entries by the key a file's name or
 // a directory's name plus "/" would have, which yields exactly that order,
-// and skips subtrees that lie wholly before the token or outside the prefix.
-// The token is the last name of the previous page.
-func (s *Store) List(ctx context.Context, prefix, token string, max int) (blob.ListPage, error) {
-	if err := blob.ValidatePrefix(prefix); err != nil {
+// and skips subtrees that lie wholly before the token or outside the
+// prefix. With a delimiter, a directory whose name already holds it after
+// the prefix is one rolled-up entry and is not descended into: listing
+// shards reads one directory per shard, not every generation's header.
+func (s *Store) List(ctx context.Context, opts blob.ListOptions) (blob.ListPage, error) {
+	tok, err := opts.ParseToken()
+	if err != nil {
 		return blob.ListPage{}, err
 	}
+	prefix := opts.Prefix
 	done, err := s.enter(ctx, "list", prefix)
 	if err != nil {
 		return blob.ListPage{}, err
 	}
 	defer done()
+	max := opts.Max
 	if max <= 0 {
 		max = DefaultListMax
 	}
@@ -35,34 +40,50 @@ func (s *Store) List(ctx context.Context, prefix, token string, max int) (blob.L
 	if err != nil {
 		return blob.ListPage{}, err
 	}
-	w := walker{s: s, ctx: ctx, prefix: prefix, token: token, limit: max + 1}
+	w := &walker{s: s, ctx: ctx, prefix: prefix, delim: opts.Delimiter, tok: tok, limit: max + 1}
 	if err := w.walk(dir, dirPrefix); err != nil {
 		return blob.ListPage{}, fmt.Errorf("localstore: list %q: %w", prefix, err)
 	}
-	for _, it := range w.items {
-		if !s.sync.awaitDurable(ctx.Done(), it.Name, it.ETag) {
-			return blob.ListPage{}, fmt.Errorf("localstore: list %q: waiting for the put of %q to become durable: %w", prefix, it.Name, ctx.Err())
+	for _, e := range w.entries {
+		if !e.isPrefix && !s.sync.awaitDurable(ctx.Done(), e.attrs.Name, e.attrs.ETag) {
+			return blob.ListPage{}, fmt.Errorf("localstore: list %q: waiting for the put of %q to become durable: %w", prefix, e.attrs.Name, ctx.Err())
 		}
 	}
 	if err := s.refused("list", prefix); err != nil {
 		return blob.ListPage{}, err
 	}
 	var page blob.ListPage
-	if len(w.items) > max {
-		page.Items = w.items[:max]
-		page.Next = w.items[max-1].Name
-	} else {
-		page.Items = w.items
+	ents := w.entries
+	if len(ents) > max {
+		ents = ents[:max]
+		last := ents[max-1]
+		page.Next = opts.TokenAfter(blob.DelimitedToken{Last: last.name, IsPrefix: last.isPrefix})
+	}
+	for _, e := range ents {
+		if e.isPrefix {
+			page.Prefixes = append(page.Prefixes, e.name)
+		} else {
+			page.Items = append(page.Items, e.attrs)
+		}
 	}
 	return page, nil
 }
 
 type walker struct {
-	s             *Store
-	ctx           context.Context
-	prefix, token string
-	limit         int
-	items         []blob.Attrs
+	s       *Store
+	ctx     context.Context
+	prefix  string
+	delim   string
+	tok     blob.DelimitedToken
+	limit   int
+	entries []listEntry
+}
+
+// listEntry is one entry of a page: a blob, or a rolled-up prefix.
+type listEntry struct {
+	name     string
+	isPrefix bool
+	attrs    blob.Attrs
 }
 
 type entry struct {
@@ -71,37 +92,77 @@ type entry struct {
 	isDir bool
 }
 
-// walk lists dir, whose blobs all start with namePrefix, into w.items.
+// walk lists dir, whose blobs all start with namePrefix, into w.entries.
 func (w *walker) walk(dir, namePrefix string) error {
-	ents, err := w.readDir(dir, namePrefix, func(key string, isDir bool) bool {
-		if isDir {
-			return key >= w.token || strings.HasPrefix(w.token, key) // else every name below sorts before the token
-		}
-		return key > w.token
-	})
+	ents, err := w.readDir(dir, namePrefix)
 	if err != nil {
 		return err
 	}
 	for _, e := range ents {
-		if e.isDir {
+		rolled, isPrefix := w.rollUp(e.key)
+		switch {
+		case isPrefix && rolled == w.lastPrefix():
+			// Listed already, with an earlier name under it.
+		case e.isDir && isPrefix:
+			// Everything below rolls up into one entry; it stands only
+			// for a directory that still holds a blob.
+			name, err := w.anyName(e.path)
+			if err != nil {
+				return err
+			}
+			if name != "" {
+				w.entries = append(w.entries, listEntry{name: rolled, isPrefix: true})
+			}
+		case e.isDir:
 			if err := w.walk(e.path, e.key); err != nil {
 				return err
 			}
-		} else if err := w.add(e); err != nil {
-			return err
+		case isPrefix:
+			w.entries = append(w.entries, listEntry{name: rolled, isPrefix: true})
+		default:
+			if err := w.add(e); err != nil {
+				return err
+			}
 		}
-		if len(w.items) >= w.limit {
+		if len(w.entries) >= w.limit {
 			return nil
 		}
 	}
 	return nil
 }
 
+// after reports whether an entry of a directory (its key ends with "/")
+// may hold a name the listing's token has not passed.
+func (w *walker) after(key string, isDir bool) bool {
+	if !isDir {
+		return w.tok.After(key)
+	}
+	if key < w.tok.Last && !strings.HasPrefix(w.tok.Last, key) {
+		return false // every name below sorts before the token
+	}
+	return !w.tok.IsPrefix || !strings.HasPrefix(key, w.tok.Last) // else rolled up on an earlier page
+}
+
+func (w *walker) lastPrefix() string {
+	if n := len(w.entries); n > 0 && w.entries[n-1].isPrefix {
+		return w.entries[n-1].name
+	}
+	return ""
+}
+
+// rollUp is the rolled-up entry of key when key lies under the prefix and
+// holds the delimiter after it.
+func (w *walker) rollUp(key string) (string, bool) {
+	if !strings.HasPrefix(key, w.prefix) {
+		return "", false
+	}
+	return blob.RollUp(w.prefix, w.delim, key)
+}
+
 // readDir returns the entries of dir, whose blobs all start with
-// namePrefix, that may hold a name under w.prefix and that after accepts,
-// sorted by key. after sees each entry's key (a directory's ends with "/")
-// and decides from the listing's token whether it is still to come.
-func (w *walker) readDir(dir, namePrefix string, after func(key string, isDir bool) bool) ([]entry, error) {
+// namePrefix, that may hold a name under w.prefix that the token has not
+// passed, sorted by key.
+func (w *walker) readDir(dir, namePrefix string) ([]entry, error) {
 	if err := w.ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -137,10 +198,10 @@ func (w *walker) readDir(dir, namePrefix string, after func(key string, isDir bo
 			if !strings.HasPrefix(key, w.prefix) && !strings.HasPrefix(w.prefix, key) {
 				continue
 			}
-			if after(key, true) {
+			if w.after(key, true) {
 				ents = append(ents, entry{key, path, true})
 			}
-		} else if strings.HasPrefix(full, w.prefix) && after(full, false) {
+		} else if strings.HasPrefix(full, w.prefix) && w.after(full, false) {
 			ents = append(ents, entry{full, path, false})
 		}
 	}
@@ -164,7 +225,7 @@ func (w *walker) add(e entry) error {
 	if a.Name != e.key {
 		return fmt.Errorf("%w: %s holds %q", errCorrupt, e.path, a.Name)
 	}
-	w.items = append(w.items, a)
+	w.entries = append(w.entries, listEntry{name: e.key, attrs: a})
 	return nil
 }
 

@@ -29,7 +29,7 @@ func listAll(t *testing.T, s blob.Store, prefix string) []string {
 	t.Helper()
 	var out []string
 	for tok := ""; ; {
-		p, err := s.List(t.Context(), prefix, tok, 2)
+		p, err := s.List(t.Context(), blob.ListOptions{Prefix: prefix, Token: tok, Max: 2})
 		if err != nil {
 			t.Fatalf("List(%q): %v", prefix, err)
 		}
@@ -82,7 +82,7 @@ func TestCallsAfterClose(t *testing.T) {
 	_, err2 := s.Head(ctx, "a")
 	_, err3 := s.Put(ctx, "a", nil, blob.PutOptions{})
 	err4 := s.Delete(ctx, "a", blob.DeleteOptions{})
-	_, err5 := s.List(ctx, "", "", 0)
+	_, err5 := s.List(ctx, blob.ListOptions{})
 	err6 := s.Close()
 	for i, err := range []error{err1, err2, err3, err4, err5, err6} {
 		if !errors.Is(err, blob.ErrClosed) {
@@ -116,7 +116,7 @@ func TestCloseWaitsForOperations(t *testing.T) {
 		}()
 	}
 	for {
-		if p, err := s.List(context.Background(), "", "", 0); err != nil || len(p.Items) > 50 {
+		if p, err := s.List(context.Background(), blob.ListOptions{}); err != nil || len(p.Items) > 50 {
 			break
 		}
 	}
@@ -197,7 +197,7 @@ func TestByteWiseListOrder(t *testing.T) {
 	for max := 1; max <= len(names); max++ {
 		var got []string
 		for tok := ""; ; {
-			p, err := s.List(t.Context(), "", tok, max)
+			p, err := s.List(t.Context(), blob.ListOptions{Token: tok, Max: max})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -260,7 +260,7 @@ func TestTraversal(t *testing.T) {
 		}
 	}
 	for _, p := range []string{"../", "../x", "/", "a/../.."} {
-		if _, err := s.List(ctx, p, "", 0); !errors.Is(err, blob.ErrInvalidName) {
+		if _, err := s.List(ctx, blob.ListOptions{Prefix: p}); !errors.Is(err, blob.ErrInvalidName) {
 			t.Errorf("List(%q): %v, want ErrInvalidName", p, err)
 		}
 	}

@@ -229,7 +229,7 @@ func TestCrashLeavesNoTornBlob(t *testing.T) {
 			t.Fatalf("tmp/ after Open holds %v (%v)", tmp, err)
 		}
 		for tok := ""; ; {
-			p, err := s.List(ctx, "crash/g/", tok, 7)
+			p, err := s.List(ctx, blob.ListOptions{Prefix: "crash/g/", Token: tok, Max: 7})
 			if err != nil {
 				t.Fatalf("List: %v", err)
 			}

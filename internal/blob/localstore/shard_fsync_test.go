@@ -23,20 +23,11 @@ import (
 func TestShardNeverAcksACommitWhoseFsyncFailed(t *testing.T) {
 	const shardName = "exp/rollout-1"
 	for _, tc := range []struct {
-		name     string
-		protocol shard.Protocol
-		dir      func(s *Store) (string, error) // whose fsync fails
+		name string
+		dir  func(s *Store) (string, error) // whose fsync fails
 	}{
-		{"v1 manifest", shard.ProtocolV1, func(s *Store) (string, error) {
-			p, err := s.blobPath(format.ManifestName(shardName))
-			return filepath.Dir(p), err
-		}},
-		{"v1 generation", shard.ProtocolV1, func(s *Store) (string, error) {
-			p, err := s.blobPath(format.GenerationName(shardName, 1, 1))
-			return filepath.Dir(p), err
-		}},
-		// Under v2 the ack follows one create in the log.
-		{"v2 log", shard.ProtocolV2, func(s *Store) (string, error) {
+		// The ack follows one create in the log.
+		{"v2 log", func(s *Store) (string, error) {
 			p, err := s.blobPath(format.LogName(shardName, 2))
 			return filepath.Dir(p), err
 		}},
@@ -45,7 +36,7 @@ func TestShardNeverAcksACommitWhoseFsyncFailed(t *testing.T) {
 			dir := t.TempDir()
 			s, f := openFaulty(t, dir)
 			ctx := t.Context()
-			opts := shard.Options{Logger: zaptest.NewLogger(t), RetryBackoff: time.Millisecond, DisableMerge: true, Protocol: tc.protocol}
+			opts := shard.Options{Logger: zaptest.NewLogger(t), RetryBackoff: time.Millisecond, DisableMerge: true}
 			w, err := shard.Open(ctx, s, shardName, opts)
 			if err != nil {
 				t.Fatal(err)

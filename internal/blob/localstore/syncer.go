@@ -244,28 +244,7 @@ func (sy *syncer) pass(reqs []*putReq) {
 		return
 	}
 
-	// Barrier 1: every temporary file's data is durable before any name
-	// points at it. A failure leaves nothing visible: the put fails and
-	// the store carries on.
-	live := reqs
-	if !s.skipFileBarrier {
-		errs := s.syncFiles(reqs)
-		live = live[:0:0]
-		for i, r := range reqs {
-			if errs[i] != nil {
-				s.discard(r)
-				r.err = notStored(r.name, errs[i])
-				continue
-			}
-			live = append(live, r)
-		}
-	}
-	for _, r := range live {
-		if err := r.file.Close(); err != nil && r.err == nil {
-			r.err = notStored(r.name, err) // ext4 may report a write-back failure here
-		}
-		r.file = nil
-	}
+	live := sy.durableFiles(reqs)
 
 	// Publish, in queue order, each condition checked now.
 	var dirs []string
@@ -300,6 +279,34 @@ func (sy *syncer) pass(reqs []*putReq) {
 			r.res, r.err = blob.Attrs{}, inDoubt("put", r.name, ferr)
 		}
 	}
+}
+
+// durableFiles is barrier 1: every temporary file's data is durable before
+// any name points at it. A failure leaves nothing visible: the put fails
+// and the store carries on. It closes the files and returns the puts still
+// to publish (those with an error among them drop out when published).
+func (sy *syncer) durableFiles(reqs []*putReq) []*putReq {
+	s := sy.s
+	live := reqs
+	if !s.skipFileBarrier {
+		errs := s.syncFiles(reqs)
+		live = live[:0:0]
+		for i, r := range reqs {
+			if errs[i] != nil {
+				s.discard(r)
+				r.err = notStored(r.name, errs[i])
+				continue
+			}
+			live = append(live, r)
+		}
+	}
+	for _, r := range live {
+		if err := r.file.Close(); err != nil && r.err == nil {
+			r.err = notStored(r.name, err) // ext4 may report a write-back failure here
+		}
+		r.file = nil
+	}
+	return live
 }
 
 // syncFiles makes the temporary files of reqs durable and returns each

@@ -151,46 +151,16 @@ func (s *Store) Delete(ctx context.Context, name string, opts blob.DeleteOptions
 	return nil
 }
 
-// List implements blob.Store. The token is the last name of the previous page.
-func (s *Store) List(ctx context.Context, prefix, token string, max int) (blob.ListPage, error) {
-	if err := blob.ValidatePrefix(prefix); err != nil {
+// List implements blob.Store.
+func (s *Store) List(ctx context.Context, opts blob.ListOptions) (blob.ListPage, error) {
+	tok, err := opts.ParseToken()
+	if err != nil {
 		return blob.ListPage{}, err
 	}
 	if err := ctx.Err(); err != nil {
-		return blob.ListPage{}, fmt.Errorf("memstore: list %q: %w", prefix, err)
+		return blob.ListPage{}, fmt.Errorf("memstore: list %q: %w", opts.Prefix, err)
 	}
-	if max <= 0 {
-		max = DefaultListMax
-	}
-	s.mu.Lock()
-	var names []string
-	for n := range s.blobs {
-		if strings.HasPrefix(n, prefix) && n > token {
-			names = append(names, n)
-		}
-	}
-	sort.Strings(names)
-	var page blob.ListPage
-	for i, n := range names {
-		if i == max {
-			page.Next = names[i-1]
-			break
-		}
-		page.Items = append(page.Items, s.blobs[n].attrs)
-	}
-	s.mu.Unlock()
-	return page, nil
-}
-
-// ListDelimited implements blob.Store.
-func (s *Store) ListDelimited(ctx context.Context, prefix, delimiter, token string, max int) (blob.DelimitedPage, error) {
-	tok, err := blob.ParseDelimitedArgs(prefix, delimiter, token)
-	if err != nil {
-		return blob.DelimitedPage{}, err
-	}
-	if err := ctx.Err(); err != nil {
-		return blob.DelimitedPage{}, fmt.Errorf("memstore: list %q: %w", prefix, err)
-	}
+	max := opts.Max
 	if max <= 0 {
 		max = DefaultListMax
 	}
@@ -198,21 +168,21 @@ func (s *Store) ListDelimited(ctx context.Context, prefix, delimiter, token stri
 	defer s.mu.Unlock()
 	var names []string
 	for n := range s.blobs {
-		if strings.HasPrefix(n, prefix) && tok.After(n) {
+		if strings.HasPrefix(n, opts.Prefix) && tok.After(n) {
 			names = append(names, n)
 		}
 	}
 	sort.Strings(names)
-	var page blob.DelimitedPage
+	var page blob.ListPage
 	var last blob.DelimitedToken
 	count := 0
 	for _, n := range names {
-		entry, isPrefix := blob.RollUp(prefix, delimiter, n)
+		entry, isPrefix := blob.RollUp(opts.Prefix, opts.Delimiter, n)
 		if isPrefix && last.IsPrefix && entry == last.Last {
 			continue
 		}
 		if count == max {
-			page.Next = last.Encode()
+			page.Next = opts.TokenAfter(last)
 			break
 		}
 		if isPrefix {

@@ -98,18 +98,10 @@ func (s *Store) Delete(ctx context.Context, name string, opts blob.DeleteOptions
 	return err
 }
 
-// List implements blob.Store.
-func (s *Store) List(ctx context.Context, prefix, token string, max int) (blob.ListPage, error) {
-	ctx, span := s.start(ctx, "list", prefix)
-	page, err := s.next.List(ctx, prefix, token, max)
-	end(span, err)
-	return page, err
-}
-
-// ListDelimited implements blob.Store; it is a list.
-func (s *Store) ListDelimited(ctx context.Context, prefix, delimiter, token string, max int) (blob.DelimitedPage, error) {
-	ctx, span := s.start(ctx, "list", prefix)
-	page, err := s.next.ListDelimited(ctx, prefix, delimiter, token, max)
+// List implements blob.Store; a listing with a delimiter is a list.
+func (s *Store) List(ctx context.Context, opts blob.ListOptions) (blob.ListPage, error) {
+	ctx, span := s.start(ctx, "list", opts.Prefix)
+	page, err := s.next.List(ctx, opts)
 	end(span, err)
 	return page, err
 }

@@ -88,9 +88,6 @@ func (s *sampledCtx) Put(ctx context.Context, name string, d []byte, o blob.PutO
 func (s *sampledCtx) Delete(ctx context.Context, name string, o blob.DeleteOptions) error {
 	return s.Store.Delete(s.ctx(ctx), name, o)
 }
-func (s *sampledCtx) List(ctx context.Context, prefix, token string, max int) (blob.ListPage, error) {
-	return s.Store.List(s.ctx(ctx), prefix, token, max)
-}
-func (s *sampledCtx) ListDelimited(ctx context.Context, prefix, d, token string, max int) (blob.DelimitedPage, error) {
-	return s.Store.ListDelimited(s.ctx(ctx), prefix, d, token, max)
+func (s *sampledCtx) List(ctx context.Context, opts blob.ListOptions) (blob.ListPage, error) {
+	return s.Store.List(s.ctx(ctx), opts)
 }

@@ -69,13 +69,15 @@ func NewReader(store blob.Store, opts ReaderOptions) *Reader {
 // again because a checkpoint covered the position it found missing.
 const maxViewRestarts = 32
 
-// Manifest reads the shard's current manifest. For a protocol v2 shard it
-// returns the reader's view: the manifest, which is a checkpoint, with the
-// log's batches after the checkpoint appended as live generations (issue
-// 21, section 7), so that it lists every append acknowledged before the
-// call began. The result must not be modified.
+// Manifest reads the shard's current manifest. It returns the reader's
+// view: the manifest, which is a checkpoint, with the log's batches after
+// the checkpoint appended as live generations (issue 21, section 7), so
+// that it lists every append acknowledged before the call began. The
+// result must not be modified. A v1 shard, which no writer has claimed
+// since builds before the log, is a checkpoint through position 0 of an
+// empty log; its first claim converts it.
 //
-// A v2 read probes the log positions after the checkpoint until the first
+// A read probes the log positions after the checkpoint until the first
 // missing one, then confirms that the log ended there with a manifest GET
 // sent after that probe returned: a missing position is either the end of
 // the log or one already collected, and a position is collected only after
@@ -95,34 +97,23 @@ func (r *Reader) Manifest(ctx context.Context, shard string) (*storagepb.Manifes
 		if err != nil {
 			return nil, err
 		}
-		if !shardlog.IsCheckpoint(m) {
-			r.remember(shard, cachedManifest{m: m, etag: etag, view: m})
-			return m, nil
-		}
 		base = cachedManifest{m: m, etag: etag}
 	}
 	for range maxViewRestarts {
-		missing := uint64(0)
-		if shardlog.IsCheckpoint(base.m) {
-			next := base.m.GetLogCheckpoint() + uint64(len(base.tail)) + 1
-			found, err := shardlog.Probe(ctx, r.store, r.cache, shard, next, 0)
-			if err != nil {
-				return nil, err
-			}
-			base.tail = append(base.tail[:len(base.tail):len(base.tail)], found...)
-			missing = next + uint64(len(found))
+		next := base.m.GetLogCheckpoint() + uint64(len(base.tail)) + 1
+		found, err := shardlog.Probe(ctx, r.store, r.cache, shard, next, 0)
+		if err != nil {
+			return nil, err
 		}
+		base.tail = append(base.tail[:len(base.tail):len(base.tail)], found...)
+		missing := next + uint64(len(found))
 		// The confirming read: sent after the probe returned.
 		m, etag, err := r.fetch(ctx, shard, base)
 		if err != nil {
 			return nil, err
 		}
-		switch {
-		case !shardlog.IsCheckpoint(m):
-			r.remember(shard, cachedManifest{m: m, etag: etag, view: m})
-			return m, nil
-		case !shardlog.IsCheckpoint(base.m) || m.GetLogCheckpoint() < base.m.GetLogCheckpoint():
-			// Converted to v2 since, or a new incarnation: probe afresh.
+		if m.GetLogCheckpoint() < base.m.GetLogCheckpoint() {
+			// A new incarnation: probe afresh.
 			base = cachedManifest{m: m, etag: etag}
 			continue
 		}

@@ -26,10 +26,6 @@ type Entry struct {
 // Fence reports whether the entry is a fence, which holds no records.
 func (e *Entry) Fence() bool { return e.Gen == nil }
 
-// IsCheckpoint reports whether m is a protocol v2 manifest: a checkpoint of
-// the log, which the log's positions after it extend.
-func IsCheckpoint(m *storagepb.Manifest) bool { return m.GetProtocol() == format.ProtocolV2 }
-
 // logGeneration is the manifest's descriptor of a log batch laid out as l.
 func logGeneration(position uint64, l format.Layout, created int64) *storagepb.Generation {
 	f := l.Footer

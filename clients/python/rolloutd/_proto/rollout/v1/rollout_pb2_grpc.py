@@ -7,59 +7,16 @@ from rolloutd._proto.rollout.v1 import rollout_pb2 as rollout_dot_v1_dot_rollout
 
 class RolloutServiceStub(object):
     """Errors and retries. Besides its status code, an error a client handles
-    differently carries a google.rpc.ErrorInfo with domain "rolloutd.io" and
-    one of the reasons below. Decide retries from the code and the reason,
-    never from the message text. Errors without an ErrorInfo need none: their
-    code says what to do (INVALID_ARGUMENT, NOT_FOUND, ALREADY_EXISTS,
-    PERMISSION_DENIED, DATA_LOSS, INTERNAL, and UNAVAILABLE from Get).
-
-    OUTCOME_UNKNOWN (UNAVAILABLE with a RetryInfo, as when the server gave
-    up on a commit after its commit timeout; or DEADLINE_EXCEEDED/
-    CANCELLED, without one, only when the call's own deadline passed or
-    it was cancelled): the Append may or may not have been stored.
-    Resend the same request, with the same ids or the same request_id,
-    to learn the outcome: records that landed come back with
-    already_present set. A resend of records without ids and without a
-    request_id may store them twice.
-    NOT_COMMITTED (UNAVAILABLE with a RetryInfo; or DEADLINE_EXCEEDED/
-    CANCELLED, without one, when the call's own deadline passed or it
-    was cancelled before the append was sent): the Append was certainly
-    not stored (its writer was fenced, aborted, closed or stopped, the
-    server is shutting down, storage refused the write or timed out, or
-    the shard's writer is backing off after failed opens). Retrying is
-    safe. It speaks for this call only: after an earlier OUTCOME_UNKNOWN
-    for the same records, keep resending with the same ids or
-    request_id.
-    DEADLINE_EXCEEDED is only ever the call's own deadline (the client's,
-    or the server's default when the client set none): a timeout inside
-    the server is UNAVAILABLE.
-    BACKPRESSURE (RESOURCE_EXHAUSTED, with a RetryInfo): the shard's writer
-    has its cap of bytes queued; nothing was stored. Retry after the
-    delay, with backoff.
-    RATE_LIMITED (RESOURCE_EXHAUSTED): the caller is over its append rate
-    limit; nothing was stored. With a RetryInfo, the same call fits after
-    that delay. Without one it never fits (it is larger than the limit's
-    burst) and carries a google.rpc.BadRequest: split it.
-    TOO_LARGE (RESOURCE_EXHAUSTED, never a RetryInfo): a record or the batch
-    is over a server limit; nothing was stored and no resend of the same
-    request can succeed. A google.rpc.BadRequest names the field:
-    "records[i]" for a record, "records" for the batch. Split it.
-    SCAN_INTERRUPTED (UNAVAILABLE; DEADLINE_EXCEEDED or CANCELLED when the
-    call's own deadline passed or it was cancelled): a Scan
-    ended early, for a cause a new Scan gets past. Resume with after_seq
-    set to the ErrorInfo metadata "resume_after_seq".
-    SHARD_DELETED (NOT_FOUND): the shard was deleted (DeleteShard) while the
-    call read it, or is deleted now: a following Scan of the deleted
-    records ends with it. The records are gone; a new Append starts the
-    shard afresh, with seqs above every deleted one.
-    SEQ_MISMATCH (FAILED_PRECONDITION): DeleteShard's expected_last_seq is
-    not the shard's last seq: something was appended since the caller
-    looked. Nothing was deleted. The ErrorInfo metadata "last_seq" holds
-    the shard's last seq.
-    STORE_FULL (RESOURCE_EXHAUSTED, never a RetryInfo): the server's storage
-    is out of space (the embedded local store's disk is full or its quota
-    spent); nothing was stored. Appends succeed again by themselves once
-    an operator frees space, with no restart; the clients do not resend.
+    differently carries a google.rpc.ErrorInfo with domain "rolloutd.io" whose
+    reason is the name of an ErrorReason value (error_reason.proto), which
+    says, for each, what the error means and what a client does: whether the
+    call may have taken effect, and whether to retry. Decide retries from the
+    code and the reason, never from the message text. Errors without an
+    ErrorInfo need none: their code says what to do (INVALID_ARGUMENT,
+    NOT_FOUND, ALREADY_EXISTS, PERMISSION_DENIED, DATA_LOSS, INTERNAL, and
+    UNAVAILABLE from Get). DEADLINE_EXCEEDED is only ever the call's own
+    deadline (the client's, or the server's default when the client set
+    none): a timeout inside the server is UNAVAILABLE.
 
     RolloutService stores rollout records in shards. Each shard has a single
     writer; an append is acknowledged only once it is durable and visible to
@@ -111,59 +68,16 @@ class RolloutServiceStub(object):
 
 class RolloutServiceServicer(object):
     """Errors and retries. Besides its status code, an error a client handles
-    differently carries a google.rpc.ErrorInfo with domain "rolloutd.io" and
-    one of the reasons below. Decide retries from the code and the reason,
-    never from the message text. Errors without an ErrorInfo need none: their
-    code says what to do (INVALID_ARGUMENT, NOT_FOUND, ALREADY_EXISTS,
-    PERMISSION_DENIED, DATA_LOSS, INTERNAL, and UNAVAILABLE from Get).
-
-    OUTCOME_UNKNOWN (UNAVAILABLE with a RetryInfo, as when the server gave
-    up on a commit after its commit timeout; or DEADLINE_EXCEEDED/
-    CANCELLED, without one, only when the call's own deadline passed or
-    it was cancelled): the Append may or may not have been stored.
-    Resend the same request, with the same ids or the same request_id,
-    to learn the outcome: records that landed come back with
-    already_present set. A resend of records without ids and without a
-    request_id may store them twice.
-    NOT_COMMITTED (UNAVAILABLE with a RetryInfo; or DEADLINE_EXCEEDED/
-    CANCELLED, without one, when the call's own deadline passed or it
-    was cancelled before the append was sent): the Append was certainly
-    not stored (its writer was fenced, aborted, closed or stopped, the
-    server is shutting down, storage refused the write or timed out, or
-    the shard's writer is backing off after failed opens). Retrying is
-    safe. It speaks for this call only: after an earlier OUTCOME_UNKNOWN
-    for the same records, keep resending with the same ids or
-    request_id.
-    DEADLINE_EXCEEDED is only ever the call's own deadline (the client's,
-    or the server's default when the client set none): a timeout inside
-    the server is UNAVAILABLE.
-    BACKPRESSURE (RESOURCE_EXHAUSTED, with a RetryInfo): the shard's writer
-    has its cap of bytes queued; nothing was stored. Retry after the
-    delay, with backoff.
-    RATE_LIMITED (RESOURCE_EXHAUSTED): the caller is over its append rate
-    limit; nothing was stored. With a RetryInfo, the same call fits after
-    that delay. Without one it never fits (it is larger than the limit's
-    burst) and carries a google.rpc.BadRequest: split it.
-    TOO_LARGE (RESOURCE_EXHAUSTED, never a RetryInfo): a record or the batch
-    is over a server limit; nothing was stored and no resend of the same
-    request can succeed. A google.rpc.BadRequest names the field:
-    "records[i]" for a record, "records" for the batch. Split it.
-    SCAN_INTERRUPTED (UNAVAILABLE; DEADLINE_EXCEEDED or CANCELLED when the
-    call's own deadline passed or it was cancelled): a Scan
-    ended early, for a cause a new Scan gets past. Resume with after_seq
-    set to the ErrorInfo metadata "resume_after_seq".
-    SHARD_DELETED (NOT_FOUND): the shard was deleted (DeleteShard) while the
-    call read it, or is deleted now: a following Scan of the deleted
-    records ends with it. The records are gone; a new Append starts the
-    shard afresh, with seqs above every deleted one.
-    SEQ_MISMATCH (FAILED_PRECONDITION): DeleteShard's expected_last_seq is
-    not the shard's last seq: something was appended since the caller
-    looked. Nothing was deleted. The ErrorInfo metadata "last_seq" holds
-    the shard's last seq.
-    STORE_FULL (RESOURCE_EXHAUSTED, never a RetryInfo): the server's storage
-    is out of space (the embedded local store's disk is full or its quota
-    spent); nothing was stored. Appends succeed again by themselves once
-    an operator frees space, with no restart; the clients do not resend.
+    differently carries a google.rpc.ErrorInfo with domain "rolloutd.io" whose
+    reason is the name of an ErrorReason value (error_reason.proto), which
+    says, for each, what the error means and what a client does: whether the
+    call may have taken effect, and whether to retry. Decide retries from the
+    code and the reason, never from the message text. Errors without an
+    ErrorInfo need none: their code says what to do (INVALID_ARGUMENT,
+    NOT_FOUND, ALREADY_EXISTS, PERMISSION_DENIED, DATA_LOSS, INTERNAL, and
+    UNAVAILABLE from Get). DEADLINE_EXCEEDED is only ever the call's own
+    deadline (the client's, or the server's default when the client set
+    none): a timeout inside the server is UNAVAILABLE.
 
     RolloutService stores rollout records in shards. Each shard has a single
     writer; an append is acknowledged only once it is durable and visible to
@@ -293,59 +207,16 @@ def add_RolloutServiceServicer_to_server(servicer, server):
  # This class is part of an EXPERIMENTAL API.
 class RolloutService(object):
     """Errors and retries. Besides its status code, an error a client handles
-    differently carries a google.rpc.ErrorInfo with domain "rolloutd.io" and
-    one of the reasons below. Decide retries from the code and the reason,
-    never from the message text. Errors without an ErrorInfo need none: their
-    code says what to do (INVALID_ARGUMENT, NOT_FOUND, ALREADY_EXISTS,
-    PERMISSION_DENIED, DATA_LOSS, INTERNAL, and UNAVAILABLE from Get).
-
-    OUTCOME_UNKNOWN (UNAVAILABLE with a RetryInfo, as when the server gave
-    up on a commit after its commit timeout; or DEADLINE_EXCEEDED/
-    CANCELLED, without one, only when the call's own deadline passed or
-    it was cancelled): the Append may or may not have been stored.
-    Resend the same request, with the same ids or the same request_id,
-    to learn the outcome: records that landed come back with
-    already_present set. A resend of records without ids and without a
-    request_id may store them twice.
-    NOT_COMMITTED (UNAVAILABLE with a RetryInfo; or DEADLINE_EXCEEDED/
-    CANCELLED, without one, when the call's own deadline passed or it
-    was cancelled before the append was sent): the Append was certainly
-    not stored (its writer was fenced, aborted, closed or stopped, the
-    server is shutting down, storage refused the write or timed out, or
-    the shard's writer is backing off after failed opens). Retrying is
-    safe. It speaks for this call only: after an earlier OUTCOME_UNKNOWN
-    for the same records, keep resending with the same ids or
-    request_id.
-    DEADLINE_EXCEEDED is only ever the call's own deadline (the client's,
-    or the server's default when the client set none): a timeout inside
-    the server is UNAVAILABLE.
-    BACKPRESSURE (RESOURCE_EXHAUSTED, with a RetryInfo): the shard's writer
-    has its cap of bytes queued; nothing was stored. Retry after the
-    delay, with backoff.
-    RATE_LIMITED (RESOURCE_EXHAUSTED): the caller is over its append rate
-    limit; nothing was stored. With a RetryInfo, the same call fits after
-    that delay. Without one it never fits (it is larger than the limit's
-    burst) and carries a google.rpc.BadRequest: split it.
-    TOO_LARGE (RESOURCE_EXHAUSTED, never a RetryInfo): a record or the batch
-    is over a server limit; nothing was stored and no resend of the same
-    request can succeed. A google.rpc.BadRequest names the field:
-    "records[i]" for a record, "records" for the batch. Split it.
-    SCAN_INTERRUPTED (UNAVAILABLE; DEADLINE_EXCEEDED or CANCELLED when the
-    call's own deadline passed or it was cancelled): a Scan
-    ended early, for a cause a new Scan gets past. Resume with after_seq
-    set to the ErrorInfo metadata "resume_after_seq".
-    SHARD_DELETED (NOT_FOUND): the shard was deleted (DeleteShard) while the
-    call read it, or is deleted now: a following Scan of the deleted
-    records ends with it. The records are gone; a new Append starts the
-    shard afresh, with seqs above every deleted one.
-    SEQ_MISMATCH (FAILED_PRECONDITION): DeleteShard's expected_last_seq is
-    not the shard's last seq: something was appended since the caller
-    looked. Nothing was deleted. The ErrorInfo metadata "last_seq" holds
-    the shard's last seq.
-    STORE_FULL (RESOURCE_EXHAUSTED, never a RetryInfo): the server's storage
-    is out of space (the embedded local store's disk is full or its quota
-    spent); nothing was stored. Appends succeed again by themselves once
-    an operator frees space, with no restart; the clients do not resend.
+    differently carries a google.rpc.ErrorInfo with domain "rolloutd.io" whose
+    reason is the name of an ErrorReason value (error_reason.proto), which
+    says, for each, what the error means and what a client does: whether the
+    call may have taken effect, and whether to retry. Decide retries from the
+    code and the reason, never from the message text. Errors without an
+    ErrorInfo need none: their code says what to do (INVALID_ARGUMENT,
+    NOT_FOUND, ALREADY_EXISTS, PERMISSION_DENIED, DATA_LOSS, INTERNAL, and
+    UNAVAILABLE from Get). DEADLINE_EXCEEDED is only ever the call's own
+    deadline (the client's, or the server's default when the client set
+    none): a timeout inside the server is UNAVAILABLE.
 
     RolloutService stores rollout records in shards. Each shard has a single
     writer; an append is acknowledged only once it is durable and visible to

@@ -1,0 +1,92 @@
+package localstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"path/filepath"
+	"strings"
+
+	"github.com/rolloutd/rolloutd/internal/blob"
+)
+
+// Delete implements blob.Store. Directories left empty are removed.
+func (s *Store) Delete(ctx context.Context, name string, opts blob.DeleteOptions) error {
+	path, done, err := s.begin(ctx, "delete", name)
+	if err != nil {
+		return err
+	}
+	defer done()
+	mu := s.stripe(name)
+	mu.Lock()
+	cur, exists, err := s.current(name, path)
+	// A version that a group in flight published is deleted only once it
+	// is durable.
+	for err == nil && exists && s.sync.pending(name, cur.ETag) {
+		mu.Unlock()
+		if !s.sync.awaitDurable(ctx.Done(), name, cur.ETag) {
+			return fmt.Errorf("localstore: delete %q: waiting for a put of it to become durable: %w", name, ctx.Err())
+		}
+		mu.Lock()
+		cur, exists, err = s.current(name, path)
+	}
+	if err == nil {
+		err = s.refused("delete", name) // the group waited for may have failed the store
+	}
+	removed := false
+	switch {
+	case err != nil:
+	case !exists:
+		err = blob.ErrNotFound
+	case opts.IfMatch != "" && opts.IfMatch != cur.ETag:
+		err = blob.ErrConditionFailed
+	default:
+		err = s.fs.Remove(path)
+		if err == nil {
+			removed = true
+			err = s.syncRemoval(filepath.Dir(path))
+		}
+	}
+	if removed && err != nil {
+		// The blob is gone for readers but may come back in a crash.
+		err = s.fail("delete", name, err)
+	}
+	mu.Unlock()
+	switch {
+	case removed && err != nil:
+		return err
+	case err != nil:
+		return fmt.Errorf("localstore: delete %q: %w", name, err)
+	}
+	s.prune(filepath.Dir(path))
+	if ferr := s.Failed(); ferr != nil {
+		return inDoubt("delete", name, ferr) // another call failed the store meanwhile
+	}
+	return nil
+}
+
+// syncRemoval makes the removal of an entry of dir durable. A concurrent
+// Delete of the directory's last other blob may have pruned dir already:
+// then the removal is durable once the pruning is, and that is made
+// durable by syncing the nearest ancestor that still exists. (Deletes of
+// every generation of a shard in parallel, as a purge does, meet this.)
+func (s *Store) syncRemoval(dir string) error {
+	err := s.syncDir(dir)
+	for d := dir; errors.Is(err, fs.ErrNotExist) && d != s.blobsDir && strings.HasPrefix(d, s.blobsDir); {
+		d = filepath.Dir(d)
+		err = s.syncDir(d)
+	}
+	return err
+}
+
+// prune removes empty directories from dir upwards. It is best effort: a
+// directory that a concurrent Put fills again simply stays.
+func (s *Store) prune(dir string) {
+	for d := dir; d != s.blobsDir && strings.HasPrefix(d, s.blobsDir); d = filepath.Dir(d) {
+		s.durable.Delete(d)
+		if s.fs.Remove(d) != nil {
+			return
+		}
+	}
+}
