@@ -9,6 +9,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/rolloutd/rolloutd/internal/blob"
+	"github.com/rolloutd/rolloutd/internal/shard/format"
 	"github.com/rolloutd/rolloutd/internal/shard/shardlog"
 	"github.com/rolloutd/rolloutd/internal/shard/storagepb"
 )
@@ -162,7 +163,7 @@ func (w *writer) findPresent(ctx context.Context, entries []Entry, present map[s
 	for i, e := range entries {
 		ids[i] = e.ID
 	}
-	var checked map[genKey]bool
+	var checked map[format.GenKey]bool
 	vanished := 0
 	for {
 		w.mu.Lock()
@@ -173,7 +174,7 @@ func (w *writer) findPresent(ctx context.Context, entries []Entry, present map[s
 		m := w.m
 		var todo []*storagepb.Generation
 		for _, g := range m.GetGenerations() {
-			if !checked[keyOf(g)] {
+			if !checked[format.KeyOf(g)] {
 				todo = append(todo, g)
 			}
 		}
@@ -196,10 +197,10 @@ func (w *writer) findPresent(ctx context.Context, entries []Entry, present map[s
 			return err
 		}
 		if checked == nil {
-			checked = map[genKey]bool{}
+			checked = map[format.GenKey]bool{}
 		}
 		for _, g := range todo {
-			checked[keyOf(g)] = true
+			checked[format.KeyOf(g)] = true
 		}
 	}
 }

@@ -16,12 +16,12 @@ type edit struct {
 	merge *mergeEdit
 	// forget removes these generations from the retired list once GC has
 	// deleted their blobs.
-	forget map[genKey]bool
+	forget map[format.GenKey]bool
 	done   chan error // receives the outcome once; capacity 1
 }
 
 type mergeEdit struct {
-	sources []genKey
+	sources []format.GenKey
 	output  *storagepb.Generation
 }
 
@@ -60,7 +60,7 @@ func (e *edit) apply(next *storagepb.Manifest, now int64) error {
 		gens := next.GetGenerations()
 		at := -1
 		for i, g := range gens {
-			if keyOf(g) == m.sources[0] {
+			if format.KeyOf(g) == m.sources[0] {
 				at = i
 				break
 			}
@@ -69,7 +69,7 @@ func (e *edit) apply(next *storagepb.Manifest, now int64) error {
 			return errStaleEdit
 		}
 		for k, num := range m.sources {
-			if keyOf(gens[at+k]) != num {
+			if format.KeyOf(gens[at+k]) != num {
 				return errStaleEdit
 			}
 		}
@@ -85,12 +85,6 @@ func (e *edit) apply(next *storagepb.Manifest, now int64) error {
 	}
 	return nil
 }
-
-// genKey names a generation (see format.GenKey).
-type genKey = format.GenKey
-
-// keyOf returns the key of g.
-func keyOf(g *storagepb.Generation) genKey { return format.KeyOf(g) }
 
 // genNumber is what a Result reports as the generation of a record in g:
 // its number, or, for a log batch, its log position.

@@ -115,7 +115,7 @@ func (c *collector) run(ctx context.Context) (more bool) {
 	more = backlog > len(due)
 	var (
 		mu     sync.Mutex
-		forget = map[genKey]bool{}
+		forget = map[format.GenKey]bool{}
 	)
 	for len(due) > 0 {
 		// As many at a time as it takes to keep up, and no more.
@@ -176,11 +176,11 @@ func (c *collector) run(ctx context.Context) (more bool) {
 func (c *collector) orphans(ctx context.Context) int {
 	w := c.w
 	m := w.manifest()
-	referenced := map[genKey]bool{}
+	referenced := map[format.GenKey]bool{}
 	for _, g := range m.GetGenerations() {
-		referenced[keyOf(g)] = true
+		referenced[format.KeyOf(g)] = true
 	}
-	eachRetired(m, func(k genKey, _ int64) bool {
+	eachRetired(m, func(k format.GenKey, _ int64) bool {
 		referenced[k] = true
 		return true
 	})
@@ -196,7 +196,7 @@ func (c *collector) orphans(ctx context.Context) int {
 		}
 		for _, it := range page.Items {
 			epoch, gen, ok := format.ParseGenerationName(w.shard, it.Name)
-			if !ok || epoch >= m.GetEpoch() || referenced[genKey{Epoch: epoch, Number: gen}] {
+			if !ok || epoch >= m.GetEpoch() || referenced[format.GenKey{Epoch: epoch, Number: gen}] {
 				continue
 			}
 			if err := w.store.Delete(ctx, it.Name, blob.DeleteOptions{}); err != nil && !errors.Is(err, blob.ErrNotFound) {

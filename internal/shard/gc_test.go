@@ -85,7 +85,7 @@ func TestGCDeletesOnlyUnreferencedBlobsPastGrace(t *testing.T) {
 		t.Fatalf("%d retired generations after merging 4", n)
 	}
 	var retired []string
-	eachRetired(m, func(k genKey, _ int64) bool {
+	eachRetired(m, func(k format.GenKey, _ int64) bool {
 		retired = append(retired, format.GenerationName("s", k.Epoch, k.Number))
 		return true
 	})

@@ -27,7 +27,7 @@ func (w *writer) writeGeneration(ctx context.Context, gen uint64, b *format.Gene
 	if err := w.putWithRetry(ctx, name, l.Data, blob.PutOptions{IfNoneMatch: true, PutID: w.nextPutID()}); err != nil {
 		return nil, fmt.Errorf("write generation %s: %w", name, err)
 	}
-	ref := shardlog.Ref{Shard: w.shard, Key: genKey{Epoch: w.epoch, Number: gen}}
+	ref := shardlog.Ref{Shard: w.shard, Key: format.GenKey{Epoch: w.epoch, Number: gen}}
 	w.opts.Cache.AddIndex(ref, shardlog.NewIndex(l.Footer))
 	w.opts.Cache.AddFilter(ref, l.Filter)
 	w.opts.Cache.AddData(ref, l.Data)

@@ -15,6 +15,7 @@ import (
 
 	"github.com/rolloutd/rolloutd/internal/blob"
 	"github.com/rolloutd/rolloutd/internal/blob/memstore"
+	"github.com/rolloutd/rolloutd/internal/shard/format"
 )
 
 func TestEpochStableAcrossAppends(t *testing.T) {
@@ -478,7 +479,7 @@ func TestStaleWriterFindsItselfFencedWhenItsGenerationsVanish(t *testing.T) {
 	}
 	// Delete every generation a knows of, as b's merge and GC would.
 	for _, g := range a.w.manifest().GetGenerations() {
-		if err := store.Delete(ctx, keyOf(g).Blob("s"), blob.DeleteOptions{}); err != nil {
+		if err := store.Delete(ctx, format.KeyOf(g).Blob("s"), blob.DeleteOptions{}); err != nil {
 			t.Fatal(err)
 		}
 	}
