@@ -386,7 +386,7 @@ func FuzzParse(f *testing.F) {
 					if prefix != AllShards && p.Allows(id, v, prefix+"x") && !p.Allows(id, v, AllShards) {
 						allowedElsewhere := false
 						for _, other := range p.grants[id][v] {
-							if covers(other, prefix+"x") {
+							if validate.Covers(other, prefix+"x") {
 								allowedElsewhere = true
 							}
 						}

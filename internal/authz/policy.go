@@ -76,7 +76,7 @@ func VerbList() string {
 }
 
 // AllShards is the prefix that covers every shard.
-const AllShards = "*"
+const AllShards = validate.AllShards
 
 // File is the policy file's format, YAML or JSON:
 //
@@ -211,14 +211,6 @@ func normalizePrefix(s string) (string, error) {
 	return trimmed, nil
 }
 
-// covers reports whether prefix covers shard on whole segments.
-func covers(prefix, shard string) bool {
-	if prefix == AllShards || shard == prefix {
-		return true
-	}
-	return len(shard) > len(prefix) && shard[len(prefix)] == '/' && strings.HasPrefix(shard, prefix)
-}
-
 // Allows reports whether identity, in its tagged form (see Identity), may do
 // verb on shard. It does not check that shard is a valid name;
 // Authorizer.Authorize does.
@@ -227,7 +219,7 @@ func (p *Policy) Allows(identity string, verb Verb, shard string) bool {
 		return false
 	}
 	for _, prefix := range p.grants[identity][verb] {
-		if covers(prefix, shard) {
+		if validate.Covers(prefix, shard) {
 			return true
 		}
 	}

@@ -5,15 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/stats"
-	"google.golang.org/grpc/status"
 	"google.golang.org/grpc/tap"
 	"google.golang.org/protobuf/proto"
 
@@ -170,33 +166,28 @@ func newAdmission(cfg Config, g *guard, log *zap.Logger) *admission {
 		maxMessage:  int64(cfg.MaxMessageBytes),
 		recvTimeout: cfg.RecvTimeout,
 		sendTimeout: cfg.SendTimeout,
-		sendTimeouts: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "rolloutd_send_timeouts_total",
-			Help: "Responses not taken by their client within the send timeout (--send-timeout); each closed its connection.",
-		}),
+		sendTimeouts: newCounter("rolloutd_send_timeouts_total",
+			"Responses not taken by their client within the send timeout (--send-timeout); each closed its connection."),
 		maxRecord:     int64(cfg.MaxRecordBytes) + storedRecordGrowth,
 		batchGetBytes: int64(cfg.BatchGetBytes),
 		conns:         newConnRegistry(),
 		authz:         cfg.Authorizer,
 		guard:         g,
 		log:           log,
-		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "rolloutd_admission_refusals_total",
-			Help: "Requests refused before or as their message was read, by reason: budget, connection_share, identity_share (the request memory budget), recv_timeout (the message did not arrive in time), no_grants (the caller may not use the method or the shard it names).",
-		}, []string{"reason"}),
+		refused: newCounterVec("rolloutd_admission_refusals_total",
+			"Requests refused before or as their message was read, by reason: budget, connection_share, identity_share (the request memory budget), recv_timeout (the message did not arrive in time), no_grants (the caller may not use the method or the shard it names).",
+			"reason"),
 	}
 	for _, r := range []string{refusedServer, refusedConnection, refusedIdentity, refusedRecvTimeout, refusedNoGrants} {
 		a.refused.WithLabelValues(r)
 	}
 	a.gauges = []prometheus.Collector{
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Name: "rolloutd_request_budget_bytes",
-			Help: "The request memory budget: bytes that requests in flight may hold (--request-budget-bytes).",
-		}, func() float64 { return float64(a.budget.limit) }),
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Name: "rolloutd_request_budget_in_use_bytes",
-			Help: "Bytes of the request memory budget that requests in flight hold now.",
-		}, func() float64 { return float64(a.budget.inUse()) }),
+		newGaugeFunc("rolloutd_request_budget_bytes",
+			"The request memory budget: bytes that requests in flight may hold (--request-budget-bytes).",
+			func() float64 { return float64(a.budget.limit) }),
+		newGaugeFunc("rolloutd_request_budget_in_use_bytes",
+			"Bytes of the request memory budget that requests in flight hold now.",
+			func() float64 { return float64(a.budget.inUse()) }),
 	}
 	return a
 }
@@ -241,11 +232,7 @@ func (a *admission) tap(ctx context.Context, info *tap.Info) (context.Context, e
 	r := &reservation{a: a, budget: a.budget, conn: conn, identity: key, overhead: overhead, held: overhead, holds: 1}
 	inner, cancel := context.WithCancelCause(ctx)
 	r.cancel = cancel
-	r.timer = time.AfterFunc(a.recvTimeout, func() {
-		if r.timeout() {
-			a.refused.WithLabelValues(refusedRecvTimeout).Inc()
-		}
-	})
+	r.timer = time.AfterFunc(a.recvTimeout, r.timeout)
 	// Under mu: if the stream has already ended, streamEnded runs at once
 	// and needs unwatch.
 	r.mu.Lock()
@@ -311,323 +298,3 @@ func decodedCost(m any) int64 {
 	}
 	return decodedCostFactor * int64(proto.Size(pm))
 }
-
-// registrar returns a grpc.ServiceRegistrar (with GetServiceInfo, for
-// reflection) that registers services on g with every handler wrapped:
-// every service on the server must be registered through it, or its
-// requests' bodies go uncharged.
-func (a *admission) registrar(g *grpc.Server) *admittedRegistrar {
-	return &admittedRegistrar{Server: g, a: a}
-}
-
-type admittedRegistrar struct {
-	*grpc.Server
-	a *admission
-}
-
-// RegisterService registers impl under a copy of desc whose handlers are
-// admitted.
-func (r *admittedRegistrar) RegisterService(desc *grpc.ServiceDesc, impl any) {
-	d := *desc
-	d.Methods = make([]grpc.MethodDesc, len(desc.Methods))
-	for i, m := range desc.Methods {
-		d.Methods[i] = grpc.MethodDesc{MethodName: m.MethodName, Handler: r.a.unaryHandler(m.Handler)}
-	}
-	d.Streams = make([]grpc.StreamDesc, len(desc.Streams))
-	for i, sd := range desc.Streams {
-		sd.Handler = r.a.streamHandler(sd.Handler, sd.ClientStreams)
-		d.Streams[i] = sd
-	}
-	r.Server.RegisterService(&d, impl)
-	r.a.admitted = append(r.a.admitted, desc.ServiceName)
-}
-
-// unaryHandler admits h's request: it charges the message before h's
-// decoder reads it, and its decoded cost after. Then it charges what
-// building the response may hold, and hands that charge to the response
-// (responses.go).
-func (a *admission) unaryHandler(h grpc.MethodHandler) grpc.MethodHandler {
-	return func(srv any, ctx context.Context, dec func(any) error, interceptor grpc.UnaryServerInterceptor) (any, error) {
-		r := reservationOf(ctx)
-		if r == nil {
-			return h(srv, ctx, dec, interceptor)
-		}
-		if !r.enter() {
-			return nil, status.FromContextError(context.Cause(ctx)).Err()
-		}
-		defer r.exit()
-		var rc *respCharge
-		reply, err := h(srv, ctx, func(m any) error {
-			if err := a.recv(ctx, r, m, false, dec); err != nil {
-				return err
-			}
-			var err error
-			rc, err = a.reserveResponse(ctx, r, a.responseBound(m))
-			return toStatus(ctx, err)
-		}, interceptor)
-		if rc == nil || err != nil || reply == nil {
-			if rc != nil {
-				rc.release()
-			}
-			return reply, err
-		}
-		return &chargedReply{msg: reply, rc: rc}, nil
-	}
-}
-
-// streamHandler admits h's request messages. The charge follows the first
-// one; a stream that may receive more (client streaming) keeps the
-// message's charge, since each further message may be as large.
-func (a *admission) streamHandler(h grpc.StreamHandler, clientStreams bool) grpc.StreamHandler {
-	return func(srv any, ss grpc.ServerStream) error {
-		r := reservationOf(ss.Context())
-		if r == nil {
-			return h(srv, ss)
-		}
-		if !r.enter() {
-			return status.FromContextError(context.Cause(ss.Context())).Err()
-		}
-		defer r.exit()
-		return h(srv, &admittedStream{ServerStream: ss, a: a, r: r, keep: clientStreams})
-	}
-}
-
-// admittedStream admits the messages a stream handler receives.
-type admittedStream struct {
-	grpc.ServerStream
-	a    *admission
-	r    *reservation
-	keep bool
-}
-
-func (s *admittedStream) RecvMsg(m any) error {
-	return s.a.recv(s.Context(), s.r, m, s.keep, s.ServerStream.RecvMsg)
-}
-
-// recv receives m through read, charging its message first and its decoded
-// cost after (see above). The error is a gRPC status.
-func (a *admission) recv(ctx context.Context, r *reservation, m any, keep bool, read func(any) error) error {
-	if err := r.reserveMessage(ctx, readCostFactor*a.maxMessage); err != nil {
-		if ctx.Err() != nil {
-			return a.recvFailed(ctx, err)
-		}
-		return a.refuse(ctx, err)
-	}
-	if err := read(m); err != nil {
-		return a.recvFailed(ctx, err)
-	}
-	if err := r.received(decodedCost(m), keep); err != nil {
-		return a.refuse(ctx, err)
-	}
-	return nil
-}
-
-// recvFailed is the error of a read that failed: the receive timeout's own
-// when it was the cause.
-func (a *admission) recvFailed(ctx context.Context, err error) error {
-	if context.Cause(ctx) == errRecvTimeout {
-		return status.Error(codes.DeadlineExceeded, fmt.Sprintf("%v: not within %s of its headers", errRecvTimeout, a.recvTimeout))
-	}
-	if ctx.Err() != nil {
-		return status.FromContextError(ctx.Err()).Err()
-	}
-	return err
-}
-
-// reservation is one stream's charge against the budget.
-type reservation struct {
-	a        *admission
-	budget   *budget
-	conn     *connUsage
-	identity string
-	overhead int64 // the stream's window and headers
-	cancel   context.CancelCauseFunc
-	timer    *time.Timer // the receive timeout; stopped when the message is in
-	unwatch  func() bool // stops the context.AfterFunc of streamEnded
-
-	mu       sync.Mutex
-	held     int64 // charged
-	holds    int   // the stream until its context is done, the handler while it runs
-	arrived  bool  // a request message was received
-	message  bool  // a message's charge is held (from reserveMessage to received)
-	timedOut bool
-	// responses are the charges of responses being built, not yet handed
-	// to the transport: released with the last hold.
-	responses map[*respCharge]struct{}
-}
-
-// holdResponse keeps rc with the stream until the codec takes it; false
-// means the stream has ended.
-func (r *reservation) holdResponse(rc *respCharge) bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.holds == 0 {
-		return false
-	}
-	if r.responses == nil {
-		r.responses = map[*respCharge]struct{}{}
-	}
-	r.responses[rc] = struct{}{}
-	return true
-}
-
-func (r *reservation) unholdResponse(rc *respCharge) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	delete(r.responses, rc)
-}
-
-// reserveMessage charges a message of up to n bytes before it is read,
-// waiting up to admissionWait for it to fit. Its caller holds r (enter). A charge already held (a
-// client stream's earlier message, kept) covers it.
-func (r *reservation) reserveMessage(ctx context.Context, n int64) error {
-	r.mu.Lock()
-	covered := r.message || r.held >= n+r.overhead
-	r.mu.Unlock()
-	if covered {
-		return nil
-	}
-	if err := r.budget.chargeWait(ctx, r.conn, r.identity, n, admissionWait); err != nil {
-		return err
-	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.held += n
-	r.message = true
-	return nil
-}
-
-// received stops the receive timer and makes the charge cost (plus the
-// stream's overhead); keep makes it no less than it is. A larger charge
-// that does not fit is refused, and the charge stays.
-func (r *reservation) received(cost int64, keep bool) error {
-	r.timer.Stop()
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.arrived = true
-	r.message = keep
-	n := cost + r.overhead
-	if cost < 0 || keep && n < r.held {
-		return nil
-	}
-	if err := r.budget.charge(r.conn, r.identity, n-r.held); err != nil {
-		return err
-	}
-	r.held = n
-	return nil
-}
-
-// timeout cancels the stream if its message has not arrived, and reports
-// whether it did.
-func (r *reservation) timeout() bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.arrived || r.holds == 0 {
-		return false
-	}
-	r.timedOut = true
-	r.cancel(errRecvTimeout)
-	return true
-}
-
-// enter holds the charge for a handler; false means the stream has ended
-// and the charge is released.
-func (r *reservation) enter() bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.holds == 0 {
-		return false
-	}
-	r.holds++
-	return true
-}
-
-// exit ends a handler's hold.
-func (r *reservation) exit() { r.drop() }
-
-// streamEnded ends the stream's hold, when its context is done.
-func (r *reservation) streamEnded() {
-	r.timer.Stop()
-	r.drop()
-}
-
-// drop ends one hold and releases the charge with the last.
-func (r *reservation) drop() {
-	r.mu.Lock()
-	r.holds--
-	if r.holds > 0 {
-		r.mu.Unlock()
-		return
-	}
-	r.timer.Stop()
-	r.unwatch()
-	_ = r.budget.charge(r.conn, r.identity, -r.held)
-	r.held = 0
-	responses := r.responses
-	r.responses = nil
-	r.mu.Unlock()
-	for rc := range responses {
-		rc.release()
-	}
-}
-
-type reservationKey struct{}
-
-func reservationOf(ctx context.Context) *reservation {
-	r, _ := ctx.Value(reservationKey{}).(*reservation)
-	return r
-}
-
-// admittedContext is a stream's context as the tap returns it: it carries
-// the reservation, and reports a stream cancelled by the receive timeout as
-// past its deadline. The transport reads the stream's body under this
-// context, and when it is done answers with its Err (grpc-go's
-// serverStream.RecvMsg writes that status itself): DEADLINE_EXCEEDED, not
-// CANCELLED, for a request that did not arrive in time.
-type admittedContext struct {
-	context.Context
-	r *reservation
-}
-
-func (c *admittedContext) Value(key any) any {
-	if key == (reservationKey{}) {
-		return c.r
-	}
-	return c.Context.Value(key)
-}
-
-func (c *admittedContext) Err() error {
-	err := c.Context.Err()
-	if err != nil && context.Cause(c.Context) == errRecvTimeout {
-		return context.DeadlineExceeded
-	}
-	return err
-}
-
-// connTagger gives every connection its share of the budget, in the context
-// its streams derive from, and the means to close it (connRegistry). When
-// the connection ends, it releases what its responses still hold.
-type connTagger struct{ conns *connRegistry }
-
-type connKey struct{}
-
-func (t connTagger) TagConn(ctx context.Context, info *stats.ConnTagInfo) context.Context {
-	c := &connUsage{}
-	if t.conns != nil {
-		c.close = t.conns.closer(info.RemoteAddr, info.LocalAddr)
-	}
-	return context.WithValue(ctx, connKey{}, c)
-}
-
-func (connTagger) HandleConn(ctx context.Context, s stats.ConnStats) {
-	if _, ok := s.(*stats.ConnEnd); !ok {
-		return
-	}
-	if c, ok := ctx.Value(connKey{}).(*connUsage); ok {
-		c.end()
-	}
-}
-func (connTagger) TagRPC(ctx context.Context, _ *stats.RPCTagInfo) context.Context {
-	return ctx
-}
-func (connTagger) HandleRPC(context.Context, stats.RPCStats) {}

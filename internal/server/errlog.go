@@ -56,10 +56,8 @@ func newErrorLog() *errorLog {
 	return &errorLog{
 		now:     time.Now,
 		clients: map[string]*clientLines{},
-		dropped: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "rolloutd_log_lines_dropped_total",
-			Help: "Error log lines not written because their client was over its error-line rate (docs/security.md, \"Bounded, attributed logs\").",
-		}),
+		dropped: newCounter("rolloutd_log_lines_dropped_total",
+			"Error log lines not written because their client was over its error-line rate (docs/security.md, \"Bounded, attributed logs\")."),
 	}
 }
 

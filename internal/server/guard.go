@@ -2,19 +2,14 @@ package server
 
 import (
 	"context"
-	"crypto/x509"
 	"fmt"
-	"net"
 	"strings"
 	"sync"
-	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials"
-	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
@@ -103,18 +98,12 @@ func newGuard(cfg Config, log *zap.Logger) *guard {
 		log:    log,
 		events: events,
 		open:   map[*guardedStream]struct{}{},
-		denied: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "rolloutd_rpc_denied_total",
-			Help: "RolloutService calls refused by the authorization policy, by verb.",
-		}, []string{"verb"}),
-		revoked: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "rolloutd_streams_revoked_total",
-			Help: "Open RolloutService streams ended because a reloaded policy or client CA bundle no longer allows them, by verb.",
-		}, []string{"verb"}),
-		limited: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "rolloutd_append_rate_limited_total",
-			Help: "Appends refused by the per-identity append rate limit.",
-		}),
+		denied: newCounterVec("rolloutd_rpc_denied_total",
+			"RolloutService calls refused by the authorization policy, by verb.", "verb"),
+		revoked: newCounterVec("rolloutd_streams_revoked_total",
+			"Open RolloutService streams ended because a reloaded policy or client CA bundle no longer allows them, by verb.", "verb"),
+		limited: newCounter("rolloutd_append_rate_limited_total",
+			"Appends refused by the per-identity append rate limit."),
 	}
 	for _, v := range authz.Verbs {
 		// Exported at 0 from the start, so that alerts on increase() see
@@ -339,7 +328,6 @@ func (g *guard) recheckOne(s *guardedStream, verifyChain bool) bool {
 	if !s.revoke(st) {
 		return false
 	}
-	g.revoked.WithLabelValues(string(s.verb)).Inc()
 	g.events.Info("stream revoked", zap.String("method", s.method), zap.String("identity", s.identity),
 		zap.Strings("shards", shards), zap.String("peer", peerAddr(s.ctx)), zap.Error(err))
 	return true
@@ -354,130 +342,6 @@ func untrusted(identity string, cause error, stream bool) error {
 		then = "the stream is ended"
 	}
 	return fmt.Errorf("%w: the client certificate of identity %q is not trusted by the client CAs now in force (%v); %s", authz.ErrDenied, identity, cause, then)
-}
-
-// guardedStream checks every message the handler receives, and can be
-// revoked while it is open.
-type guardedStream struct {
-	grpc.ServerStream
-	g        *guard
-	ctx      context.Context         // the stream's; cancelled with the revocation as cause
-	cancel   context.CancelCauseFunc // of ctx
-	method   string
-	verb     authz.Verb
-	identity string              // tagged; "" without a client certificate
-	chain    []*x509.Certificate // as the client presented it; nil without one
-
-	// Used only by the handler's goroutine.
-	passed bool  // a message was allowed
-	err    error // a message was refused: the stream stays refused
-
-	shards  []string              // that passed; guarded by g.mu
-	revoked atomic.Pointer[error] // the revocation, a gRPC status error
-}
-
-func (s *guardedStream) Context() context.Context { return s.ctx }
-
-// revoke ends s with err: from now on it receives and sends nothing, and
-// its context is cancelled with err as the cause. It reports whether s was
-// not revoked before.
-func (s *guardedStream) revoke(err error) bool {
-	if !s.revoked.CompareAndSwap(nil, &err) {
-		return false
-	}
-	s.cancel(err)
-	return true
-}
-
-// revocation is the error s was revoked with, or nil.
-func (s *guardedStream) revocation() error {
-	if p := s.revoked.Load(); p != nil {
-		return *p
-	}
-	return nil
-}
-
-func (s *guardedStream) RecvMsg(m any) error {
-	if s.err != nil {
-		return s.err
-	}
-	if err := s.revocation(); err != nil {
-		return err
-	}
-	if err := s.ServerStream.RecvMsg(m); err != nil {
-		return err
-	}
-	if err := s.g.check(s.ctx, s.method, s.verb, m); err != nil {
-		s.err = err
-		return err
-	}
-	if s.g.tracks() {
-		// Register, then re-check: a reload that came between the check
-		// and the registration, whose re-check missed this stream, is seen
-		// here.
-		s.g.register(s, m.(shardRequest).GetShard())
-		if s.g.recheckOne(s, true) {
-			return s.revocation()
-		}
-	}
-	s.passed = true
-	return nil
-}
-
-func (s *guardedStream) SendMsg(m any) error {
-	switch {
-	case s.err != nil:
-		return s.err
-	case !s.passed:
-		return status.Error(codes.PermissionDenied, "nothing is sent on this stream before its request is authorized")
-	}
-	if err := s.revocation(); err != nil {
-		return err
-	}
-	return s.ServerStream.SendMsg(m)
-}
-
-// peerIdentity is the identity of the client certificate verified on the
-// connection ctx belongs to, or "" when there is none (plaintext, or TLS
-// without client authentication).
-func peerIdentity(ctx context.Context) string {
-	p, ok := peer.FromContext(ctx)
-	if !ok {
-		return ""
-	}
-	ti, ok := p.AuthInfo.(credentials.TLSInfo)
-	if !ok || len(ti.State.VerifiedChains) == 0 || len(ti.State.VerifiedChains[0]) == 0 {
-		return ""
-	}
-	return authz.Identity(ti.State.VerifiedChains[0][0])
-}
-
-// peerChain is the certificate chain the client presented on the
-// connection ctx belongs to (leaf first), or nil when there is none.
-func peerChain(ctx context.Context) []*x509.Certificate {
-	p, ok := peer.FromContext(ctx)
-	if !ok {
-		return nil
-	}
-	if ti, ok := p.AuthInfo.(credentials.TLSInfo); ok {
-		return ti.State.PeerCertificates
-	}
-	return nil
-}
-
-func peerAddr(ctx context.Context) string {
-	if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {
-		return p.Addr.String()
-	}
-	return ""
-}
-
-func peerHost(ctx context.Context) string {
-	a := peerAddr(ctx)
-	if h, _, err := net.SplitHostPort(a); err == nil {
-		return h
-	}
-	return a
 }
 
 // checkPrefix decides a request that names a prefix (ListShards): the

@@ -43,119 +43,85 @@ type Metrics struct {
 // once, when the server is built.
 func NewMetrics() *Metrics {
 	m := &Metrics{
-		rpcDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name:    "rolloutd_rpc_duration_seconds",
-			Help:    "Latency of RPCs by method and gRPC status code: unary ones (Append, Get, health Check) and the whole life of a Scan stream.",
-			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 18), // 0.5 ms .. 65 s
-		}, []string{"method", "code"}),
-		recordsAppended: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "rolloutd_records_appended_total",
-			Help: "Records acknowledged by Append (already-present ones included).",
-		}),
-		bytesAppended: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "rolloutd_bytes_appended_total",
-			Help: "Encoded bytes of the records acknowledged by Append.",
-		}),
-		alreadyPresent: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "rolloutd_records_already_present_total",
-			Help: "Appended records whose id was already committed (retries of landed appends).",
-		}),
-		generationsPerRPC: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name:    "rolloutd_append_generations",
-			Help:    "Distinct generations the records of one acknowledged Append were committed in.",
-			Buckets: []float64{1, 2, 3, 4, 8, 16},
-		}),
-		residentWriters: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "rolloutd_writers_resident",
-			Help: "Shard writers this instance holds (resident in the LRU, or evicted but still pinned).",
-		}),
-		writerOpens: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "rolloutd_writer_opens_total",
-			Help: "Shard writer opens (epoch claims), successful or not.",
-		}),
-		openBackoffs: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "rolloutd_writer_open_backoffs_total",
-			Help: "Failed shard writer opens after which the shard's next open backs off (doubling up to 2 s while its opens keep failing, as in a storage partition).",
-		}),
-		openDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name:    "rolloutd_writer_open_duration_seconds",
-			Help:    "Latency of opening a shard writer (claiming its epoch).",
-			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16),
-		}),
-		evictions: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "rolloutd_writer_evictions_total",
-			Help: "Shard writers evicted from the LRU (aborted at once, or at their last unpin).",
-		}),
-		fences: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "rolloutd_writer_fences_total",
-			Help: "Shard writers found fenced by another writer's epoch and replaced (once per shard and epoch).",
-		}),
-		logFences: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "rolloutd_log_fences_total",
-			Help: "Fences written into shard logs (protocol v2): one per takeover of a shard, by another process or after a writer of this one left a create in doubt; a reopen after a clean end writes none.",
-		}),
-		checkpoints: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "rolloutd_checkpoints_total",
-			Help: "Manifest checkpoints written by this instance's shard writers (protocol v2), the claims' confirming ones excluded.",
-		}),
-		selfHeals: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "rolloutd_append_self_heals_total",
-			Help: "Appends that failed on a fenced (or closed) writer and then succeeded on its replacement.",
-		}),
-		panics: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "rolloutd_rpc_panics_total",
-			Help: "RPC handlers that panicked (recovered, answered Internal).",
-		}),
-		decodeFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "rolloutd_rpc_decode_failures_total",
-			Help: "Requests whose message did not decode (not protobuf, or not the method's request), by method; they are answered Internal by gRPC and reach no handler or access log.",
-		}, []string{"method"}),
-		scannedRecords: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "rolloutd_records_scanned_total",
-			Help: "Records delivered by Scan streams (after filtering).",
-		}),
-		merges: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "rolloutd_merges_total",
-			Help: "Merges committed by this instance's shard writers, including those a commit folded into its own generation.",
-		}),
-		mergeDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name:    "rolloutd_merge_duration_seconds",
-			Help:    "Time from starting a merge to committing it (folds, done within a commit, are not observed).",
-			Buckets: prometheus.ExponentialBuckets(0.001, 2, 16),
-		}),
-		mergeSources: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "rolloutd_merge_source_generations_total",
-			Help: "Generations replaced by merges (so merged-away minus merges is the net reduction).",
-		}),
-		errorReasons: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "rolloutd_rpc_error_reasons_total",
-			Help: "RPCs answered with an error that carries a google.rpc.ErrorInfo reason (OUTCOME_UNKNOWN, NOT_COMMITTED, BACKPRESSURE, RATE_LIMITED, TOO_LARGE, SCAN_INTERRUPTED), by method and reason.",
-		}, []string{"method", "reason"}),
-		shutdownTimeouts: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "rolloutd_shutdown_timeouts_total",
-			Help: "Shutdown steps that ran out of their share of --shutdown-timeout, by stage: rpcs (in-flight RPCs were cancelled) or writers (writers were aborted with appends still queued). Exported only until the process exits.",
-		}, []string{"stage"}),
+		rpcDuration: newHistogramVec("rolloutd_rpc_duration_seconds",
+			"Latency of RPCs by method and gRPC status code: unary ones (Append, Get, health Check) and the whole life of a Scan stream.",
+			prometheus.ExponentialBuckets(0.0005, 2, 18), // 0.5 ms .. 65 s
+			"method", "code"),
+		recordsAppended: newCounter("rolloutd_records_appended_total",
+			"Records acknowledged by Append (already-present ones included)."),
+		bytesAppended: newCounter("rolloutd_bytes_appended_total",
+			"Encoded bytes of the records acknowledged by Append."),
+		alreadyPresent: newCounter("rolloutd_records_already_present_total",
+			"Appended records whose id was already committed (retries of landed appends)."),
+		generationsPerRPC: newHistogram("rolloutd_append_generations",
+			"Distinct generations the records of one acknowledged Append were committed in.",
+			[]float64{1, 2, 3, 4, 8, 16}),
+		residentWriters: newGauge("rolloutd_writers_resident",
+			"Shard writers this instance holds (resident in the LRU, or evicted but still pinned)."),
+		writerOpens: newCounter("rolloutd_writer_opens_total",
+			"Shard writer opens (epoch claims), successful or not."),
+		openBackoffs: newCounter("rolloutd_writer_open_backoffs_total",
+			"Failed shard writer opens after which the shard's next open backs off (doubling up to 2 s while its opens keep failing, as in a storage partition)."),
+		openDuration: newHistogram("rolloutd_writer_open_duration_seconds",
+			"Latency of opening a shard writer (claiming its epoch).",
+			prometheus.ExponentialBuckets(0.0005, 2, 16)),
+		evictions: newCounter("rolloutd_writer_evictions_total",
+			"Shard writers evicted from the LRU (aborted at once, or at their last unpin)."),
+		fences: newCounter("rolloutd_writer_fences_total",
+			"Shard writers found fenced by another writer's epoch and replaced (once per shard and epoch)."),
+		logFences: newCounter("rolloutd_log_fences_total",
+			"Fences written into shard logs (protocol v2): one per takeover of a shard, by another process or after a writer of this one left a create in doubt; a reopen after a clean end writes none."),
+		checkpoints: newCounter("rolloutd_checkpoints_total",
+			"Manifest checkpoints written by this instance's shard writers (protocol v2), the claims' confirming ones excluded."),
+		selfHeals: newCounter("rolloutd_append_self_heals_total",
+			"Appends that failed on a fenced (or closed) writer and then succeeded on its replacement."),
+		panics: newCounter("rolloutd_rpc_panics_total",
+			"RPC handlers that panicked (recovered, answered Internal)."),
+		decodeFailures: newCounterVec("rolloutd_rpc_decode_failures_total",
+			"Requests whose message did not decode (not protobuf, or not the method's request), by method; they are answered Internal by gRPC and reach no handler or access log.",
+			"method"),
+		scannedRecords: newCounter("rolloutd_records_scanned_total",
+			"Records delivered by Scan streams (after filtering)."),
+		merges: newCounter("rolloutd_merges_total",
+			"Merges committed by this instance's shard writers, including those a commit folded into its own generation."),
+		mergeDuration: newHistogram("rolloutd_merge_duration_seconds",
+			"Time from starting a merge to committing it (folds, done within a commit, are not observed).",
+			prometheus.ExponentialBuckets(0.001, 2, 16)),
+		mergeSources: newCounter("rolloutd_merge_source_generations_total",
+			"Generations replaced by merges (so merged-away minus merges is the net reduction)."),
+		errorReasons: newCounterVec("rolloutd_rpc_error_reasons_total",
+			"RPCs answered with an error that carries a google.rpc.ErrorInfo reason (OUTCOME_UNKNOWN, NOT_COMMITTED, BACKPRESSURE, RATE_LIMITED, TOO_LARGE, SCAN_INTERRUPTED), by method and reason.",
+			"method", "reason"),
+		shutdownTimeouts: newCounterVec("rolloutd_shutdown_timeouts_total",
+			"Shutdown steps that ran out of their share of --shutdown-timeout, by stage: rpcs (in-flight RPCs were cancelled) or writers (writers were aborted with appends still queued). Exported only until the process exits.",
+			"stage"),
 	}
 	m.collectors = []prometheus.Collector{
 		m.rpcDuration, m.recordsAppended, m.bytesAppended, m.alreadyPresent, m.generationsPerRPC,
 		m.residentWriters, m.writerOpens, m.openBackoffs, m.openDuration, m.evictions, m.fences, m.logFences, m.checkpoints, m.selfHeals, m.panics, m.decodeFailures,
 		m.scannedRecords, m.merges, m.mergeDuration, m.mergeSources, m.errorReasons, m.shutdownTimeouts,
 	}
+	m.exportZeros()
+	return m
+}
+
+// exportZeros creates the labelled series that alerts watch, so that they
+// are exported at 0 from the start and increase() sees their first event.
+func (m *Metrics) exportZeros() {
 	for _, method := range requestMethods {
-		m.decodeFailures.WithLabelValues(method) // exported at 0 from the start
+		m.decodeFailures.WithLabelValues(method)
 	}
 	for method, reasons := range map[string][]string{
 		"Append": {ReasonOutcomeUnknown, ReasonNotCommitted, ReasonBackpressure, ReasonRateLimited, ReasonTooLarge, ReasonStoreFull},
 		"Scan":   {ReasonScanInterrupted},
 	} {
 		for _, r := range reasons {
-			m.errorReasons.WithLabelValues(method, r) // exported at 0, so that alerts on increase() see the first one
+			m.errorReasons.WithLabelValues(method, r)
 		}
 	}
 	for _, stage := range []string{shutdownStageRPCs, shutdownStageWriters} {
 		m.shutdownTimeouts.WithLabelValues(stage)
 	}
-	return m
 }
 
 // The stages of rolloutd_shutdown_timeouts_total.

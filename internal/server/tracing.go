@@ -6,7 +6,6 @@ import (
 
 	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
 	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/codes"
 	metricnoop "go.opentelemetry.io/otel/metric/noop"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
@@ -70,15 +69,4 @@ func (s *writerSet) startOpen(ctx context.Context, parent trace.Span, shardName 
 		return ctx, nil
 	}
 	return s.tracer.Start(trace.ContextWithSpan(ctx, parent), "shard.open", trace.WithAttributes(attribute.String("rolloutd.shard", shardName)))
-}
-
-// endSpan ends span, marking it failed with err.
-func endSpan(span trace.Span, err error) {
-	if span == nil {
-		return
-	}
-	if err != nil {
-		span.SetStatus(codes.Error, err.Error())
-	}
-	span.End()
 }

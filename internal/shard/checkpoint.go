@@ -55,11 +55,42 @@ func (c *checkpointer) editArrived() {
 // close asks for the last checkpoint, once the committer has drained.
 func (c *checkpointer) close() { c.once.Do(func() { close(c.closing) }) }
 
+// loop is the checkpointer's goroutine. It exits after the last checkpoint
+// at Close, or when the writer is aborted or fenced, failing the edits
+// that still wait.
 func (c *checkpointer) loop() {
 	w := c.w
 	defer close(c.done)
 	for {
-		closing := false
+		closing, ok := c.awaitDue()
+		// The committer is draining the queue when closing; what it
+		// commits is checkpointed below, after it is done.
+		if ok && closing {
+			ok = c.awaitDrained()
+		}
+		if ok {
+			w.mu.Lock()
+			ok = w.state != stateAborted && w.state != stateFenced
+			w.mu.Unlock()
+		}
+		if !ok {
+			c.dropEdits(ErrAborted)
+			return
+		}
+		c.tryCheckpoint(closing)
+		if closing {
+			return
+		}
+	}
+}
+
+// awaitDue waits until a checkpoint may be due or the writer closes, which
+// it reports as closing. It reports false once the writer is aborted.
+// Each wake-up is checked against the writer's state, since a wake-up
+// may come late or from a state that has moved on.
+func (c *checkpointer) awaitDue() (closing, ok bool) {
+	w := c.w
+	for {
 		w.mu.Lock()
 		wait := c.dueLocked()
 		w.mu.Unlock()
@@ -94,47 +125,42 @@ func (c *checkpointer) loop() {
 				continue
 			}
 		case <-c.closing:
-			closing = true
+			return true, true
 		case <-w.ctx.Done():
-			c.dropEdits(ErrAborted)
-			return
+			return false, false
 		}
-		if closing {
-			// The committer is draining the queue; what it commits is
-			// checkpointed below. Until it is done, keep checkpointing when
-			// asked: it may be waiting for one at the 2K lag bound.
-			for drained := false; !drained; {
-				select {
-				case <-w.committer.done:
-					drained = true
-				case <-c.kick:
-					ctx, cancel := context.WithTimeout(w.ctx, w.opts.CommitTimeout)
-					if err := c.checkpoint(ctx, false); err != nil && w.ctx.Err() == nil {
-						w.log.Warn("checkpoint failed; will retry", zap.Error(err))
-					}
-					cancel()
-				case <-w.ctx.Done():
-					c.dropEdits(ErrAborted)
-					return
-				}
-			}
+		return false, true
+	}
+}
+
+// awaitDrained waits, once the writer is closing, for the committer to
+// finish. Until it is done, it keeps checkpointing when asked: the
+// committer may be waiting for one at the 2K lag bound. It reports false
+// if the writer is aborted meanwhile.
+func (c *checkpointer) awaitDrained() bool {
+	w := c.w
+	for {
+		select {
+		case <-w.committer.done:
+			return true
+		case <-c.kick:
+			c.tryCheckpoint(false)
+		case <-w.ctx.Done():
+			return false
 		}
-		w.mu.Lock()
-		st := w.state
-		w.mu.Unlock()
-		if st == stateAborted || st == stateFenced {
-			c.dropEdits(ErrAborted)
-			return
-		}
-		ctx, cancel := context.WithTimeout(w.ctx, w.opts.CommitTimeout)
-		err := c.checkpoint(ctx, closing)
-		cancel()
-		if err != nil && w.ctx.Err() == nil {
-			w.log.Warn("checkpoint failed; will retry", zap.Error(err))
-		}
-		if closing {
-			return
-		}
+	}
+}
+
+// tryCheckpoint writes one checkpoint, if anything waits for one, within
+// CommitTimeout. A failure is only logged: checkpoint has acted on it (a
+// fence stops the writer; an unclear outcome is re-read first next time),
+// and what it left unwritten waits for the next checkpoint.
+func (c *checkpointer) tryCheckpoint(closing bool) {
+	w := c.w
+	ctx, cancel := context.WithTimeout(w.ctx, w.opts.CommitTimeout)
+	defer cancel()
+	if err := c.checkpoint(ctx, closing); err != nil && w.ctx.Err() == nil {
+		w.log.Warn("checkpoint failed; will retry", zap.Error(err))
 	}
 }
 
@@ -182,21 +208,7 @@ func (c *checkpointer) checkpoint(ctx context.Context, closing bool) (err error)
 			return err
 		}
 	}
-	w.mu.Lock()
-	through, view, etag := w.last, w.m, w.etag
-	pressed := len(w.m.GetGenerations()) >= w.opts.mergePolicy().countTrigger()
-	pending := through > w.ckpt.GetLogCheckpoint() ||
-		(len(w.edits) > 0 && (closing || pressed || w.editsDueLocked() <= 0))
-	var edits []*edit
-	if pending {
-		edits = w.edits
-		w.edits = nil
-	}
-	var next *storagepb.Manifest
-	if pending {
-		next = w.checkpointOf(view, through)
-	}
-	w.mu.Unlock()
+	through, next, etag, edits, pending := c.takeDue(closing)
 	if !pending {
 		return nil
 	}
@@ -205,14 +217,44 @@ func (c *checkpointer) checkpoint(ctx context.Context, closing bool) (err error)
 		ctx, span = w.startCheckpoint(ctx)
 		defer func() { endSpan(span, err) }()
 	}
-	now := w.opts.Clock.Now().UnixNano()
+	settle := applyEdits(edits, next, w.opts.Clock.Now().UnixNano())
+	err = c.put(ctx, next, etag, through)
+	settle(err)
+	return err
+}
+
+// takeDue builds the next checkpoint, through the last position that
+// landed, if anything waits for one, and takes the edits it carries.
+// Everything is read under one hold of mu, so the checkpoint, the etag it
+// replaces and the edits applied to it are of one view.
+func (c *checkpointer) takeDue(closing bool) (through uint64, next *storagepb.Manifest, etag blob.ETag, edits []*edit, pending bool) {
+	w := c.w
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	through, etag = w.last, w.etag
+	pressed := len(w.m.GetGenerations()) >= w.opts.mergePolicy().countTrigger()
+	pending = through > w.ckpt.GetLogCheckpoint() ||
+		(len(w.edits) > 0 && (closing || pressed || w.editsDueLocked() <= 0))
+	if !pending {
+		return through, nil, etag, nil, false
+	}
+	edits, w.edits = w.edits, nil
+	return through, w.checkpointOf(w.m, through), etag, edits, true
+}
+
+// applyEdits applies edits to next, the checkpoint that carries them, and
+// returns how to settle them once its fate is known. An edit that no
+// longer applies does not hold back the others; it learns its own error
+// if the checkpoint landed, and, like every edit, the checkpoint's error
+// if it did not.
+func applyEdits(edits []*edit, next *storagepb.Manifest, now int64) func(error) {
 	errs := map[*edit]error{}
 	for _, e := range edits {
 		if err := e.apply(next, now); err != nil {
 			errs[e] = err
 		}
 	}
-	settle := func(err error) {
+	return func(err error) {
 		for _, e := range edits {
 			if err != nil {
 				e.settle(err)
@@ -221,46 +263,55 @@ func (c *checkpointer) checkpoint(ctx context.Context, closing bool) (err error)
 			}
 		}
 	}
+}
+
+// put CASes next over the manifest of etag, retrying while the store is
+// unavailable, and lands it if it landed.
+func (c *checkpointer) put(ctx context.Context, next *storagepb.Manifest, etag blob.ETag, through uint64) error {
+	w := c.w
 	data, err := format.EncodeManifest(next)
 	if err != nil {
-		settle(err)
 		return err
 	}
 	name := format.ManifestName(w.shard)
+	// The commit id is the put id: a retry after a lost answer that
+	// landed succeeds with that try's etag instead of failing IfMatch.
 	opts := blob.PutOptions{IfMatch: etag, PutID: next.GetCommitId()}
 	b := shardlog.NewBackoff(w.opts.Clock, w.opts.RetryBackoff)
 	for {
 		attrs, err := w.store.Put(ctx, name, data, opts)
 		if err == nil {
 			c.land(next, attrs.ETag, through)
-			settle(nil)
 			return nil
 		}
-		if errors.Is(err, blob.ErrUnavailable) {
-			if b.Wait(ctx) == nil {
-				continue
-			}
+		if errors.Is(err, blob.ErrUnavailable) && b.Wait(ctx) == nil {
+			continue
 		}
-		// Lost, or unclear: only the stored manifest can say.
-		m, metag, rerr := shardlog.ReadManifest(ctx, w.store, w.shard)
-		switch {
-		case rerr != nil:
-			c.unsure = true
-			err = fmt.Errorf("shard %q epoch %d: checkpoint through %d: %w, and re-reading the manifest: %w", w.shard, w.epoch, through, err, rerr)
-		case m.GetCommitId() == next.GetCommitId():
-			c.land(m, metag, through)
-			settle(nil)
-			return nil
-		case m.GetEpoch() != w.epoch:
-			fe := &FencedError{Shard: w.shard, Local: w.epoch, Stored: m.GetEpoch()}
-			w.fence(fe)
-			err = fe
-		default:
-			c.adopt(m, metag)
-			err = fmt.Errorf("shard %q epoch %d: checkpoint through %d: %w", w.shard, w.epoch, through, err)
-		}
-		settle(err)
-		return err
+		return c.decide(ctx, next, through, err)
+	}
+}
+
+// decide learns from the stored manifest what became of next, whose put
+// failed with err or left its outcome unclear: landed after all, fenced by
+// a newer epoch, or lost to one of this writer's own earlier checkpoints.
+func (c *checkpointer) decide(ctx context.Context, next *storagepb.Manifest, through uint64, err error) error {
+	w := c.w
+	m, metag, rerr := shardlog.ReadManifest(ctx, w.store, w.shard)
+	switch {
+	case rerr != nil:
+		// Still unclear: the next checkpoint re-reads before it builds.
+		c.unsure = true
+		return fmt.Errorf("shard %q epoch %d: checkpoint through %d: %w, and re-reading the manifest: %w", w.shard, w.epoch, through, err, rerr)
+	case m.GetCommitId() == next.GetCommitId():
+		c.land(m, metag, through)
+		return nil
+	case m.GetEpoch() != w.epoch:
+		fe := &FencedError{Shard: w.shard, Local: w.epoch, Stored: m.GetEpoch()}
+		w.fence(fe)
+		return fe
+	default:
+		c.adopt(m, metag)
+		return fmt.Errorf("shard %q epoch %d: checkpoint through %d: %w", w.shard, w.epoch, through, err)
 	}
 }
 

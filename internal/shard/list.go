@@ -164,18 +164,10 @@ func scopeRoot(scope string) string {
 }
 
 // allShards is authz's grant of every shard.
-const allShards = "*"
+const allShards = validate.AllShards
 
-// Covers reports whether scope covers shard on whole segments ("" and "*"
-// cover all), as authz's grants do: "team-a" covers "team-a" and
-// "team-a/run1", not "team-ab". It is the one meaning of a shard prefix,
-// for ListShards and for the commands' --prefix.
-func Covers(scope, shard string) bool {
-	if scope == "" || scope == allShards || shard == scope {
-		return true
-	}
-	return len(shard) > len(scope) && shard[len(scope)] == '/' && strings.HasPrefix(shard, scope)
-}
+// Covers is validate.Covers: whether scope covers shard on whole segments.
+func Covers(scope, shard string) bool { return validate.Covers(scope, shard) }
 
 // listScopes is what a listing of prefix by a caller holding grants may
 // touch: the narrower of prefix and each grant where they overlap, without

@@ -128,6 +128,35 @@ func (c *committer) createBatch(ctx context.Context, live []*pending) (map[*pend
 	pos, seq := w.last+1, w.m.GetNextSeq()
 	w.mu.Unlock()
 	putID := w.nextPutID()
+	l, results, err := c.encodeBatch(live, pos, seq, putID)
+	if err != nil {
+		return nil, err
+	}
+	// From here until the create is decided, a create of this writer may
+	// land at pos: runLog's Lineage.end reads inDoubt, and only an
+	// undecided create leaves it set.
+	c.inDoubt = true
+	res, err := w.createAt(ctx, pos, l.Data, putID)
+	switch {
+	case err != nil && errors.Is(err, errUndecided):
+		return nil, c.haltUndecided(err)
+	case err != nil:
+		c.inDoubt = false
+		return nil, c.notCreated(err)
+	}
+	c.inDoubt = false
+	if res.outcome == taken {
+		return nil, c.positionTaken(pos, res.found)
+	}
+	c.landBatch(pos, l)
+	return results, nil
+}
+
+// encodeBatch encodes live's entries as the batch at log position pos,
+// numbered from seq, and returns each append's results. The bytes are
+// frozen here: every try of the create sends them unchanged.
+func (c *committer) encodeBatch(live []*pending, pos, seq uint64, putID string) (format.Layout, map[*pending][]Result, error) {
+	w := c.w
 	var hint int64
 	for _, p := range live {
 		hint += p.bytes
@@ -147,54 +176,69 @@ func (c *committer) createBatch(ctx context.Context, live []*pending) (map[*pend
 	}
 	l, err := b.Finish()
 	if err != nil {
-		return nil, err
+		return format.Layout{}, nil, err
 	}
-	c.inDoubt = true
-	res, err := w.createAt(ctx, pos, l.Data, putID)
-	switch {
-	case err != nil && errors.Is(err, errUndecided):
-		// The create may land yet, at a position this writer can never
-		// give other bytes: stop, and let a replacement fence the log.
-		werr := fmt.Errorf("%w: %w", ErrOutcomeUnknown, err)
-		if w.ctx.Err() != nil {
-			werr = fmt.Errorf("shard %q epoch %d: aborted while its commit was in flight: %w", w.shard, w.epoch, werr)
-		}
-		refuse := w.staleErr(fmt.Errorf("a commit before this append's is undecided: %w", err))
-		if errors.Is(err, blob.ErrStoreFailed) {
-			// A failed store refuses every call until a restart: the
-			// appends refused here must say so, not only that they
-			// were not sent.
-			refuse = fmt.Errorf("%w: %w", refuse, blob.ErrStoreFailed)
-		}
-		w.halt(werr, refuse)
-		return nil, werr
-	case err != nil:
-		c.inDoubt = false
-		if errors.Is(err, ErrStale) {
-			w.halt(err, err)
-		}
-		if w.ctx.Err() != nil {
-			return nil, fmt.Errorf("shard %q epoch %d: %w before the commit was sent", w.shard, w.epoch, ErrAborted)
-		}
-		return nil, err
+	return l, results, nil
+}
+
+// haltUndecided stops the writer after a create that neither landed nor
+// failed, and returns the error of the batch's appends.
+func (c *committer) haltUndecided(err error) error {
+	w := c.w
+	// The create may land yet, at a position this writer can never
+	// give other bytes: stop, and let a replacement fence the log.
+	werr := fmt.Errorf("%w: %w", ErrOutcomeUnknown, err)
+	if w.ctx.Err() != nil {
+		werr = fmt.Errorf("shard %q epoch %d: aborted while its commit was in flight: %w", w.shard, w.epoch, werr)
 	}
-	c.inDoubt = false
-	if res.outcome == taken {
-		f := res.found
-		if f.Epoch > w.epoch {
-			fe := &FencedError{Shard: w.shard, Local: w.epoch, Stored: f.Epoch}
-			w.fence(fe)
-			return nil, fe
-		}
-		// A lower epoch's entry: an earlier writer's create that landed
-		// late. It is part of the log, and this batch's seqs follow what
-		// was there before it: the writer moves past it by being replaced,
-		// whose open reads it, and the appends are retried there.
-		err := w.staleErr(fmt.Errorf("log position %d holds a late entry of epoch %d", pos, f.Epoch))
-		w.log.Warn("late landing of an earlier epoch's create in the log", zap.Uint64("position", pos), zap.Uint64("stored_epoch", f.Epoch))
+	refuse := w.staleErr(fmt.Errorf("a commit before this append's is undecided: %w", err))
+	if errors.Is(err, blob.ErrStoreFailed) {
+		// A failed store refuses every call until a restart: the
+		// appends refused here must say so, not only that they
+		// were not sent.
+		refuse = fmt.Errorf("%w: %w", refuse, blob.ErrStoreFailed)
+	}
+	w.halt(werr, refuse)
+	return werr
+}
+
+// notCreated returns the error of a batch whose create is known not to
+// have landed, stopping the writer if the create found it stale.
+func (c *committer) notCreated(err error) error {
+	w := c.w
+	if errors.Is(err, ErrStale) {
 		w.halt(err, err)
-		return nil, err
 	}
+	if w.ctx.Err() != nil {
+		return fmt.Errorf("shard %q epoch %d: %w before the commit was sent", w.shard, w.epoch, ErrAborted)
+	}
+	return err
+}
+
+// positionTaken stops the writer when another writer's entry f holds the
+// log position pos its batch was created at, and returns why.
+func (c *committer) positionTaken(pos uint64, f *shardlog.Entry) error {
+	w := c.w
+	if f.Epoch > w.epoch {
+		fe := &FencedError{Shard: w.shard, Local: w.epoch, Stored: f.Epoch}
+		w.fence(fe)
+		return fe
+	}
+	// A lower epoch's entry: an earlier writer's create that landed
+	// late. It is part of the log, and this batch's seqs follow what
+	// was there before it: the writer moves past it by being replaced,
+	// whose open reads it, and the appends are retried there.
+	err := w.staleErr(fmt.Errorf("log position %d holds a late entry of epoch %d", pos, f.Epoch))
+	w.log.Warn("late landing of an earlier epoch's create in the log", zap.Uint64("position", pos), zap.Uint64("stored_epoch", f.Epoch))
+	w.halt(err, err)
+	return err
+}
+
+// landBatch adds the batch l, created at log position pos, to the
+// writer's tail, tells followers, and calls for a checkpoint once K
+// positions wait for one.
+func (c *committer) landBatch(pos uint64, l format.Layout) {
+	w := c.w
 	now := w.opts.Clock.Now().UnixNano()
 	e := shardlog.EntryOf(w.opts.Cache, w.shard, pos, l, now)
 	w.mu.Lock()
@@ -205,7 +249,6 @@ func (c *committer) createBatch(ctx context.Context, live []*pending) (map[*pend
 	if lag >= w.opts.CheckpointEvery {
 		w.checkpointer.wake()
 	}
-	return results, nil
 }
 
 // awaitCheckpointRoom holds the commit while the next position would be

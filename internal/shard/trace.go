@@ -4,8 +4,9 @@ import (
 	"context"
 
 	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/rolloutd/rolloutd/internal/tracing/spans"
 )
 
 // Tracing, when Options.Tracer is set. An append's trace gets two spans
@@ -76,12 +77,4 @@ func (w *writer) startCheckpoint(ctx context.Context) (context.Context, trace.Sp
 }
 
 // endSpan ends span, marking it failed with err.
-func endSpan(span trace.Span, err error) {
-	if span == nil {
-		return
-	}
-	if err != nil {
-		span.SetStatus(codes.Error, err.Error())
-	}
-	span.End()
-}
+func endSpan(span trace.Span, err error) { spans.End(span, err) }

@@ -65,6 +65,21 @@ func Shard(s string) error {
 	return nil
 }
 
+// AllShards is the scope that covers every shard: an authorization grant
+// of "*", or a listing with no prefix ("").
+const AllShards = "*"
+
+// Covers reports whether scope covers shard on whole segments ("" and
+// AllShards cover all): "team-a" covers "team-a" and "team-a/run1", not
+// "team-ab". It is the one meaning of a shard prefix, for authorization
+// grants, ListShards and the commands' --prefix.
+func Covers(scope, shard string) bool {
+	if scope == "" || scope == AllShards || shard == scope {
+		return true
+	}
+	return len(shard) > len(scope) && shard[len(scope)] == '/' && strings.HasPrefix(shard, scope)
+}
+
 func isLowerAlnum(c byte) bool { return 'a' <= c && c <= 'z' || '0' <= c && c <= '9' }
 
 func isShardByte(c byte) bool { return isLowerAlnum(c) || c == '.' || c == '_' || c == '-' }

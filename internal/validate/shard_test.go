@@ -158,3 +158,29 @@ func quote(s string) string {
 	}
 	return strconv.Quote(s)
 }
+
+func TestCovers(t *testing.T) {
+	for _, c := range []struct {
+		scope, shard string
+		want         bool
+	}{
+		{"", "team-a", true},
+		{"", "team-a/run1", true},
+		{AllShards, "team-a/run1", true},
+		{"team-a", "team-a", true},
+		{"team-a", "team-a/run1", true},
+		{"team-a", "team-a/run1/x", true},
+		{"team-a/run1", "team-a/run1", true},
+		{"team-a", "team-ab", false},
+		{"team-a", "team-ab/run1", false},
+		{"team-a", "team", false},
+		{"team-a/run1", "team-a", false},
+		{"team-a/run1", "team-a/run10", false},
+		{"team-b", "team-a/run1", false},
+		{"team-a", "", false},
+	} {
+		if got := Covers(c.scope, c.shard); got != c.want {
+			t.Errorf("Covers(%q, %q) = %v, want %v", c.scope, c.shard, got, c.want)
+		}
+	}
+}

@@ -119,16 +119,9 @@ func (s *Store) Head(ctx context.Context, name string) (blob.Attrs, error) {
 // Put implements blob.Store. Create-only puts are "put_create", ETag
 // compare-and-swaps "put_cas", unconditional ones "put".
 func (s *Store) Put(ctx context.Context, name string, data []byte, opts blob.PutOptions) (blob.Attrs, error) {
-	op := "put"
-	switch {
-	case opts.IfNoneMatch:
-		op = "put_create"
-	case opts.IfMatch != "":
-		op = "put_cas"
-	}
 	start := time.Now()
 	attrs, err := s.next.Put(ctx, name, data, opts)
-	s.observe(op, start, err)
+	s.observe(opts.OpName(), start, err)
 	return attrs, err
 }
 

@@ -74,14 +74,7 @@ func (s *Store) Head(ctx context.Context, name string) (blob.Attrs, error) {
 // Put implements blob.Store; the span is named as the metrics name the
 // put: put_create, put_cas or put.
 func (s *Store) Put(ctx context.Context, name string, data []byte, opts blob.PutOptions) (blob.Attrs, error) {
-	op := "put"
-	switch {
-	case opts.IfNoneMatch:
-		op = "put_create"
-	case opts.IfMatch != "":
-		op = "put_cas"
-	}
-	ctx, span := s.start(ctx, op, name)
+	ctx, span := s.start(ctx, opts.OpName(), name)
 	if span != nil {
 		span.SetAttributes(attribute.Int("rolloutd.blob.bytes", len(data)))
 	}

@@ -160,102 +160,138 @@ func Explore(cfg Config) (*Result, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	seeds := [2]maphash.Seed{maphash.MakeSeed(), maphash.MakeSeed()}
-	key := func(s *State) [2]uint64 {
-		b := s.bytes()
-		return [2]uint64{maphash.Bytes(seeds[0], b), maphash.Bytes(seeds[1], b)}
+	x := &search{
+		cfg:   cfg,
+		seeds: [2]maphash.Seed{maphash.MakeSeed(), maphash.MakeSeed()},
+		nodes: []node{{parent: -1}},
+		res:   &Result{},
 	}
-	type item struct {
-		s    State
-		node int32
-	}
+	x.c = &ctx{cfg: &x.cfg}
 	s0 := initial(cfg)
 	s0.normalize()
-	visited := map[[2]uint64]struct{}{key(&s0): {}}
-	nodes := []node{{parent: -1}}
+	x.visited = map[[2]uint64]struct{}{x.key(&s0): {}}
 	level := []item{{s0, 0}}
-	var hits [numKinds]*hit
-	c := &ctx{cfg: &cfg}
-	res := &Result{}
-	var acts []action
+	for len(level) > 0 && !x.res.Truncated && !x.res.Stopped {
+		x.res.Depth++
+		level = x.nextLevel(level)
+	}
+	return x.result(), nil
+}
 
-	for len(level) > 0 && !res.Truncated && !res.Stopped {
-		res.Depth++
-		var next []item
-		for li := range level {
-			if res.Stopped {
+// search is one exploration's state: what it has visited, the path to
+// each visited state, and the first hit of each kind of violation.
+type search struct {
+	cfg     Config
+	seeds   [2]maphash.Seed
+	visited map[[2]uint64]struct{}
+	nodes   []node
+	hits    [numKinds]*hit
+	c       *ctx
+	res     *Result
+	acts    []action // reused across states
+}
+
+// item is a state of the level being explored, with its node.
+type item struct {
+	s    State
+	node int32
+}
+
+func (x *search) key(s *State) [2]uint64 {
+	b := s.bytes()
+	return [2]uint64{maphash.Bytes(x.seeds[0], b), maphash.Bytes(x.seeds[1], b)}
+}
+
+// nextLevel explores every state of level and returns the new states its
+// transitions reach.
+func (x *search) nextLevel(level []item) []item {
+	var next []item
+	for li := range level {
+		if x.res.Stopped {
+			break
+		}
+		it := &level[li] // states are large: no copies beyond the successor's
+		var moved bool
+		next, moved = x.expand(it, next)
+		if !moved && !x.res.Stopped {
+			x.c.reset()
+			x.c.checkWedged(&it.s)
+			n := x.nodes[it.node]
+			x.note(n.parent, n.choice, true)
+		}
+	}
+	return next
+}
+
+// expand applies every action enabled in it, appends the unvisited states
+// they reach to next, and reports whether any action moved.
+func (x *search) expand(it *item, next []item) ([]item, bool) {
+	x.acts = enabled(&it.s, &x.cfg, x.acts[:0])
+	moved := false
+	for ci, a := range x.acts {
+		// The successor is built in place at the end of next, and
+		// dropped again if it is a no-op or already visited.
+		next = append(next, item{s: it.s})
+		t := &next[len(next)-1].s
+		x.c.reset()
+		if !apply(t, a, x.c) {
+			next = next[:len(next)-1]
+			continue
+		}
+		x.res.Transitions++
+		moved = true
+		x.note(it.node, uint16(ci), false)
+		t.normalize()
+		k := x.key(t)
+		if _, ok := x.visited[k]; ok || x.res.Stopped {
+			next = next[:len(next)-1]
+			if x.res.Stopped {
 				break
 			}
-			it := &level[li] // states are large: no copies beyond the successor's
-			acts = enabled(&it.s, &cfg, acts[:0])
-			moved := false
-			for ci, a := range acts {
-				// The successor is built in place at the end of next, and
-				// dropped again if it is a no-op or already visited.
-				next = append(next, item{s: it.s})
-				t := &next[len(next)-1].s
-				c.reset()
-				if !apply(t, a, c) {
-					next = next[:len(next)-1]
-					continue
-				}
-				res.Transitions++
-				moved = true
-				for _, v := range c.viols {
-					if hits[v.kind] == nil {
-						hits[v.kind] = &hit{parent: it.node, choice: uint16(ci), msg: v.msg}
-						c.skip[v.kind] = true
-					}
-					if v.kind == cfg.StopAt {
-						res.Stopped = true
-					}
-				}
-				t.normalize()
-				k := key(t)
-				if _, ok := visited[k]; ok || res.Stopped {
-					next = next[:len(next)-1]
-					if res.Stopped {
-						break
-					}
-					continue
-				}
-				visited[k] = struct{}{}
-				nodes = append(nodes, node{it.node, uint16(ci)})
-				next[len(next)-1].node = int32(len(nodes) - 1)
-				if cfg.MaxStates > 0 && len(nodes) >= cfg.MaxStates {
-					res.Truncated = true
-				}
-			}
-			if !moved && !res.Stopped {
-				c.reset()
-				c.checkWedged(&it.s)
-				n := nodes[it.node]
-				for _, v := range c.viols {
-					if hits[v.kind] == nil {
-						hits[v.kind] = &hit{parent: n.parent, choice: n.choice, msg: v.msg, stuck: true}
-						c.skip[v.kind] = true
-					}
-					if v.kind == cfg.StopAt {
-						res.Stopped = true
-					}
-				}
-			}
+			continue
 		}
-		level = next
+		x.visited[k] = struct{}{}
+		x.nodes = append(x.nodes, node{it.node, uint16(ci)})
+		next[len(next)-1].node = int32(len(x.nodes) - 1)
+		if x.cfg.MaxStates > 0 && len(x.nodes) >= x.cfg.MaxStates {
+			x.res.Truncated = true
+		}
 	}
-	res.States = len(nodes)
+	return next, moved
+}
+
+// note keeps the first hit of each kind the last check found, reached by
+// choice from parent (stuck: found in a state with no successor), and stops
+// the search at a hit of cfg.StopAt.
+func (x *search) note(parent int32, choice uint16, stuck bool) {
+	for _, v := range x.c.viols {
+		if x.hits[v.kind] == nil {
+			x.hits[v.kind] = &hit{parent: parent, choice: choice, msg: v.msg, stuck: stuck}
+			x.c.skip[v.kind] = true
+		}
+		if v.kind == x.cfg.StopAt {
+			x.res.Stopped = true
+		}
+	}
+}
+
+// result fills in the counts, the coverage and a replayed counterexample
+// per kind hit.
+func (x *search) result() *Result {
+	res := x.res
+	res.States = len(x.nodes)
 	res.Coverage = make(map[string]int, numCov)
-	for k, n := range c.cover_ {
+	for k, n := range x.c.cover_ {
 		res.Coverage[covNames[k]] = n
 	}
-	for k, h := range hits {
+	for k, h := range x.hits {
 		if h != nil {
-			ce := &Counterexample{Kind: Kind(k), Msg: h.msg, Steps: replay(cfg, nodes, h.parent, h.choice)}
+			ce := &Counterexample{Kind: Kind(k), Msg: h.msg, Steps: replay(x.cfg, x.nodes, h.parent, h.choice)}
 			if h.stuck {
 				ce.Steps = append(ce.Steps, "no step is possible\n      !! "+ce.Kind.String()+": "+h.msg)
 			}
 			res.Violations[k] = ce
 		}
 	}
-	return res, nil
+	return res
 }

@@ -162,7 +162,36 @@ func StartMain(opts Options) (*Instance, error) {
 			inst.runCleanup()
 		}
 	}()
+	args, err := inst.args(opts)
+	if err != nil {
+		return nil, err
+	}
 
+	inst.out = newOutputWriter()
+	cmd := exec.Command(bin, args...)
+	cmd.Dir = dir
+	cmd.Stdout = inst.out
+	cmd.Stderr = inst.out
+	cmd.Env = os.Environ()
+	// If Azurite ever forks and a child keeps the output pipe open, Wait
+	// must not hang on it.
+	cmd.WaitDelay = 5 * time.Second
+	setDeathSignal(cmd)
+	inst.cmd = cmd
+
+	if err := inst.startProcess(); err != nil {
+		return nil, fmt.Errorf("azurite: starting %s: %w", bin, err)
+	}
+	if err := inst.awaitListening(timeout, opts.HTTPS); err != nil {
+		return nil, err
+	}
+	ok = true
+	return inst, nil
+}
+
+// args are Azurite's command-line arguments for opts. The temporary
+// directories they name are removed by the instance's cleanup.
+func (inst *Instance) args(opts Options) ([]string, error) {
 	args := []string{"--blobHost", "127.0.0.1", "--blobPort", "0",
 		"--skipApiVersionCheck", "--disableTelemetry", "--silent"}
 	if opts.OnDisk {
@@ -204,40 +233,28 @@ func StartMain(opts Options) (*Instance, error) {
 		inst.RootCAs = pool
 		args = append(args, "--cert", certFile, "--key", keyFile)
 	}
+	return args, nil
+}
 
-	inst.out = newOutputWriter()
-	cmd := exec.Command(bin, args...)
-	cmd.Dir = dir
-	cmd.Stdout = inst.out
-	cmd.Stderr = inst.out
-	cmd.Env = os.Environ()
-	// If Azurite ever forks and a child keeps the output pipe open, Wait
-	// must not hang on it.
-	cmd.WaitDelay = 5 * time.Second
-	setDeathSignal(cmd)
-	inst.cmd = cmd
-
-	if err := inst.startProcess(); err != nil {
-		return nil, fmt.Errorf("azurite: starting %s: %w", bin, err)
-	}
-
+// awaitListening waits up to timeout for the started process to say where
+// it listens. On failure the process is stopped and its cleanup run.
+func (inst *Instance) awaitListening(timeout time.Duration, https bool) error {
 	timer := time.NewTimer(timeout)
 	defer timer.Stop()
 	select {
 	case url := <-inst.out.listening:
-		if err := inst.setEndpoint(url, opts.HTTPS); err != nil {
+		if err := inst.setEndpoint(url, https); err != nil {
 			_ = inst.Stop()
-			return nil, err
+			return err
 		}
+		return nil
 	case <-inst.exited:
 		inst.runCleanup()
-		return nil, fmt.Errorf("azurite: exited during startup (%v); output:\n%s", inst.waitErr, inst.Output())
+		return fmt.Errorf("azurite: exited during startup (%v); output:\n%s", inst.waitErr, inst.Output())
 	case <-timer.C:
 		_ = inst.Stop()
-		return nil, fmt.Errorf("azurite: not listening after %v; output:\n%s", timeout, inst.Output())
+		return fmt.Errorf("azurite: not listening after %v; output:\n%s", timeout, inst.Output())
 	}
-	ok = true
-	return inst, nil
 }
 
 // startProcess starts the child on a goroutine that stays locked to its OS

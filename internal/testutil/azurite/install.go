@@ -3,10 +3,8 @@ package azurite
 import (
 	"errors"
 	"fmt"
-	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 
 	"github.com/rolloutd/rolloutd/internal/testutil/npminstall"
 )
@@ -47,31 +45,7 @@ func binPath(dir string) string {
 	return filepath.Join(dir, blobBin)
 }
 
-// repoRoot walks up to the directory holding go.mod, starting from the
-// working directory (go test runs in the package directory) and falling back
-// to this source file's directory.
+// repoRoot is the directory holding go.mod and test/azurite.
 func repoRoot() (string, error) {
-	var starts []string
-	if wd, err := os.Getwd(); err == nil {
-		starts = append(starts, wd)
-	}
-	if _, file, _, ok := runtime.Caller(0); ok && filepath.IsAbs(file) {
-		starts = append(starts, filepath.Dir(file))
-	}
-	for _, d := range starts {
-		for {
-			if _, err := os.Stat(filepath.Join(d, "go.mod")); err == nil {
-				if _, err := os.Stat(filepath.Join(d, "test", "azurite", "package.json")); err == nil {
-					return d, nil
-				}
-				break // another module's go.mod: try the next start
-			}
-			parent := filepath.Dir(d)
-			if parent == d {
-				break
-			}
-			d = parent
-		}
-	}
-	return "", fmt.Errorf("azurite: cannot find the repository root (a go.mod beside test/azurite/package.json) above %q", starts)
+	return npminstall.RepoRoot("azurite", filepath.Join("test", "azurite"))
 }

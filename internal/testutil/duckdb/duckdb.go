@@ -12,10 +12,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"testing"
 	"time"
 
@@ -67,27 +65,12 @@ func ensureInstalled() (string, error) {
 	return dir, nil
 }
 
-// packageDir finds test/duckdb above the working directory or this file.
+// packageDir finds test/duckdb below the repository root.
 func packageDir() (string, error) {
-	var starts []string
-	if wd, err := os.Getwd(); err == nil {
-		starts = append(starts, wd)
+	rel := filepath.Join("test", "duckdb")
+	root, err := npminstall.RepoRoot("duckdb", rel)
+	if err != nil {
+		return "", err
 	}
-	if _, file, _, ok := runtime.Caller(0); ok && filepath.IsAbs(file) {
-		starts = append(starts, filepath.Dir(file))
-	}
-	for _, d := range starts {
-		for {
-			p := filepath.Join(d, "test", "duckdb")
-			if _, err := os.Stat(filepath.Join(p, "package.json")); err == nil {
-				return p, nil
-			}
-			parent := filepath.Dir(d)
-			if parent == d {
-				break
-			}
-			d = parent
-		}
-	}
-	return "", fmt.Errorf("duckdb: cannot find test/duckdb/package.json above %q", starts)
+	return filepath.Join(root, rel), nil
 }

@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"sync"
 	"time"
 
@@ -121,4 +122,34 @@ func (p *Package) Installed(dir string) string {
 		return ""
 	}
 	return pkg.Version
+}
+
+// RepoRoot returns the repository root that holds the harness directory
+// rel (such as "test/azurite", with a package.json): the first directory
+// with a go.mod above the working directory (go test runs in the package
+// directory), or else above this source file, whose rel is there.
+func RepoRoot(harness, rel string) (string, error) {
+	var starts []string
+	if wd, err := os.Getwd(); err == nil {
+		starts = append(starts, wd)
+	}
+	if _, file, _, ok := runtime.Caller(0); ok && filepath.IsAbs(file) {
+		starts = append(starts, filepath.Dir(file))
+	}
+	for _, d := range starts {
+		for {
+			if _, err := os.Stat(filepath.Join(d, "go.mod")); err == nil {
+				if _, err := os.Stat(filepath.Join(d, rel, "package.json")); err == nil {
+					return d, nil
+				}
+				break // another module's go.mod: try the next start
+			}
+			parent := filepath.Dir(d)
+			if parent == d {
+				break
+			}
+			d = parent
+		}
+	}
+	return "", fmt.Errorf("%s: cannot find the repository root (a go.mod beside %s/package.json) above %q", harness, filepath.ToSlash(rel), starts)
 }
