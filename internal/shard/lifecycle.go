@@ -11,7 +11,7 @@ import (
 
 // The shard lifecycle (DeleteShard, DescribeShard, ListShards, BatchGet)
 // lives in its own files: lifecycle.go (the states), delete.go,
-// describe.go, list.go and batchget.go. It touches the writer in two
+// read/describe.go, list.go and read/batchget.go. It touches the writer in two
 // places only: a claim on a tombstone starts the next incarnation
 // (epoch.go calls startIncarnation), and a commit that adds records
 // stamps the manifest's last-commit time (prepare.go).
