@@ -9,6 +9,8 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/rolloutd/rolloutd/internal/blob"
+	"github.com/rolloutd/rolloutd/internal/shard/format"
+	"github.com/rolloutd/rolloutd/internal/shard/shardlog"
 	"github.com/rolloutd/rolloutd/internal/shard/storagepb"
 )
 
@@ -103,7 +105,7 @@ func (w *writer) appendOnce(ctx context.Context, entries []Entry) (_ []Result, c
 	if size > w.opts.MaxGenerationBytes {
 		return nil, false, fmt.Errorf("%w: batch of %d bytes exceeds the %d-byte generation limit", ErrTooLarge, size, w.opts.MaxGenerationBytes)
 	}
-	present := map[string]found{}
+	present := map[string]shardlog.Found{}
 	if err := w.findPresent(ctx, entries, present); err != nil {
 		return nil, false, err
 	}
@@ -156,12 +158,12 @@ func (w *writer) sharedMayLand(waits []shared, err error) error {
 // success it returns holding mu, with every generation of the current
 // manifest checked, so that an id committed after that is still in
 // inflight. (present is the caller's, so that it can stay on the stack.)
-func (w *writer) findPresent(ctx context.Context, entries []Entry, present map[string]found) error {
+func (w *writer) findPresent(ctx context.Context, entries []Entry, present map[string]shardlog.Found) error {
 	ids := make([]string, len(entries))
 	for i, e := range entries {
 		ids[i] = e.ID
 	}
-	var checked map[genKey]bool
+	var checked map[format.GenKey]bool
 	vanished := 0
 	for {
 		w.mu.Lock()
@@ -172,7 +174,7 @@ func (w *writer) findPresent(ctx context.Context, entries []Entry, present map[s
 		m := w.m
 		var todo []*storagepb.Generation
 		for _, g := range m.GetGenerations() {
-			if !checked[keyOf(g)] {
+			if !checked[format.KeyOf(g)] {
 				todo = append(todo, g)
 			}
 		}
@@ -180,8 +182,8 @@ func (w *writer) findPresent(ctx context.Context, entries []Entry, present map[s
 			return nil
 		}
 		w.mu.Unlock()
-		err := lookupCommitted(ctx, w.store, w.opts.Cache, w.shard, todo, ids, present)
-		if errors.Is(err, blob.ErrNotFound) && vanished < maxReadRetries {
+		err := shardlog.LookupCommitted(ctx, w.store, w.opts.Cache, w.shard, todo, ids, present)
+		if errors.Is(err, blob.ErrNotFound) && vanished < shardlog.MaxReadRetries {
 			// A merge retired a generation and GC deleted it meanwhile;
 			// its records are in the merged one. Look again.
 			vanished++
@@ -195,10 +197,10 @@ func (w *writer) findPresent(ctx context.Context, entries []Entry, present map[s
 			return err
 		}
 		if checked == nil {
-			checked = map[genKey]bool{}
+			checked = map[format.GenKey]bool{}
 		}
 		for _, g := range todo {
-			checked[keyOf(g)] = true
+			checked[format.KeyOf(g)] = true
 		}
 	}
 }
@@ -207,7 +209,7 @@ func (w *writer) findPresent(ctx context.Context, entries []Entry, present map[s
 // manifest keeps listing and storage no longer has: another writer took
 // the shard over, merged and collected. Storage says so.
 func (w *writer) missingGeneration(ctx context.Context, lookup error) error {
-	m, _, rerr := readManifest(ctx, w.store, w.shard)
+	m, _, rerr := shardlog.ReadManifest(ctx, w.store, w.shard)
 	switch {
 	case rerr != nil:
 		// Nothing proves this writer stale: replacing it would fence its
@@ -240,15 +242,15 @@ type shared struct {
 // append with an *IDConflictError (the first such), after every entry was
 // sorted, so that the caller still knows which of its ids other appends
 // are committing. The caller holds mu.
-func (w *writer) partitionLocked(entries []Entry, present map[string]found, results []Result) (partition, error) {
+func (w *writer) partitionLocked(entries []Entry, present map[string]shardlog.Found, results []Result) (partition, error) {
 	var part partition
 	var conflict error
 	for i, e := range entries {
 		if f, ok := present[e.ID]; ok {
-			if f.entry.GetClientHash() != e.ClientHash && conflict == nil {
-				conflict = &IDConflictError{Shard: w.shard, ID: e.ID, Seq: f.entry.GetSeq()}
+			if f.Entry.GetClientHash() != e.ClientHash && conflict == nil {
+				conflict = &IDConflictError{Shard: w.shard, ID: e.ID, Seq: f.Entry.GetSeq()}
 			}
-			results[i] = Result{ID: e.ID, Seq: f.entry.GetSeq(), Epoch: f.gen.GetEpoch(), Generation: genNumber(f.gen), AlreadyPresent: true}
+			results[i] = Result{ID: e.ID, Seq: f.Entry.GetSeq(), Epoch: f.Gen.GetEpoch(), Generation: genNumber(f.Gen), AlreadyPresent: true}
 			continue
 		}
 		if ref, ok := w.inflight[e.ID]; ok {

@@ -14,6 +14,7 @@ import (
 	"github.com/rolloutd/rolloutd/internal/blob"
 	"github.com/rolloutd/rolloutd/internal/blob/faultstore"
 	"github.com/rolloutd/rolloutd/internal/shard/format"
+	"github.com/rolloutd/rolloutd/internal/shard/shardlog"
 )
 
 // These benchmarks measure the writer against Azurite and report ratios to
@@ -171,7 +172,7 @@ func BenchmarkAzuriteGet(b *testing.B) {
 	if err := w.Close(ctx); err != nil {
 		b.Fatal(err)
 	}
-	m, _, err := readManifest(ctx, store, "bench")
+	m, _, err := shardlog.ReadManifest(ctx, store, "bench")
 	if err != nil {
 		b.Fatal(err)
 	}

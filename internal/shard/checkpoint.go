@@ -12,6 +12,7 @@ import (
 
 	"github.com/rolloutd/rolloutd/internal/blob"
 	"github.com/rolloutd/rolloutd/internal/shard/format"
+	"github.com/rolloutd/rolloutd/internal/shard/shardlog"
 	"github.com/rolloutd/rolloutd/internal/shard/storagepb"
 )
 
@@ -178,7 +179,7 @@ func (c *checkpointer) dueLocked() time.Duration {
 	w := c.w
 	switch {
 	case len(w.tail) > 0:
-		age := w.opts.Clock.Now().Sub(time.Unix(0, w.tail[0].added))
+		age := w.opts.Clock.Now().Sub(time.Unix(0, w.tail[0].Added))
 		return max(w.opts.CheckpointInterval-age, 0)
 	case len(w.edits) > 0:
 		return max(w.editsDueLocked(), 0)
@@ -276,14 +277,14 @@ func (c *checkpointer) put(ctx context.Context, next *storagepb.Manifest, etag b
 	// The commit id is the put id: a retry after a lost answer that
 	// landed succeeds with that try's etag instead of failing IfMatch.
 	opts := blob.PutOptions{IfMatch: etag, PutID: next.GetCommitId()}
-	b := newBackoff(w.opts)
+	b := shardlog.NewBackoff(w.opts.Clock, w.opts.RetryBackoff)
 	for {
 		attrs, err := w.store.Put(ctx, name, data, opts)
 		if err == nil {
 			c.land(next, attrs.ETag, through)
 			return nil
 		}
-		if errors.Is(err, blob.ErrUnavailable) && b.wait(ctx) == nil {
+		if errors.Is(err, blob.ErrUnavailable) && b.Wait(ctx) == nil {
 			continue
 		}
 		return c.decide(ctx, next, through, err)
@@ -295,7 +296,7 @@ func (c *checkpointer) put(ctx context.Context, next *storagepb.Manifest, etag b
 // a newer epoch, or lost to one of this writer's own earlier checkpoints.
 func (c *checkpointer) decide(ctx context.Context, next *storagepb.Manifest, through uint64, err error) error {
 	w := c.w
-	m, metag, rerr := readManifest(ctx, w.store, w.shard)
+	m, metag, rerr := shardlog.ReadManifest(ctx, w.store, w.shard)
 	switch {
 	case rerr != nil:
 		// Still unclear: the next checkpoint re-reads before it builds.
@@ -331,7 +332,7 @@ func (c *checkpointer) land(next *storagepb.Manifest, etag blob.ETag, through ui
 // resync re-reads the manifest after a checkpoint of unknown outcome.
 func (c *checkpointer) resync(ctx context.Context) error {
 	w := c.w
-	m, etag, err := readManifest(ctx, w.store, w.shard)
+	m, etag, err := shardlog.ReadManifest(ctx, w.store, w.shard)
 	if err != nil {
 		return fmt.Errorf("shard %q epoch %d: re-read the manifest: %w", w.shard, w.epoch, err)
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/rolloutd/rolloutd/internal/blob"
 	"github.com/rolloutd/rolloutd/internal/shard/format"
+	"github.com/rolloutd/rolloutd/internal/shard/shardlog"
 	"github.com/rolloutd/rolloutd/internal/shard/storagepb"
 )
 
@@ -38,12 +39,12 @@ func (w *writer) openLog(ctx context.Context) error {
 	w.ckptLanded = make(chan struct{})
 	w.last = w.ckpt.GetLogCheckpoint()
 	now := w.opts.Clock.Now().UnixNano()
-	found, err := probeLog(ctx, w.store, w.opts.Cache, w.shard, w.last+1, now)
+	found, err := shardlog.Probe(ctx, w.store, w.opts.Cache, w.shard, w.last+1, now)
 	if err != nil {
 		return fmt.Errorf("open shard %q: probe the log: %w", w.shard, err)
 	}
 	for _, e := range found {
-		if e.epoch > w.epoch {
+		if e.Epoch > w.epoch {
 			return errReclaim
 		}
 		w.addTailLocked(e, now)
@@ -62,10 +63,10 @@ func (w *writer) openLog(ctx context.Context) error {
 				return fmt.Errorf("open shard %q: fence the log: %w", w.shard, err)
 			}
 			if res.outcome == created {
-				w.addTailLocked(entryOf(w.opts.Cache, w.shard, pos, l, now), now)
+				w.addTailLocked(shardlog.EntryOf(w.opts.Cache, w.shard, pos, l, now), now)
 				break
 			}
-			if res.found.epoch > w.epoch {
+			if res.found.Epoch > w.epoch {
 				return errReclaim
 			}
 			// An earlier writer's create landed first: part of the log.
@@ -108,14 +109,14 @@ func (w *writer) fenceNeeded() bool {
 
 // addTailLocked adds e, the entry at w.last+1, to the writer's log view.
 // The caller holds mu, or is Open.
-func (w *writer) addTailLocked(e *logEntry, created int64) {
-	if e.gen != nil && e.gen.GetCreatedUnixNanos() == 0 {
-		e.gen.CreatedUnixNanos = created
+func (w *writer) addTailLocked(e *shardlog.Entry, created int64) {
+	if e.Gen != nil && e.Gen.GetCreatedUnixNanos() == 0 {
+		e.Gen.CreatedUnixNanos = created
 	}
-	e.added = created
+	e.Added = created
 	w.tail = append(w.tail, e)
-	w.last = e.position
-	w.m = viewOf(w.ckpt, w.tail)
+	w.last = e.Position
+	w.m = shardlog.ViewOf(w.ckpt, w.tail)
 }
 
 // confirm is the claim's confirming step: a CAS on the claimed manifest
@@ -127,7 +128,7 @@ func (w *writer) confirm(ctx context.Context) error {
 		return err
 	}
 	name := format.ManifestName(w.shard)
-	b := newBackoff(w.opts)
+	b := shardlog.NewBackoff(w.opts.Clock, w.opts.RetryBackoff)
 	for {
 		attrs, err := w.store.Put(ctx, name, data, blob.PutOptions{IfMatch: w.etag, PutID: next.GetCommitId()})
 		if err == nil {
@@ -135,12 +136,12 @@ func (w *writer) confirm(ctx context.Context) error {
 			return nil
 		}
 		if errors.Is(err, blob.ErrUnavailable) {
-			if werr := b.wait(ctx); werr != nil {
+			if werr := b.Wait(ctx); werr != nil {
 				return fmt.Errorf("open shard %q: confirm the claim: %w (last error: %w)", w.shard, werr, err)
 			}
 			continue
 		}
-		m, etag, rerr := readManifest(ctx, w.store, w.shard)
+		m, etag, rerr := shardlog.ReadManifest(ctx, w.store, w.shard)
 		switch {
 		case rerr != nil:
 			return fmt.Errorf("open shard %q: confirm the claim: %w, and re-reading the manifest: %w", w.shard, err, rerr)
@@ -171,8 +172,8 @@ func (w *writer) checkpointOf(view *storagepb.Manifest, through uint64) *storage
 	next.Generations = keep
 	next.NextSeq = w.ckpt.GetNextSeq()
 	for _, e := range w.tail {
-		if e.position <= through {
-			next.NextSeq = max(next.NextSeq, e.nextSeq)
+		if e.Position <= through {
+			next.NextSeq = max(next.NextSeq, e.NextSeq)
 		}
 	}
 	next.LogCheckpoint = through
@@ -188,12 +189,12 @@ func (w *writer) checkpointOf(view *storagepb.Manifest, through uint64) *storage
 // or is Open.
 func (w *writer) landLocked(next *storagepb.Manifest, etag blob.ETag, through uint64) {
 	i := 0
-	for i < len(w.tail) && w.tail[i].position <= through {
+	for i < len(w.tail) && w.tail[i].Position <= through {
 		i++
 	}
-	w.tail = append([]*logEntry(nil), w.tail[i:]...)
+	w.tail = append([]*shardlog.Entry(nil), w.tail[i:]...)
 	w.ckpt, w.etag = next, etag
-	w.m = viewOf(next, w.tail)
+	w.m = shardlog.ViewOf(next, w.tail)
 	if w.ckptLanded != nil {
 		close(w.ckptLanded)
 	}

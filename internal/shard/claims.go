@@ -3,6 +3,7 @@ package shard
 import (
 	"sync"
 
+	"github.com/rolloutd/rolloutd/internal/shard/format"
 	"github.com/rolloutd/rolloutd/internal/shard/storagepb"
 )
 
@@ -12,10 +13,10 @@ import (
 // settles; the committer claims the run it folds until its commit settles.
 type claims struct {
 	mu   sync.Mutex
-	held map[genKey]bool // guarded by mu
+	held map[format.GenKey]bool // guarded by mu
 }
 
-func newClaims() *claims { return &claims{held: map[genKey]bool{}} }
+func newClaims() *claims { return &claims{held: map[format.GenKey]bool{}} }
 
 // claimLive claims every generation of plan, or none: it fails if one is
 // claimed already or not live in the manifest current returns. current is
@@ -25,17 +26,17 @@ func newClaims() *claims { return &claims{held: map[genKey]bool{}} }
 func (c *claims) claimLive(plan []*storagepb.Generation, current func() *storagepb.Manifest) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	live := map[genKey]bool{}
+	live := map[format.GenKey]bool{}
 	for _, g := range current().GetGenerations() {
-		live[keyOf(g)] = true
+		live[format.KeyOf(g)] = true
 	}
 	for _, g := range plan {
-		if c.held[keyOf(g)] || !live[keyOf(g)] {
+		if c.held[format.KeyOf(g)] || !live[format.KeyOf(g)] {
 			return false
 		}
 	}
 	for _, g := range plan {
-		c.held[keyOf(g)] = true
+		c.held[format.KeyOf(g)] = true
 	}
 	return true
 }
@@ -48,7 +49,7 @@ func (c *claims) claimNewest(gens []*storagepb.Generation, minCount, maxCount in
 	defer c.mu.Unlock()
 	var bytes int64
 	i := len(gens)
-	for i > 0 && len(gens)-i < maxCount && !c.held[keyOf(gens[i-1])] {
+	for i > 0 && len(gens)-i < maxCount && !c.held[format.KeyOf(gens[i-1])] {
 		b := int64(gens[i-1].GetBytes())
 		if bytes+b > maxBytes {
 			break
@@ -61,20 +62,20 @@ func (c *claims) claimNewest(gens []*storagepb.Generation, minCount, maxCount in
 		return nil
 	}
 	for _, g := range run {
-		c.held[keyOf(g)] = true
+		c.held[format.KeyOf(g)] = true
 	}
 	return run
 }
 
 // add claims one generation.
-func (c *claims) add(k genKey) {
+func (c *claims) add(k format.GenKey) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.held[k] = true
 }
 
 // release drops the claims on nums.
-func (c *claims) release(keys ...genKey) {
+func (c *claims) release(keys ...format.GenKey) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for _, k := range keys {

@@ -13,6 +13,7 @@ import (
 	"github.com/rolloutd/rolloutd/internal/blob"
 	"github.com/rolloutd/rolloutd/internal/clock"
 	"github.com/rolloutd/rolloutd/internal/shard/format"
+	"github.com/rolloutd/rolloutd/internal/shard/shardlog"
 	"github.com/rolloutd/rolloutd/internal/shard/storagepb"
 )
 
@@ -68,7 +69,7 @@ func Delete(ctx context.Context, store blob.Store, shard string, opts DeleteOpti
 	if opts.RetryBackoff <= 0 {
 		opts.RetryBackoff = DefaultRetryBackoff
 	}
-	backoff := newBackoff(Options{Clock: opts.Clock, RetryBackoff: opts.RetryBackoff})
+	backoff := shardlog.NewBackoff(opts.Clock, opts.RetryBackoff)
 	var rnd [8]byte
 	_, _ = rand.Read(rnd[:])
 	putID := "delete-" + hex.EncodeToString(rnd[:])
@@ -77,12 +78,12 @@ func Delete(ctx context.Context, store blob.Store, shard string, opts DeleteOpti
 		if err := ctx.Err(); err != nil {
 			return Deletion{}, unsure.wrap(fmt.Errorf("delete shard %q: %w", shard, err))
 		}
-		cur, etag, err := readManifest(ctx, store, shard)
+		cur, etag, err := shardlog.ReadManifest(ctx, store, shard)
 		switch {
 		case errors.Is(err, blob.ErrNotFound):
 			return Deletion{}, fmt.Errorf("delete shard %q: %w", shard, ErrShardNotFound)
-		case err != nil && retryable(err):
-			if werr := backoff.wait(ctx); werr != nil {
+		case err != nil && shardlog.Retryable(err):
+			if werr := backoff.Wait(ctx); werr != nil {
 				return Deletion{}, unsure.wrap(fmt.Errorf("delete shard %q: %w (last storage error: %w)", shard, werr, err))
 			}
 			continue
@@ -185,13 +186,13 @@ func deleteLog(ctx context.Context, store blob.Store, shard string, opts DeleteO
 // checkTailBelow fails with a *SeqMismatchError when the log's tail after
 // cur's checkpoint already holds a seq past expected.
 func checkTailBelow(ctx context.Context, store blob.Store, shard string, cur *storagepb.Manifest, expected uint64) error {
-	found, err := probeLog(ctx, store, NewBlobCache(1<<20), shard, cur.GetLogCheckpoint()+1, 0)
+	found, err := shardlog.Probe(ctx, store, NewBlobCache(1<<20), shard, cur.GetLogCheckpoint()+1, 0)
 	if err != nil {
 		return fmt.Errorf("delete shard %q: probe the log: %w", shard, err)
 	}
 	last := cur.GetNextSeq() - 1
 	for _, e := range found {
-		last = max(last, e.nextSeq-1)
+		last = max(last, e.NextSeq-1)
 	}
 	if last > expected {
 		return &SeqMismatchError{Shard: shard, Expected: expected, LastSeq: last}
@@ -216,9 +217,9 @@ func claimForDelete(ctx context.Context, store blob.Store, shard string, cur *st
 	}
 	attrs, err := store.Put(ctx, format.ManifestName(shard), data, blob.PutOptions{IfMatch: etag, PutID: claim.GetCommitId()})
 	if err != nil {
-		m, metag, rerr := readManifest(ctx, store, shard)
+		m, metag, rerr := shardlog.ReadManifest(ctx, store, shard)
 		if rerr != nil || m.GetCommitId() != claim.GetCommitId() {
-			if errors.Is(err, blob.ErrConditionFailed) || retryable(err) {
+			if errors.Is(err, blob.ErrConditionFailed) || shardlog.Retryable(err) {
 				return nil, "", false, nil
 			}
 			return nil, "", false, fmt.Errorf("delete shard %q: claim: %w", shard, err)
@@ -241,20 +242,20 @@ func fenceForDelete(ctx context.Context, store blob.Store, shard string, opts De
 	// A writer of the claimed epoch, for the log's fence.
 	w := &writer{store: store, shard: shard, epoch: epoch, id: putID,
 		opts: Options{Clock: opts.Clock, RetryBackoff: opts.RetryBackoff}.withDefaults()}
-	found, err := probeLog(ctx, store, w.opts.Cache, shard, cur.GetLogCheckpoint()+1, 0)
+	found, err := shardlog.Probe(ctx, store, w.opts.Cache, shard, cur.GetLogCheckpoint()+1, 0)
 	if err != nil {
 		return deletedTail{}, false, fmt.Errorf("delete shard %q: probe the log: %w", shard, err)
 	}
 	t := deletedTail{lastSeq: cur.GetNextSeq() - 1, records: cur.GetRecordCount(), fence: cur.GetLogCheckpoint() + 1}
-	tally := func(e *logEntry) {
-		t.lastSeq = max(t.lastSeq, e.nextSeq-1)
-		if e.gen != nil {
-			t.records += uint64(e.gen.GetRecords())
+	tally := func(e *shardlog.Entry) {
+		t.lastSeq = max(t.lastSeq, e.NextSeq-1)
+		if e.Gen != nil {
+			t.records += uint64(e.Gen.GetRecords())
 		}
-		t.fence = e.position + 1
+		t.fence = e.Position + 1
 	}
 	for _, e := range found {
-		if e.epoch > epoch {
+		if e.Epoch > epoch {
 			return deletedTail{}, false, nil
 		}
 		tally(e)
@@ -271,7 +272,7 @@ func fenceForDelete(ctx context.Context, store blob.Store, shard string, opts De
 		if res.outcome == created {
 			return t, true, nil
 		}
-		if res.found.epoch > epoch {
+		if res.found.Epoch > epoch {
 			return deletedTail{}, false, nil
 		}
 		tally(res.found)
@@ -298,10 +299,10 @@ func writeTombstone(ctx context.Context, store blob.Store, shard string, opts De
 	// may have claimed over it before any read: the manifest's
 	// deleted_through_epoch decides, not its commit id.
 	unsure.m = next
-	if errors.Is(err, blob.ErrConditionFailed) || retryable(err) {
+	if errors.Is(err, blob.ErrConditionFailed) || shardlog.Retryable(err) {
 		return Deletion{}, false, nil // Delete's next read decides
 	}
-	if m, _, rerr := readManifest(ctx, store, shard); rerr == nil {
+	if m, _, rerr := shardlog.ReadManifest(ctx, store, shard); rerr == nil {
 		if mine, derr := unsure.decide(shard, m); derr != nil {
 			return Deletion{}, true, derr
 		} else if mine != nil {

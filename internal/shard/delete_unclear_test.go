@@ -11,6 +11,7 @@ import (
 	"github.com/rolloutd/rolloutd/internal/blob/faultstore"
 	"github.com/rolloutd/rolloutd/internal/blob/memstore"
 	"github.com/rolloutd/rolloutd/internal/shard/format"
+	"github.com/rolloutd/rolloutd/internal/shard/shardlog"
 	"github.com/rolloutd/rolloutd/internal/shard/storagepb"
 )
 
@@ -112,11 +113,11 @@ func logBatchesThrough(t *testing.T, store blob.Store, shard string, through uin
 		if !ok {
 			continue
 		}
-		e, err := readLogEntry(ctx, store, NewBlobCache(1<<20), shard, p, 0)
+		e, err := shardlog.ReadEntry(ctx, store, NewBlobCache(1<<20), shard, p, 0)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if !e.fence() && e.epoch <= through {
+		if !e.Fence() && e.Epoch <= through {
 			n++
 		}
 	}

@@ -38,7 +38,7 @@
 //     is frozen at its position: every retry sends the same bytes with the
 //     same put id.
 //  4. A create that answers "exists", or whose outcome is unknown, is
-//     decided by reading the position (logio.go): this writer's put id means
+//     decided by reading the position (create.go): this writer's put id means
 //     it landed; a higher epoch means the writer is fenced; a lower epoch's
 //     entry is a late landing of an earlier writer's create, which the
 //     writer's replacement inherits; a position missing after an unknown
@@ -61,14 +61,14 @@
 //     checkpoint until the first missing one, which a manifest GET sent
 //     after that probe confirms: if the new checkpoint covers the missing
 //     position (it was collected, or created and checkpointed meanwhile),
-//     the read starts again from it (reader.go). A reader that cached a
+//     the read starts again from it (read/reader.go). A reader that cached a
 //     shard probes its cached tail's next position first. Get, BatchGet,
 //     Scan and following scans all read records through one function,
-//     resolve (resolve.go), which reads this view, finds records through
+//     resolve (read/resolve.go), which reads this view, finds records through
 //     the shared cache, and reads the view again when a blob it listed was
 //     collected or replaced by a late fence. A server's following scans
 //     share one reader per shard (internal/shard/follow, over ReadNew and
-//     Follower in follower.go): a commit is read once however many follow.
+//     Follower in read/follower.go): a commit is read once however many follow.
 //  7. Merge outputs live in _g/ and only the manifest lists them. GC deletes
 //     a log position only once a durable checkpoint covers it and a merge
 //     retired it; a fence is never listed, never retired, so it is kept
@@ -136,4 +136,15 @@
 //     with ErrOutcomeUnknown (its create may still land). Abort does no I/O.
 //   - Neither path can lose an acknowledged append: an ack is only given after
 //     the log position that holds it is durable in the store.
+//
+// # Floors
+//
+// The engine is three packages whose imports are its layering. shardlog
+// is the lower floor: the log's entries, their probe and view, the
+// manifest read, footer and filter lookups with the process-wide
+// BlobCache, the Notifier and the retry backoff; the format package
+// under it encodes the bytes and names the blobs (format.GenKey.Blob is
+// the one function that names a generation's blob). Above it stand, side
+// by side, this package (the writer, and the names callers import) and
+// package read (the read path), which never imports the writer.
 package shard

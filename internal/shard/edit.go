@@ -16,12 +16,12 @@ type edit struct {
 	merge *mergeEdit
 	// forget removes these generations from the retired list once GC has
 	// deleted their blobs.
-	forget map[genKey]bool
+	forget map[format.GenKey]bool
 	done   chan error // receives the outcome once; capacity 1
 }
 
 type mergeEdit struct {
-	sources []genKey
+	sources []format.GenKey
 	output  *storagepb.Generation
 }
 
@@ -60,7 +60,7 @@ func (e *edit) apply(next *storagepb.Manifest, now int64) error {
 		gens := next.GetGenerations()
 		at := -1
 		for i, g := range gens {
-			if keyOf(g) == m.sources[0] {
+			if format.KeyOf(g) == m.sources[0] {
 				at = i
 				break
 			}
@@ -69,7 +69,7 @@ func (e *edit) apply(next *storagepb.Manifest, now int64) error {
 			return errStaleEdit
 		}
 		for k, num := range m.sources {
-			if keyOf(gens[at+k]) != num {
+			if format.KeyOf(gens[at+k]) != num {
 				return errStaleEdit
 			}
 		}
@@ -86,19 +86,6 @@ func (e *edit) apply(next *storagepb.Manifest, now int64) error {
 	return nil
 }
 
-// genKey names a generation: its epoch and number, or, for a batch in the
-// shard's log (protocol v2), epoch 0 and its log position. No generation
-// has epoch 0, and the retired list stores log positions the same way.
-type genKey struct{ epoch, number uint64 }
-
-// keyOf returns the key of g.
-func keyOf(g *storagepb.Generation) genKey {
-	if p := g.GetPosition(); p != 0 {
-		return genKey{0, p}
-	}
-	return genKey{g.GetEpoch(), g.GetNumber()}
-}
-
 // genNumber is what a Result reports as the generation of a record in g:
 // its number, or, for a log batch, its log position.
 func genNumber(g *storagepb.Generation) uint64 {
@@ -106,12 +93,4 @@ func genNumber(g *storagepb.Generation) uint64 {
 		return p
 	}
 	return g.GetNumber()
-}
-
-// name is the blob name of the generation or log batch k.
-func (k genKey) name(shard string) string {
-	if k.epoch == 0 {
-		return format.LogName(shard, k.number)
-	}
-	return format.GenerationName(shard, k.epoch, k.number)
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/rolloutd/rolloutd/internal/blob"
 	"github.com/rolloutd/rolloutd/internal/shard/format"
+	"github.com/rolloutd/rolloutd/internal/shard/shardlog"
 	"github.com/rolloutd/rolloutd/internal/shard/storagepb"
 )
 
@@ -16,7 +17,7 @@ import (
 // conditional write wins or ctx ends; losing to a concurrent claim is normal.
 func (w *writer) claim(ctx context.Context) error {
 	name := format.ManifestName(w.shard)
-	backoff := newBackoff(w.opts)
+	backoff := shardlog.NewBackoff(w.opts.Clock, w.opts.RetryBackoff)
 	var last error // the last retryable storage error, reported if ctx ends
 	fail := func(err error) error {
 		if last != nil {
@@ -28,7 +29,7 @@ func (w *writer) claim(ctx context.Context) error {
 		if err := ctx.Err(); err != nil {
 			return fail(err)
 		}
-		cur, etag, err := readManifest(ctx, w.store, w.shard)
+		cur, etag, err := shardlog.ReadManifest(ctx, w.store, w.shard)
 		var next *storagepb.Manifest
 		put := blob.PutOptions{PutID: w.nextPutID()}
 		switch {
@@ -37,9 +38,9 @@ func (w *writer) claim(ctx context.Context) error {
 			put.IfNoneMatch = true
 			cur = nil
 			startIncarnation(next, w.opts.Clock.Now()) // lifecycle.go
-		case err != nil && retryable(err):
+		case err != nil && shardlog.Retryable(err):
 			last = err
-			if err := backoff.wait(ctx); err != nil {
+			if err := backoff.Wait(ctx); err != nil {
 				return fail(err)
 			}
 			continue
@@ -72,16 +73,16 @@ func (w *writer) claim(ctx context.Context) error {
 			return nil
 		case errors.Is(err, blob.ErrConditionFailed):
 			// Another writer claimed first; claim the epoch after it.
-		case retryable(err):
+		case shardlog.Retryable(err):
 			last = err
 			// The claim may have landed. Re-reading decides: if it did,
 			// the manifest names this writer as owner.
-			m, etag, rerr := readManifest(ctx, w.store, w.shard)
+			m, etag, rerr := shardlog.ReadManifest(ctx, w.store, w.shard)
 			if rerr == nil && m.GetOwner() == w.id && m.GetEpoch() == next.GetEpoch() {
 				w.m, w.etag, w.epoch, w.replaced = m, etag, m.GetEpoch(), cur
 				return nil
 			}
-			if err := backoff.wait(ctx); err != nil {
+			if err := backoff.Wait(ctx); err != nil {
 				return fail(err)
 			}
 		default:

@@ -3,6 +3,8 @@ package shard
 import (
 	"errors"
 	"fmt"
+
+	"github.com/rolloutd/rolloutd/internal/shard/shardlog"
 )
 
 var (
@@ -31,12 +33,12 @@ var (
 	// commit again. Nothing was sent; open a new writer and retry.
 	ErrStale = errors.New("shard writer stale")
 	// ErrShardNotFound: the shard has never been written.
-	ErrShardNotFound = errors.New("shard not found")
+	ErrShardNotFound = shardlog.ErrShardNotFound
 	// ErrRecordNotFound: the shard has no record with that id.
-	ErrRecordNotFound = errors.New("record not found")
+	ErrRecordNotFound = shardlog.ErrRecordNotFound
 	// ErrCorrupt: stored bytes failed to decode or verify. It wraps
 	// format.ErrCorrupt and names the blob.
-	ErrCorrupt = errors.New("corrupt shard data")
+	ErrCorrupt = shardlog.ErrCorrupt
 )
 
 // FencedError reports the epoch this writer held and the higher epoch found

@@ -115,7 +115,7 @@ func (c *collector) run(ctx context.Context) (more bool) {
 	more = backlog > len(due)
 	var (
 		mu     sync.Mutex
-		forget = map[genKey]bool{}
+		forget = map[format.GenKey]bool{}
 	)
 	for len(due) > 0 {
 		// As many at a time as it takes to keep up, and no more.
@@ -128,7 +128,7 @@ func (c *collector) run(ctx context.Context) (more bool) {
 		due, backlog = due[len(chunk):], backlog-len(chunk)
 		for _, k := range chunk {
 			g.Go(func() error {
-				name := k.name(w.shard)
+				name := k.Blob(w.shard)
 				start := w.opts.Clock.Now()
 				err := w.store.Delete(ctx, name, blob.DeleteOptions{})
 				if err == nil || errors.Is(err, blob.ErrNotFound) {
@@ -137,7 +137,7 @@ func (c *collector) run(ctx context.Context) (more bool) {
 				}
 				if err != nil && !errors.Is(err, blob.ErrNotFound) {
 					if ctx.Err() == nil {
-						w.log.Warn("gc: delete retired generation failed; will retry", zap.Uint64("generation", k.number), zap.Error(err))
+						w.log.Warn("gc: delete retired generation failed; will retry", zap.Uint64("generation", k.Number), zap.Error(err))
 					}
 					return nil
 				}
@@ -176,11 +176,11 @@ func (c *collector) run(ctx context.Context) (more bool) {
 func (c *collector) orphans(ctx context.Context) int {
 	w := c.w
 	m := w.manifest()
-	referenced := map[genKey]bool{}
+	referenced := map[format.GenKey]bool{}
 	for _, g := range m.GetGenerations() {
-		referenced[keyOf(g)] = true
+		referenced[format.KeyOf(g)] = true
 	}
-	eachRetired(m, func(k genKey, _ int64) bool {
+	eachRetired(m, func(k format.GenKey, _ int64) bool {
 		referenced[k] = true
 		return true
 	})
@@ -196,7 +196,7 @@ func (c *collector) orphans(ctx context.Context) int {
 		}
 		for _, it := range page.Items {
 			epoch, gen, ok := format.ParseGenerationName(w.shard, it.Name)
-			if !ok || epoch >= m.GetEpoch() || referenced[genKey{epoch, gen}] {
+			if !ok || epoch >= m.GetEpoch() || referenced[format.GenKey{Epoch: epoch, Number: gen}] {
 				continue
 			}
 			if err := w.store.Delete(ctx, it.Name, blob.DeleteOptions{}); err != nil && !errors.Is(err, blob.ErrNotFound) {

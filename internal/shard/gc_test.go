@@ -85,8 +85,8 @@ func TestGCDeletesOnlyUnreferencedBlobsPastGrace(t *testing.T) {
 		t.Fatalf("%d retired generations after merging 4", n)
 	}
 	var retired []string
-	eachRetired(m, func(k genKey, _ int64) bool {
-		retired = append(retired, k.name("s")) // log positions, on v2
+	eachRetired(m, func(k format.GenKey, _ int64) bool {
+		retired = append(retired, k.Blob("s")) // log positions, on v2: as GC names them
 		return true
 	})
 	// Within the grace period nothing is deleted, however often GC runs.

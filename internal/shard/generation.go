@@ -7,6 +7,7 @@ import (
 
 	"github.com/rolloutd/rolloutd/internal/blob"
 	"github.com/rolloutd/rolloutd/internal/shard/format"
+	"github.com/rolloutd/rolloutd/internal/shard/shardlog"
 	"github.com/rolloutd/rolloutd/internal/shard/storagepb"
 )
 
@@ -26,10 +27,10 @@ func (w *writer) writeGeneration(ctx context.Context, gen uint64, b *format.Gene
 	if err := w.putWithRetry(ctx, name, l.Data, blob.PutOptions{IfNoneMatch: true, PutID: w.nextPutID()}); err != nil {
 		return nil, fmt.Errorf("write generation %s: %w", name, err)
 	}
-	ref := genRef{w.shard, w.epoch, gen}
-	w.opts.Cache.addIndex(ref, newIndex(l.Footer))
-	w.opts.Cache.addFilter(ref, l.Filter)
-	w.opts.Cache.addData(ref, l.Data)
+	ref := shardlog.Ref{Shard: w.shard, Key: format.GenKey{Epoch: w.epoch, Number: gen}}
+	w.opts.Cache.AddIndex(ref, shardlog.NewIndex(l.Footer))
+	w.opts.Cache.AddFilter(ref, l.Filter)
+	w.opts.Cache.AddData(ref, l.Data)
 	return &storagepb.Generation{
 		Number:           gen,
 		Epoch:            w.epoch,
@@ -49,13 +50,13 @@ func (w *writer) writeGeneration(ctx context.Context, gen uint64, b *format.Gene
 // putWithRetry retries a put that failed retryably, with the same put id, so
 // a retry of a put that landed reports success.
 func (w *writer) putWithRetry(ctx context.Context, name string, data []byte, opts blob.PutOptions) error {
-	b := newBackoff(w.opts)
+	b := shardlog.NewBackoff(w.opts.Clock, w.opts.RetryBackoff)
 	for {
 		_, err := w.store.Put(ctx, name, data, opts)
-		if err == nil || !retryable(err) {
+		if err == nil || !shardlog.Retryable(err) {
 			return err
 		}
-		if werr := b.wait(ctx); werr != nil {
+		if werr := b.Wait(ctx); werr != nil {
 			return fmt.Errorf("%w (last error: %w)", werr, err)
 		}
 	}

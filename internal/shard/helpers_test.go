@@ -15,6 +15,7 @@ import (
 
 	rolloutv1 "github.com/rolloutd/rolloutd/gen/rollout/v1"
 	"github.com/rolloutd/rolloutd/internal/blob"
+	"github.com/rolloutd/rolloutd/internal/shard/shardlog"
 )
 
 func testOptions(t testing.TB) Options {
@@ -130,11 +131,11 @@ func countRecords(t testing.TB, store blob.Store, shard string) map[string]int {
 	seen := map[string]int{}
 	var lastSeq uint64
 	for _, g := range m.GetGenerations() {
-		idx, err := loadIndex(ctx, store, cache, shard, g)
+		idx, err := shardlog.LoadIndex(ctx, store, cache, shard, g)
 		if err != nil {
 			t.Fatalf("generation %d: %v", g.GetNumber(), err)
 		}
-		for _, e := range idx.footer.GetEntries() {
+		for _, e := range idx.Footer.GetEntries() {
 			if e.GetSeq() <= lastSeq {
 				t.Errorf("seq %d of %q not above %d", e.GetSeq(), e.GetId(), lastSeq)
 			}

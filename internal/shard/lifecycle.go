@@ -5,12 +5,13 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/rolloutd/rolloutd/internal/shard/shardlog"
 	"github.com/rolloutd/rolloutd/internal/shard/storagepb"
 )
 
 // The shard lifecycle (DeleteShard, DescribeShard, ListShards, BatchGet)
 // lives in its own files: lifecycle.go (the states), delete.go,
-// describe.go, list.go and batchget.go. It touches the writer in two
+// read/describe.go, list.go and read/batchget.go. It touches the writer in two
 // places only: a claim on a tombstone starts the next incarnation
 // (epoch.go calls startIncarnation), and a commit that adds records
 // stamps the manifest's last-commit time (prepare.go).
@@ -28,7 +29,7 @@ import (
 var (
 	// ErrShardDeleted: the shard was deleted (it is a tombstone, or a
 	// reader saw it replaced by a later incarnation). Its records are gone.
-	ErrShardDeleted = errors.New("shard deleted")
+	ErrShardDeleted = shardlog.ErrShardDeleted
 	// ErrSeqMismatch: DeleteShard's expected last seq is not the shard's.
 	// Errors of this class are *SeqMismatchError values.
 	ErrSeqMismatch = errors.New("shard's last seq is not the expected one")
@@ -56,30 +57,4 @@ func startIncarnation(next *storagepb.Manifest, now time.Time) {
 	next.Tombstone = nil
 	next.CreatedUnixNanos = now.UnixNano()
 	next.LastCommitUnixNanos = 0
-}
-
-// deletedError is the error of a read that met a tombstone.
-func deletedError(shard string) error {
-	return fmt.Errorf("shard %q: %w", shard, ErrShardDeleted)
-}
-
-// check checks m, a view a read just took, against the incarnation the
-// cursor reads. A cursor reads one incarnation: the first it sees live. A
-// deleted shard's records are gone, so a read that meets a tombstone or a
-// later incarnation ends with ErrShardDeleted; a follower (follow) that
-// has seen nothing live yet waits for the shard to be written, as it waits
-// for a shard never written (wait).
-func (c *cursor) check(shard string, m *storagepb.Manifest, follow bool) (wait bool, err error) {
-	switch {
-	case c.seen && (m.GetIncarnation() != c.incarnation || m.GetTombstone() != nil):
-		return false, deletedError(shard)
-	case c.seen:
-		return false, nil
-	case m.GetTombstone() != nil && follow:
-		return true, nil
-	case m.GetTombstone() != nil:
-		return false, deletedError(shard)
-	}
-	c.seen, c.incarnation = true, m.GetIncarnation()
-	return false, nil
 }

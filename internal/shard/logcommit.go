@@ -9,6 +9,7 @@ import (
 
 	"github.com/rolloutd/rolloutd/internal/blob"
 	"github.com/rolloutd/rolloutd/internal/shard/format"
+	"github.com/rolloutd/rolloutd/internal/shard/shardlog"
 )
 
 // Protocol v2's committer: a commit is the create of log position last+1,
@@ -216,10 +217,10 @@ func (c *committer) notCreated(err error) error {
 
 // positionTaken stops the writer when another writer's entry f holds the
 // log position pos its batch was created at, and returns why.
-func (c *committer) positionTaken(pos uint64, f *logEntry) error {
+func (c *committer) positionTaken(pos uint64, f *shardlog.Entry) error {
 	w := c.w
-	if f.epoch > w.epoch {
-		fe := &FencedError{Shard: w.shard, Local: w.epoch, Stored: f.epoch}
+	if f.Epoch > w.epoch {
+		fe := &FencedError{Shard: w.shard, Local: w.epoch, Stored: f.Epoch}
 		w.fence(fe)
 		return fe
 	}
@@ -227,8 +228,8 @@ func (c *committer) positionTaken(pos uint64, f *logEntry) error {
 	// late. It is part of the log, and this batch's seqs follow what
 	// was there before it: the writer moves past it by being replaced,
 	// whose open reads it, and the appends are retried there.
-	err := w.staleErr(fmt.Errorf("log position %d holds a late entry of epoch %d", pos, f.epoch))
-	w.log.Warn("late landing of an earlier epoch's create in the log", zap.Uint64("position", pos), zap.Uint64("stored_epoch", f.epoch))
+	err := w.staleErr(fmt.Errorf("log position %d holds a late entry of epoch %d", pos, f.Epoch))
+	w.log.Warn("late landing of an earlier epoch's create in the log", zap.Uint64("position", pos), zap.Uint64("stored_epoch", f.Epoch))
 	w.halt(err, err)
 	return err
 }
@@ -239,7 +240,7 @@ func (c *committer) positionTaken(pos uint64, f *logEntry) error {
 func (c *committer) landBatch(pos uint64, l format.Layout) {
 	w := c.w
 	now := w.opts.Clock.Now().UnixNano()
-	e := entryOf(w.opts.Cache, w.shard, pos, l, now)
+	e := shardlog.EntryOf(w.opts.Cache, w.shard, pos, l, now)
 	w.mu.Lock()
 	w.addTailLocked(e, now)
 	lag := len(w.tail)

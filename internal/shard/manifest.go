@@ -1,32 +1,10 @@
 package shard
 
 import (
-	"context"
-	"errors"
-	"fmt"
-
-	"github.com/rolloutd/rolloutd/internal/blob"
 	"github.com/rolloutd/rolloutd/internal/shard/format"
 	"github.com/rolloutd/rolloutd/internal/shard/storagepb"
 )
 
-// readManifest reads and decodes the shard's manifest. A missing manifest is
-// blob.ErrNotFound; undecodable bytes are ErrCorrupt naming the blob.
-func readManifest(ctx context.Context, store blob.Store, shard string) (*storagepb.Manifest, blob.ETag, error) {
-	name := format.ManifestName(shard)
-	data, attrs, err := store.Get(ctx, name, blob.GetOptions{})
-	if err != nil {
-		return nil, "", fmt.Errorf("read manifest of shard %q: %w", shard, err)
-	}
-	m, err := format.DecodeManifest(data)
-	if err != nil {
-		return nil, "", fmt.Errorf("%w: blob %s: %w", ErrCorrupt, name, err)
-	}
-	return m, attrs.ETag, nil
-}
-
-// retryable reports whether a storage error may succeed when retried with
-// the same put id.
-func retryable(err error) bool {
-	return errors.Is(err, blob.ErrUnavailable) || errors.Is(err, blob.ErrOutcomeUnknown)
-}
+// hasLog reports whether m is a protocol v2 manifest, a checkpoint of the
+// log, rather than a v1 shard that no claim has converted yet.
+func hasLog(m *storagepb.Manifest) bool { return m.GetProtocol() == format.ProtocolV2 }

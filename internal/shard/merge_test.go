@@ -13,6 +13,7 @@ import (
 	"github.com/rolloutd/rolloutd/internal/blob/faultstore"
 	"github.com/rolloutd/rolloutd/internal/blob/memstore"
 	"github.com/rolloutd/rolloutd/internal/shard/format"
+	"github.com/rolloutd/rolloutd/internal/shard/shardlog"
 )
 
 func mergeOptions(t testing.TB) Options {
@@ -219,7 +220,7 @@ func TestCloseCommitsAWaitingMergeEdit(t *testing.T) {
 	if err := w.Close(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	m, _, err := readManifest(context.Background(), store, "s")
+	m, _, err := shardlog.ReadManifest(context.Background(), store, "s")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/rolloutd/rolloutd/internal/blob"
 	"github.com/rolloutd/rolloutd/internal/shard/format"
+	"github.com/rolloutd/rolloutd/internal/shard/shardlog"
 	"github.com/rolloutd/rolloutd/internal/shard/storagepb"
 )
 
@@ -87,8 +88,8 @@ func (m *merger) merge(ctx context.Context, plan []*storagepb.Generation) error 
 	g.SetLimit(mergeReadParallelism)
 	for i, src := range plan {
 		g.Go(func() error {
-			name := keyOf(src).name(w.shard)
-			data, ok := w.opts.Cache.getData(refOf(w.shard, src))
+			name := format.KeyOf(src).Blob(w.shard)
+			data, ok := w.opts.Cache.GetData(shardlog.RefOf(w.shard, src))
 			if !ok {
 				var err error
 				if data, _, err = w.store.Get(gctx, name, blob.GetOptions{}); err != nil {
@@ -109,8 +110,8 @@ func (m *merger) merge(ctx context.Context, plan []*storagepb.Generation) error 
 	gen := w.allocGen()
 	// Claimed until its edit settles, so that no other rewrite takes the
 	// output the moment it is swapped in.
-	w.claims.add(genKey{w.epoch, gen})
-	defer w.claims.release(genKey{w.epoch, gen})
+	w.claims.add(format.GenKey{Epoch: w.epoch, Number: gen})
+	defer w.claims.release(format.GenKey{Epoch: w.epoch, Number: gen})
 	b := format.NewGenerationBuilder(w.shard, w.epoch, gen, size)
 	addSources(b, footers, datas)
 	out, err := w.writeGeneration(ctx, gen, b, plan[0].GetFirstSeq(), plan[len(plan)-1].GetLastSeq(), level+1, w.opts.Clock.Now().UnixNano())
@@ -120,7 +121,7 @@ func (m *merger) merge(ctx context.Context, plan []*storagepb.Generation) error 
 	e := newEdit()
 	e.merge = &mergeEdit{output: out}
 	for _, g := range plan {
-		e.merge.sources = append(e.merge.sources, keyOf(g))
+		e.merge.sources = append(e.merge.sources, format.KeyOf(g))
 	}
 	if err := w.submit(ctx, e); err != nil {
 		return fmt.Errorf("merge into generation %d: %w", gen, err)
@@ -145,9 +146,9 @@ func (m *merger) claim(plan []*storagepb.Generation) bool {
 // release drops the merger's claim on plan.
 func (m *merger) release(plan []*storagepb.Generation) {
 	w := m.w
-	keys := make([]genKey, len(plan))
+	keys := make([]format.GenKey, len(plan))
 	for i, g := range plan {
-		keys[i] = keyOf(g)
+		keys[i] = format.KeyOf(g)
 	}
 	w.claims.release(keys...)
 }

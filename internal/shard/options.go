@@ -7,11 +7,12 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/rolloutd/rolloutd/internal/clock"
+	"github.com/rolloutd/rolloutd/internal/shard/shardlog"
 )
 
 // The defaults of Options, which a zero field takes.
 const (
-	DefaultCacheBytes         = 8 << 20 // a writer's private cache, when Options.Cache is nil
+	DefaultCacheBytes         = shardlog.DefaultCacheBytes // a writer's private cache, when Options.Cache is nil
 	DefaultMaxQueuedBytes     = 64 << 20
 	DefaultMaxGenerationBytes = 16 << 20
 	DefaultRetryBackoff       = 20 * time.Millisecond

@@ -11,6 +11,7 @@ import (
 	"github.com/rolloutd/rolloutd/internal/blob/memstore"
 	"github.com/rolloutd/rolloutd/internal/clock"
 	"github.com/rolloutd/rolloutd/internal/shard/format"
+	"github.com/rolloutd/rolloutd/internal/shard/shardlog"
 )
 
 // pausedOptions are the options of a writer whose time is clk: every timer
@@ -90,14 +91,14 @@ func TestStaleWriterWithAFrozenClock(t *testing.T) {
 		l.add(t, appendIDs(t, b, fmt.Sprint("b", i)))
 	}
 	collected := func(q uint64) bool {
-		e, err := readLogEntry(ctx, gate.Store, NewBlobCache(1<<20), "s", q, 0)
+		e, err := shardlog.ReadEntry(ctx, gate.Store, NewBlobCache(1<<20), "s", q, 0)
 		if errors.Is(err, blob.ErrNotFound) {
 			return true
 		}
 		if err != nil {
 			t.Fatal(err)
 		}
-		return e.fence()
+		return e.Fence()
 	}
 	waitFor(t, fmt.Sprintf("B's merges and GC to collect log positions 1..%d", pos+1), func() bool {
 		clockB.Advance(500 * time.Millisecond)

@@ -13,6 +13,7 @@ import (
 	"github.com/rolloutd/rolloutd/internal/blob/faultstore"
 	"github.com/rolloutd/rolloutd/internal/blob/memstore"
 	"github.com/rolloutd/rolloutd/internal/shard/format"
+	"github.com/rolloutd/rolloutd/internal/shard/shardlog"
 )
 
 // Tests of protocol v2 (commit by create), issue 21 sections 3-6.
@@ -73,20 +74,20 @@ func (g *logGate) open() {
 }
 
 // logEntries reads every log entry of the shard that storage holds.
-func logEntries(t *testing.T, store blob.Store, shard string) map[uint64]*logEntry {
+func logEntries(t *testing.T, store blob.Store, shard string) map[uint64]*shardlog.Entry {
 	t.Helper()
 	ctx := context.Background()
 	page, err := store.List(ctx, blob.ListOptions{Prefix: format.LogPrefix(shard)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	out := map[uint64]*logEntry{}
+	out := map[uint64]*shardlog.Entry{}
 	for _, it := range page.Items {
 		p, ok := format.ParseLogName(shard, it.Name)
 		if !ok {
 			t.Fatalf("unexpected blob %s in the log", it.Name)
 		}
-		e, err := readLogEntry(ctx, store, NewBlobCache(1<<20), shard, p, 0)
+		e, err := shardlog.ReadEntry(ctx, store, NewBlobCache(1<<20), shard, p, 0)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -95,9 +96,9 @@ func logEntries(t *testing.T, store blob.Store, shard string) map[uint64]*logEnt
 	return out
 }
 
-func fences(entries map[uint64]*logEntry) (ps []uint64) {
+func fences(entries map[uint64]*shardlog.Entry) (ps []uint64) {
 	for p, e := range entries {
-		if e.fence() {
+		if e.Fence() {
 			ps = append(ps, p)
 		}
 	}
@@ -376,7 +377,7 @@ func TestReaderTellsALateFenceFromTheListedBatch(t *testing.T) {
 	}
 	r := NewReader(store, ReaderOptions{})
 	waitFor(t, "a checkpoint that lists position 1", func() bool {
-		m, _, err := readManifest(ctx, store, "s")
+		m, _, err := shardlog.ReadManifest(ctx, store, "s")
 		return err == nil && len(m.GetGenerations()) > 0 && m.GetGenerations()[0].GetPosition() == 1
 	})
 	if _, err := r.Get(ctx, "s", "x"); err != nil { // caches that manifest and the batch's index
@@ -461,7 +462,7 @@ func TestDeleteFencesTheLogAndPurgeKeepsFences(t *testing.T) {
 	defer w.Abort()
 	appendIDs(t, w, "a", "b")
 	appendIDs(t, w, "c") // seqs 1..3, in the log, no checkpoint lists them
-	if m, _, _ := readManifest(ctx, store, "s"); m.GetNextSeq() != 1 {
+	if m, _, _ := shardlog.ReadManifest(ctx, store, "s"); m.GetNextSeq() != 1 {
 		t.Fatalf("the checkpoint already holds next seq %d; the test wants the records in the log alone", m.GetNextSeq())
 	}
 	stale := uint64(1)
@@ -485,7 +486,7 @@ func TestDeleteFencesTheLogAndPurgeKeepsFences(t *testing.T) {
 	}
 	left := logEntries(t, store, "s")
 	for p, e := range left {
-		if !e.fence() {
+		if !e.Fence() {
 			t.Errorf("purge left the batch at log position %d", p)
 		}
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/rolloutd/rolloutd/internal/blob"
 	"github.com/rolloutd/rolloutd/internal/shard/format"
+	"github.com/rolloutd/rolloutd/internal/shard/shardlog"
 )
 
 // purgeParallelism bounds one shard's deletes in flight.
@@ -204,14 +205,14 @@ func purgeLog(ctx context.Context, store blob.Store, shard string, through uint6
 			if !ok {
 				continue
 			}
-			e, err := readLogEntry(ctx, store, cache, shard, p, 0)
+			e, err := shardlog.ReadEntry(ctx, store, cache, shard, p, 0)
 			if errors.Is(err, blob.ErrNotFound) {
 				continue
 			}
 			if err != nil {
 				return deleted, fmt.Errorf("purge shard %q: %w", shard, err)
 			}
-			if e.fence() || e.epoch > through {
+			if e.Fence() || e.Epoch > through {
 				continue
 			}
 			if err := store.Delete(ctx, it.Name, blob.DeleteOptions{}); err != nil && !errors.Is(err, blob.ErrNotFound) {

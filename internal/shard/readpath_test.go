@@ -17,26 +17,40 @@ import (
 // (manifests, log entries, footers, filters) or serve the writer.
 var storeGetCallers = map[string]string{
 	// The read path: all of it runs under resolve (resolve.go).
-	"(*Reader).readSpan": "the one read of record bytes: every span of Get, BatchGet, Scan and follow",
-	"(*Reader).fetch":    "the view's manifest read, conditional when cached (Reader.Manifest)",
-	"readLogEntry":       "the view's log probe after the checkpoint, and the writer's decision of a create: a log entry is read whole to learn its footer; its records are cached, never answered from there",
-	"loadIndex":          "a generation's footer index for the shared cache, put id checked; also the writer's id lookups",
-	"loadFilter":         "a generation's id filter for the shared cache; also the writer's id lookups",
-	"corruptOrReplaced":  "reads a blob whole only to tell a replaced log batch from a corrupt one after a failed check",
-	"readManifest":       "the write path: claims, checkpoints and deletes read the manifest unconditionally",
-	"(*merger).merge":    "the write path: a merge reads its sources whole to rewrite them",
+	"read.(*Reader).readSpan":    "the one read of record bytes: every span of Get, BatchGet, Scan and follow",
+	"read.(*Reader).fetch":       "the view's manifest read, conditional when cached (Reader.Manifest)",
+	"shardlog.ReadEntry":         "the view's log probe after the checkpoint, and the writer's decision of a create: a log entry is read whole to learn its footer; its records are cached, never answered from there",
+	"shardlog.LoadIndex":         "a generation's footer index for the shared cache, put id checked; also the writer's id lookups",
+	"shardlog.LoadFilter":        "a generation's id filter for the shared cache; also the writer's id lookups",
+	"shardlog.CorruptOrReplaced": "reads a blob whole only to tell a replaced log batch from a corrupt one after a failed check",
+	"shardlog.ReadManifest":      "the write path: claims, checkpoints and deletes read the manifest unconditionally",
+	"(*merger).merge":            "the write path: a merge reads its sources whole to rewrite them",
 }
 
+// engineDirs are the shard engine's packages, by directory: this one and
+// the floors under it. A function of another than this one is named with
+// its package: shardlog.ReadEntry.
+var engineDirs = []string{".", "read", "shardlog"}
+
 // Only the read path's resolve reads record bytes. The test lists the
-// functions that call the store's Get and fails on one not in
-// storeGetCallers, or on an entry nothing matches any more. It finds a
-// store by name: every blob.Store of the package is called store, which
-// the test checks too, as it checks that no store is copied to another
-// name.
+// functions of the engine's packages that call the store's Get and fails
+// on one not in storeGetCallers, or on an entry nothing matches any more.
+// It finds a store by name: every blob.Store of the engine is called
+// store, which the test checks too, as it checks that no store is copied
+// to another name.
 func TestOnlyResolveReadsRecordBytes(t *testing.T) {
-	callers, err := storeGetCallersOf(".")
-	if err != nil {
-		t.Fatal(err)
+	callers := map[string][]string{}
+	for _, dir := range engineDirs {
+		in, err := storeGetCallersOf(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for name, where := range in {
+			if dir != "." {
+				name = filepath.Base(dir) + "." + name
+			}
+			callers[name] = where
+		}
 	}
 	for name, where := range callers {
 		if _, ok := storeGetCallers[name]; !ok {

@@ -3,6 +3,7 @@ package shard
 import (
 	"time"
 
+	"github.com/rolloutd/rolloutd/internal/shard/format"
 	"github.com/rolloutd/rolloutd/internal/shard/storagepb"
 )
 
@@ -28,8 +29,8 @@ func retire(m *storagepb.Manifest, gens []*storagepb.Generation, now int64) {
 		m.RetiredRuns = append(m.RetiredRuns, b)
 	}
 	for _, g := range gens {
-		k := keyOf(g)
-		addRun(b, k.epoch, k.number, 1)
+		k := format.KeyOf(g)
+		addRun(b, k.Epoch, k.Number, 1)
 	}
 }
 
@@ -48,10 +49,10 @@ func addRun(b *storagepb.RetiredRuns, epoch, first, count uint64) {
 // eachRetired calls f for every retired generation with the time it was
 // retired, older batches first, each list in time order, until f returns
 // false.
-func eachRetired(m *storagepb.Manifest, f func(k genKey, retired int64) bool) {
+func eachRetired(m *storagepb.Manifest, f func(k format.GenKey, retired int64) bool) {
 	for _, b := range m.GetRetiredBatches() {
 		for i, num := range b.GetNumbers() {
-			if !f(genKey{b.GetEpochs()[i], num}, b.GetRetiredUnixNanos()) {
+			if !f(format.GenKey{Epoch: b.GetEpochs()[i], Number: num}, b.GetRetiredUnixNanos()) {
 				return
 			}
 		}
@@ -59,7 +60,7 @@ func eachRetired(m *storagepb.Manifest, f func(k genKey, retired int64) bool) {
 	for _, b := range m.GetRetiredRuns() {
 		for i, first := range b.GetFirsts() {
 			for k := range b.GetCounts()[i] {
-				if !f(genKey{b.GetEpochs()[i], first + k}, b.GetRetiredUnixNanos()) {
+				if !f(format.GenKey{Epoch: b.GetEpochs()[i], Number: first + k}, b.GetRetiredUnixNanos()) {
 					return
 				}
 			}
@@ -72,7 +73,7 @@ func eachRetired(m *storagepb.Manifest, f func(k genKey, retired int64) bool) {
 // first retirement and later ones join it for up to retireBatchWindow, so a
 // batch is due only that much after its grace, and no generation is
 // deleted before its own grace has passed.
-func dueRetired(m *storagepb.Manifest, now, grace int64, limit int) (due []genKey, backlog int) {
+func dueRetired(m *storagepb.Manifest, now, grace int64, limit int) (due []format.GenKey, backlog int) {
 	grace += retireBatchWindow
 	for _, b := range m.GetRetiredBatches() {
 		if now-b.GetRetiredUnixNanos() < grace {
@@ -81,7 +82,7 @@ func dueRetired(m *storagepb.Manifest, now, grace int64, limit int) (due []genKe
 		for i, num := range b.GetNumbers() {
 			backlog++
 			if len(due) < limit {
-				due = append(due, genKey{b.GetEpochs()[i], num})
+				due = append(due, format.GenKey{Epoch: b.GetEpochs()[i], Number: num})
 			}
 		}
 	}
@@ -93,7 +94,7 @@ func dueRetired(m *storagepb.Manifest, now, grace int64, limit int) (due []genKe
 			count := b.GetCounts()[i]
 			backlog += int(count)
 			for k := uint64(0); k < count && len(due) < limit; k++ {
-				due = append(due, genKey{b.GetEpochs()[i], first + k})
+				due = append(due, format.GenKey{Epoch: b.GetEpochs()[i], Number: first + k})
 			}
 		}
 	}
@@ -101,12 +102,12 @@ func dueRetired(m *storagepb.Manifest, now, grace int64, limit int) (due []genKe
 }
 
 // forget removes the generations GC deleted from m's retired list.
-func forget(m *storagepb.Manifest, gone map[genKey]bool) {
+func forget(m *storagepb.Manifest, gone map[format.GenKey]bool) {
 	batches := m.RetiredBatches[:0:0]
 	for _, b := range m.GetRetiredBatches() {
 		var epochs, numbers []uint64
 		for i, num := range b.GetNumbers() {
-			if !gone[genKey{b.GetEpochs()[i], num}] {
+			if !gone[format.GenKey{Epoch: b.GetEpochs()[i], Number: num}] {
 				epochs, numbers = append(epochs, b.GetEpochs()[i]), append(numbers, num)
 			}
 		}
@@ -122,7 +123,7 @@ func forget(m *storagepb.Manifest, gone map[genKey]bool) {
 			epoch, count := b.GetEpochs()[i], b.GetCounts()[i]
 			start := first // the first number of the kept stretch
 			for num := first; num < first+count; num++ {
-				if gone[genKey{epoch, num}] {
+				if gone[format.GenKey{Epoch: epoch, Number: num}] {
 					if num > start {
 						addRun(nb, epoch, start, num-start)
 					}

@@ -6,6 +6,7 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
+	"github.com/rolloutd/rolloutd/internal/shard/format"
 	"github.com/rolloutd/rolloutd/internal/shard/storagepb"
 )
 
@@ -17,9 +18,9 @@ func gensOf(epoch uint64, numbers ...uint64) []*storagepb.Generation {
 	return out
 }
 
-func retiredKeys(m *storagepb.Manifest) []genKey {
-	var out []genKey
-	eachRetired(m, func(k genKey, _ int64) bool { out = append(out, k); return true })
+func retiredKeys(m *storagepb.Manifest) []format.GenKey {
+	var out []format.GenKey
+	eachRetired(m, func(k format.GenKey, _ int64) bool { out = append(out, k); return true })
 	return out
 }
 
@@ -46,14 +47,14 @@ func TestRetiredListKeepsRuns(t *testing.T) {
 	}
 
 	// Forgetting some splits a run around them, keeping the order.
-	forget(m, map[genKey]bool{{2, 10}: true, {2, 500}: true, {2, 1011}: true, {3, 2001}: true})
-	var wantKeys []genKey
+	forget(m, map[format.GenKey]bool{{Epoch: 2, Number: 10}: true, {Epoch: 2, Number: 500}: true, {Epoch: 2, Number: 1011}: true, {Epoch: 3, Number: 2001}: true})
+	var wantKeys []format.GenKey
 	for n := uint64(11); n < 1011; n++ {
 		if n != 500 {
-			wantKeys = append(wantKeys, genKey{2, n})
+			wantKeys = append(wantKeys, format.GenKey{Epoch: 2, Number: n})
 		}
 	}
-	wantKeys = append(wantKeys, genKey{2, 2000}, genKey{3, 2002})
+	wantKeys = append(wantKeys, format.GenKey{Epoch: 2, Number: 2000}, format.GenKey{Epoch: 3, Number: 2002})
 	if got := retiredKeys(m); !slices.Equal(got, wantKeys) {
 		t.Fatalf("after forgetting: %d generations, want %d", len(got), len(wantKeys))
 	}
@@ -67,10 +68,10 @@ func TestRetiredListKeepsRuns(t *testing.T) {
 		t.Fatalf("due before every generation's grace passed: %d", backlog)
 	}
 	due, backlog := dueRetired(m, 2*window, window, 600)
-	if backlog != 1000 || len(due) != 600 || due[0] != (genKey{2, 11}) {
+	if backlog != 1000 || len(due) != 600 || due[0] != (format.GenKey{Epoch: 2, Number: 11}) {
 		t.Fatalf("due at 2 windows: %d of %d; want 600 of 1000 (the later batch is not due), from 2/11", len(due), backlog)
 	}
-	forget(m, map[genKey]bool{{3, 2002}: true})
+	forget(m, map[format.GenKey]bool{{Epoch: 3, Number: 2002}: true})
 	if len(m.RetiredRuns) != 1 {
 		t.Fatalf("a batch left empty by forgetting stays: %v", m.RetiredRuns)
 	}
@@ -81,7 +82,7 @@ func TestRetiredListKeepsRuns(t *testing.T) {
 func TestRetiredListReadsOlderBatches(t *testing.T) {
 	m := &storagepb.Manifest{RetiredBatches: []*storagepb.RetiredBatch{{Epochs: []uint64{1, 1}, Numbers: []uint64{4, 5}}}}
 	retire(m, gensOf(1, 6), 0)
-	if got := retiredKeys(m); !slices.Equal(got, []genKey{{1, 4}, {1, 5}, {1, 6}}) || retiredCount(m) != 3 {
+	if got := retiredKeys(m); !slices.Equal(got, []format.GenKey{{Epoch: 1, Number: 4}, {Epoch: 1, Number: 5}, {Epoch: 1, Number: 6}}) || retiredCount(m) != 3 {
 		t.Fatalf("retired %v (count %d), want 1/4, 1/5, 1/6", got, retiredCount(m))
 	}
 	if len(m.RetiredBatches[0].Numbers) != 2 {
@@ -90,8 +91,8 @@ func TestRetiredListReadsOlderBatches(t *testing.T) {
 	if due, backlog := dueRetired(m, 5+int64(retireBatchWindow), 5, 10); backlog != 3 || len(due) != 3 {
 		t.Fatalf("due %v of %d, want all 3", due, backlog)
 	}
-	forget(m, map[genKey]bool{{1, 4}: true, {1, 6}: true})
-	if got := retiredKeys(m); !slices.Equal(got, []genKey{{1, 5}}) || len(m.RetiredRuns) != 0 {
+	forget(m, map[format.GenKey]bool{{Epoch: 1, Number: 4}: true, {Epoch: 1, Number: 6}: true})
+	if got := retiredKeys(m); !slices.Equal(got, []format.GenKey{{Epoch: 1, Number: 5}}) || len(m.RetiredRuns) != 0 {
 		t.Fatalf("after forgetting 4 and 6: %v, runs %v", got, m.RetiredRuns)
 	}
 }

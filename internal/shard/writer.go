@@ -14,6 +14,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/rolloutd/rolloutd/internal/blob"
+	"github.com/rolloutd/rolloutd/internal/shard/shardlog"
 	"github.com/rolloutd/rolloutd/internal/shard/storagepb"
 )
 
@@ -103,7 +104,7 @@ type writer struct {
 	// position that landed. ckptLanded is closed, and replaced, whenever a
 	// checkpoint lands.
 	ckpt       *storagepb.Manifest
-	tail       []*logEntry
+	tail       []*shardlog.Entry
 	last       uint64
 	ckptLanded chan struct{}
 }

@@ -465,21 +465,14 @@ func TestStaleWriterFindsItselfFencedWhenItsGenerationsVanish(t *testing.T) {
 	}
 	// Delete every generation a knows of, as b's merge and GC would.
 	for _, g := range a.w.manifest().GetGenerations() {
-		if err := store.Delete(ctx, keyOf(g).name("s"), blob.DeleteOptions{}); err != nil {
+		if err := store.Delete(ctx, format.KeyOf(g).Blob("s"), blob.DeleteOptions{}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	a.w.opts.Cache.purge() // forget the cached filters and blobs
+	a.w.opts.Cache.Purge() // forget the cached filters and blobs
 	_, err := a.Append(ctx, entries(t, "x"))
 	var fe *FencedError
 	if !errors.As(err, &fe) || fe.Stored != b.Epoch() {
 		t.Fatalf("append on the stale writer: %v, want ErrFenced by epoch %d", err, b.Epoch())
 	}
-}
-
-// purge empties the cache (tests only).
-func (c *IndexCache) purge() {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.lru.Purge()
 }

@@ -78,14 +78,31 @@ func ParseGenerationName(shard, name string) (epoch, gen uint64, ok bool) {
 	return e, g, true
 }
 
-// BlobOf names the blob that holds generation g of the shard: a log
-// position's under protocol v2 (g.position set), else a generation's.
-func BlobOf(shard string, g *storagepb.Generation) string {
+// GenKey names a generation: its epoch and number, or, for a batch in the
+// shard's log (protocol v2), epoch 0 and its log position. No generation
+// has epoch 0, and the retired list stores log positions the same way.
+type GenKey struct{ Epoch, Number uint64 }
+
+// KeyOf returns the key of generation g.
+func KeyOf(g *storagepb.Generation) GenKey {
 	if p := g.GetPosition(); p != 0 {
-		return LogName(shard, p)
+		return GenKey{0, p}
 	}
-	return GenerationName(shard, g.GetEpoch(), g.GetNumber())
+	return GenKey{g.GetEpoch(), g.GetNumber()}
 }
+
+// Blob names the blob that holds generation k of the shard: a log
+// position's, or a generation's. It is the one function that names a
+// generation's blob.
+func (k GenKey) Blob(shard string) string {
+	if k.Epoch == 0 {
+		return LogName(shard, k.Number)
+	}
+	return GenerationName(shard, k.Epoch, k.Number)
+}
+
+// BlobOf is KeyOf(g).Blob(shard): the blob that holds generation g.
+func BlobOf(shard string, g *storagepb.Generation) string { return KeyOf(g).Blob(shard) }
 
 // IsDataBlob reports whether name is one of the shard's record blobs: a
 // generation, or a log position.

@@ -1,16 +1,17 @@
-package shard
+package read
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
-	"slices"
-	"sort"
 	"sync"
 
+	"google.golang.org/protobuf/proto"
+
+	rolloutv1 "github.com/rolloutd/rolloutd/gen/rollout/v1"
 	"github.com/rolloutd/rolloutd/internal/blob"
 	"github.com/rolloutd/rolloutd/internal/shard/format"
+	"github.com/rolloutd/rolloutd/internal/shard/shardlog"
 	"github.com/rolloutd/rolloutd/internal/shard/storagepb"
 )
 
@@ -22,7 +23,7 @@ import (
 // checked against the view), reads them with ranged GETs, checks each, and
 // reads the view again when a blob it listed was replaced or collected
 // meanwhile. Only readSpan, which resolve alone calls, reads record bytes
-// (readpath_test.go holds the package to that).
+// (the shard package's readpath_test.go holds the engine to that).
 //
 // A resolve keeps nothing of its own between calls but the caller's
 // cursor: what it caches is the Reader's, per process and keyed by shard.
@@ -32,11 +33,37 @@ import (
 // cursor is where reads of one shard resume, and what they have seen of
 // it. A read by range resumes after seq. Every read pins the incarnation
 // it first sees live, so that it never mixes a deleted incarnation's
-// records with the next one's (see check, in lifecycle.go).
+// records with the next one's (see check).
 type cursor struct {
 	seq         uint64 // the last seq passed: delivered, or skipped by the caller
 	seen        bool   // an incarnation was seen live
 	incarnation uint64
+}
+
+// check checks m, a view a read just took, against the incarnation the
+// cursor reads. A cursor reads one incarnation: the first it sees live. A
+// deleted shard's records are gone, so a read that meets a tombstone or a
+// later incarnation ends with ErrShardDeleted; a follower (follow) that
+// has seen nothing live yet waits for the shard to be written, as it waits
+// for a shard never written (wait).
+func (c *cursor) check(shard string, m *storagepb.Manifest, follow bool) (wait bool, err error) {
+	switch {
+	case c.seen && (m.GetIncarnation() != c.incarnation || m.GetTombstone() != nil):
+		return false, deletedError(shard)
+	case c.seen:
+		return false, nil
+	case m.GetTombstone() != nil && follow:
+		return true, nil
+	case m.GetTombstone() != nil:
+		return false, deletedError(shard)
+	}
+	c.seen, c.incarnation = true, m.GetIncarnation()
+	return false, nil
+}
+
+// deletedError is the error of a read that met a tombstone.
+func deletedError(shard string) error {
+	return fmt.Errorf("shard %q: %w", shard, shardlog.ErrShardDeleted)
 }
 
 // query says which records of a shard a resolve reads.
@@ -77,6 +104,37 @@ type span struct {
 	first, end uint64
 }
 
+// Get returns the record with id in shard. It always reads the current
+// manifest (a conditional GET when cached), so it sees every append
+// acknowledged before it started, by any instance.
+//
+// Errors: ErrShardNotFound, ErrRecordNotFound, ErrCorrupt naming the blob,
+// or a storage error (blob.ErrUnavailable, …).
+func (r *Reader) Get(ctx context.Context, shard, id string) (*rolloutv1.Record, error) {
+	var rec *rolloutv1.Record
+	err := r.resolve(ctx, shard, &cursor{}, query{ids: []string{id}, speculate: true}, func(s span, recs [][]byte) error {
+		var err error
+		rec, err = decodeRecord(shard, s.g, s.entries[0], recs[0])
+		return err
+	})
+	switch {
+	case err != nil:
+		return nil, err
+	case rec == nil:
+		return nil, fmt.Errorf("shard %q: id %q: %w", shard, id, shardlog.ErrRecordNotFound)
+	}
+	return rec, nil
+}
+
+// decodeRecord decodes b, the checked encoding of footer entry e of g.
+func decodeRecord(shard string, g *storagepb.Generation, e *storagepb.FooterEntry, b []byte) (*rolloutv1.Record, error) {
+	rec := &rolloutv1.Record{}
+	if err := proto.Unmarshal(b, rec); err != nil {
+		return nil, fmt.Errorf("%w: blob %s: record %q: %w", shardlog.ErrCorrupt, format.KeyOf(g).Blob(shard), e.GetId(), err)
+	}
+	return rec, nil
+}
+
 // resolve reads the records q selects from shard as of a view of the shard
 // that sees every append acknowledged before it began, and hands them to
 // got one span at a time: recs[i] is the checked encoding of s.entries[i]
@@ -86,7 +144,7 @@ type span struct {
 //
 // A blob the view lists that is gone, or holds another log entry, was
 // merged away and collected (and perhaps created again by a late fence):
-// resolve reads the view again and resumes, up to maxReadRetries times in
+// resolve reads the view again and resumes, up to shardlog.MaxReadRetries times in
 // a row without progress.
 //
 // Errors: ErrShardNotFound, ErrShardDeleted, ErrCorrupt naming the blob, a
@@ -105,7 +163,7 @@ func (r *Reader) resolve(ctx context.Context, shard string, c *cursor, q query, 
 		if m == nil {
 			var err error
 			m, err = r.Manifest(ctx, shard)
-			if errors.Is(err, ErrShardNotFound) && q.follow {
+			if errors.Is(err, shardlog.ErrShardNotFound) && q.follow {
 				return nil // not written yet: a follower waits for it
 			}
 			if err != nil {
@@ -125,7 +183,7 @@ func (r *Reader) resolve(ctx context.Context, shard string, c *cursor, q query, 
 		if c.seq != stuckAt {
 			stuckAt, attempt = c.seq, 0
 		}
-		if attempt >= maxReadRetries {
+		if attempt >= shardlog.MaxReadRetries {
 			return fmt.Errorf("shard %q: generations kept vanishing while reading them: %w", shard, err)
 		}
 		m = nil
@@ -156,178 +214,6 @@ func (r *Reader) readView(ctx context.Context, shard string, m *storagepb.Manife
 		spans = spans[1:]
 		return s, true, nil
 	}, got)
-}
-
-// spansOfIDs locates q's ids in m and plans the reads of those q takes.
-func (r *Reader) spansOfIDs(ctx context.Context, shard string, m *storagepb.Manifest, q query) ([]span, error) {
-	gens := m.GetGenerations()
-	at, err := r.locateIDs(ctx, shard, gens, q.ids, max(q.parallel, 1))
-	if err != nil {
-		return nil, err
-	}
-	located := make(map[string]*storagepb.FooterEntry, len(at))
-	for id, a := range at {
-		located[id] = a.byID[id]
-	}
-	take := located
-	if q.take != nil {
-		chosen := q.take(located)
-		take = make(map[string]*storagepb.FooterEntry, len(chosen))
-		for id := range chosen {
-			take[id] = located[id]
-		}
-	}
-	byGen := map[int][]*storagepb.FooterEntry{}
-	for id, e := range take {
-		byGen[at[id].gen] = append(byGen[at[id].gen], e)
-	}
-	var spans []span
-	for i, g := range gens {
-		if es := byGen[i]; es != nil {
-			slices.SortFunc(es, func(a, b *storagepb.FooterEntry) int { return cmp.Compare(a.GetOffset(), b.GetOffset()) })
-			spans = appendSpans(spans, g, es, q.gap, q.readBytes)
-		}
-	}
-	return spans, nil
-}
-
-// idAt is where a located id lives: the index of its generation in the
-// view, and that generation's index.
-type idAt struct {
-	gen int
-	*index
-}
-
-// locateIDs finds each of ids in gens through their filters and indexes
-// (cached, or read parallel generations at a time), newest generation
-// first, and stops once every id is found: a committed id lives in one
-// live generation.
-func (r *Reader) locateIDs(ctx context.Context, shard string, gens []*storagepb.Generation, ids []string, parallel int) (map[string]idAt, error) {
-	at := make(map[string]idAt, len(ids))
-	wanted := 0
-	for _, id := range ids {
-		if _, dup := at[id]; !dup {
-			at[id] = idAt{gen: -1}
-			wanted++
-		}
-	}
-	for hi := len(gens); hi > 0 && wanted > 0; hi -= parallel {
-		lo := max(0, hi-parallel)
-		idx := make([]*index, hi-lo)
-		errs := make([]error, hi-lo)
-		load := func(i int) {
-			idx[i-lo], errs[i-lo] = r.loadIfHit(ctx, shard, gens[i], at)
-		}
-		if hi-lo == 1 {
-			load(lo)
-		} else {
-			var wg sync.WaitGroup
-			for i := lo; i < hi; i++ {
-				wg.Go(func() { load(i) })
-			}
-			wg.Wait()
-		}
-		if err := errors.Join(errs...); err != nil {
-			return nil, err
-		}
-		for i := hi - 1; i >= lo; i-- {
-			if idx[i-lo] == nil {
-				continue
-			}
-			for id, a := range at {
-				if a.gen >= 0 {
-					continue // found in a newer generation
-				}
-				if _, ok := idx[i-lo].byID[id]; ok {
-					at[id] = idAt{i, idx[i-lo]}
-					wanted--
-				}
-			}
-		}
-	}
-	for id, a := range at {
-		if a.gen < 0 {
-			delete(at, id)
-		}
-	}
-	return at, nil
-}
-
-// loadIfHit returns g's index when its filter admits an id not found yet,
-// else nil.
-func (r *Reader) loadIfHit(ctx context.Context, shard string, g *storagepb.Generation, at map[string]idAt) (*index, error) {
-	f, err := loadFilter(ctx, r.store, r.cache, shard, g)
-	if err != nil {
-		return nil, err
-	}
-	for id, a := range at {
-		if a.gen < 0 && f.TestString(id) {
-			return loadIndex(ctx, r.store, r.cache, shard, g)
-		}
-	}
-	return nil, nil
-}
-
-// rangeSpans plans the reads of the records after a seq in a view's
-// generations, in seq order, and loads a generation's index only when its
-// first read is wanted: a scan that stops early reads no more footers.
-type rangeSpans struct {
-	r         *Reader
-	shard     string
-	gens      []*storagepb.Generation
-	after     uint64
-	readBytes int64
-	pending   []span
-}
-
-func (it *rangeSpans) next(ctx context.Context) (span, bool, error) {
-	for len(it.pending) == 0 {
-		if len(it.gens) == 0 {
-			return span{}, false, nil
-		}
-		g := it.gens[0]
-		it.gens = it.gens[1:]
-		if g.GetLastSeq() <= it.after {
-			continue
-		}
-		idx, err := loadIndex(ctx, it.r.store, it.r.cache, it.shard, g)
-		if err != nil {
-			return span{}, false, err
-		}
-		entries := idx.footer.GetEntries()
-		i := sort.Search(len(entries), func(i int) bool { return entries[i].GetSeq() > it.after })
-		if i == len(entries) {
-			continue
-		}
-		it.pending = appendSpans(it.pending, g, entries[i:], it.readBytes, it.readBytes)
-		// The next generation is read after these records, as a cursor
-		// that had delivered them would resume.
-		it.after = entries[len(entries)-1].GetSeq()
-	}
-	s := it.pending[0]
-	it.pending = it.pending[1:]
-	return s, true, nil
-}
-
-// appendSpans splits entries of g, by offset, into runs that are at most
-// gap apart and readBytes long, one ranged GET each.
-func appendSpans(spans []span, g *storagepb.Generation, entries []*storagepb.FooterEntry, gap, readBytes int64) []span {
-	for i := 0; i < len(entries); {
-		first := entries[i].GetOffset()
-		end := first + uint64(entries[i].GetLength())
-		j := i + 1
-		for ; j < len(entries); j++ {
-			e := entries[j]
-			eEnd := e.GetOffset() + uint64(e.GetLength())
-			if int64(e.GetOffset())-int64(end) > gap || int64(eEnd-first) > readBytes {
-				break
-			}
-			end = max(end, eEnd)
-		}
-		spans = append(spans, span{g: g, entries: entries[i:j:j], first: first, end: end})
-		i = j
-	}
-	return spans
 }
 
 // spanRead is a span's bytes as read.
@@ -398,7 +284,7 @@ func (r *Reader) readSpans(ctx context.Context, shard string, q query, next func
 // readSpan reads the bytes of s with one ranged GET. It is the only reader
 // of record bytes in the package.
 func (r *Reader) readSpan(ctx context.Context, shard string, s span) ([]byte, error) {
-	name := keyOf(s.g).name(shard)
+	name := format.KeyOf(s.g).Blob(shard)
 	data, _, err := r.store.Get(ctx, name, blob.GetOptions{Offset: int64(s.first), Length: int64(s.end - s.first)})
 	if err != nil {
 		return nil, fmt.Errorf("shard %q: read records from %s: %w", shard, name, err)
@@ -417,11 +303,11 @@ func (r *Reader) checkSpan(ctx context.Context, shard string, s span, res spanRe
 		return nil, res.err
 	}
 	corrupt := func(err error) error {
-		name := keyOf(s.g).name(shard)
+		name := format.KeyOf(s.g).Blob(shard)
 		if !classify {
-			return fmt.Errorf("%w: blob %s: %w", ErrCorrupt, name, err)
+			return fmt.Errorf("%w: blob %s: %w", shardlog.ErrCorrupt, name, err)
 		}
-		return corruptOrReplaced(ctx, r.store, shard, s.g, name, err)
+		return shardlog.CorruptOrReplaced(ctx, r.store, shard, s.g, name, err)
 	}
 	if uint64(len(res.data)) != s.end-s.first {
 		return nil, corrupt(fmt.Errorf("ranged read returned %d bytes, want %d", len(res.data), s.end-s.first))
@@ -435,4 +321,92 @@ func (r *Reader) checkSpan(ctx context.Context, shard string, s span, res spanRe
 		recs[i] = b
 	}
 	return recs, nil
+}
+
+// speculate overlaps the two reads of a Get when the cached manifest and
+// index already say where its id is: the ranged GET of the record goes out
+// beside the conditional GET of the manifest, so a Get costs about one
+// round trip instead of two. The record stands only if the current
+// manifest still lists its generation (usually it is unchanged: a 304).
+// That is enough because a committed id lives in exactly one live
+// generation (appends are idempotent by id) and generations are immutable.
+//
+// It reports whether it delivered the record to got, or else returns the
+// current manifest it read (nil when it did not speculate) for resolve to
+// go on with, or the manifest's error.
+func (r *Reader) speculate(ctx context.Context, shard string, c *cursor, q query, got func(span, [][]byte) error) (bool, *storagepb.Manifest, error) {
+	r.mu.Lock()
+	cached, ok := r.manifests.Peek(shard)
+	r.mu.Unlock()
+	if !ok || q.all || len(q.ids) != 1 || q.take != nil {
+		return false, nil, nil
+	}
+	g, e, ok := r.locate(shard, cached.view, q.ids[0])
+	if !ok {
+		return false, nil, nil
+	}
+	s := span{g: g, entries: []*storagepb.FooterEntry{e}, first: e.GetOffset(), end: e.GetOffset() + uint64(e.GetLength())}
+	rctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	done := make(chan spanRead, 1)
+	go func() {
+		data, err := r.readSpan(rctx, shard, s)
+		done <- spanRead{data, err}
+	}()
+	m, err := r.Manifest(ctx, shard)
+	stands := err == nil && (m == cached.view || lists(m, g))
+	if !stands {
+		cancel() // its answer would be thrown away
+	}
+	res := <-done // the read never outlives the resolve
+	if err != nil {
+		return false, nil, err
+	}
+	if !stands {
+		return false, m, nil
+	}
+	// A record that fails its check is read again on m, which decides
+	// whether its blob was replaced.
+	recs, err := r.checkSpan(ctx, shard, s, res, false)
+	if err != nil {
+		return false, m, nil
+	}
+	if wait, err := c.check(shard, m, q.follow); wait || err != nil {
+		return true, nil, err
+	}
+	return true, nil, got(s, recs)
+}
+
+// locate finds id in m from cached filters and indexes only.
+func (r *Reader) locate(shard string, m *storagepb.Manifest, id string) (*storagepb.Generation, *storagepb.FooterEntry, bool) {
+	gens := m.GetGenerations()
+	for i := len(gens) - 1; i >= 0; i-- {
+		g := gens[i]
+		ref := shardlog.RefOf(shard, g)
+		f, ok := r.cache.GetFilter(ref)
+		if !ok {
+			return nil, nil, false
+		}
+		if !f.TestString(id) {
+			continue
+		}
+		idx, ok := r.cache.GetIndex(ref)
+		if !ok {
+			return nil, nil, false
+		}
+		if e, ok := idx.ByID[id]; ok {
+			return g, e, true
+		}
+	}
+	return nil, nil, false
+}
+
+// lists reports whether m lists generation g as live.
+func lists(m *storagepb.Manifest, g *storagepb.Generation) bool {
+	for _, h := range m.GetGenerations() {
+		if format.KeyOf(h) == format.KeyOf(g) {
+			return true
+		}
+	}
+	return false
 }

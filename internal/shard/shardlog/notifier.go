@@ -1,4 +1,4 @@
-package shard
+package shardlog
 
 import "sync"
 

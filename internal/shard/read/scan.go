@@ -1,4 +1,4 @@
-package shard
+package read
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	rolloutv1 "github.com/rolloutd/rolloutd/gen/rollout/v1"
+	"github.com/rolloutd/rolloutd/internal/shard/shardlog"
 )
 
 // ScanOptions select what Scan delivers.
@@ -32,7 +33,7 @@ type ScanOptions struct {
 	// Notifier wakes a following scan when a writer of this process commits
 	// to the shard; a scan also polls the manifest, because another instance
 	// may be the writer. Nil means polling only.
-	Notifier *Notifier
+	Notifier *shardlog.Notifier
 	// PollMin and PollMax bound the manifest polling interval of a following
 	// scan; it backs off while the shard is idle. Defaults 50 ms and 2 s.
 	PollMin, PollMax time.Duration

@@ -1,4 +1,4 @@
-package shard
+package read
 
 import (
 	"context"
@@ -8,11 +8,10 @@ import (
 
 	"github.com/hashicorp/golang-lru/v2/simplelru"
 	"go.uber.org/zap"
-	"google.golang.org/protobuf/proto"
 
-	rolloutv1 "github.com/rolloutd/rolloutd/gen/rollout/v1"
 	"github.com/rolloutd/rolloutd/internal/blob"
 	"github.com/rolloutd/rolloutd/internal/shard/format"
+	"github.com/rolloutd/rolloutd/internal/shard/shardlog"
 	"github.com/rolloutd/rolloutd/internal/shard/storagepb"
 )
 
@@ -22,7 +21,7 @@ type ReaderOptions struct {
 	Logger *zap.Logger
 	// Cache holds generation indexes, filters and small blobs; share the
 	// writers' cache.
-	Cache *BlobCache
+	Cache *shardlog.BlobCache
 	// MaxManifests bounds how many shards' last manifests are kept for
 	// conditional GETs. Default 4096.
 	MaxManifests int
@@ -32,7 +31,7 @@ type ReaderOptions struct {
 // so any instance can use it with or without a resident writer.
 type Reader struct {
 	store blob.Store
-	cache *BlobCache
+	cache *shardlog.BlobCache
 	log   *zap.Logger
 
 	mu        sync.Mutex
@@ -44,7 +43,7 @@ type cachedManifest struct {
 	etag blob.ETag
 	// Protocol v2: the log entries after m's checkpoint that a read found,
 	// in position order from LogCheckpoint+1, and the view they make with m.
-	tail []*logEntry
+	tail []*shardlog.Entry
 	view *storagepb.Manifest
 }
 
@@ -54,7 +53,7 @@ func NewReader(store blob.Store, opts ReaderOptions) *Reader {
 		opts.Logger = zap.NewNop()
 	}
 	if opts.Cache == nil {
-		opts.Cache = NewBlobCache(DefaultCacheBytes)
+		opts.Cache = shardlog.NewBlobCache(shardlog.DefaultCacheBytes)
 	}
 	if opts.MaxManifests <= 0 {
 		opts.MaxManifests = 4096
@@ -64,129 +63,6 @@ func NewReader(store blob.Store, opts ReaderOptions) *Reader {
 		panic(err) // only for a non-positive size
 	}
 	return &Reader{store: store, cache: opts.Cache, log: opts.Logger, manifests: lru}
-}
-
-// maxReadRetries bounds how often Get re-reads the manifest because a
-// generation it listed was merged away and deleted meanwhile.
-const maxReadRetries = 3
-
-// Get returns the record with id in shard. It always reads the current
-// manifest (a conditional GET when cached), so it sees every append
-// acknowledged before it started, by any instance.
-//
-// Errors: ErrShardNotFound, ErrRecordNotFound, ErrCorrupt naming the blob,
-// or a storage error (blob.ErrUnavailable, …).
-func (r *Reader) Get(ctx context.Context, shard, id string) (*rolloutv1.Record, error) {
-	var rec *rolloutv1.Record
-	err := r.resolve(ctx, shard, &cursor{}, query{ids: []string{id}, speculate: true}, func(s span, recs [][]byte) error {
-		var err error
-		rec, err = decodeRecord(shard, s.g, s.entries[0], recs[0])
-		return err
-	})
-	switch {
-	case err != nil:
-		return nil, err
-	case rec == nil:
-		return nil, fmt.Errorf("shard %q: id %q: %w", shard, id, ErrRecordNotFound)
-	}
-	return rec, nil
-}
-
-// decodeRecord decodes b, the checked encoding of footer entry e of g.
-func decodeRecord(shard string, g *storagepb.Generation, e *storagepb.FooterEntry, b []byte) (*rolloutv1.Record, error) {
-	rec := &rolloutv1.Record{}
-	if err := proto.Unmarshal(b, rec); err != nil {
-		return nil, fmt.Errorf("%w: blob %s: record %q: %w", ErrCorrupt, keyOf(g).name(shard), e.GetId(), err)
-	}
-	return rec, nil
-}
-
-// speculate overlaps the two reads of a Get when the cached manifest and
-// index already say where its id is: the ranged GET of the record goes out
-// beside the conditional GET of the manifest, so a Get costs about one
-// round trip instead of two. The record stands only if the current
-// manifest still lists its generation (usually it is unchanged: a 304).
-// That is enough because a committed id lives in exactly one live
-// generation (appends are idempotent by id) and generations are immutable.
-//
-// It reports whether it delivered the record to got, or else returns the
-// current manifest it read (nil when it did not speculate) for resolve to
-// go on with, or the manifest's error.
-func (r *Reader) speculate(ctx context.Context, shard string, c *cursor, q query, got func(span, [][]byte) error) (bool, *storagepb.Manifest, error) {
-	r.mu.Lock()
-	cached, ok := r.manifests.Peek(shard)
-	r.mu.Unlock()
-	if !ok || q.all || len(q.ids) != 1 || q.take != nil {
-		return false, nil, nil
-	}
-	g, e, ok := r.locate(shard, cached.view, q.ids[0])
-	if !ok {
-		return false, nil, nil
-	}
-	s := span{g: g, entries: []*storagepb.FooterEntry{e}, first: e.GetOffset(), end: e.GetOffset() + uint64(e.GetLength())}
-	rctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	done := make(chan spanRead, 1)
-	go func() {
-		data, err := r.readSpan(rctx, shard, s)
-		done <- spanRead{data, err}
-	}()
-	m, err := r.Manifest(ctx, shard)
-	stands := err == nil && (m == cached.view || lists(m, g))
-	if !stands {
-		cancel() // its answer would be thrown away
-	}
-	res := <-done // the read never outlives the resolve
-	if err != nil {
-		return false, nil, err
-	}
-	if !stands {
-		return false, m, nil
-	}
-	// A record that fails its check is read again on m, which decides
-	// whether its blob was replaced.
-	recs, err := r.checkSpan(ctx, shard, s, res, false)
-	if err != nil {
-		return false, m, nil
-	}
-	if wait, err := c.check(shard, m, q.follow); wait || err != nil {
-		return true, nil, err
-	}
-	return true, nil, got(s, recs)
-}
-
-// locate finds id in m from cached filters and indexes only.
-func (r *Reader) locate(shard string, m *storagepb.Manifest, id string) (*storagepb.Generation, *storagepb.FooterEntry, bool) {
-	gens := m.GetGenerations()
-	for i := len(gens) - 1; i >= 0; i-- {
-		g := gens[i]
-		ref := refOf(shard, g)
-		f, ok := r.cache.getFilter(ref)
-		if !ok {
-			return nil, nil, false
-		}
-		if !f.TestString(id) {
-			continue
-		}
-		idx, ok := r.cache.getIndex(ref)
-		if !ok {
-			return nil, nil, false
-		}
-		if e, ok := idx.byID[id]; ok {
-			return g, e, true
-		}
-	}
-	return nil, nil, false
-}
-
-// lists reports whether m lists generation g as live.
-func lists(m *storagepb.Manifest, g *storagepb.Generation) bool {
-	for _, h := range m.GetGenerations() {
-		if keyOf(h) == keyOf(g) {
-			return true
-		}
-	}
-	return false
 }
 
 // maxViewRestarts bounds how often one read starts its probe of the log
@@ -225,7 +101,7 @@ func (r *Reader) Manifest(ctx context.Context, shard string) (*storagepb.Manifes
 	}
 	for range maxViewRestarts {
 		next := base.m.GetLogCheckpoint() + uint64(len(base.tail)) + 1
-		found, err := probeLog(ctx, r.store, r.cache, shard, next, 0)
+		found, err := shardlog.Probe(ctx, r.store, r.cache, shard, next, 0)
 		if err != nil {
 			return nil, err
 		}
@@ -242,7 +118,7 @@ func (r *Reader) Manifest(ctx context.Context, shard string) (*storagepb.Manifes
 			continue
 		}
 		tail := base.tail
-		for len(tail) > 0 && tail[0].position <= m.GetLogCheckpoint() {
+		for len(tail) > 0 && tail[0].Position <= m.GetLogCheckpoint() {
 			tail = tail[1:]
 		}
 		if m.GetLogCheckpoint() >= missing {
@@ -251,7 +127,7 @@ func (r *Reader) Manifest(ctx context.Context, shard string) (*storagepb.Manifes
 			base = cachedManifest{m: m, etag: etag, tail: tail}
 			continue
 		}
-		c := cachedManifest{m: m, etag: etag, tail: tail, view: viewOf(m, tail)}
+		c := cachedManifest{m: m, etag: etag, tail: tail, view: shardlog.ViewOf(m, tail)}
 		r.remember(shard, c)
 		return c.view, nil
 	}
@@ -270,13 +146,13 @@ func (r *Reader) fetch(ctx context.Context, shard string, base cachedManifest) (
 	case base.m != nil && errors.Is(err, blob.ErrNotModified):
 		return base.m, base.etag, nil
 	case errors.Is(err, blob.ErrNotFound):
-		return nil, "", fmt.Errorf("shard %q: %w", shard, ErrShardNotFound)
+		return nil, "", fmt.Errorf("shard %q: %w", shard, shardlog.ErrShardNotFound)
 	case err != nil:
 		return nil, "", fmt.Errorf("shard %q: read manifest: %w", shard, err)
 	}
 	m, err := format.DecodeManifest(data)
 	if err != nil {
-		return nil, "", fmt.Errorf("%w: blob %s: %w", ErrCorrupt, name, err)
+		return nil, "", fmt.Errorf("%w: blob %s: %w", shardlog.ErrCorrupt, name, err)
 	}
 	return m, attrs.ETag, nil
 }

@@ -1,9 +1,10 @@
-package shard
+package shardlog
 
 import (
 	"fmt"
 	"testing"
 
+	"github.com/rolloutd/rolloutd/internal/shard/format"
 	"github.com/rolloutd/rolloutd/internal/shard/storagepb"
 )
 
@@ -14,9 +15,9 @@ func TestBlobCacheStaysWithinItsBytes(t *testing.T) {
 	const max = 64 << 10
 	c := NewBlobCache(max)
 	for i := range 1000 {
-		g := genRef{shard: fmt.Sprintf("s%d", i%97), epoch: 0, number: uint64(i)}
-		c.addData(g, make([]byte, 1000+i%3000))
-		c.addIndex(g, newIndex(&storagepb.Footer{Entries: []*storagepb.FooterEntry{{Id: fmt.Sprintf("id-%d", i)}}}))
+		g := Ref{Shard: fmt.Sprintf("s%d", i%97), Key: format.GenKey{Epoch: 0, Number: uint64(i)}}
+		c.AddData(g, make([]byte, 1000+i%3000))
+		c.AddIndex(g, NewIndex(&storagepb.Footer{Entries: []*storagepb.FooterEntry{{Id: fmt.Sprintf("id-%d", i)}}}))
 		if b := c.Bytes(); b > max {
 			t.Fatalf("after %d generations the cache holds %d bytes, more than its %d", i+1, b, max)
 		}
@@ -29,10 +30,10 @@ func TestBlobCacheStaysWithinItsBytes(t *testing.T) {
 	if held != c.Bytes() {
 		t.Fatalf("entries add up to %d bytes, the cache counts %d", held, c.Bytes())
 	}
-	if _, ok := c.getData(genRef{shard: "s0", number: 0}); ok {
+	if _, ok := c.GetData(Ref{Shard: "s0", Key: format.GenKey{Number: 0}}); ok {
 		t.Fatal("the oldest generation is still cached")
 	}
-	if _, ok := c.getData(genRef{shard: fmt.Sprintf("s%d", 999%97), number: 999}); !ok {
+	if _, ok := c.GetData(Ref{Shard: fmt.Sprintf("s%d", 999%97), Key: format.GenKey{Number: 999}}); !ok {
 		t.Fatal("the newest generation is not cached")
 	}
 }

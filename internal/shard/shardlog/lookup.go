@@ -1,4 +1,4 @@
-package shard
+package shardlog
 
 import (
 	"context"
@@ -12,24 +12,24 @@ import (
 	"github.com/rolloutd/rolloutd/internal/shard/storagepb"
 )
 
-// loadIndex returns the footer index of generation g, from the cache or with
+// LoadIndex returns the footer index of generation g, from the cache or with
 // one ranged GET of its footer.
-func loadIndex(ctx context.Context, store blob.Store, cache *BlobCache, shard string, g *storagepb.Generation) (*index, error) {
-	ref := refOf(shard, g)
-	if idx, ok := cache.getIndex(ref); ok {
-		if err := checkPutID(shard, g, idx.footer); err != nil {
+func LoadIndex(ctx context.Context, store blob.Store, cache *BlobCache, shard string, g *storagepb.Generation) (*Index, error) {
+	ref := RefOf(shard, g)
+	if idx, ok := cache.GetIndex(ref); ok {
+		if err := checkPutID(shard, g, idx.Footer); err != nil {
 			return nil, err
 		}
 		return idx, nil
 	}
-	name := ref.name()
+	name := ref.Key.Blob(shard)
 	tail, _, err := store.Get(ctx, name, blob.GetOptions{Offset: int64(g.GetFooterOffset())})
 	if err != nil {
 		return nil, fmt.Errorf("shard %q: read footer of %s: %w", shard, name, err)
 	}
 	f, err := format.DecodeFooter(tail, g.GetFooterOffset())
 	if err != nil {
-		return nil, corruptOrReplaced(ctx, store, shard, g, name, err)
+		return nil, CorruptOrReplaced(ctx, store, shard, g, name, err)
 	}
 	if err := checkPutID(shard, g, f); err != nil {
 		return nil, err
@@ -37,8 +37,8 @@ func loadIndex(ctx context.Context, store blob.Store, cache *BlobCache, shard st
 	if f.GetShard() != shard || f.GetEpoch() != g.GetEpoch() || f.GetGeneration() != g.GetNumber() || f.GetPosition() != g.GetPosition() {
 		return nil, fmt.Errorf("%w: blob %s: footer names shard %q epoch %d generation %d", ErrCorrupt, name, f.GetShard(), f.GetEpoch(), f.GetGeneration())
 	}
-	idx := newIndex(f)
-	cache.addIndex(ref, idx)
+	idx := NewIndex(f)
+	cache.AddIndex(ref, idx)
 	return idx, nil
 }
 
@@ -55,14 +55,14 @@ func checkPutID(shard string, g *storagepb.Generation, f *storagepb.Footer) erro
 	return fmt.Errorf("shard %q: log position %d holds put %q, not the listed batch %q: %w", shard, g.GetPosition(), f.GetPutId(), g.GetPutId(), blob.ErrNotFound)
 }
 
-// loadFilter returns the id filter of generation g, from the cache or with
+// LoadFilter returns the id filter of generation g, from the cache or with
 // one ranged GET.
-func loadFilter(ctx context.Context, store blob.Store, cache *BlobCache, shard string, g *storagepb.Generation) (*bloom.BloomFilter, error) {
-	ref := refOf(shard, g)
-	if f, ok := cache.getFilter(ref); ok {
+func LoadFilter(ctx context.Context, store blob.Store, cache *BlobCache, shard string, g *storagepb.Generation) (*bloom.BloomFilter, error) {
+	ref := RefOf(shard, g)
+	if f, ok := cache.GetFilter(ref); ok {
 		return f, nil
 	}
-	name := ref.name()
+	name := ref.Key.Blob(shard)
 	n := int64(g.GetFilterLength())
 	b, _, err := store.Get(ctx, name, blob.GetOptions{Offset: int64(g.GetFooterOffset()) - n, Length: n})
 	if err != nil {
@@ -70,46 +70,46 @@ func loadFilter(ctx context.Context, store blob.Store, cache *BlobCache, shard s
 	}
 	f, err := format.DecodeFilter(b, g.GetFilterCrc32C())
 	if err != nil {
-		return nil, corruptOrReplaced(ctx, store, shard, g, name, err)
+		return nil, CorruptOrReplaced(ctx, store, shard, g, name, err)
 	}
-	cache.addFilter(ref, f)
+	cache.AddFilter(ref, f)
 	return f, nil
 }
 
-// found is a committed record matching an appended id.
-type found struct {
-	entry *storagepb.FooterEntry
-	gen   *storagepb.Generation
+// Found is a committed record matching an appended id.
+type Found struct {
+	Entry *storagepb.FooterEntry
+	Gen   *storagepb.Generation
 }
 
-// lookupCommitted finds which ids are already committed in gens. Each
+// LookupCommitted finds which ids are already committed in gens. Each
 // generation's Bloom filter rules most ids out without loading its index,
 // so an append of new ids adds no read once the filters are cached.
-func lookupCommitted(ctx context.Context, store blob.Store, cache *BlobCache, shard string, gens []*storagepb.Generation, ids []string, out map[string]found) error {
+func LookupCommitted(ctx context.Context, store blob.Store, cache *BlobCache, shard string, gens []*storagepb.Generation, ids []string, out map[string]Found) error {
 	for _, g := range gens {
-		f, err := loadFilter(ctx, store, cache, shard, g)
+		f, err := LoadFilter(ctx, store, cache, shard, g)
 		if err != nil {
 			return err
 		}
-		var idx *index
+		var idx *Index
 		for _, id := range ids {
 			if _, done := out[id]; done || !f.TestString(id) {
 				continue
 			}
 			if idx == nil {
-				if idx, err = loadIndex(ctx, store, cache, shard, g); err != nil {
+				if idx, err = LoadIndex(ctx, store, cache, shard, g); err != nil {
 					return err
 				}
 			}
-			if e, ok := idx.byID[id]; ok {
-				out[id] = found{entry: e, gen: g}
+			if e, ok := idx.ByID[id]; ok {
+				out[id] = Found{Entry: e, Gen: g}
 			}
 		}
 	}
 	return nil
 }
 
-// corruptOrReplaced classifies err, the failure to verify bytes of blob
+// CorruptOrReplaced classifies err, the failure to verify bytes of blob
 // name, which holds generation g: ErrCorrupt, except for a log batch
 // listed with its put id whose position now holds another valid log
 // entry: it was collected and created again by a late fence (see
@@ -117,7 +117,7 @@ func lookupCommitted(ctx context.Context, store blob.Store, cache *BlobCache, sh
 // reads the manifest again. When the blob cannot be read whole to tell,
 // the re-read's error is returned. Only this error path reads the blob
 // whole.
-func corruptOrReplaced(ctx context.Context, store blob.Store, shard string, g *storagepb.Generation, name string, err error) error {
+func CorruptOrReplaced(ctx context.Context, store blob.Store, shard string, g *storagepb.Generation, name string, err error) error {
 	corrupt := fmt.Errorf("%w: blob %s: %w", ErrCorrupt, name, err)
 	if g.GetPosition() == 0 || g.GetPutId() == "" {
 		return corrupt

@@ -1,4 +1,4 @@
-package shard
+package read
 
 // StoredSize is the stored size of the record with id in shard, as far as
 // the reader's cached manifest and indexes know it, without I/O; ok is

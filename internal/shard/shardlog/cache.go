@@ -1,4 +1,4 @@
-package shard
+package shardlog
 
 import (
 	"sync"
@@ -6,53 +6,52 @@ import (
 	"github.com/bits-and-blooms/bloom/v3"
 	"github.com/hashicorp/golang-lru/v2/simplelru"
 
+	"github.com/rolloutd/rolloutd/internal/shard/format"
 	"github.com/rolloutd/rolloutd/internal/shard/storagepb"
 )
 
-// index is a generation's footer, keyed by record id.
-type index struct {
-	footer *storagepb.Footer
-	byID   map[string]*storagepb.FooterEntry
+// Index is a generation's footer, keyed by record id. It is shared through
+// the cache: nobody mutates it.
+type Index struct {
+	Footer *storagepb.Footer
+	ByID   map[string]*storagepb.FooterEntry
 }
 
 // perEntryOverhead approximates the heap cost of one footer entry plus its
 // map slot, beyond the id's bytes.
 const perEntryOverhead = 160
 
-func newIndex(f *storagepb.Footer) *index {
-	idx := &index{footer: f, byID: make(map[string]*storagepb.FooterEntry, len(f.GetEntries()))}
+// NewIndex indexes footer f by record id.
+func NewIndex(f *storagepb.Footer) *Index {
+	idx := &Index{Footer: f, ByID: make(map[string]*storagepb.FooterEntry, len(f.GetEntries()))}
 	for _, e := range f.GetEntries() {
-		idx.byID[e.GetId()] = e
+		idx.ByID[e.GetId()] = e
 	}
 	return idx
 }
 
-func (idx *index) size() int64 {
+func (idx *Index) size() int64 {
 	var n int64
-	for _, e := range idx.footer.GetEntries() {
+	for _, e := range idx.Footer.GetEntries() {
 		n += int64(len(e.GetId())) + perEntryOverhead
 	}
 	return n
 }
 
-// genRef names a generation without formatting its blob name, which the
-// id lookups of every append would otherwise do once per live generation.
-// Epoch 0 names a log batch, number being its position (see genKey).
-type genRef struct {
-	shard         string
-	epoch, number uint64
+// Ref names a generation of a shard in the cache without formatting its
+// blob name, which the id lookups of every append would otherwise do once
+// per live generation.
+type Ref struct {
+	Shard string
+	Key   format.GenKey
 }
 
-func refOf(shard string, g *storagepb.Generation) genRef {
-	k := keyOf(g)
-	return genRef{shard, k.epoch, k.number}
-}
-
-func (g genRef) name() string { return genKey{g.epoch, g.number}.name(g.shard) }
+// RefOf is the cache's name of generation g of the shard.
+func RefOf(shard string, g *storagepb.Generation) Ref { return Ref{shard, format.KeyOf(g)} }
 
 // cacheKey separates a generation's cached parts.
 type cacheKey struct {
-	gen  genRef
+	gen  Ref
 	part cachePart
 }
 
@@ -65,7 +64,7 @@ const (
 )
 
 type cacheEntry struct {
-	idx    *index
+	idx    *Index
 	filter *bloom.BloomFilter
 	data   []byte
 	bytes  int64
@@ -101,40 +100,45 @@ func NewBlobCache(maxBytes int64) *BlobCache {
 	return c
 }
 
-func (c *BlobCache) getIndex(g genRef) (*index, bool) {
+// GetIndex returns g's cached footer index.
+func (c *BlobCache) GetIndex(g Ref) (*Index, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	e, ok := c.lru.Get(cacheKey{gen: g, part: partIndex})
 	return e.idx, ok
 }
 
-func (c *BlobCache) getFilter(g genRef) (*bloom.BloomFilter, bool) {
+// GetFilter returns g's cached id filter.
+func (c *BlobCache) GetFilter(g Ref) (*bloom.BloomFilter, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	e, ok := c.lru.Get(cacheKey{gen: g, part: partFilter})
 	return e.filter, ok
 }
 
-func (c *BlobCache) getData(g genRef) ([]byte, bool) {
+// GetData returns g's cached whole blob.
+func (c *BlobCache) GetData(g Ref) ([]byte, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	e, ok := c.lru.Get(cacheKey{gen: g, part: partData})
 	return e.data, ok
 }
 
-// addData keeps a small generation's bytes for the merge that will soon
+// AddData keeps a small generation's bytes for the merge that will soon
 // read them; larger ones are not worth the memory.
-func (c *BlobCache) addData(g genRef, data []byte) {
+func (c *BlobCache) AddData(g Ref, data []byte) {
 	if len(data) <= maxCachedGeneration {
 		c.add(cacheKey{gen: g, part: partData}, cacheEntry{data: data, bytes: int64(cap(data))})
 	}
 }
 
-func (c *BlobCache) addIndex(g genRef, idx *index) {
+// AddIndex caches g's footer index.
+func (c *BlobCache) AddIndex(g Ref, idx *Index) {
 	c.add(cacheKey{gen: g, part: partIndex}, cacheEntry{idx: idx, bytes: idx.size()})
 }
 
-func (c *BlobCache) addFilter(g genRef, f *bloom.BloomFilter) {
+// AddFilter caches g's id filter.
+func (c *BlobCache) AddFilter(g Ref, f *bloom.BloomFilter) {
 	c.add(cacheKey{gen: g, part: partFilter}, cacheEntry{filter: f, bytes: int64(f.Cap()/8) + 64})
 }
 
@@ -154,20 +158,16 @@ func (c *BlobCache) add(k cacheKey, v cacheEntry) {
 	}
 }
 
+// Purge empties the cache, as a process that restarted would find it.
+func (c *BlobCache) Purge() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.lru.Purge()
+}
+
 // Bytes reports the cache's current size, for metrics.
 func (c *BlobCache) Bytes() int64 {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.bytes
 }
-
-// IndexCache is BlobCache's old name, which did not say that it also holds
-// whole blobs.
-//
-// Deprecated: use BlobCache.
-type IndexCache = BlobCache
-
-// NewIndexCache is NewBlobCache.
-//
-// Deprecated: use NewBlobCache.
-func NewIndexCache(maxBytes int64) *BlobCache { return NewBlobCache(maxBytes) }

@@ -1,0 +1,188 @@
+package read
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"slices"
+	"sort"
+	"sync"
+
+	"github.com/rolloutd/rolloutd/internal/shard/shardlog"
+	"github.com/rolloutd/rolloutd/internal/shard/storagepb"
+)
+
+// Planning a read: which ranged GETs fetch the records a query selects,
+// from the view's generations through their filters and indexes.
+
+// spansOfIDs locates q's ids in m and plans the reads of those q takes.
+func (r *Reader) spansOfIDs(ctx context.Context, shard string, m *storagepb.Manifest, q query) ([]span, error) {
+	gens := m.GetGenerations()
+	at, err := r.locateIDs(ctx, shard, gens, q.ids, max(q.parallel, 1))
+	if err != nil {
+		return nil, err
+	}
+	located := make(map[string]*storagepb.FooterEntry, len(at))
+	for id, a := range at {
+		located[id] = a.ByID[id]
+	}
+	take := located
+	if q.take != nil {
+		chosen := q.take(located)
+		take = make(map[string]*storagepb.FooterEntry, len(chosen))
+		for id := range chosen {
+			take[id] = located[id]
+		}
+	}
+	byGen := map[int][]*storagepb.FooterEntry{}
+	for id, e := range take {
+		byGen[at[id].gen] = append(byGen[at[id].gen], e)
+	}
+	var spans []span
+	for i, g := range gens {
+		if es := byGen[i]; es != nil {
+			slices.SortFunc(es, func(a, b *storagepb.FooterEntry) int { return cmp.Compare(a.GetOffset(), b.GetOffset()) })
+			spans = appendSpans(spans, g, es, q.gap, q.readBytes)
+		}
+	}
+	return spans, nil
+}
+
+// idAt is where a located id lives: the index of its generation in the
+// view, and that generation's index.
+type idAt struct {
+	gen int
+	*shardlog.Index
+}
+
+// locateIDs finds each of ids in gens through their filters and indexes
+// (cached, or read parallel generations at a time), newest generation
+// first, and stops once every id is found: a committed id lives in one
+// live generation.
+func (r *Reader) locateIDs(ctx context.Context, shard string, gens []*storagepb.Generation, ids []string, parallel int) (map[string]idAt, error) {
+	at := make(map[string]idAt, len(ids))
+	wanted := 0
+	for _, id := range ids {
+		if _, dup := at[id]; !dup {
+			at[id] = idAt{gen: -1}
+			wanted++
+		}
+	}
+	for hi := len(gens); hi > 0 && wanted > 0; hi -= parallel {
+		lo := max(0, hi-parallel)
+		idx := make([]*shardlog.Index, hi-lo)
+		errs := make([]error, hi-lo)
+		load := func(i int) {
+			idx[i-lo], errs[i-lo] = r.loadIfHit(ctx, shard, gens[i], at)
+		}
+		if hi-lo == 1 {
+			load(lo)
+		} else {
+			var wg sync.WaitGroup
+			for i := lo; i < hi; i++ {
+				wg.Go(func() { load(i) })
+			}
+			wg.Wait()
+		}
+		if err := errors.Join(errs...); err != nil {
+			return nil, err
+		}
+		for i := hi - 1; i >= lo; i-- {
+			if idx[i-lo] == nil {
+				continue
+			}
+			for id, a := range at {
+				if a.gen >= 0 {
+					continue // found in a newer generation
+				}
+				if _, ok := idx[i-lo].ByID[id]; ok {
+					at[id] = idAt{i, idx[i-lo]}
+					wanted--
+				}
+			}
+		}
+	}
+	for id, a := range at {
+		if a.gen < 0 {
+			delete(at, id)
+		}
+	}
+	return at, nil
+}
+
+// loadIfHit returns g's index when its filter admits an id not found yet,
+// else nil.
+func (r *Reader) loadIfHit(ctx context.Context, shard string, g *storagepb.Generation, at map[string]idAt) (*shardlog.Index, error) {
+	f, err := shardlog.LoadFilter(ctx, r.store, r.cache, shard, g)
+	if err != nil {
+		return nil, err
+	}
+	for id, a := range at {
+		if a.gen < 0 && f.TestString(id) {
+			return shardlog.LoadIndex(ctx, r.store, r.cache, shard, g)
+		}
+	}
+	return nil, nil
+}
+
+// rangeSpans plans the reads of the records after a seq in a view's
+// generations, in seq order, and loads a generation's index only when its
+// first read is wanted: a scan that stops early reads no more footers.
+type rangeSpans struct {
+	r         *Reader
+	shard     string
+	gens      []*storagepb.Generation
+	after     uint64
+	readBytes int64
+	pending   []span
+}
+
+func (it *rangeSpans) next(ctx context.Context) (span, bool, error) {
+	for len(it.pending) == 0 {
+		if len(it.gens) == 0 {
+			return span{}, false, nil
+		}
+		g := it.gens[0]
+		it.gens = it.gens[1:]
+		if g.GetLastSeq() <= it.after {
+			continue
+		}
+		idx, err := shardlog.LoadIndex(ctx, it.r.store, it.r.cache, it.shard, g)
+		if err != nil {
+			return span{}, false, err
+		}
+		entries := idx.Footer.GetEntries()
+		i := sort.Search(len(entries), func(i int) bool { return entries[i].GetSeq() > it.after })
+		if i == len(entries) {
+			continue
+		}
+		it.pending = appendSpans(it.pending, g, entries[i:], it.readBytes, it.readBytes)
+		// The next generation is read after these records, as a cursor
+		// that had delivered them would resume.
+		it.after = entries[len(entries)-1].GetSeq()
+	}
+	s := it.pending[0]
+	it.pending = it.pending[1:]
+	return s, true, nil
+}
+
+// appendSpans splits entries of g, by offset, into runs that are at most
+// gap apart and readBytes long, one ranged GET each.
+func appendSpans(spans []span, g *storagepb.Generation, entries []*storagepb.FooterEntry, gap, readBytes int64) []span {
+	for i := 0; i < len(entries); {
+		first := entries[i].GetOffset()
+		end := first + uint64(entries[i].GetLength())
+		j := i + 1
+		for ; j < len(entries); j++ {
+			e := entries[j]
+			eEnd := e.GetOffset() + uint64(e.GetLength())
+			if int64(e.GetOffset())-int64(end) > gap || int64(eEnd-first) > readBytes {
+				break
+			}
+			end = max(end, eEnd)
+		}
+		spans = append(spans, span{g: g, entries: entries[i:j:j], first: first, end: end})
+		i = j
+	}
+	return spans
+}
