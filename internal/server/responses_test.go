@@ -84,19 +84,28 @@ func TestUnreadResponsesAreBudgetedAndReset(t *testing.T) {
 		ids[i] = attacker.open(getMethod)
 		attacker.call(ids[i], &rolloutv1.GetRequest{Shard: "s", Id: "big"})
 	}
-	// The Gets past the share wait admissionWait, then are refused.
+	// The Gets past the share wait admissionWait, then are refused. Under
+	// load a Get may not be built yet when the wait ends: read again until
+	// every Get still open is charged, for at most the send timeout.
 	time.Sleep(admissionWait + 500*time.Millisecond)
-	held, refused := 0, 0
-	for _, id := range ids {
-		e, ended := attacker.end(id, 0)
-		if !ended {
-			held++
-			continue
+	var held, refused int
+	var used int64
+	for deadline := time.Now().Add(sendTimeout - admissionWait - time.Second); ; time.Sleep(50 * time.Millisecond) {
+		held, refused = 0, 0
+		for _, id := range ids {
+			e, ended := attacker.end(id, 0)
+			if !ended {
+				held++
+				continue
+			}
+			refused++
+			checkBackpressure(t, e.status)
 		}
-		refused++
-		checkBackpressure(t, e.status)
+		used = b.inUse()
+		if used >= int64(held)*recordBytes || time.Now().After(deadline) {
+			break
+		}
 	}
-	used := b.inUse()
 	t.Logf("%d responses held, %d refused; budget in use %d of %d (connection share %d)", held, refused, used, b.limit, b.connLimit)
 	if held == 0 || refused == 0 {
 		t.Fatalf("%d held, %d refused: want the connection's share to hold some and refuse the rest", held, refused)
