@@ -273,6 +273,47 @@ func TestStoreReadsPerCommitDoNotGrowWithFollowers(t *testing.T) {
 	}
 }
 
+// A reader whose first read comes before its first follower has joined
+// (a loaded machine runs the new goroutine before join adds the follower)
+// finds nobody to hand the commit to. The follower must still get it,
+// though no later commit or poll comes: the commit's notification went out
+// before the reader subscribed.
+func TestFollowerJoiningAfterTheFirstReadGetsItsRecords(t *testing.T) {
+	read := make(chan error, 1)
+	// Reset after the Set's Close (cleanups run last first), when no
+	// reader is left to call it.
+	t.Cleanup(func() { afterRead = nil })
+	afterRead = func(err error) {
+		select {
+		case read <- err:
+		default:
+		}
+	}
+	e := newEnv(t, Options{PollMin: time.Hour, PollMax: time.Hour})
+	e.appendN(1)
+	tail := e.appendN(1) // nobody subscribed: this notification is lost by design
+	s := e.set
+	s.mu.Lock()
+	tl := s.startLocked("s", shard.PositionAfter(tail-1))
+	// Hold the follower back until the reader has read the commit.
+	if err := <-read; !errors.Is(err, errNoFollowers) {
+		s.mu.Unlock()
+		t.Fatalf("first read ended with %v, want errNoFollowers", err)
+	}
+	sb := tl.add()
+	s.mu.Unlock()
+	defer sb.leave()
+	select {
+	case <-sb.ready:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("reader never handed out seq %d to the follower that joined after its first read", tail)
+	}
+	recs, dropped := sb.take()
+	if dropped || len(recs) != 1 || recs[0].Last() != tail {
+		t.Fatalf("follower got %d runs (dropped %v), want the one ending at seq %d", len(recs), dropped, tail)
+	}
+}
+
 // A follower of a deleted incarnation ends with ErrShardDeleted, as a
 // following Scan does; a follower of the shard re-created goes on.
 func TestFollowerEndsAtDelete(t *testing.T) {

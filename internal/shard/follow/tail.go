@@ -14,6 +14,9 @@ import (
 // errNoFollowers stops a read that nobody waits for any more.
 var errNoFollowers = errors.New("follow: no followers left")
 
+// afterRead, when set (by tests only), is called after each read of run.
+var afterRead func(err error)
+
 // tail is one shard's reader: one goroutine (run) reads the shard's new
 // records and hands them to its followers' buffers.
 type tail struct {
@@ -133,6 +136,9 @@ func (t *tail) run(ctx context.Context, at shard.Position) {
 		}
 		start := at.Seq()
 		err := t.set.r.ReadNew(ctx, t.shard, &at, o.ReadBytes, t.publish)
+		if afterRead != nil {
+			afterRead(err)
+		}
 		switch {
 		case ctx.Err() != nil:
 			return
@@ -142,6 +148,14 @@ func (t *tail) run(ctx context.Context, at shard.Position) {
 		}
 		if t.set.retire(t) {
 			return // the last follower was dropped, or left
+		}
+		if err != nil {
+			// The read found no follower, yet one has joined since (the
+			// first follower joins just after its reader starts). What the
+			// read found went to nobody and its commit's notification may
+			// be spent: waiting would leave the follower behind until the
+			// next commit or poll.
+			continue
 		}
 		if at.Seq() != start {
 			poll = o.PollMin
