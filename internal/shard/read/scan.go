@@ -266,3 +266,19 @@ func (s *scanner) flush() error {
 	s.sent += n
 	return s.emit(b)
 }
+
+// Records is a run of checked records of one shard, in seq order, read
+// together from one generation of one incarnation. It is immutable and may
+// be shared by any number of followers.
+type Records struct {
+	incarnation uint64
+	s           span
+	recs        [][]byte
+	bytes       int
+}
+
+// Last is the seq of the last record.
+func (r Records) Last() uint64 { return r.s.entries[len(r.s.entries)-1].GetSeq() }
+
+// Bytes is the size of the records' encodings: what holding them costs.
+func (r Records) Bytes() int { return r.bytes }
