@@ -8,9 +8,49 @@ import (
 	"sort"
 	"sync"
 
+	"github.com/rolloutd/rolloutd/internal/shard/format"
 	"github.com/rolloutd/rolloutd/internal/shard/shardlog"
 	"github.com/rolloutd/rolloutd/internal/shard/storagepb"
 )
+
+// query says which records of a shard a resolve reads.
+type query struct {
+	// all selects every record after the cursor, in seq order.
+	all bool
+	// ids, unless all, selects records by id, each read once however
+	// often it is repeated.
+	ids []string
+	// take, for a read by ids, chooses from the ids located in a view
+	// (with their footer entries) the ones read; nil reads them all. It is
+	// called once for each view read.
+	take func(located map[string]*storagepb.FooterEntry) map[string]bool
+	// speculate sends the ranged GET of the only id beside the manifest
+	// read when the cached view already locates it (Get).
+	speculate bool
+	// follow: a shard not written yet, or deleted before the cursor saw it
+	// live, is waited for (resolve returns having read nothing), not an
+	// error.
+	follow bool
+	// gap: located records of one generation this close to each other are
+	// read with one ranged GET, the bytes between them dropped. A read by
+	// range reads adjacent records together whatever gap says.
+	gap int64
+	// readBytes bounds one ranged GET (a single larger record is read
+	// whole).
+	readBytes int64
+	// parallel bounds the ranged GETs in flight. Above 0 they are sent
+	// ahead of the one being delivered; 0 reads one at a time, in the
+	// caller's goroutine.
+	parallel int
+}
+
+// span is one ranged GET of records of one generation.
+type span struct {
+	g          *storagepb.Generation
+	blob       string                   // g's blob in the shard, named once when the span is planned
+	entries    []*storagepb.FooterEntry // by offset
+	first, end uint64
+}
 
 // Planning a read: which ranged GETs fetch the records a query selects,
 // from the view's generations through their filters and indexes.
@@ -42,7 +82,7 @@ func (r *Reader) spansOfIDs(ctx context.Context, shard string, m *storagepb.Mani
 	for i, g := range gens {
 		if es := byGen[i]; es != nil {
 			slices.SortFunc(es, func(a, b *storagepb.FooterEntry) int { return cmp.Compare(a.GetOffset(), b.GetOffset()) })
-			spans = appendSpans(spans, g, es, q.gap, q.readBytes)
+			spans = appendSpans(spans, g, format.KeyOf(g).Blob(shard), es, q.gap, q.readBytes)
 		}
 	}
 	return spans, nil
@@ -156,7 +196,7 @@ func (it *rangeSpans) next(ctx context.Context) (span, bool, error) {
 		if i == len(entries) {
 			continue
 		}
-		it.pending = appendSpans(it.pending, g, entries[i:], it.readBytes, it.readBytes)
+		it.pending = appendSpans(it.pending, g, format.KeyOf(g).Blob(it.shard), entries[i:], it.readBytes, it.readBytes)
 		// The next generation is read after these records, as a cursor
 		// that had delivered them would resume.
 		it.after = entries[len(entries)-1].GetSeq()
@@ -168,7 +208,7 @@ func (it *rangeSpans) next(ctx context.Context) (span, bool, error) {
 
 // appendSpans splits entries of g, by offset, into runs that are at most
 // gap apart and readBytes long, one ranged GET each.
-func appendSpans(spans []span, g *storagepb.Generation, entries []*storagepb.FooterEntry, gap, readBytes int64) []span {
+func appendSpans(spans []span, g *storagepb.Generation, name string, entries []*storagepb.FooterEntry, gap, readBytes int64) []span {
 	for i := 0; i < len(entries); {
 		first := entries[i].GetOffset()
 		end := first + uint64(entries[i].GetLength())
@@ -181,7 +221,7 @@ func appendSpans(spans []span, g *storagepb.Generation, entries []*storagepb.Foo
 			}
 			end = max(end, eEnd)
 		}
-		spans = append(spans, span{g: g, entries: entries[i:j:j], first: first, end: end})
+		spans = append(spans, span{g: g, blob: name, entries: entries[i:j:j], first: first, end: end})
 		i = j
 	}
 	return spans

@@ -30,6 +30,42 @@ import (
 // So one Reader serves any number of shards, and a caller that follows
 // many shards keeps one cursor per shard.
 
+// cursor is where reads of one shard resume, and what they have seen of
+// it. A read by range resumes after seq. Every read pins the incarnation
+// it first sees live, so that it never mixes a deleted incarnation's
+// records with the next one's (see check).
+type cursor struct {
+	seq         uint64 // the last seq passed: delivered, or skipped by the caller
+	seen        bool   // an incarnation was seen live
+	incarnation uint64
+}
+
+// check checks m, a view a read just took, against the incarnation the
+// cursor reads. A cursor reads one incarnation: the first it sees live. A
+// deleted shard's records are gone, so a read that meets a tombstone or a
+// later incarnation ends with ErrShardDeleted; a follower (follow) that
+// has seen nothing live yet waits for the shard to be written, as it waits
+// for a shard never written (wait).
+func (c *cursor) check(shard string, m *storagepb.Manifest, follow bool) (wait bool, err error) {
+	switch {
+	case c.seen && (m.GetIncarnation() != c.incarnation || m.GetTombstone() != nil):
+		return false, deletedError(shard)
+	case c.seen:
+		return false, nil
+	case m.GetTombstone() != nil && follow:
+		return true, nil
+	case m.GetTombstone() != nil:
+		return false, deletedError(shard)
+	}
+	c.seen, c.incarnation = true, m.GetIncarnation()
+	return false, nil
+}
+
+// deletedError is the error of a read that met a tombstone.
+func deletedError(shard string) error {
+	return fmt.Errorf("shard %q: %w", shard, shardlog.ErrShardDeleted)
+}
+
 // Get returns the record with id in shard. It always reads the current
 // manifest (a conditional GET when cached), so it sees every append
 // acknowledged before it started, by any instance.
@@ -40,7 +76,7 @@ func (r *Reader) Get(ctx context.Context, shard, id string) (*rolloutv1.Record, 
 	var rec *rolloutv1.Record
 	err := r.resolve(ctx, shard, &cursor{}, query{ids: []string{id}, speculate: true}, func(s span, recs [][]byte) error {
 		var err error
-		rec, err = decodeRecord(shard, s.g, s.entries[0], recs[0])
+		rec, err = decodeRecord(s.blob, s.entries[0], recs[0])
 		return err
 	})
 	switch {
@@ -52,11 +88,12 @@ func (r *Reader) Get(ctx context.Context, shard, id string) (*rolloutv1.Record, 
 	return rec, nil
 }
 
-// decodeRecord decodes b, the checked encoding of footer entry e of g.
-func decodeRecord(shard string, g *storagepb.Generation, e *storagepb.FooterEntry, b []byte) (*rolloutv1.Record, error) {
+// decodeRecord decodes b, the checked encoding of footer entry e of the
+// blob named name.
+func decodeRecord(name string, e *storagepb.FooterEntry, b []byte) (*rolloutv1.Record, error) {
 	rec := &rolloutv1.Record{}
 	if err := proto.Unmarshal(b, rec); err != nil {
-		return nil, fmt.Errorf("%w: blob %s: record %q: %w", shardlog.ErrCorrupt, format.KeyOf(g).Blob(shard), e.GetId(), err)
+		return nil, fmt.Errorf("%w: blob %s: record %q: %w", shardlog.ErrCorrupt, name, e.GetId(), err)
 	}
 	return rec, nil
 }
@@ -210,7 +247,7 @@ func (r *Reader) readSpans(ctx context.Context, shard string, q query, next func
 // readSpan reads the bytes of s with one ranged GET. It is the only reader
 // of record bytes in the package.
 func (r *Reader) readSpan(ctx context.Context, shard string, s span) ([]byte, error) {
-	name := format.KeyOf(s.g).Blob(shard)
+	name := s.blob
 	data, _, err := r.store.Get(ctx, name, blob.GetOptions{Offset: int64(s.first), Length: int64(s.end - s.first)})
 	if err != nil {
 		return nil, fmt.Errorf("shard %q: read records from %s: %w", shard, name, err)
@@ -229,7 +266,7 @@ func (r *Reader) checkSpan(ctx context.Context, shard string, s span, res spanRe
 		return nil, res.err
 	}
 	corrupt := func(err error) error {
-		name := format.KeyOf(s.g).Blob(shard)
+		name := s.blob
 		if !classify {
 			return fmt.Errorf("%w: blob %s: %w", shardlog.ErrCorrupt, name, err)
 		}
@@ -271,7 +308,7 @@ func (r *Reader) speculate(ctx context.Context, shard string, c *cursor, q query
 	if !ok {
 		return false, nil, nil
 	}
-	s := span{g: g, entries: []*storagepb.FooterEntry{e}, first: e.GetOffset(), end: e.GetOffset() + uint64(e.GetLength())}
+	s := span{g: g, blob: format.KeyOf(g).Blob(shard), entries: []*storagepb.FooterEntry{e}, first: e.GetOffset(), end: e.GetOffset() + uint64(e.GetLength())}
 	rctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	done := make(chan spanRead, 1)

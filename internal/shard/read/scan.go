@@ -179,7 +179,7 @@ func (s *scanner) deliver(sp span, recs [][]byte) error {
 			}
 			continue
 		}
-		rec, err := decodeRecord(s.shard, sp.g, e, recs[i])
+		rec, err := decodeRecord(sp.blob, e, recs[i])
 		if err != nil {
 			return err
 		}
