@@ -292,33 +292,3 @@ func (w *writer) dropped() {
 		w.log.Warn("shard writer was dropped without Close or Abort; aborted it")
 	}
 }
-
-// fence marks the writer dead: every queued and future append fails with
-// the fence error.
-func (w *writer) fence(err *FencedError) {
-	if w.halt(err, err) {
-		w.log.Warn("shard writer fenced", zap.Uint64("stored_epoch", err.Stored))
-	}
-}
-
-// halt stops the writer for good, in the fenced state: err says why, and
-// every queued and future append fails with queuedErr, since none of them
-// was sent. It reports whether this call stopped it.
-func (w *writer) halt(err, queuedErr error) bool {
-	w.mu.Lock()
-	if !w.toLocked(stateFenced) {
-		w.mu.Unlock()
-		return false
-	}
-	w.fenceErr, w.refuseErr = err, queuedErr
-	close(w.halted)
-	queued := w.takeQueueLocked()
-	w.mu.Unlock()
-	for _, p := range queued {
-		w.settle(p, nil, queuedErr)
-	}
-	w.stopBackground()
-	w.committer.wake()
-	w.checkpointer.wake()
-	return true
-}
