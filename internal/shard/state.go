@@ -15,11 +15,13 @@ import (
 	"github.com/rolloutd/rolloutd/internal/shard/storagepb"
 )
 
-// writer is the state behind a Writer. Three goroutines work on it, each
-// with a state of its own: the committer (committer.go), which alone writes
-// the manifest; the merger (merger.go); and the collector (gc.go). Callers
-// of Append queue work for the committer (append.go). What more than one of
-// them touches is under mu, or in claims, which has its own lock. Lock
+// writer is the state behind a Writer. Four goroutines work on it, each
+// with a state of its own: the committer (committer.go), which creates log
+// positions; the checkpointer (checkpoint.go), which alone writes the
+// manifest after the claim; the merger (merger.go); and the collector
+// (gc.go). Callers of Append queue work for the committer (append.go).
+// What more than one of them touches is under mu, or in claims, which has
+// its own lock. Lock
 // order: claims.mu, then mu (claims.claimLive reads the manifest); nothing
 // takes claims.mu while holding mu.
 type writer struct {
