@@ -31,6 +31,10 @@ type checkpointer struct {
 	once    sync.Once
 	done    chan struct{}
 
+	// It has no lock of its own: the fields above are set by Open, and
+	// what it shares with the committer (ckpt, tail, last, edits, m) is
+	// under writer.mu (state.go).
+	//
 	// Only the checkpointer goroutine touches it: a checkpoint's CAS went
 	// out and its outcome is unknown; the next one re-reads the manifest
 	// first.

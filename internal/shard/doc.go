@@ -120,7 +120,7 @@
 // (committer.go, logcommit.go), the checkpointer (checkpoint.go), the
 // merger (merger.go) and the collector (gc.go). Callers of Append run
 // append.go. What more than one of them touches is in the writer under its
-// mu (writer.go lists the fields), or in the claims on generations that
+// mu (state.go lists the fields), or in the claims on generations that
 // the merger rewrites (claims.go), which have their own lock. The
 // committer creates log positions; only the claim and the checkpointer
 // write the manifest.

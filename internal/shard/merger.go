@@ -23,6 +23,9 @@ import (
 
 // merger is the merger goroutine's state. It reads and writes blobs beside
 // the commit path and hands the committer only its manifest edit (edit.go).
+// It has no lock: its fields are set by Open and its channels are its only
+// state; what it reads of the writer (the manifest, the claims) is under
+// writer.mu (state.go) and claims.mu (claims.go).
 type merger struct {
 	w    *writer
 	kick chan struct{} // wakes it after a commit; capacity 1

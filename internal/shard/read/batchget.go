@@ -77,7 +77,7 @@ func (r *Reader) BatchGet(ctx context.Context, shard string, ids []string, opts 
 	}
 	err := r.resolve(ctx, shard, &cursor{}, q, func(s span, recs [][]byte) error {
 		for i, e := range s.entries {
-			rec, err := decodeRecord(shard, s.g, e, recs[i])
+			rec, err := decodeRecord(s.blob, e, recs[i])
 			if err != nil {
 				return err
 			}

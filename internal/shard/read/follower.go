@@ -28,22 +28,6 @@ func PositionAfter(seq uint64) Position { return Position{cursor{seq: seq}} }
 // Seq is the last seq passed.
 func (p Position) Seq() uint64 { return p.c.seq }
 
-// Records is a run of checked records of one shard, in seq order, read
-// together from one generation of one incarnation. It is immutable and may
-// be shared by any number of followers.
-type Records struct {
-	incarnation uint64
-	s           span
-	recs        [][]byte
-	bytes       int
-}
-
-// Last is the seq of the last record.
-func (r Records) Last() uint64 { return r.s.entries[len(r.s.entries)-1].GetSeq() }
-
-// Bytes is the size of the records' encodings: what holding them costs.
-func (r Records) Bytes() int { return r.bytes }
-
 // ReadNew reads the records of shard after at as a following Scan does,
 // hands them to got one run at a time, and moves at past each run got
 // took. A shard not written yet, or deleted before at saw it live, reads

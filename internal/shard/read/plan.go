@@ -1,129 +1,56 @@
 package read
 
 import (
-	"cmp"
 	"context"
-	"errors"
-	"slices"
 	"sort"
-	"sync"
 
+	"github.com/rolloutd/rolloutd/internal/shard/format"
 	"github.com/rolloutd/rolloutd/internal/shard/shardlog"
 	"github.com/rolloutd/rolloutd/internal/shard/storagepb"
 )
 
-// Planning a read: which ranged GETs fetch the records a query selects,
-// from the view's generations through their filters and indexes.
-
-// spansOfIDs locates q's ids in m and plans the reads of those q takes.
-func (r *Reader) spansOfIDs(ctx context.Context, shard string, m *storagepb.Manifest, q query) ([]span, error) {
-	gens := m.GetGenerations()
-	at, err := r.locateIDs(ctx, shard, gens, q.ids, max(q.parallel, 1))
-	if err != nil {
-		return nil, err
-	}
-	located := make(map[string]*storagepb.FooterEntry, len(at))
-	for id, a := range at {
-		located[id] = a.ByID[id]
-	}
-	take := located
-	if q.take != nil {
-		chosen := q.take(located)
-		take = make(map[string]*storagepb.FooterEntry, len(chosen))
-		for id := range chosen {
-			take[id] = located[id]
-		}
-	}
-	byGen := map[int][]*storagepb.FooterEntry{}
-	for id, e := range take {
-		byGen[at[id].gen] = append(byGen[at[id].gen], e)
-	}
-	var spans []span
-	for i, g := range gens {
-		if es := byGen[i]; es != nil {
-			slices.SortFunc(es, func(a, b *storagepb.FooterEntry) int { return cmp.Compare(a.GetOffset(), b.GetOffset()) })
-			spans = appendSpans(spans, g, es, q.gap, q.readBytes)
-		}
-	}
-	return spans, nil
+// query says which records of a shard a resolve reads.
+type query struct {
+	// all selects every record after the cursor, in seq order.
+	all bool
+	// ids, unless all, selects records by id, each read once however
+	// often it is repeated.
+	ids []string
+	// take, for a read by ids, chooses from the ids located in a view
+	// (with their footer entries) the ones read; nil reads them all. It is
+	// called once for each view read.
+	take func(located map[string]*storagepb.FooterEntry) map[string]bool
+	// speculate sends the ranged GET of the only id beside the manifest
+	// read when the cached view already locates it (Get).
+	speculate bool
+	// follow: a shard not written yet, or deleted before the cursor saw it
+	// live, is waited for (resolve returns having read nothing), not an
+	// error.
+	follow bool
+	// gap: located records of one generation this close to each other are
+	// read with one ranged GET, the bytes between them dropped. A read by
+	// range reads adjacent records together whatever gap says.
+	gap int64
+	// readBytes bounds one ranged GET (a single larger record is read
+	// whole).
+	readBytes int64
+	// parallel bounds the ranged GETs in flight. Above 0 they are sent
+	// ahead of the one being delivered; 0 reads one at a time, in the
+	// caller's goroutine.
+	parallel int
 }
 
-// idAt is where a located id lives: the index of its generation in the
-// view, and that generation's index.
-type idAt struct {
-	gen int
-	*shardlog.Index
+// span is one ranged GET of records of one generation.
+type span struct {
+	g          *storagepb.Generation
+	blob       string                   // g's blob in the shard, named once when the span is planned
+	entries    []*storagepb.FooterEntry // by offset
+	first, end uint64
 }
 
-// locateIDs finds each of ids in gens through their filters and indexes
-// (cached, or read parallel generations at a time), newest generation
-// first, and stops once every id is found: a committed id lives in one
-// live generation.
-func (r *Reader) locateIDs(ctx context.Context, shard string, gens []*storagepb.Generation, ids []string, parallel int) (map[string]idAt, error) {
-	at := make(map[string]idAt, len(ids))
-	wanted := 0
-	for _, id := range ids {
-		if _, dup := at[id]; !dup {
-			at[id] = idAt{gen: -1}
-			wanted++
-		}
-	}
-	for hi := len(gens); hi > 0 && wanted > 0; hi -= parallel {
-		lo := max(0, hi-parallel)
-		idx := make([]*shardlog.Index, hi-lo)
-		errs := make([]error, hi-lo)
-		load := func(i int) {
-			idx[i-lo], errs[i-lo] = r.loadIfHit(ctx, shard, gens[i], at)
-		}
-		if hi-lo == 1 {
-			load(lo)
-		} else {
-			var wg sync.WaitGroup
-			for i := lo; i < hi; i++ {
-				wg.Go(func() { load(i) })
-			}
-			wg.Wait()
-		}
-		if err := errors.Join(errs...); err != nil {
-			return nil, err
-		}
-		for i := hi - 1; i >= lo; i-- {
-			if idx[i-lo] == nil {
-				continue
-			}
-			for id, a := range at {
-				if a.gen >= 0 {
-					continue // found in a newer generation
-				}
-				if _, ok := idx[i-lo].ByID[id]; ok {
-					at[id] = idAt{i, idx[i-lo]}
-					wanted--
-				}
-			}
-		}
-	}
-	for id, a := range at {
-		if a.gen < 0 {
-			delete(at, id)
-		}
-	}
-	return at, nil
-}
-
-// loadIfHit returns g's index when its filter admits an id not found yet,
-// else nil.
-func (r *Reader) loadIfHit(ctx context.Context, shard string, g *storagepb.Generation, at map[string]idAt) (*shardlog.Index, error) {
-	f, err := shardlog.LoadFilter(ctx, r.store, r.cache, shard, g)
-	if err != nil {
-		return nil, err
-	}
-	for id, a := range at {
-		if a.gen < 0 && f.TestString(id) {
-			return shardlog.LoadIndex(ctx, r.store, r.cache, shard, g)
-		}
-	}
-	return nil, nil
-}
+// Planning a read: which ranged GETs fetch the records a query selects.
+// A read by ids first locates them (resolve.go, beside locate); a read by
+// range walks the view's generations in seq order (rangeSpans).
 
 // rangeSpans plans the reads of the records after a seq in a view's
 // generations, in seq order, and loads a generation's index only when its
@@ -156,7 +83,7 @@ func (it *rangeSpans) next(ctx context.Context) (span, bool, error) {
 		if i == len(entries) {
 			continue
 		}
-		it.pending = appendSpans(it.pending, g, entries[i:], it.readBytes, it.readBytes)
+		it.pending = appendSpans(it.pending, g, format.KeyOf(g).Blob(it.shard), entries[i:], it.readBytes, it.readBytes)
 		// The next generation is read after these records, as a cursor
 		// that had delivered them would resume.
 		it.after = entries[len(entries)-1].GetSeq()
@@ -168,7 +95,7 @@ func (it *rangeSpans) next(ctx context.Context) (span, bool, error) {
 
 // appendSpans splits entries of g, by offset, into runs that are at most
 // gap apart and readBytes long, one ranged GET each.
-func appendSpans(spans []span, g *storagepb.Generation, entries []*storagepb.FooterEntry, gap, readBytes int64) []span {
+func appendSpans(spans []span, g *storagepb.Generation, name string, entries []*storagepb.FooterEntry, gap, readBytes int64) []span {
 	for i := 0; i < len(entries); {
 		first := entries[i].GetOffset()
 		end := first + uint64(entries[i].GetLength())
@@ -181,7 +108,7 @@ func appendSpans(spans []span, g *storagepb.Generation, entries []*storagepb.Foo
 			}
 			end = max(end, eEnd)
 		}
-		spans = append(spans, span{g: g, entries: entries[i:j:j], first: first, end: end})
+		spans = append(spans, span{g: g, blob: name, entries: entries[i:j:j], first: first, end: end})
 		i = j
 	}
 	return spans

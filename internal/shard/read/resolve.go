@@ -1,9 +1,11 @@
 package read
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 
 	"google.golang.org/protobuf/proto"
@@ -66,44 +68,6 @@ func deletedError(shard string) error {
 	return fmt.Errorf("shard %q: %w", shard, shardlog.ErrShardDeleted)
 }
 
-// query says which records of a shard a resolve reads.
-type query struct {
-	// all selects every record after the cursor, in seq order.
-	all bool
-	// ids, unless all, selects records by id, each read once however
-	// often it is repeated.
-	ids []string
-	// take, for a read by ids, chooses from the ids located in a view
-	// (with their footer entries) the ones read; nil reads them all. It is
-	// called once for each view read.
-	take func(located map[string]*storagepb.FooterEntry) map[string]bool
-	// speculate sends the ranged GET of the only id beside the manifest
-	// read when the cached view already locates it (Get).
-	speculate bool
-	// follow: a shard not written yet, or deleted before the cursor saw it
-	// live, is waited for (resolve returns having read nothing), not an
-	// error.
-	follow bool
-	// gap: located records of one generation this close to each other are
-	// read with one ranged GET, the bytes between them dropped. A read by
-	// range reads adjacent records together whatever gap says.
-	gap int64
-	// readBytes bounds one ranged GET (a single larger record is read
-	// whole).
-	readBytes int64
-	// parallel bounds the ranged GETs in flight. Above 0 they are sent
-	// ahead of the one being delivered; 0 reads one at a time, in the
-	// caller's goroutine.
-	parallel int
-}
-
-// span is one ranged GET of records of one generation.
-type span struct {
-	g          *storagepb.Generation
-	entries    []*storagepb.FooterEntry // by offset
-	first, end uint64
-}
-
 // Get returns the record with id in shard. It always reads the current
 // manifest (a conditional GET when cached), so it sees every append
 // acknowledged before it started, by any instance.
@@ -114,7 +78,7 @@ func (r *Reader) Get(ctx context.Context, shard, id string) (*rolloutv1.Record, 
 	var rec *rolloutv1.Record
 	err := r.resolve(ctx, shard, &cursor{}, query{ids: []string{id}, speculate: true}, func(s span, recs [][]byte) error {
 		var err error
-		rec, err = decodeRecord(shard, s.g, s.entries[0], recs[0])
+		rec, err = decodeRecord(s.blob, s.entries[0], recs[0])
 		return err
 	})
 	switch {
@@ -126,11 +90,12 @@ func (r *Reader) Get(ctx context.Context, shard, id string) (*rolloutv1.Record, 
 	return rec, nil
 }
 
-// decodeRecord decodes b, the checked encoding of footer entry e of g.
-func decodeRecord(shard string, g *storagepb.Generation, e *storagepb.FooterEntry, b []byte) (*rolloutv1.Record, error) {
+// decodeRecord decodes b, the checked encoding of footer entry e of the
+// blob named name.
+func decodeRecord(name string, e *storagepb.FooterEntry, b []byte) (*rolloutv1.Record, error) {
 	rec := &rolloutv1.Record{}
 	if err := proto.Unmarshal(b, rec); err != nil {
-		return nil, fmt.Errorf("%w: blob %s: record %q: %w", shardlog.ErrCorrupt, format.KeyOf(g).Blob(shard), e.GetId(), err)
+		return nil, fmt.Errorf("%w: blob %s: record %q: %w", shardlog.ErrCorrupt, name, e.GetId(), err)
 	}
 	return rec, nil
 }
@@ -284,7 +249,7 @@ func (r *Reader) readSpans(ctx context.Context, shard string, q query, next func
 // readSpan reads the bytes of s with one ranged GET. It is the only reader
 // of record bytes in the package.
 func (r *Reader) readSpan(ctx context.Context, shard string, s span) ([]byte, error) {
-	name := format.KeyOf(s.g).Blob(shard)
+	name := s.blob
 	data, _, err := r.store.Get(ctx, name, blob.GetOptions{Offset: int64(s.first), Length: int64(s.end - s.first)})
 	if err != nil {
 		return nil, fmt.Errorf("shard %q: read records from %s: %w", shard, name, err)
@@ -303,7 +268,7 @@ func (r *Reader) checkSpan(ctx context.Context, shard string, s span, res spanRe
 		return nil, res.err
 	}
 	corrupt := func(err error) error {
-		name := format.KeyOf(s.g).Blob(shard)
+		name := s.blob
 		if !classify {
 			return fmt.Errorf("%w: blob %s: %w", shardlog.ErrCorrupt, name, err)
 		}
@@ -345,7 +310,7 @@ func (r *Reader) speculate(ctx context.Context, shard string, c *cursor, q query
 	if !ok {
 		return false, nil, nil
 	}
-	s := span{g: g, entries: []*storagepb.FooterEntry{e}, first: e.GetOffset(), end: e.GetOffset() + uint64(e.GetLength())}
+	s := span{g: g, blob: format.KeyOf(g).Blob(shard), entries: []*storagepb.FooterEntry{e}, first: e.GetOffset(), end: e.GetOffset() + uint64(e.GetLength())}
 	rctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	done := make(chan spanRead, 1)
@@ -409,4 +374,117 @@ func lists(m *storagepb.Manifest, g *storagepb.Generation) bool {
 		}
 	}
 	return false
+}
+
+// Locating ids: through the view's generations' filters and indexes,
+// cached (locate, for a speculative Get) or read (spansOfIDs).
+
+// spansOfIDs locates q's ids in m and plans the reads of those q takes.
+func (r *Reader) spansOfIDs(ctx context.Context, shard string, m *storagepb.Manifest, q query) ([]span, error) {
+	gens := m.GetGenerations()
+	at, err := r.locateIDs(ctx, shard, gens, q.ids, max(q.parallel, 1))
+	if err != nil {
+		return nil, err
+	}
+	located := make(map[string]*storagepb.FooterEntry, len(at))
+	for id, a := range at {
+		located[id] = a.ByID[id]
+	}
+	take := located
+	if q.take != nil {
+		chosen := q.take(located)
+		take = make(map[string]*storagepb.FooterEntry, len(chosen))
+		for id := range chosen {
+			take[id] = located[id]
+		}
+	}
+	byGen := map[int][]*storagepb.FooterEntry{}
+	for id, e := range take {
+		byGen[at[id].gen] = append(byGen[at[id].gen], e)
+	}
+	var spans []span
+	for i, g := range gens {
+		if es := byGen[i]; es != nil {
+			slices.SortFunc(es, func(a, b *storagepb.FooterEntry) int { return cmp.Compare(a.GetOffset(), b.GetOffset()) })
+			spans = appendSpans(spans, g, format.KeyOf(g).Blob(shard), es, q.gap, q.readBytes)
+		}
+	}
+	return spans, nil
+}
+
+// idAt is where a located id lives: the index of its generation in the
+// view, and that generation's index.
+type idAt struct {
+	gen int
+	*shardlog.Index
+}
+
+// locateIDs finds each of ids in gens through their filters and indexes
+// (cached, or read parallel generations at a time), newest generation
+// first, and stops once every id is found: a committed id lives in one
+// live generation.
+func (r *Reader) locateIDs(ctx context.Context, shard string, gens []*storagepb.Generation, ids []string, parallel int) (map[string]idAt, error) {
+	at := make(map[string]idAt, len(ids))
+	wanted := 0
+	for _, id := range ids {
+		if _, dup := at[id]; !dup {
+			at[id] = idAt{gen: -1}
+			wanted++
+		}
+	}
+	for hi := len(gens); hi > 0 && wanted > 0; hi -= parallel {
+		lo := max(0, hi-parallel)
+		idx := make([]*shardlog.Index, hi-lo)
+		errs := make([]error, hi-lo)
+		load := func(i int) {
+			idx[i-lo], errs[i-lo] = r.loadIfHit(ctx, shard, gens[i], at)
+		}
+		if hi-lo == 1 {
+			load(lo)
+		} else {
+			var wg sync.WaitGroup
+			for i := lo; i < hi; i++ {
+				wg.Go(func() { load(i) })
+			}
+			wg.Wait()
+		}
+		if err := errors.Join(errs...); err != nil {
+			return nil, err
+		}
+		for i := hi - 1; i >= lo; i-- {
+			if idx[i-lo] == nil {
+				continue
+			}
+			for id, a := range at {
+				if a.gen >= 0 {
+					continue // found in a newer generation
+				}
+				if _, ok := idx[i-lo].ByID[id]; ok {
+					at[id] = idAt{i, idx[i-lo]}
+					wanted--
+				}
+			}
+		}
+	}
+	for id, a := range at {
+		if a.gen < 0 {
+			delete(at, id)
+		}
+	}
+	return at, nil
+}
+
+// loadIfHit returns g's index when its filter admits an id not found yet,
+// else nil.
+func (r *Reader) loadIfHit(ctx context.Context, shard string, g *storagepb.Generation, at map[string]idAt) (*shardlog.Index, error) {
+	f, err := shardlog.LoadFilter(ctx, r.store, r.cache, shard, g)
+	if err != nil {
+		return nil, err
+	}
+	for id, a := range at {
+		if a.gen < 0 && f.TestString(id) {
+			return shardlog.LoadIndex(ctx, r.store, r.cache, shard, g)
+		}
+	}
+	return nil, nil
 }

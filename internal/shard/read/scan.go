@@ -179,7 +179,7 @@ func (s *scanner) deliver(sp span, recs [][]byte) error {
 			}
 			continue
 		}
-		rec, err := decodeRecord(s.shard, sp.g, e, recs[i])
+		rec, err := decodeRecord(sp.blob, e, recs[i])
 		if err != nil {
 			return err
 		}
@@ -266,3 +266,19 @@ func (s *scanner) flush() error {
 	s.sent += n
 	return s.emit(b)
 }
+
+// Records is a run of checked records of one shard, in seq order, read
+// together from one generation of one incarnation. It is immutable and may
+// be shared by any number of followers.
+type Records struct {
+	incarnation uint64
+	s           span
+	recs        [][]byte
+	bytes       int
+}
+
+// Last is the seq of the last record.
+func (r Records) Last() uint64 { return r.s.entries[len(r.s.entries)-1].GetSeq() }
+
+// Bytes is the size of the records' encodings: what holding them costs.
+func (r Records) Bytes() int { return r.bytes }
