@@ -152,23 +152,23 @@ func (o Options) withDefaults() Options {
 	defaults.Positive(&o.RetryBackoff, DefaultRetryBackoff)
 	defaults.Positive(&o.CommitTimeout, DefaultCommitTimeout)
 	defaults.Positive(&o.MaxEpochRecords, DefaultMaxEpochRecords)
-	if o.MergeRun < 2 {
-		o.MergeRun = DefaultMergeRun
-	}
 	defaults.Positive(&o.MergeMaxGenerations, DefaultMergeMaxGenerations)
 	defaults.Positive(&o.MergeAge, DefaultMergeAge)
 	defaults.Positive(&o.MergeTierBytes, DefaultMergeTierBytes)
 	defaults.Positive(&o.MergeMaxBytes, DefaultMergeMaxBytes)
+	defaults.Positive(&o.MergeInterval, DefaultMergeInterval)
+	defaults.Positive(&o.RetireGrace, DefaultRetireGrace)
+	defaults.Positive(&o.CheckpointEvery, DefaultCheckpointEvery)
+	defaults.Positive(&o.CheckpointInterval, DefaultCheckpointInterval)
+	defaults.Positive(&o.OrphanScanInterval, DefaultOrphanScanInterval)
+	if o.MergeRun < 2 {
+		o.MergeRun = DefaultMergeRun
+	}
 	if o.MergeMaxSources < 2 {
 		o.MergeMaxSources = DefaultMergeMaxSources
 	}
 	if o.EditDelay == 0 {
 		o.EditDelay = DefaultEditDelay
 	}
-	defaults.Positive(&o.MergeInterval, DefaultMergeInterval)
-	defaults.Positive(&o.RetireGrace, DefaultRetireGrace)
-	defaults.Positive(&o.CheckpointEvery, DefaultCheckpointEvery)
-	defaults.Positive(&o.CheckpointInterval, DefaultCheckpointInterval)
-	defaults.Positive(&o.OrphanScanInterval, DefaultOrphanScanInterval)
 	return o
 }
