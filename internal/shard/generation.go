@@ -27,24 +27,15 @@ func (w *writer) writeGeneration(ctx context.Context, gen uint64, b *format.Gene
 	if err := w.putWithRetry(ctx, name, l.Data, blob.PutOptions{IfNoneMatch: true, PutID: w.nextPutID()}); err != nil {
 		return nil, fmt.Errorf("write generation %s: %w", name, err)
 	}
-	ref := shardlog.Ref{Shard: w.shard, Key: format.GenKey{Epoch: w.epoch, Number: gen}}
-	w.opts.Cache.AddIndex(ref, shardlog.NewIndex(l.Footer))
-	w.opts.Cache.AddFilter(ref, l.Filter)
-	w.opts.Cache.AddData(ref, l.Data)
-	return &storagepb.Generation{
-		Number:           gen,
-		Epoch:            w.epoch,
-		FirstSeq:         first,
-		LastSeq:          last,
-		Records:          uint32(b.Len()),
-		Bytes:            uint64(len(l.Data)),
-		FooterOffset:     l.FooterOffset,
-		FooterLength:     l.FooterLength,
-		FilterLength:     l.FilterLength,
-		FilterCrc32C:     l.FilterCRC,
-		CreatedUnixNanos: created,
-		Level:            level,
-	}, nil
+	w.opts.Cache.AddLayout(shardlog.Ref{Shard: w.shard, Key: format.GenKey{Epoch: w.epoch, Number: gen}}, l)
+	g := shardlog.LayoutGeneration(l, created)
+	g.Number = gen
+	g.Epoch = w.epoch
+	g.FirstSeq = first
+	g.LastSeq = last
+	g.Records = uint32(b.Len())
+	g.Level = level
+	return g, nil
 }
 
 // putWithRetry retries a put that failed retryably, with the same put id, so

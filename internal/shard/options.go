@@ -7,6 +7,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/rolloutd/rolloutd/internal/clock"
+	"github.com/rolloutd/rolloutd/internal/defaults"
 	"github.com/rolloutd/rolloutd/internal/shard/shardlog"
 )
 
@@ -146,56 +147,28 @@ func (o Options) withDefaults() Options {
 	if o.Cache == nil {
 		o.Cache = NewBlobCache(DefaultCacheBytes)
 	}
-	if o.MaxQueuedBytes <= 0 {
-		o.MaxQueuedBytes = DefaultMaxQueuedBytes
-	}
-	if o.MaxGenerationBytes <= 0 {
-		o.MaxGenerationBytes = DefaultMaxGenerationBytes
-	}
-	if o.RetryBackoff <= 0 {
-		o.RetryBackoff = DefaultRetryBackoff
-	}
-	if o.CommitTimeout <= 0 {
-		o.CommitTimeout = DefaultCommitTimeout
-	}
-	if o.MaxEpochRecords <= 0 {
-		o.MaxEpochRecords = DefaultMaxEpochRecords
-	}
+	defaults.Positive(&o.MaxQueuedBytes, DefaultMaxQueuedBytes)
+	defaults.Positive(&o.MaxGenerationBytes, DefaultMaxGenerationBytes)
+	defaults.Positive(&o.RetryBackoff, DefaultRetryBackoff)
+	defaults.Positive(&o.CommitTimeout, DefaultCommitTimeout)
+	defaults.Positive(&o.MaxEpochRecords, DefaultMaxEpochRecords)
+	defaults.Positive(&o.MergeMaxGenerations, DefaultMergeMaxGenerations)
+	defaults.Positive(&o.MergeAge, DefaultMergeAge)
+	defaults.Positive(&o.MergeTierBytes, DefaultMergeTierBytes)
+	defaults.Positive(&o.MergeMaxBytes, DefaultMergeMaxBytes)
+	defaults.Positive(&o.MergeInterval, DefaultMergeInterval)
+	defaults.Positive(&o.RetireGrace, DefaultRetireGrace)
+	defaults.Positive(&o.CheckpointEvery, DefaultCheckpointEvery)
+	defaults.Positive(&o.CheckpointInterval, DefaultCheckpointInterval)
+	defaults.Positive(&o.OrphanScanInterval, DefaultOrphanScanInterval)
 	if o.MergeRun < 2 {
 		o.MergeRun = DefaultMergeRun
-	}
-	if o.MergeMaxGenerations <= 0 {
-		o.MergeMaxGenerations = DefaultMergeMaxGenerations
-	}
-	if o.MergeAge <= 0 {
-		o.MergeAge = DefaultMergeAge
-	}
-	if o.MergeTierBytes <= 0 {
-		o.MergeTierBytes = DefaultMergeTierBytes
-	}
-	if o.MergeMaxBytes <= 0 {
-		o.MergeMaxBytes = DefaultMergeMaxBytes
 	}
 	if o.MergeMaxSources < 2 {
 		o.MergeMaxSources = DefaultMergeMaxSources
 	}
 	if o.EditDelay == 0 {
 		o.EditDelay = DefaultEditDelay
-	}
-	if o.MergeInterval <= 0 {
-		o.MergeInterval = DefaultMergeInterval
-	}
-	if o.RetireGrace <= 0 {
-		o.RetireGrace = DefaultRetireGrace
-	}
-	if o.CheckpointEvery <= 0 {
-		o.CheckpointEvery = DefaultCheckpointEvery
-	}
-	if o.CheckpointInterval <= 0 {
-		o.CheckpointInterval = DefaultCheckpointInterval
-	}
-	if o.OrphanScanInterval <= 0 {
-		o.OrphanScanInterval = DefaultOrphanScanInterval
 	}
 	return o
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 
 	rolloutv1 "github.com/rolloutd/rolloutd/gen/rollout/v1"
+	"github.com/rolloutd/rolloutd/internal/defaults"
 	"github.com/rolloutd/rolloutd/internal/shard/storagepb"
 )
 
@@ -27,18 +28,10 @@ type BatchGetOptions struct {
 }
 
 func (o BatchGetOptions) withDefaults() BatchGetOptions {
-	if o.MaxBytes <= 0 {
-		o.MaxBytes = 3 << 20
-	}
-	if o.Parallelism <= 0 {
-		o.Parallelism = 8
-	}
-	if o.GapBytes <= 0 {
-		o.GapBytes = 64 << 10
-	}
-	if o.ReadBytes <= 0 {
-		o.ReadBytes = 4 << 20
-	}
+	defaults.Positive(&o.MaxBytes, 3<<20)
+	defaults.Positive(&o.Parallelism, 8)
+	defaults.Positive(&o.GapBytes, 64<<10)
+	defaults.Positive(&o.ReadBytes, 4<<20)
 	return o
 }
 

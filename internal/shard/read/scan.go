@@ -9,6 +9,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	rolloutv1 "github.com/rolloutd/rolloutd/gen/rollout/v1"
+	"github.com/rolloutd/rolloutd/internal/defaults"
 	"github.com/rolloutd/rolloutd/internal/shard/shardlog"
 )
 
@@ -68,15 +69,9 @@ func PollBounds(lo, hi time.Duration) (time.Duration, time.Duration) {
 
 func (o ScanOptions) withDefaults() ScanOptions {
 	o.PollMin, o.PollMax = PollBounds(o.PollMin, o.PollMax)
-	if o.BatchRecords <= 0 {
-		o.BatchRecords = 256
-	}
-	if o.BatchBytes <= 0 {
-		o.BatchBytes = 1 << 20
-	}
-	if o.ReadBytes <= 0 {
-		o.ReadBytes = 4 << 20
-	}
+	defaults.Positive(&o.BatchRecords, 256)
+	defaults.Positive(&o.BatchBytes, 1<<20)
+	defaults.Positive(&o.ReadBytes, 4<<20)
 	return o
 }
 

@@ -142,6 +142,15 @@ func (c *BlobCache) AddFilter(g Ref, f *bloom.BloomFilter) {
 	c.add(cacheKey{gen: g, part: partFilter}, cacheEntry{filter: f, bytes: int64(f.Cap()/8) + 64})
 }
 
+// AddLayout caches the index, id filter and (when small) bytes of g, laid
+// out as l, as its writer knows them: lookups, Gets and merges of a blob
+// just written then start from memory.
+func (c *BlobCache) AddLayout(g Ref, l format.Layout) {
+	c.AddIndex(g, NewIndex(l.Footer))
+	c.AddFilter(g, l.Filter)
+	c.AddData(g, l.Data)
+}
+
 func (c *BlobCache) add(k cacheKey, v cacheEntry) {
 	if v.bytes > c.max {
 		return

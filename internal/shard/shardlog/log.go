@@ -26,17 +26,12 @@ type Entry struct {
 // Fence reports whether the entry is a fence, which holds no records.
 func (e *Entry) Fence() bool { return e.Gen == nil }
 
-// logGeneration is the manifest's descriptor of a log batch laid out as l.
-func logGeneration(position uint64, l format.Layout, created int64) *storagepb.Generation {
-	f := l.Footer
-	n := len(f.GetEntries())
+// LayoutGeneration is the part of the manifest's descriptor of a blob laid
+// out as l that the layout itself fixes, created at created (Unix ns). Log
+// batches and the writer's generations share it; each caller adds where its
+// blob sits and which records it holds.
+func LayoutGeneration(l format.Layout, created int64) *storagepb.Generation {
 	return &storagepb.Generation{
-		Position:         position,
-		PutId:            f.GetPutId(),
-		Epoch:            f.GetEpoch(),
-		FirstSeq:         f.GetEntries()[0].GetSeq(),
-		LastSeq:          f.GetEntries()[n-1].GetSeq(),
-		Records:          uint32(n),
 		Bytes:            uint64(len(l.Data)),
 		FooterOffset:     l.FooterOffset,
 		FooterLength:     l.FooterLength,
@@ -44,6 +39,20 @@ func logGeneration(position uint64, l format.Layout, created int64) *storagepb.G
 		FilterCrc32C:     l.FilterCRC,
 		CreatedUnixNanos: created,
 	}
+}
+
+// logGeneration is the manifest's descriptor of a log batch laid out as l.
+func logGeneration(position uint64, l format.Layout, created int64) *storagepb.Generation {
+	f := l.Footer
+	n := len(f.GetEntries())
+	g := LayoutGeneration(l, created)
+	g.Position = position
+	g.PutId = f.GetPutId()
+	g.Epoch = f.GetEpoch()
+	g.FirstSeq = f.GetEntries()[0].GetSeq()
+	g.LastSeq = f.GetEntries()[n-1].GetSeq()
+	g.Records = uint32(n)
+	return g
 }
 
 // EntryOf describes the log entry laid out as l at position, and caches a
@@ -59,10 +68,7 @@ func EntryOf(cache *BlobCache, shard string, position uint64, l format.Layout, c
 		created = c
 	}
 	e.Gen = logGeneration(position, l, created)
-	ref := RefOf(shard, e.Gen)
-	cache.AddIndex(ref, NewIndex(f))
-	cache.AddFilter(ref, l.Filter)
-	cache.AddData(ref, l.Data)
+	cache.AddLayout(RefOf(shard, e.Gen), l)
 	return e
 }
 
