@@ -43,6 +43,7 @@ type matcher struct {
 	intercept func(context.Context, Call) error
 	land      func(Call)
 	counter   *Counter
+	answer    func(Call) ([]byte, blob.Attrs, error)
 }
 
 // take reports whether c is one of the calls m selects, counting it.
@@ -124,6 +125,29 @@ func (s *Store) Fail(m Match, err error) (remove func()) {
 // store.
 func (s *Store) OnLanded(m Match, f func(c Call)) (remove func()) {
 	return s.register(&s.landed, &matcher{Match: m, land: f})
+}
+
+// AnswerGet answers the Gets m selects with what f returns, in place of
+// the inner store: after the interceptors and the rules, and before
+// OnLanded, which sees f's error as the store's. It serves what a store
+// could have said but this one cannot be made to hold, such as a stale
+// manifest read after a newer one was written. Only the first AnswerGet
+// that selects a Get answers it.
+func (s *Store) AnswerGet(m Match, f func(c Call) ([]byte, blob.Attrs, error)) (remove func()) {
+	return s.register(&s.answers, &matcher{Match: m, answer: f})
+}
+
+// answerer returns the f of the first AnswerGet that selects c, or nil to
+// ask the inner store.
+func (s *Store) answerer(c Call) func(Call) ([]byte, blob.Attrs, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, m := range s.answers {
+		if m.take(c) {
+			return m.answer
+		}
+	}
+	return nil
 }
 
 // listed is what a List page holds, for Call.Listed.

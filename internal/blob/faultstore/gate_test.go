@@ -307,3 +307,40 @@ func TestOnLandedList(t *testing.T) {
 		t.Errorf("landed %v, want %s", got, want)
 	}
 }
+
+// AnswerGet serves the Gets it selects without the inner store, and lets
+// the rest through; OnLanded sees the answered ones as landed.
+func TestAnswerGet(t *testing.T) {
+	s, ctx := newStore(t, 1)
+	if _, err := s.Put(ctx, "a/_manifest", []byte("new"), blob.PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	var landed []string
+	s.OnLanded(faultstore.Match{Ops: []faultstore.Op{faultstore.OpGet}}, func(c faultstore.Call) { landed = append(landed, c.Name) })
+	s.AnswerGet(faultstore.Match{Suffix: "/_manifest", Count: 2}, func(c faultstore.Call) ([]byte, blob.Attrs, error) {
+		return []byte("old"), blob.Attrs{Name: c.Name, ETag: "old"}, nil
+	})
+	var got []string
+	for range 3 {
+		data, a, err := s.Get(ctx, "a/_manifest", blob.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, string(data)+"/"+fmt.Sprint(a.ETag == "old"))
+	}
+	if want := "[old/true old/true new/false]"; fmt.Sprint(got) != want {
+		t.Errorf("Gets: %v, want %s (two answered, then the store's)", got, want)
+	}
+	if len(landed) != 3 {
+		t.Errorf("OnLanded saw %v, want all three", landed)
+	}
+	fail := errors.New("boom")
+	remove := s.AnswerGet(faultstore.Match{Prefix: "b/"}, func(faultstore.Call) ([]byte, blob.Attrs, error) { return nil, blob.Attrs{}, fail })
+	if _, _, err := s.Get(ctx, "b/x", blob.GetOptions{}); !errors.Is(err, fail) {
+		t.Errorf("answered error: %v, want %v", err, fail)
+	}
+	remove()
+	if _, _, err := s.Get(ctx, "b/x", blob.GetOptions{}); !errors.Is(err, blob.ErrNotFound) {
+		t.Errorf("Get after remove: %v, want the store's ErrNotFound", err)
+	}
+}
