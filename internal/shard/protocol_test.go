@@ -415,32 +415,20 @@ func TestReaderTellsALateFenceFromTheListedBatch(t *testing.T) {
 	// A reader whose manifest reads (the first and the confirming one)
 	// both happened before the merge's checkpoint: it reads position 1
 	// after GC and the late fence.
-	stale := &staleManifests{Store: store, old: old, n: 2}
+	stale := staleManifests(store, old, 2)
 	got, err = NewReader(stale, ReaderOptions{}).Get(ctx, "s", "x")
 	if err != nil || got.GetSeq() != rs[0].Seq {
 		t.Fatalf("Get(x) on a manifest that lists the collected batch: %v, %v; want seq %d", got, err, rs[0].Seq)
 	}
 }
 
-// staleManifests serves old as the manifest to the first n reads.
-type staleManifests struct {
-	blob.Store
-	mu  sync.Mutex
-	old []byte
-	n   int
-}
-
-func (s *staleManifests) Get(ctx context.Context, name string, opts blob.GetOptions) ([]byte, blob.Attrs, error) {
-	s.mu.Lock()
-	serve := strings.HasSuffix(name, "/_manifest") && s.n > 0
-	if serve {
-		s.n--
-	}
-	s.mu.Unlock()
-	if serve {
-		return s.old, blob.Attrs{Name: name, Size: int64(len(s.old)), ETag: "old"}, nil
-	}
-	return s.Store.Get(ctx, name, opts)
+// staleManifests serves old as the manifest to the first n (> 0) reads.
+func staleManifests(inner blob.Store, old []byte, n int) *faultstore.Store {
+	s := faultstore.New(inner, 1)
+	s.AnswerGet(faultstore.Match{Suffix: "/_manifest", Count: n}, func(c faultstore.Call) ([]byte, blob.Attrs, error) {
+		return old, blob.Attrs{Name: c.Name, Size: int64(len(old)), ETag: "old"}, nil
+	})
+	return s
 }
 
 // Under protocol v2 a delete claims and fences the log like a writer: the
