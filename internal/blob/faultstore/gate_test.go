@@ -344,3 +344,37 @@ func TestAnswerGet(t *testing.T) {
 		t.Errorf("Get after remove: %v, want the store's ErrNotFound", err)
 	}
 }
+
+// With LandsLate, a held put whose sender gives up answers
+// ErrOutcomeUnknown, and lands when the gate is released, before Release
+// returns; a failed gate drops it.
+func TestHoldLandsLate(t *testing.T) {
+	for _, release := range []bool{true, false} {
+		s, ctx := newStore(t, 1)
+		g := s.Hold(faultstore.Match{Ops: puts}, faultstore.LandsLate)
+		pctx, cancel := context.WithCancel(ctx)
+		done := putAll(pctx, s, "late")
+		if _, err := g.Wait(ctx); err != nil {
+			t.Fatal(err)
+		}
+		cancel()
+		if err := (<-done)["late"]; !errors.Is(err, blob.ErrOutcomeUnknown) || !errors.Is(err, context.Canceled) {
+			t.Fatalf("the put whose sender gave up: %v, want ErrOutcomeUnknown", err)
+		}
+		if _, err := s.Head(ctx, "late"); !errors.Is(err, blob.ErrNotFound) {
+			t.Fatalf("before the release: %v, want not landed", err)
+		}
+		if release {
+			g.Release()
+		} else {
+			g.Fail(nil)
+		}
+		data, _, err := s.Get(ctx, "late", blob.GetOptions{})
+		if release && (err != nil || string(data) != "late") {
+			t.Errorf("after Release: %q, %v; want it landed", data, err)
+		}
+		if !release && !errors.Is(err, blob.ErrNotFound) {
+			t.Errorf("after Fail: %q, %v; want it dropped", data, err)
+		}
+	}
+}
