@@ -172,7 +172,7 @@ func TestReadsTellALateFenceFromACachedBatch(t *testing.T) {
 			store, cache, old, seq := lateFenceAfterCollect(t)
 			// Both manifest reads of the view (the first and the
 			// confirming one) return the manifest that lists the batch.
-			r := NewReader(&staleManifests{Store: store, old: old, n: 2}, ReaderOptions{Cache: cache})
+			r := NewReader(staleManifests(store, old, 2), ReaderOptions{Cache: cache})
 			got, err := tc.read(context.Background(), r)
 			if err != nil || got != seq {
 				t.Fatalf("%s(x) with a late fence where its cached batch was: seq %d, %v; want seq %d", tc.name, got, err, seq)

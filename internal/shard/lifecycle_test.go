@@ -18,14 +18,14 @@ import (
 // released; with faultstore.Deaf a held put is deaf to its context too, as
 // a hung connection without a deadline would be.
 type gate struct {
-	*faultstore.Store
+	store *faultstore.Store
 	*faultstore.Gate
 }
 
 func newGate(inner blob.Store, opts ...faultstore.HoldOption) *gate {
 	s := faultstore.New(inner, 1)
 	notManifest := func(c faultstore.Call) bool { return !strings.HasSuffix(c.Name, "/_manifest") }
-	return &gate{Store: s, Gate: s.Hold(faultstore.Match{Ops: []faultstore.Op{faultstore.OpPut}, If: notManifest}, opts...)}
+	return &gate{store: s, Gate: s.Hold(faultstore.Match{Ops: []faultstore.Op{faultstore.OpPut}, If: notManifest}, opts...)}
 }
 
 func (w *writer) currentState() state {
@@ -55,12 +55,11 @@ func TestStateMachineAnswers(t *testing.T) {
 	}
 	for _, tc := range []struct {
 		state state
-		setup func(t *testing.T, s blob.Store, w *Writer) (cleanup func())
+		setup func(t *testing.T, g *gate, w *Writer) (cleanup func())
 		want  answers
 	}{
 		{stateOpen, nil, answers{nil, nil, nil, stateAborted}},
-		{stateClosing, func(t *testing.T, s blob.Store, w *Writer) func() {
-			g := s.(*gate)
+		{stateClosing, func(t *testing.T, g *gate, w *Writer) func() {
 			var wg sync.WaitGroup
 			wg.Go(func() { _, _ = w.Append(context.Background(), entries(t, "queued")) })
 			<-g.Reached()
@@ -68,18 +67,18 @@ func TestStateMachineAnswers(t *testing.T) {
 			waitState(t, w, stateClosing)
 			return func() { g.Release(); wg.Wait() }
 		}, answers{ErrClosed, ErrClosed, ErrClosed, stateAborted}},
-		{stateClosed, func(t *testing.T, _ blob.Store, w *Writer) func() {
+		{stateClosed, func(t *testing.T, _ *gate, w *Writer) func() {
 			if err := w.Close(context.Background()); err != nil {
 				t.Fatal(err)
 			}
 			return nil
 		}, answers{ErrClosed, ErrClosed, ErrClosed, stateClosed}},
-		{stateAborted, func(t *testing.T, _ blob.Store, w *Writer) func() {
+		{stateAborted, func(t *testing.T, _ *gate, w *Writer) func() {
 			w.Abort()
 			return nil
 		}, answers{ErrAborted, ErrAborted, ErrAborted, stateAborted}},
-		{stateFenced, func(t *testing.T, s blob.Store, w *Writer) func() {
-			other := open(t, s.(*gate).Inner(), "s")
+		{stateFenced, func(t *testing.T, g *gate, w *Writer) func() {
+			other := open(t, g.store.Inner(), "s")
 			if _, err := w.Append(context.Background(), entries(t, "late")); !errors.Is(err, ErrFenced) {
 				t.Fatalf("append after another writer's claim: %v, want ErrFenced", err)
 			}
@@ -91,7 +90,7 @@ func TestStateMachineAnswers(t *testing.T) {
 			if tc.state != stateClosing {
 				g.Release()
 			}
-			w := open(t, g, "s")
+			w := open(t, g.store, "s")
 			if tc.setup != nil {
 				if cleanup := tc.setup(t, g, w); cleanup != nil {
 					defer cleanup()
@@ -127,7 +126,7 @@ func TestStateMachineAnswers(t *testing.T) {
 // told it was the second.
 func TestSecondCloseWaitsForTheFirst(t *testing.T) {
 	g := newGate(memstore.New())
-	w := open(t, g, "s")
+	w := open(t, g.store, "s")
 	var wg sync.WaitGroup
 	var appendErr, firstErr, secondErr error
 	wg.Go(func() { _, appendErr = w.Append(context.Background(), entries(t, "queued")) })
@@ -155,7 +154,7 @@ func TestSecondCloseWaitsForTheFirst(t *testing.T) {
 // and that Close reports it: it did not flush.
 func TestCloseOvertakenByAbortReportsAborted(t *testing.T) {
 	g := newGate(memstore.New())
-	w := open(t, g, "s")
+	w := open(t, g.store, "s")
 	var wg sync.WaitGroup
 	var sentErr, queuedErr, closeErr error
 	wg.Go(func() { _, sentErr = w.Append(context.Background(), entries(t, "sent")) })
@@ -182,7 +181,7 @@ func TestCloseOvertakenByAbortReportsAborted(t *testing.T) {
 		t.Errorf("append queued behind the held create when aborted: %v, want ErrAborted", queuedErr)
 	}
 	g.Release()
-	if n := countRecords(t, g.Store, "s")["queued"]; n != 0 {
+	if n := countRecords(t, g.store, "s")["queued"]; n != 0 {
 		t.Errorf("the append told ErrAborted is stored %d times", n)
 	}
 }
@@ -191,7 +190,7 @@ func TestCloseOvertakenByAbortReportsAborted(t *testing.T) {
 // goroutines, even when a store call ignores its context.
 func TestDroppedCleanupDoesNotWait(t *testing.T) {
 	g := newGate(memstore.New(), faultstore.Deaf)
-	w := open(t, g, "s")
+	w := open(t, g.store, "s")
 	appended := make(chan error, 1)
 	go func() {
 		_, err := w.Append(context.Background(), entries(t, "x"))
@@ -223,7 +222,7 @@ func TestDroppedCleanupDoesNotWait(t *testing.T) {
 // the handle only for that call (`return w.Close(ctx)`).
 func TestHandleIsNotDroppedWhileItsCallsRun(t *testing.T) {
 	g := newGate(memstore.New())
-	w, err := Open(context.Background(), g, "s", testOptions(t))
+	w, err := Open(context.Background(), g.store, "s", testOptions(t))
 	if err != nil {
 		t.Fatal(err)
 	}

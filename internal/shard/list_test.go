@@ -19,14 +19,14 @@ import (
 // listRecorder is a store that records every name a listing sends to the
 // store or gets back from it.
 type listRecorder struct {
-	*faultstore.Store
+	store   *faultstore.Store
 	mu      sync.Mutex
 	touched []string
 }
 
 func newListRecorder(inner blob.Store) *listRecorder {
-	r := &listRecorder{Store: faultstore.New(inner, 1)}
-	r.OnLanded(faultstore.Match{Ops: []faultstore.Op{faultstore.OpList}}, func(c faultstore.Call) {
+	r := &listRecorder{store: faultstore.New(inner, 1)}
+	r.store.OnLanded(faultstore.Match{Ops: []faultstore.Op{faultstore.OpList}}, func(c faultstore.Call) {
 		r.note(c.Name)
 		r.note(c.Listed...)
 	})
@@ -73,7 +73,7 @@ func TestListStaysInGrants(t *testing.T) {
 			for g := range 7 {
 				names = append(names, format.GenerationName("team-a", 1, uint64(g+1)))
 			}
-			putAll(t, rec.Store, names)
+			putAll(t, rec.store, names)
 			opts := ListOptions{Grants: []string{"team-c/x", "team-a"}, Caller: "uri:team-a"}
 			for _, size := range []int{1, 2, 3, 100} {
 				rec.touched = nil
@@ -81,7 +81,7 @@ func TestListStaysInGrants(t *testing.T) {
 				opts.Token = ""
 				for pages := 0; ; pages++ {
 					opts.Max = size
-					p, err := List(ctx, rec, opts)
+					p, err := List(ctx, rec.store, opts)
 					if err != nil {
 						t.Fatalf("page size %d, page %d: %v", size, pages, err)
 					}
@@ -148,8 +148,8 @@ func TestListRefusesForeignTokens(t *testing.T) {
 // No list grant lists nothing and touches nothing.
 func TestListWithoutGrants(t *testing.T) {
 	rec := newListRecorder(memstore.New())
-	putAll(t, rec.Store, []string{format.ManifestName("team-b/s")})
-	p, err := List(context.Background(), rec, ListOptions{Caller: "uri:a"})
+	putAll(t, rec.store, []string{format.ManifestName("team-b/s")})
+	p, err := List(context.Background(), rec.store, ListOptions{Caller: "uri:a"})
 	if err != nil || len(p.Shards) != 0 || p.Next != "" || len(rec.touched) != 0 {
 		t.Fatalf("listing without grants = %+v, %v, touched %q", p, err, rec.touched)
 	}

@@ -10,37 +10,19 @@ import (
 	"time"
 
 	"github.com/rolloutd/rolloutd/internal/blob"
+	"github.com/rolloutd/rolloutd/internal/blob/faultstore"
 	"github.com/rolloutd/rolloutd/internal/blob/memstore"
 )
 
-// commitHook holds the creates of log positions (the commits) while hold
-// is set, and runs afterCommit after every one that landed. Only the
-// committer creates positions once the writer is open, so afterCommit runs
-// on that goroutine alone; the checkpointer's manifest CASes pass through.
-type commitHook struct {
-	blob.Store
-	mu          sync.Mutex
-	hold        chan struct{}
-	afterCommit func()
-}
+// logCreates selects the creates of log positions (the commits): only the
+// committer creates positions once the writer is open, so watchers of them
+// run on that goroutine alone; the checkpointer's manifest CASes pass.
+var logCreates = faultstore.Match{Ops: []faultstore.Op{faultstore.OpPut}, If: func(c faultstore.Call) bool { return strings.Contains(c.Name, "/_l/") }}
 
-func (s *commitHook) Put(ctx context.Context, name string, data []byte, opts blob.PutOptions) (blob.Attrs, error) {
-	s.mu.Lock()
-	hold := s.hold
-	s.mu.Unlock()
-	commit := strings.Contains(name, "/_l/")
-	if commit && hold != nil {
-		<-hold
-	}
-	attrs, err := s.Store.Put(ctx, name, data, opts)
-	// Read after the hold: a commit held while afterCommit was set counts.
-	s.mu.Lock()
-	after := s.afterCommit
-	s.mu.Unlock()
-	if commit && err == nil && after != nil {
-		after()
-	}
-	return attrs, err
+// nth returns m narrowed to its n-th call (0 the first).
+func nth(m faultstore.Match, n int) faultstore.Match {
+	m.Skip, m.Count = n, 1
+	return m
 }
 
 // W appends [x, y] while P's append of x is queued: W's y commits, and W
@@ -48,12 +30,10 @@ func (s *commitHook) Put(ctx context.Context, name string, data []byte, opts blo
 // told its append was not stored: y is. Before, W tried again on its own,
 // its context ended meanwhile, and it heard "not sent".
 func TestAppendPartlyCommittedIsOutcomeUnknown(t *testing.T) {
-	s := &commitHook{Store: memstore.New()}
+	s := faultstore.New(memstore.New(), 1)
 	w := open(t, s, "s")
-	hold := make(chan struct{})
-	s.mu.Lock()
-	s.hold = hold
-	s.mu.Unlock()
+	hold := s.Hold(logCreates, faultstore.Deaf)
+	t.Cleanup(hold.Release)
 
 	var wg sync.WaitGroup
 	wg.Go(func() { _, _ = w.Append(context.Background(), entries(t, "z")) }) // held in its put
@@ -71,19 +51,19 @@ func TestAppendPartlyCommittedIsOutcomeUnknown(t *testing.T) {
 	if err := <-pDone; err == nil || errors.Is(err, ErrOutcomeUnknown) {
 		t.Fatalf("P, withdrawn while queued: %v, want not sent", err)
 	}
-	s.mu.Lock()
 	commits := 0
-	s.afterCommit = func() { // the held commit, then y's: W gives up just as y commits
+	s.OnLanded(logCreates, func(c faultstore.Call) { // the held commit, then y's: W gives up just as y commits
+		if c.Err != nil {
+			return
+		}
 		if commits++; commits == 2 {
 			cancelW()
 		}
-	}
-	s.hold = nil
-	s.mu.Unlock()
-	close(hold)
+	})
+	hold.Release()
 	wg.Wait()
 
-	if n := countRecords(t, s.Store, "s")["y"]; n != 1 {
+	if n := countRecords(t, s, "s")["y"]; n != 1 {
 		t.Fatalf("y stored %d times; the test did not set up what it meant to", n)
 	}
 	if !errors.Is(wErr, ErrOutcomeUnknown) {
@@ -109,48 +89,13 @@ func waitTaken(t *testing.T, w *Writer) {
 	}
 }
 
-// genScript holds or fails log creates in turn: the n-th create does
-// steps[n] ("hold" until release is closed, "fail", or pass).
-type genScript struct {
-	blob.Store
-	mu      sync.Mutex
-	n       int
-	steps   []string
-	held    chan struct{} // closed when a put is held
-	release chan struct{}
-}
-
-func newGenScript(inner blob.Store, steps ...string) *genScript {
-	return &genScript{Store: inner, steps: steps, held: make(chan struct{}), release: make(chan struct{})}
-}
-
-func (s *genScript) Put(ctx context.Context, name string, data []byte, opts blob.PutOptions) (blob.Attrs, error) {
-	if !strings.HasSuffix(name, "/_manifest") {
-		s.mu.Lock()
-		step := ""
-		if s.n < len(s.steps) {
-			step = s.steps[s.n]
-		}
-		s.n++
-		s.mu.Unlock()
-		switch step {
-		case "hold":
-			close(s.held)
-			<-s.release
-		case "fail":
-			// Refused before it was applied, and not retried: this
-			// commit certainly stored nothing.
-			return blob.Attrs{}, fmt.Errorf("test: log create refused: %w", blob.ErrNoSpace)
-		}
-	}
-	return s.Store.Put(ctx, name, data, opts)
-}
-
 // W appends [x, z] while P's append of x is in flight, and W's own z is
 // refused (backpressure): x may still land through P, so W must not hear
 // that nothing of its append is stored.
 func TestOwnFailureWhileASharedIDMayLandIsOutcomeUnknown(t *testing.T) {
-	s := newGenScript(memstore.New(), "hold")
+	s := faultstore.New(memstore.New(), 1)
+	held := s.Hold(nth(logCreates, 0), faultstore.Deaf)
+	t.Cleanup(held.Release)
 	opts := testOptions(t)
 	opts.MaxQueuedBytes = 1 // anything more than what is in flight is refused
 	w, err := Open(context.Background(), s, "s", opts)
@@ -160,9 +105,9 @@ func TestOwnFailureWhileASharedIDMayLandIsOutcomeUnknown(t *testing.T) {
 	defer w.Abort()
 	pDone := make(chan error, 1)
 	go func() { _, err := w.Append(context.Background(), entries(t, "x")); pDone <- err }()
-	<-s.held
+	<-held.Reached()
 	_, wErr := w.Append(context.Background(), entries(t, "x", "z"))
-	close(s.release)
+	held.Release()
 	if err := <-pDone; err != nil {
 		t.Fatalf("P: %v", err)
 	}
@@ -174,7 +119,12 @@ func TestOwnFailureWhileASharedIDMayLandIsOutcomeUnknown(t *testing.T) {
 // W = [y, x] waits for P2's y (committed) and P1's x (whose commit fails):
 // y is stored, so W's answer must not say nothing was.
 func TestSharedSuccessThenSharedFailureIsOutcomeUnknown(t *testing.T) {
-	s := newGenScript(memstore.New(), "hold", "fail")
+	s := faultstore.New(memstore.New(), 1)
+	held := s.Hold(nth(logCreates, 0), faultstore.Deaf)
+	t.Cleanup(held.Release)
+	// Refused before it was applied, and not retried: this commit
+	// certainly stored nothing.
+	s.Fail(nth(logCreates, 1), fmt.Errorf("test: log create refused: %w", blob.ErrNoSpace))
 	opts := testOptions(t)
 	opts.RetryBackoff = time.Millisecond
 	w, err := Open(context.Background(), s, "s", opts)
@@ -184,7 +134,7 @@ func TestSharedSuccessThenSharedFailureIsOutcomeUnknown(t *testing.T) {
 	defer w.Abort()
 	var wg sync.WaitGroup
 	wg.Go(func() { _, _ = w.Append(context.Background(), entries(t, "y")) }) // P2, held
-	<-s.held
+	<-held.Reached()
 	wg.Go(func() { _, _ = w.Append(context.Background(), entries(t, "x")) }) // P1, queued
 	waitQueue(t, w, 1)
 	wDone := make(chan error, 1)
@@ -200,10 +150,10 @@ func TestSharedSuccessThenSharedFailureIsOutcomeUnknown(t *testing.T) {
 		time.Sleep(time.Millisecond)
 	}
 	time.Sleep(10 * time.Millisecond) // W is now waiting on both
-	close(s.release)
+	held.Release()
 	wg.Wait()
 	err = <-wDone
-	if n := countRecords(t, s.Store, "s")["y"]; n != 1 {
+	if n := countRecords(t, s, "s")["y"]; n != 1 {
 		t.Fatalf("y stored %d times; the test did not set up what it meant to", n)
 	}
 	if !errors.Is(err, ErrOutcomeUnknown) {

@@ -47,7 +47,7 @@ func TestStaleWriterWithAFrozenClock(t *testing.T) {
 	l := newLedger()
 	start := time.Unix(1_700_000_000, 0)
 	clockA, clockB := clock.NewFake(start), clock.NewFake(start)
-	a, err := Open(ctx, gate, "s", pausedOptions(t, clockA))
+	a, err := Open(ctx, gate.s, "s", pausedOptions(t, clockA))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -74,7 +74,7 @@ func TestStaleWriterWithAFrozenClock(t *testing.T) {
 		}
 		staleErr <- err
 	}()
-	held := <-gate.held
+	held := gate.held(t)
 	pos, ok := format.ParseLogName("s", held)
 	if !ok {
 		t.Fatalf("held create of %s, not a log position", held)
@@ -82,7 +82,7 @@ func TestStaleWriterWithAFrozenClock(t *testing.T) {
 	checkpointsA := a.Stats().Checkpoints
 
 	// B takes over and works on its own clock.
-	b, err := Open(ctx, gate, "s", pausedOptions(t, clockB))
+	b, err := Open(ctx, gate.s, "s", pausedOptions(t, clockB))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -91,7 +91,7 @@ func TestStaleWriterWithAFrozenClock(t *testing.T) {
 		l.add(t, appendIDs(t, b, fmt.Sprint("b", i)))
 	}
 	collected := func(q uint64) bool {
-		e, err := shardlog.ReadEntry(ctx, gate.Store, NewBlobCache(1<<20), "s", q, 0)
+		e, err := shardlog.ReadEntry(ctx, gate.s.Inner(), NewBlobCache(1<<20), "s", q, 0)
 		if errors.Is(err, blob.ErrNotFound) {
 			return true
 		}
@@ -134,10 +134,10 @@ func TestStaleWriterWithAFrozenClock(t *testing.T) {
 		}
 	}
 	a.Abort()
-	l.verify(t, gate.Store, "s")
+	l.verify(t, gate.s.Inner(), "s")
 
 	// A writer that takes over afterwards inherits every acked record once.
-	c, err := Open(ctx, gate.Store, "s", testOptions(t))
+	c, err := Open(ctx, gate.s.Inner(), "s", testOptions(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -151,5 +151,5 @@ func TestStaleWriterWithAFrozenClock(t *testing.T) {
 		t.Fatalf("resend of a0, b0 and the stale append to a later writer: %+v; want the first two present, stale stored now", rs)
 	}
 	l.add(t, rs[2:])
-	l.verify(t, gate.Store, "s")
+	l.verify(t, gate.s.Inner(), "s")
 }

@@ -18,60 +18,42 @@ import (
 
 // Tests of protocol v2 (commit by create), issue 21 sections 3-6.
 
-// logGate holds the creates of log positions made by the writers it is
-// armed for: a held create waits, unsent, until released. It pauses one
-// writer exactly where its create would go out, with no sleeps.
+// logGate holds the creates of log positions made by the writer it is
+// armed for: a held create waits, unsent, until released, and one whose
+// sender gives up meanwhile lands then, as a request on the wire does. It
+// pauses one writer exactly where its create would go out, with no sleeps.
 type logGate struct {
-	blob.Store
-	mu      sync.Mutex
-	holdFor map[string]bool // writer ids whose log creates are held
-	held    chan string     // receives the name of each held create
-	release chan struct{}   // closed to let every held create go out
-	// manifestHoldFor holds the manifest puts of these writers, the same way.
-	manifestHoldFor map[string]bool
-	// late are held creates whose caller gave up: they land on release.
-	late sync.WaitGroup
+	s    *faultstore.Store
+	gate *faultstore.Gate
 }
 
 func newLogGate(inner blob.Store) *logGate {
-	return &logGate{Store: inner, holdFor: map[string]bool{}, manifestHoldFor: map[string]bool{}, held: make(chan string, 16), release: make(chan struct{})}
-}
-
-func (g *logGate) Put(ctx context.Context, name string, data []byte, opts blob.PutOptions) (blob.Attrs, error) {
-	writer, _, _ := strings.Cut(opts.PutID, "-")
-	g.mu.Lock()
-	hold := (strings.Contains(name, "/_l/") && g.holdFor[writer]) || (strings.HasSuffix(name, "/_manifest") && g.manifestHoldFor[writer])
-	release := g.release
-	g.mu.Unlock()
-	if hold {
-		g.held <- name
-		select {
-		case <-release:
-		case <-ctx.Done():
-			// The request is on the wire: it lands when released, after its
-			// sender gave up on it.
-			g.late.Go(func() {
-				<-release
-				_, _ = g.Store.Put(context.Background(), name, data, opts)
-			})
-			return blob.Attrs{}, fmt.Errorf("held create abandoned: %w", blob.ErrOutcomeUnknown)
-		}
-	}
-	return g.Store.Put(ctx, name, data, opts)
+	return &logGate{s: faultstore.New(inner, 1)}
 }
 
 func (g *logGate) holdLog(w *Writer) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	g.holdFor[w.w.id] = true
+	id := w.w.id
+	g.gate = g.s.Hold(faultstore.Match{Ops: []faultstore.Op{faultstore.OpPut}, If: func(c faultstore.Call) bool {
+		writer, _, _ := strings.Cut(c.PutOpts.PutID, "-")
+		return strings.Contains(c.Name, "/_l/") && writer == id
+	}}, faultstore.LandsLate)
 }
 
-func (g *logGate) open() {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	close(g.release)
-	g.holdFor, g.manifestHoldFor = map[string]bool{}, map[string]bool{}
+// held returns the name of the next held create.
+func (g *logGate) held(t *testing.T) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	c, err := g.gate.Wait(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c.Name
 }
+
+// open lets the held creates go out, and those whose senders gave up land,
+// before it returns.
+func (g *logGate) open() { g.gate.Release() }
 
 // logEntries reads every log entry of the shard that storage holds.
 func logEntries(t *testing.T, store blob.Store, shard string) map[uint64]*shardlog.Entry {
@@ -114,7 +96,7 @@ func TestStaleWriterAfterGCFindsTheFenceKept(t *testing.T) {
 	gate := newLogGate(memstore.New())
 	ctx := context.Background()
 	l := newLedger()
-	a := open(t, gate, "s")
+	a := open(t, gate.s, "s")
 	rs, err := a.Append(ctx, entries(t, "a0"))
 	if err != nil {
 		t.Fatal(err)
@@ -131,16 +113,16 @@ func TestStaleWriterAfterGCFindsTheFenceKept(t *testing.T) {
 		}
 		staleErr <- err
 	}()
-	pos := <-gate.held // position 2, not yet sent
+	pos := gate.held(t) // position 2, not yet sent
 
 	// B takes over: its fence lands at the position A's create is for.
 	opts := collectingOptions(t)
-	b, err := Open(ctx, gate, "s", opts)
+	b, err := Open(ctx, gate.s, "s", opts)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer b.Abort()
-	if got := fences(logEntries(t, gate.Store, "s")); len(got) != 1 || format.LogName("s", got[0]) != pos {
+	if got := fences(logEntries(t, gate.s.Inner(), "s")); len(got) != 1 || format.LogName("s", got[0]) != pos {
 		t.Fatalf("fences %v after the takeover, want one at %s", got, pos)
 	}
 	// B commits, checkpoints, merges, and GC collects the positions the
@@ -152,7 +134,7 @@ func TestStaleWriterAfterGCFindsTheFenceKept(t *testing.T) {
 			t.Fatal(err)
 		}
 		l.add(t, rs)
-		if _, err := gate.Store.Head(ctx, format.LogName("s", 1)); errors.Is(err, blob.ErrNotFound) && b.Stats().Merges > 0 {
+		if _, err := gate.s.Inner().Head(ctx, format.LogName("s", 1)); errors.Is(err, blob.ErrNotFound) && b.Stats().Merges > 0 {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -169,10 +151,10 @@ func TestStaleWriterAfterGCFindsTheFenceKept(t *testing.T) {
 	if !errors.Is(err, ErrFenced) {
 		t.Fatalf("the stale writer's create after GC: %v, want ErrFenced", err)
 	}
-	if got := fences(logEntries(t, gate.Store, "s")); len(got) != 1 {
+	if got := fences(logEntries(t, gate.s.Inner(), "s")); len(got) != 1 {
 		t.Fatalf("fences %v after GC, want the one B wrote", got)
 	}
-	l.verify(t, gate.Store, "s")
+	l.verify(t, gate.s.Inner(), "s")
 }
 
 // A reopen in the same process, after a writer that ended with every create
@@ -236,7 +218,7 @@ func TestReopenAfterAbortWithACreateInDoubtFences(t *testing.T) {
 			opts := testOptions(t)
 			opts.Lineage = NewLineage()
 			l := newLedger()
-			w1, err := Open(ctx, gate, "s", opts)
+			w1, err := Open(ctx, gate.s, "s", opts)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -248,7 +230,7 @@ func TestReopenAfterAbortWithACreateInDoubtFences(t *testing.T) {
 			gate.holdLog(w1)
 			doubt := make(chan error, 1)
 			go func() { _, err := w1.Append(ctx, entries(t, "x")); doubt <- err }()
-			<-gate.held
+			gate.held(t)
 			// The eviction path: Abort, with no I/O, while the create is out.
 			aborted := make(chan struct{})
 			go func() { w1.Abort(); close(aborted) }()
@@ -258,9 +240,8 @@ func TestReopenAfterAbortWithACreateInDoubtFences(t *testing.T) {
 			<-aborted
 			if late == "before the probe" {
 				gate.open()
-				gate.late.Wait()
 			}
-			w2, err := Open(ctx, gate, "s", opts)
+			w2, err := Open(ctx, gate.s, "s", opts)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -270,7 +251,6 @@ func TestReopenAfterAbortWithACreateInDoubtFences(t *testing.T) {
 			}
 			if late == "after the fence" {
 				gate.open()
-				gate.late.Wait()
 			}
 			rs, err = w2.Append(ctx, entries(t, "x", "y"))
 			if err != nil {
@@ -304,10 +284,11 @@ func TestReopenAfterAbortWithACreateInDoubtFences(t *testing.T) {
 // it claims again after the other, rather than commit under an epoch that
 // is no longer current.
 func TestClaimRaceConfirmLosesToALaterClaim(t *testing.T) {
-	gate := newLogGate(memstore.New())
+	inner := memstore.New()
+	release := make(chan struct{})
 	ctx := context.Background()
 	l := newLedger()
-	w0 := open(t, gate, "s")
+	w0 := open(t, inner, "s")
 	rs, err := w0.Append(ctx, entries(t, "a"))
 	if err != nil {
 		t.Fatal(err)
@@ -318,10 +299,10 @@ func TestClaimRaceConfirmLosesToALaterClaim(t *testing.T) {
 	// Hold the first manifest put after a fence: A's confirming CAS.
 	var once sync.Once
 	confirmHeld := make(chan struct{})
-	hs := faultstore.New(gate, 1)
+	hs := faultstore.New(inner, 1)
 	hs.Intercept(faultstore.Match{Ops: []faultstore.Op{faultstore.OpPut}}, func(_ context.Context, c faultstore.Call) error {
-		if strings.HasSuffix(c.Name, "/_manifest") && len(fences(logEntries(t, gate.Store, "s"))) == 1 {
-			once.Do(func() { close(confirmHeld); <-gate.release })
+		if strings.HasSuffix(c.Name, "/_manifest") && len(fences(logEntries(t, inner, "s"))) == 1 {
+			once.Do(func() { close(confirmHeld); <-release })
 		}
 		return nil
 	})
@@ -335,8 +316,8 @@ func TestClaimRaceConfirmLosesToALaterClaim(t *testing.T) {
 		aDone <- opened{w, err}
 	}()
 	<-confirmHeld
-	b := open(t, gate.Store, "s") // claims epoch 3, fences after A's fence
-	gate.open()
+	b := open(t, inner, "s") // claims epoch 3, fences after A's fence
+	close(release)
 	a := <-aDone
 	if a.err != nil {
 		t.Fatal(a.err)
@@ -353,7 +334,7 @@ func TestClaimRaceConfirmLosesToALaterClaim(t *testing.T) {
 		t.Fatal(err)
 	}
 	l.add(t, rs)
-	l.verify(t, gate.Store, "s")
+	l.verify(t, inner, "s")
 }
 
 // A log position that a merge retired and GC collected may be created
@@ -415,32 +396,20 @@ func TestReaderTellsALateFenceFromTheListedBatch(t *testing.T) {
 	// A reader whose manifest reads (the first and the confirming one)
 	// both happened before the merge's checkpoint: it reads position 1
 	// after GC and the late fence.
-	stale := &staleManifests{Store: store, old: old, n: 2}
+	stale := staleManifests(store, old, 2)
 	got, err = NewReader(stale, ReaderOptions{}).Get(ctx, "s", "x")
 	if err != nil || got.GetSeq() != rs[0].Seq {
 		t.Fatalf("Get(x) on a manifest that lists the collected batch: %v, %v; want seq %d", got, err, rs[0].Seq)
 	}
 }
 
-// staleManifests serves old as the manifest to the first n reads.
-type staleManifests struct {
-	blob.Store
-	mu  sync.Mutex
-	old []byte
-	n   int
-}
-
-func (s *staleManifests) Get(ctx context.Context, name string, opts blob.GetOptions) ([]byte, blob.Attrs, error) {
-	s.mu.Lock()
-	serve := strings.HasSuffix(name, "/_manifest") && s.n > 0
-	if serve {
-		s.n--
-	}
-	s.mu.Unlock()
-	if serve {
-		return s.old, blob.Attrs{Name: name, Size: int64(len(s.old)), ETag: "old"}, nil
-	}
-	return s.Store.Get(ctx, name, opts)
+// staleManifests serves old as the manifest to the first n (> 0) reads.
+func staleManifests(inner blob.Store, old []byte, n int) *faultstore.Store {
+	s := faultstore.New(inner, 1)
+	s.AnswerGet(faultstore.Match{Suffix: "/_manifest", Count: n}, func(c faultstore.Call) ([]byte, blob.Attrs, error) {
+		return old, blob.Attrs{Name: c.Name, Size: int64(len(old)), ETag: "old"}, nil
+	})
+	return s
 }
 
 // Under protocol v2 a delete claims and fences the log like a writer: the

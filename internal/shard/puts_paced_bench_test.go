@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/rolloutd/rolloutd/internal/blob"
+	"github.com/rolloutd/rolloutd/internal/blob/faultstore"
 	"github.com/rolloutd/rolloutd/internal/blob/memstore"
 )
 
@@ -16,96 +17,54 @@ import (
 // it serves one call at a time, each taking lat, so that the writer's
 // time-driven work (checkpoints, edit delays, merges) meets appends at the
 // rate a real store allows, which the in-memory store's instant calls
-// hide. It counts PUTs by what they write.
+// hide. It counts calls, PUTs by what they write, as they arrive.
 type slowStore struct {
-	blob.Store
-	lat time.Duration
-
-	serve sync.Mutex // one call at a time, as Azurite serves them
-
-	mu     sync.Mutex
-	counts map[string]int
+	counts map[string]*faultstore.Counter
+	last   map[string]int64 // the counts at the last snapshot
 }
 
-func newSlowStore(inner blob.Store, lat time.Duration) *slowStore {
-	return &slowStore{Store: inner, lat: lat, counts: map[string]int{}}
-}
-
-func (s *slowStore) wait(ctx context.Context) error {
-	s.serve.Lock()
-	defer s.serve.Unlock()
-	t := time.NewTimer(s.lat)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
+func newSlowStore(inner blob.Store, lat time.Duration) (*faultstore.Store, *slowStore) {
+	fs := faultstore.New(inner, 1)
+	var serve sync.Mutex // one call at a time, as Azurite serves them
+	fs.Intercept(faultstore.Match{}, func(ctx context.Context, _ faultstore.Call) error {
+		serve.Lock()
+		defer serve.Unlock()
+		t := time.NewTimer(lat)
+		defer t.Stop()
+		select {
+		case <-t.C:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	})
+	put := func(f func(name string) bool) faultstore.Match {
+		return faultstore.Match{Ops: []faultstore.Op{faultstore.OpPut}, If: func(c faultstore.Call) bool { return f(c.Name) }}
 	}
+	isManifest := func(n string) bool { return strings.HasSuffix(n, "/_manifest") }
+	isLog := func(n string) bool { return !isManifest(n) && strings.Contains(n, "/_l/") }
+	isMerge := func(n string) bool { return !isManifest(n) && !isLog(n) && strings.Contains(n, "/_g/") }
+	ops := func(ops ...faultstore.Op) faultstore.Match { return faultstore.Match{Ops: ops} }
+	s := &slowStore{counts: map[string]*faultstore.Counter{
+		"manifest": fs.Count(put(isManifest)),
+		"log":      fs.Count(put(isLog)),
+		"merge":    fs.Count(put(isMerge)),
+		"other":    fs.Count(put(func(n string) bool { return !isManifest(n) && !isLog(n) && !isMerge(n) })),
+		"get":      fs.Count(ops(faultstore.OpGet, faultstore.OpHead)),
+		"delete":   fs.Count(ops(faultstore.OpDelete)),
+		"list":     fs.Count(ops(faultstore.OpList)),
+	}, last: map[string]int64{}}
+	return fs, s
 }
 
-func (s *slowStore) count(kind string) {
-	s.mu.Lock()
-	s.counts[kind]++
-	s.mu.Unlock()
-}
-
-// snapshot returns the counts so far and resets them.
+// snapshot returns the counts since the last snapshot.
 func (s *slowStore) snapshot() map[string]int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	c := s.counts
-	s.counts = map[string]int{}
+	c := map[string]int{}
+	for k, n := range s.counts {
+		v := n.N()
+		c[k], s.last[k] = int(v-s.last[k]), v
+	}
 	return c
-}
-
-func (s *slowStore) Put(ctx context.Context, name string, data []byte, opts blob.PutOptions) (blob.Attrs, error) {
-	switch {
-	case strings.HasSuffix(name, "/_manifest"):
-		s.count("manifest")
-	case strings.Contains(name, "/_l/"):
-		s.count("log")
-	case strings.Contains(name, "/_g/"):
-		s.count("merge")
-	default:
-		s.count("other")
-	}
-	if err := s.wait(ctx); err != nil {
-		return blob.Attrs{}, err
-	}
-	return s.Store.Put(ctx, name, data, opts)
-}
-
-func (s *slowStore) Get(ctx context.Context, name string, opts blob.GetOptions) ([]byte, blob.Attrs, error) {
-	s.count("get")
-	if err := s.wait(ctx); err != nil {
-		return nil, blob.Attrs{}, err
-	}
-	return s.Store.Get(ctx, name, opts)
-}
-
-func (s *slowStore) Head(ctx context.Context, name string) (blob.Attrs, error) {
-	s.count("get")
-	if err := s.wait(ctx); err != nil {
-		return blob.Attrs{}, err
-	}
-	return s.Store.Head(ctx, name)
-}
-
-func (s *slowStore) Delete(ctx context.Context, name string, opts blob.DeleteOptions) error {
-	s.count("delete")
-	if err := s.wait(ctx); err != nil {
-		return err
-	}
-	return s.Store.Delete(ctx, name, opts)
-}
-
-func (s *slowStore) List(ctx context.Context, opts blob.ListOptions) (blob.ListPage, error) {
-	s.count("list")
-	if err := s.wait(ctx); err != nil {
-		return blob.ListPage{}, err
-	}
-	return s.Store.List(ctx, opts)
 }
 
 // BenchmarkPutsPerAppendPaced is BenchmarkPutsPerAppend at a real store's
@@ -137,7 +96,7 @@ func BenchmarkPutsPerAppendPaced(b *testing.B) {
 	} {
 		b.Run(mode.name, func(b *testing.B) {
 			ctx := context.Background()
-			s := newSlowStore(memstore.New(), 1500*time.Microsecond)
+			s, counts := newSlowStore(memstore.New(), 1500*time.Microsecond)
 			w, err := Open(ctx, s, "s", Options{})
 			if err != nil {
 				b.Fatal(err)
@@ -145,7 +104,7 @@ func BenchmarkPutsPerAppendPaced(b *testing.B) {
 			defer w.Abort()
 			rec := record("x")
 			rec.Content = strings.Repeat("x", 1024)
-			s.snapshot()
+			counts.snapshot()
 			fences := w.Stats().Fences
 			maxGens := 0
 			n := 0
@@ -167,11 +126,11 @@ func BenchmarkPutsPerAppendPaced(b *testing.B) {
 			b.StopTimer()
 			time.Sleep(time.Second)
 			st := w.Stats()
-			c := s.snapshot()
+			c := counts.snapshot()
 			if err := w.Close(ctx); err != nil {
 				b.Fatal(err)
 			}
-			closing := s.snapshot()
+			closing := counts.snapshot()
 			per := func(k int) float64 { return float64(k) / float64(n) }
 			puts := c["log"] + c["manifest"] + c["merge"] + c["other"]
 			b.Logf("%d appends: %d log creates (%d fences), %d checkpoint CASes, %d merge outputs, %d other PUTs, %d DELETEs, %d GETs; "+

@@ -3,62 +3,53 @@ package shard
 import (
 	"context"
 	"errors"
-	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/rolloutd/rolloutd/internal/blob"
+	"github.com/rolloutd/rolloutd/internal/blob/faultstore"
 	"github.com/rolloutd/rolloutd/internal/blob/memstore"
 	"github.com/rolloutd/rolloutd/internal/shard/format"
 )
 
-// getGate counts GETs and, when armed, holds a conditional manifest GET
+// getGate counts GETs and, once armed, holds a conditional manifest GET
 // until a record's ranged GET has been served, proving the two overlap.
 type getGate struct {
-	blob.Store
-	gets  atomic.Int64
-	armed atomic.Bool
-	mu    sync.Mutex
-	rec   chan struct{} // closed when a ranged GET of a generation was served
+	s    *faultstore.Store
+	gets *faultstore.Counter
+	mu   sync.Mutex
 	// read counts the GETs of each blob while armed.
 	read map[string]int
 }
 
-func newGetGate(inner blob.Store) *getGate {
-	return &getGate{Store: inner, rec: make(chan struct{})}
+func newGetGate(inner blob.Store) (*faultstore.Store, *getGate) {
+	s := faultstore.New(inner, 1)
+	return s, &getGate{s: s, gets: s.Count(faultstore.Match{Ops: []faultstore.Op{faultstore.OpGet}})}
 }
 
-func (s *getGate) Get(ctx context.Context, name string, opts blob.GetOptions) ([]byte, blob.Attrs, error) {
-	s.gets.Add(1)
-	if s.armed.Load() {
-		s.mu.Lock()
-		if s.read == nil {
-			s.read = map[string]int{}
+func (g *getGate) arm() {
+	gets := []faultstore.Op{faultstore.OpGet}
+	g.s.Intercept(faultstore.Match{Ops: gets}, func(_ context.Context, c faultstore.Call) error {
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		if g.read == nil {
+			g.read = map[string]int{}
 		}
-		s.read[name]++
-		s.mu.Unlock()
-		switch {
-		case strings.HasSuffix(name, "/_manifest") && opts.IfNoneMatch != "":
-			select {
-			case <-s.rec:
-			case <-time.After(5 * time.Second):
-				return nil, blob.Attrs{}, errors.New("test: the manifest read did not overlap a record read")
-			}
-		case opts.Length > 0:
-			data, attrs, err := s.Store.Get(ctx, name, opts)
-			s.mu.Lock()
-			select {
-			case <-s.rec:
-			default:
-				close(s.rec)
-			}
-			s.mu.Unlock()
-			return data, attrs, err
+		g.read[c.Name]++
+		return nil
+	})
+	rec := make(chan struct{}) // closed when a ranged GET of a generation was served
+	g.s.OnLanded(faultstore.Match{Ops: gets, If: func(c faultstore.Call) bool { return c.GetOpts.Length > 0 }, Count: 1}, func(faultstore.Call) { close(rec) })
+	conditional := func(c faultstore.Call) bool { return c.GetOpts.IfNoneMatch != "" }
+	g.s.Intercept(faultstore.Match{Ops: gets, Suffix: "/_manifest", If: conditional}, func(context.Context, faultstore.Call) error {
+		select {
+		case <-rec:
+			return nil
+		case <-time.After(5 * time.Second):
+			return errors.New("test: the manifest read did not overlap a record read")
 		}
-	}
-	return s.Store.Get(ctx, name, opts)
+	})
 }
 
 // A Get whose record the cached manifest and index already locate sends the
@@ -67,9 +58,9 @@ func (s *getGate) Get(ctx context.Context, name string, opts blob.GetOptions) ([
 // with the conditional manifest GET: three GETs in two rounds.
 func TestGetOverlapsTheRecordReadWithTheManifestRead(t *testing.T) {
 	const want = 3
-	gate := newGetGate(memstore.New())
+	store, gate := newGetGate(memstore.New())
 	opts := testOptions(t)
-	w, err := Open(context.Background(), gate, "s", opts)
+	w, err := Open(context.Background(), store, "s", opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -80,12 +71,12 @@ func TestGetOverlapsTheRecordReadWithTheManifestRead(t *testing.T) {
 		t.Fatal(err)
 	}
 	l.add(t, rs)
-	r := NewReader(gate, ReaderOptions{})
+	r := NewReader(store, ReaderOptions{})
 	if _, err := r.Get(context.Background(), "s", "a"); err != nil { // warms the caches
 		t.Fatal(err)
 	}
-	gate.armed.Store(true)
-	before := gate.gets.Load()
+	gate.arm()
+	before := gate.gets.N()
 	rec, err := r.Get(context.Background(), "s", "b")
 	if err != nil {
 		t.Fatal(err)
@@ -93,7 +84,7 @@ func TestGetOverlapsTheRecordReadWithTheManifestRead(t *testing.T) {
 	if rec.GetId() != "b" || rec.GetSeq() != l.acks["b"].Seq {
 		t.Fatalf("Get(b) = id %q seq %d, want seq %d", rec.GetId(), rec.GetSeq(), l.acks["b"].Seq)
 	}
-	if n := gate.gets.Load() - before; n != want {
+	if n := gate.gets.N() - before; n != want {
 		t.Fatalf("warm Get made %d GETs, want %d", n, want)
 	}
 }
@@ -138,8 +129,7 @@ func TestGetChecksAnEarlyReadAgainstTheManifest(t *testing.T) {
 		}, nil, 5}, // nothing read twice: see below
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			gate := newGetGate(memstore.New())
-			var store blob.Store = gate
+			store, gate := newGetGate(memstore.New())
 			// Log batches merge four at a time (2K), and never for being
 			// idle in the test's time.
 			opts := testOptions(t)
@@ -165,14 +155,14 @@ func TestGetChecksAnEarlyReadAgainstTheManifest(t *testing.T) {
 			tc.change(t, store, w, l)
 			// The early read is served before the manifest read, so only
 			// the check after it can refuse its result.
-			gate.armed.Store(true)
-			before := gate.gets.Load()
+			gate.arm()
+			before := gate.gets.N()
 			rec, err := r.Get(context.Background(), "s", "a0")
 			// On the log, "manifest changed" is one new log batch: the
 			// read probes position 3 (found), then 4 and 5 at once (the
 			// probe window doubles; both missing), confirms with the
 			// conditional manifest GET, and reads a0's record once.
-			if n := gate.gets.Load() - before; tc.wantGets > 0 && n != tc.wantGets {
+			if n := gate.gets.N() - before; tc.wantGets > 0 && n != tc.wantGets {
 				t.Errorf("Get(a0) made %d GETs, want %d", n, tc.wantGets)
 			}
 			gate.mu.Lock()

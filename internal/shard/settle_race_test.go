@@ -11,68 +11,9 @@ import (
 
 	"go.uber.org/zap"
 
-	"github.com/rolloutd/rolloutd/internal/blob"
+	"github.com/rolloutd/rolloutd/internal/blob/faultstore"
 	"github.com/rolloutd/rolloutd/internal/blob/memstore"
 )
-
-// genGate holds the first create of a log position while closed: a commit
-// then waits in its create, and every later append queues behind it. Only
-// the first is held, so a second writer's fence passes.
-type genGate struct {
-	blob.Store
-	mu      sync.Mutex
-	held    chan struct{} // closed once a create waits at the gate
-	release chan struct{} // closed to let the held create through
-	// onGet, if set, runs once, on the first read of a log position after
-	// the release: the read by which a commit whose create found the
-	// position taken learns that it was fenced.
-	onGet func()
-}
-
-func (g *genGate) Get(ctx context.Context, name string, opts blob.GetOptions) ([]byte, blob.Attrs, error) {
-	var hook func()
-	g.mu.Lock()
-	select {
-	case <-g.release:
-		if strings.Contains(name, "/_l/") {
-			hook, g.onGet = g.onGet, nil
-		}
-	default:
-	}
-	g.mu.Unlock()
-	data, attrs, err := g.Store.Get(ctx, name, opts)
-	if hook != nil {
-		hook()
-	}
-	return data, attrs, err
-}
-
-func newGenGate(inner blob.Store) *genGate {
-	return &genGate{Store: inner, held: make(chan struct{}), release: make(chan struct{})}
-}
-
-func (g *genGate) Put(ctx context.Context, name string, data []byte, opts blob.PutOptions) (blob.Attrs, error) {
-	if strings.Contains(name, "/_l/") {
-		g.mu.Lock()
-		first := false
-		select {
-		case <-g.held:
-		default:
-			close(g.held)
-			first = true
-		}
-		g.mu.Unlock()
-		if !first {
-			return g.Store.Put(ctx, name, data, opts)
-		}
-		select {
-		case <-g.release:
-		case <-ctx.Done():
-			return blob.Attrs{}, ctx.Err()
-		}
-	}
-	return g.Store.Put(ctx, name, data, opts)
-}
 
 // queueLen returns how many appends wait in w's queue, not yet taken.
 func queueLen(w *Writer) int {
@@ -107,11 +48,16 @@ func waitQueue(t *testing.T, w *Writer, n int) {
 // appender's, which the server's interceptor turns into Internal.
 //
 // kill returns the error class that the appends it failed must get.
-func settleRace(t *testing.T, kill func(t *testing.T, w *Writer, gate *genGate, cancelAll func()) error) {
+func settleRace(t *testing.T, kill func(t *testing.T, w *Writer, s *faultstore.Store, gate *faultstore.Gate, cancelAll func()) error) {
 	// Many ids per append make each settle slow enough (it forgets every
 	// id) that the woken appenders catch up with the failing party.
 	const queued, idsPerAppend = 2000, 32
-	gate := newGenGate(memstore.New())
+	// The first create of a log position is held: a commit then waits in
+	// its create, and every later append queues behind it. Only the first
+	// is held, so a second writer's fence passes.
+	s := faultstore.New(memstore.New(), 1)
+	gate := s.Hold(nth(logCreates, 0))
+	t.Cleanup(gate.Release)
 	opts := testOptions(t)
 	opts.Logger = zap.NewNop()
 	opts.DisableMerge = true
@@ -119,7 +65,7 @@ func settleRace(t *testing.T, kill func(t *testing.T, w *Writer, gate *genGate, 
 	// on a loaded machine outlasts the default 30 s: its timeout would
 	// halt the writer before kill ran.
 	opts.CommitTimeout = time.Hour
-	w, err := Open(context.Background(), gate, "s", opts)
+	w, err := Open(context.Background(), s, "s", opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -129,7 +75,7 @@ func settleRace(t *testing.T, kill func(t *testing.T, w *Writer, gate *genGate, 
 	errs := make([]error, queued+2)
 	held, sentinel := entries(t, "held"), entries(t, "sentinel")
 	wg.Go(func() { _, errs[0] = w.Append(context.Background(), held) })
-	<-gate.held
+	<-gate.Reached()
 	wg.Go(func() { _, errs[1] = w.Append(context.Background(), sentinel) })
 	waitQueue(t, w, 1)
 
@@ -148,7 +94,7 @@ func settleRace(t *testing.T, kill func(t *testing.T, w *Writer, gate *genGate, 
 		}
 	}
 
-	want := kill(t, w, gate, cancelAll)
+	want := kill(t, w, s, gate, cancelAll)
 	wg.Wait()
 
 	if !errors.Is(errs[1], want) {
@@ -168,7 +114,7 @@ func settleRace(t *testing.T, kill func(t *testing.T, w *Writer, gate *genGate, 
 		}
 	}
 	t.Logf("queued appends: %v", counts)
-	for id, n := range countRecords(t, gate.Store, "s") {
+	for id, n := range countRecords(t, s, "s") {
 		if strings.HasPrefix(id, "q") || id == "sentinel" {
 			t.Errorf("id %q is stored %d times, but its append was never sent", id, n)
 		}
@@ -182,16 +128,18 @@ func settleRace(t *testing.T, kill func(t *testing.T, w *Writer, gate *genGate, 
 // the queue. The queued appends start being cancelled during that read,
 // just before the fence.
 func TestDoubleSettleFenceVsCancel(t *testing.T) {
-	settleRace(t, func(t *testing.T, w *Writer, gate *genGate, cancelAll func()) error {
-		other, err := Open(context.Background(), gate.Store, "s", testOptions(t))
+	settleRace(t, func(t *testing.T, w *Writer, s *faultstore.Store, gate *faultstore.Gate, cancelAll func()) error {
+		other, err := Open(context.Background(), s.Inner(), "s", testOptions(t))
 		if err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(other.Abort)
-		gate.mu.Lock()
-		gate.onGet = func() { go cancelAll() }
-		close(gate.release)
-		gate.mu.Unlock()
+		// The first read of a log position after the release is the one
+		// by which the held commit, its position taken, learns it was
+		// fenced.
+		logRead := faultstore.Match{Ops: []faultstore.Op{faultstore.OpGet}, If: func(c faultstore.Call) bool { return strings.Contains(c.Name, "/_l/") }}
+		s.OnLanded(nth(logRead, 0), func(faultstore.Call) { go cancelAll() })
+		gate.Release()
 		return ErrFenced
 	})
 }
@@ -200,7 +148,7 @@ func TestDoubleSettleFenceVsCancel(t *testing.T) {
 // Close that ran out of time does it): Abort fails the queue while the
 // queued appends are being cancelled.
 func TestDoubleSettleAbortVsCancel(t *testing.T) {
-	settleRace(t, func(t *testing.T, w *Writer, gate *genGate, cancelAll func()) error {
+	settleRace(t, func(t *testing.T, w *Writer, _ *faultstore.Store, _ *faultstore.Gate, cancelAll func()) error {
 		go cancelAll()
 		w.Abort()
 		return ErrAborted

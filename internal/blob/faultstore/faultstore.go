@@ -183,7 +183,7 @@ type Store struct {
 	rules []*rule
 	hooks Hooks
 	// Interceptors and watchers, in the order they were added (gate.go).
-	counts, intercepts, landed []*matcher
+	counts, intercepts, landed, answers []*matcher
 
 	calls, forwarded, injected [numOps]atomic.Int64
 }
@@ -412,7 +412,12 @@ func errOrOK(err error) any {
 func (s *Store) Get(ctx context.Context, name string, opts blob.GetOptions) ([]byte, blob.Attrs, error) {
 	var data []byte
 	var a blob.Attrs
-	injected, err := s.doCall(ctx, Call{Op: OpGet, Name: name, GetOpts: opts}, blob.ValidateName(name) == nil, func(ctx context.Context) (err error) {
+	c := Call{Op: OpGet, Name: name, GetOpts: opts}
+	injected, err := s.doCall(ctx, c, blob.ValidateName(name) == nil, func(ctx context.Context) (err error) {
+		if answer := s.answerer(c); answer != nil {
+			data, a, err = answer(c)
+			return err
+		}
 		data, a, err = s.inner.Get(ctx, name, opts)
 		return err
 	}, nil)

@@ -1,6 +1,7 @@
 package faultstore
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"slices"
@@ -43,6 +44,7 @@ type matcher struct {
 	intercept func(context.Context, Call) error
 	land      func(Call)
 	counter   *Counter
+	answer    func(Call) ([]byte, blob.Attrs, error)
 }
 
 // take reports whether c is one of the calls m selects, counting it.
@@ -126,6 +128,29 @@ func (s *Store) OnLanded(m Match, f func(c Call)) (remove func()) {
 	return s.register(&s.landed, &matcher{Match: m, land: f})
 }
 
+// AnswerGet answers the Gets m selects with what f returns, in place of
+// the inner store: after the interceptors and the rules, and before
+// OnLanded, which sees f's error as the store's. It serves what a store
+// could have said but this one cannot be made to hold, such as a stale
+// manifest read after a newer one was written. Only the first AnswerGet
+// that selects a Get answers it.
+func (s *Store) AnswerGet(m Match, f func(c Call) ([]byte, blob.Attrs, error)) (remove func()) {
+	return s.register(&s.answers, &matcher{Match: m, answer: f})
+}
+
+// answerer returns the f of the first AnswerGet that selects c, or nil to
+// ask the inner store.
+func (s *Store) answerer(c Call) func(Call) ([]byte, blob.Attrs, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, m := range s.answers {
+		if m.take(c) {
+			return m.answer
+		}
+	}
+	return nil
+}
+
 // listed is what a List page holds, for Call.Listed.
 func listed(items []blob.Attrs, prefixes []string) []string {
 	out := make([]string, 0, len(items)+len(prefixes))
@@ -157,6 +182,9 @@ func (s *Store) Count(m Match) *Counter {
 type Gate struct {
 	remove func()
 	deaf   bool // see Deaf
+	inner  blob.Store
+	late   bool   // see LandsLate
+	landed []Call // calls that gave up and land on Release (LandsLate)
 
 	mu      sync.Mutex
 	done    chan struct{} // closed by Release or Fail
@@ -176,6 +204,7 @@ func (s *Store) Hold(m Match, opts ...HoldOption) *Gate {
 	for _, o := range opts {
 		o(g)
 	}
+	g.inner = s.inner
 	g.remove = s.Intercept(m, g.wait)
 	return g
 }
@@ -187,6 +216,12 @@ type HoldOption func(*Gate)
 // connection without a deadline is: only Release or Fail ends them. The
 // test must end them (t.Cleanup(g.Release)), or they leak.
 func Deaf(g *Gate) { g.deaf = true }
+
+// LandsLate makes a held Put or Delete whose context ends answer
+// blob.ErrOutcomeUnknown (wrapped) at once, as a request already on the
+// wire does when its sender gives up, and land anyway: Release applies it
+// to the inner store before it returns; Fail drops it.
+func LandsLate(g *Gate) { g.late = true }
 
 func (g *Gate) wait(ctx context.Context, c Call) error {
 	g.mu.Lock()
@@ -220,6 +255,13 @@ func (g *Gate) wait(ctx context.Context, c Call) error {
 		defer g.mu.Unlock()
 		return g.err
 	case <-ended:
+		if g.late && (c.Op == OpPut || c.Op == OpDelete) {
+			g.mu.Lock()
+			defer g.mu.Unlock()
+			c.Data = bytes.Clone(c.Data)
+			g.landed = append(g.landed, c)
+			return fmt.Errorf("held at a gate, lands when released (%w): %w", ctx.Err(), blob.ErrOutcomeUnknown)
+		}
 		return fmt.Errorf("held at a gate: %w", ctx.Err())
 	}
 }
@@ -278,11 +320,28 @@ func (g *Gate) Fail(err error) {
 func (g *Gate) end(err error) {
 	g.remove()
 	g.mu.Lock()
-	defer g.mu.Unlock()
 	select {
 	case <-g.done:
+		g.mu.Unlock()
+		return
 	default:
-		g.err = err
-		close(g.done)
+	}
+	g.err = err
+	close(g.done)
+	late := g.landed
+	g.landed = nil
+	g.mu.Unlock()
+	if err != nil {
+		return
+	}
+	// What the late calls' senders were told is settled; what the store
+	// answers them is nobody's to hear.
+	ctx := context.Background()
+	for _, c := range late {
+		if c.Op == OpPut {
+			_, _ = g.inner.Put(ctx, c.Name, c.Data, c.PutOpts)
+		} else {
+			_ = g.inner.Delete(ctx, c.Name, c.DeleteOpts)
+		}
 	}
 }

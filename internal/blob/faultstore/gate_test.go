@@ -307,3 +307,74 @@ func TestOnLandedList(t *testing.T) {
 		t.Errorf("landed %v, want %s", got, want)
 	}
 }
+
+// AnswerGet serves the Gets it selects without the inner store, and lets
+// the rest through; OnLanded sees the answered ones as landed.
+func TestAnswerGet(t *testing.T) {
+	s, ctx := newStore(t, 1)
+	if _, err := s.Put(ctx, "a/_manifest", []byte("new"), blob.PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	var landed []string
+	s.OnLanded(faultstore.Match{Ops: []faultstore.Op{faultstore.OpGet}}, func(c faultstore.Call) { landed = append(landed, c.Name) })
+	s.AnswerGet(faultstore.Match{Suffix: "/_manifest", Count: 2}, func(c faultstore.Call) ([]byte, blob.Attrs, error) {
+		return []byte("old"), blob.Attrs{Name: c.Name, ETag: "old"}, nil
+	})
+	var got []string
+	for range 3 {
+		data, a, err := s.Get(ctx, "a/_manifest", blob.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, string(data)+"/"+fmt.Sprint(a.ETag == "old"))
+	}
+	if want := "[old/true old/true new/false]"; fmt.Sprint(got) != want {
+		t.Errorf("Gets: %v, want %s (two answered, then the store's)", got, want)
+	}
+	if len(landed) != 3 {
+		t.Errorf("OnLanded saw %v, want all three", landed)
+	}
+	fail := errors.New("boom")
+	remove := s.AnswerGet(faultstore.Match{Prefix: "b/"}, func(faultstore.Call) ([]byte, blob.Attrs, error) { return nil, blob.Attrs{}, fail })
+	if _, _, err := s.Get(ctx, "b/x", blob.GetOptions{}); !errors.Is(err, fail) {
+		t.Errorf("answered error: %v, want %v", err, fail)
+	}
+	remove()
+	if _, _, err := s.Get(ctx, "b/x", blob.GetOptions{}); !errors.Is(err, blob.ErrNotFound) {
+		t.Errorf("Get after remove: %v, want the store's ErrNotFound", err)
+	}
+}
+
+// With LandsLate, a held put whose sender gives up answers
+// ErrOutcomeUnknown, and lands when the gate is released, before Release
+// returns; a failed gate drops it.
+func TestHoldLandsLate(t *testing.T) {
+	for _, release := range []bool{true, false} {
+		s, ctx := newStore(t, 1)
+		g := s.Hold(faultstore.Match{Ops: puts}, faultstore.LandsLate)
+		pctx, cancel := context.WithCancel(ctx)
+		done := putAll(pctx, s, "late")
+		if _, err := g.Wait(ctx); err != nil {
+			t.Fatal(err)
+		}
+		cancel()
+		if err := (<-done)["late"]; !errors.Is(err, blob.ErrOutcomeUnknown) || !errors.Is(err, context.Canceled) {
+			t.Fatalf("the put whose sender gave up: %v, want ErrOutcomeUnknown", err)
+		}
+		if _, err := s.Head(ctx, "late"); !errors.Is(err, blob.ErrNotFound) {
+			t.Fatalf("before the release: %v, want not landed", err)
+		}
+		if release {
+			g.Release()
+		} else {
+			g.Fail(nil)
+		}
+		data, _, err := s.Get(ctx, "late", blob.GetOptions{})
+		if release && (err != nil || string(data) != "late") {
+			t.Errorf("after Release: %q, %v; want it landed", data, err)
+		}
+		if !release && !errors.Is(err, blob.ErrNotFound) {
+			t.Errorf("after Fail: %q, %v; want it dropped", data, err)
+		}
+	}
+}

@@ -65,6 +65,9 @@ func TestSpansUnderParent(t *testing.T) {
 }
 
 // sampledCtx runs every call of a Store inside a sampled span.
+// It stays a hand-written wrapper: it must change the context the traced
+// Store is called with, and a faultstore only sees calls on their way to
+// its inner store, with the caller's context.
 type sampledCtx struct {
 	*Store
 	tp *sdktrace.TracerProvider
