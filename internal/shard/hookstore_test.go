@@ -9,26 +9,28 @@ import (
 	"github.com/rolloutd/rolloutd/internal/blob/faultstore"
 )
 
-// hookStore is a faultstore that counts puts by kind: "manifest" or
-// "generation" (anything else).
-type hookStore struct {
-	*faultstore.Store
+// putKinds counts a faultstore's puts by kind, "manifest" or "generation"
+// (anything else), and can slow them down. It holds the store rather than
+// wrapping it: the store the writer sees is the faultstore itself.
+type putKinds struct {
+	store                  *faultstore.Store
 	manifests, generations *faultstore.Counter
 	mu                     sync.Mutex
 	undelay                func() // removes the delay rule
 }
 
-func newHookStore(inner blob.Store) *hookStore {
+// newHookStore returns a faultstore over inner and the counts of its puts.
+func newHookStore(inner blob.Store) (*faultstore.Store, *putKinds) {
 	s := faultstore.New(inner, 1)
 	puts := []faultstore.Op{faultstore.OpPut}
-	return &hookStore{
-		Store:       s,
+	return s, &putKinds{
+		store:       s,
 		manifests:   s.Count(faultstore.Match{Ops: puts, Suffix: "/_manifest"}),
 		generations: s.Count(faultstore.Match{Ops: puts, If: func(c faultstore.Call) bool { return !strings.HasSuffix(c.Name, "/_manifest") }}),
 	}
 }
 
-func (s *hookStore) count(kind string) int {
+func (s *putKinds) count(kind string) int {
 	if kind == "manifest" {
 		return int(s.manifests.N())
 	}
@@ -36,11 +38,11 @@ func (s *hookStore) count(kind string) int {
 }
 
 // setDelay makes every later put wait d first (or until its context ends).
-func (s *hookStore) setDelay(d time.Duration) {
+func (s *putKinds) setDelay(d time.Duration) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.undelay != nil {
 		s.undelay()
 	}
-	s.undelay = s.Add(faultstore.Rule{Ops: []faultstore.Op{faultstore.OpPut}, Fault: faultstore.Delay, Delay: d})
+	s.undelay = s.store.Add(faultstore.Rule{Ops: []faultstore.Op{faultstore.OpPut}, Fault: faultstore.Delay, Delay: d})
 }

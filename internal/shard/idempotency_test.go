@@ -78,8 +78,8 @@ func TestSameIDDifferentContentConflicts(t *testing.T) {
 }
 
 func TestInFlightIDSharesOutcome(t *testing.T) {
-	store := newHookStore(memstore.New())
-	store.setDelay(5 * time.Millisecond)
+	store, puts := newHookStore(memstore.New())
+	puts.setDelay(5 * time.Millisecond)
 	w := open(t, store, "s")
 	var wg sync.WaitGroup
 	res := make([]Result, 16)

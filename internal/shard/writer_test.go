@@ -43,9 +43,9 @@ func TestEpochStableAcrossAppends(t *testing.T) {
 
 func TestGroupCommitSharesGenerations(t *testing.T) {
 	backends(t, func(t *testing.T, newStore func(testing.TB) blob.Store) {
-		store := newHookStore(newStore(t))
+		store, puts := newHookStore(newStore(t))
 		if _, mem := store.Inner().(*memstore.Store); mem { // so appends pile up behind a commit
-			store.setDelay(2 * time.Millisecond)
+			puts.setDelay(2 * time.Millisecond)
 		}
 		w := open(t, store, "s")
 		l := newLedger()
@@ -65,8 +65,8 @@ func TestGroupCommitSharesGenerations(t *testing.T) {
 		}
 		wg.Wait()
 		appends := clients * perClient
-		commits := store.count("manifest") - 1 // less the claim
-		t.Logf("%d appends committed by %d manifest CASes (%.3f blob writes per append)", appends, commits, float64(store.count("generation")+store.count("manifest"))/float64(appends))
+		commits := puts.count("manifest") - 1 // less the claim
+		t.Logf("%d appends committed by %d manifest CASes (%.3f blob writes per append)", appends, commits, float64(puts.count("generation")+puts.count("manifest"))/float64(appends))
 		if commits > appends/4 {
 			t.Errorf("%d appends took %d commits; group commit should share them (want <= %d)", appends, commits, appends/4)
 		}
@@ -156,7 +156,7 @@ func TestConcurrentOpensBothSucceed(t *testing.T) {
 func TestLostManifestResponseIsNotAFence(t *testing.T) {
 	for _, lostAs := range []error{blob.ErrOutcomeUnknown, blob.ErrConditionFailed, context.DeadlineExceeded} {
 		t.Run(fmt.Sprint(lostAs), func(t *testing.T) {
-			store := newHookStore(memstore.New())
+			store, _ := newHookStore(memstore.New())
 			w := open(t, store, "s")
 			// The next manifest put lands, and its answer is lost as lostAs.
 			store.Add(faultstore.Rule{Ops: []faultstore.Op{faultstore.OpPut}, Prefix: format.ManifestName("s"), Fault: faultstore.LoseResponse, Count: 1, Err: lostAs})
@@ -182,7 +182,7 @@ func TestLostManifestResponseIsNotAFence(t *testing.T) {
 // fenced.
 func TestLostResponseThenClaimIsSuccess(t *testing.T) {
 	backends(t, func(t *testing.T, newStore func(testing.TB) blob.Store) {
-		store := newHookStore(newStore(t))
+		store, _ := newHookStore(newStore(t))
 		opts := testOptions(t)
 		w, err := Open(context.Background(), store, "s", opts)
 		if err != nil {
@@ -225,8 +225,8 @@ func TestLostResponseThenClaimIsSuccess(t *testing.T) {
 
 func TestCloseCommitsEverythingQueued(t *testing.T) {
 	backends(t, func(t *testing.T, newStore func(testing.TB) blob.Store) {
-		store := newHookStore(newStore(t))
-		store.setDelay(5 * time.Millisecond)
+		store, puts := newHookStore(newStore(t))
+		puts.setDelay(5 * time.Millisecond)
 		w := open(t, store, "s")
 		l := newLedger()
 		var wg sync.WaitGroup
@@ -269,8 +269,8 @@ func TestCloseCommitsEverythingQueued(t *testing.T) {
 }
 
 func TestAbortDuringBurst(t *testing.T) {
-	store := newHookStore(memstore.New())
-	store.setDelay(time.Millisecond)
+	store, puts := newHookStore(memstore.New())
+	puts.setDelay(time.Millisecond)
 	before := goleak.IgnoreCurrent()
 	w, err := Open(context.Background(), store, "s", testOptions(t))
 	if err != nil {
@@ -322,9 +322,9 @@ func TestAbortDuringBurst(t *testing.T) {
 }
 
 func TestAbortIsImmediateWhileStoreHangs(t *testing.T) {
-	store := newHookStore(memstore.New())
+	store, puts := newHookStore(memstore.New())
 	w := open(t, store, "s")
-	store.setDelay(time.Hour)
+	puts.setDelay(time.Hour)
 	errc := make(chan error, 1)
 	go func() {
 		_, err := w.Append(context.Background(), entries(t, "stuck"))
@@ -342,9 +342,9 @@ func TestAbortIsImmediateWhileStoreHangs(t *testing.T) {
 }
 
 func TestCancelledAppendReturnsPromptly(t *testing.T) {
-	store := newHookStore(memstore.New())
+	store, puts := newHookStore(memstore.New())
 	w := open(t, store, "s")
-	store.setDelay(200 * time.Millisecond)
+	puts.setDelay(200 * time.Millisecond)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
 	defer cancel()
 	start := time.Now()
@@ -358,7 +358,7 @@ func TestCancelledAppendReturnsPromptly(t *testing.T) {
 }
 
 func TestBackpressure(t *testing.T) {
-	store := newHookStore(memstore.New())
+	store, puts := newHookStore(memstore.New())
 	opts := testOptions(t)
 	opts.MaxQueuedBytes = 1024
 	w, err := Open(context.Background(), store, "s", opts)
@@ -366,7 +366,7 @@ func TestBackpressure(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer w.Abort()
-	store.setDelay(time.Hour)
+	puts.setDelay(time.Hour)
 	big := func(id string) []Entry {
 		r := record(id)
 		r.Content = strings.Repeat("x", 700)
