@@ -17,12 +17,11 @@ type reservation struct {
 	timer    *time.Timer // the receive timeout; stopped when the message is in
 	unwatch  func() bool // stops the context.AfterFunc of streamEnded
 
-	mu       sync.Mutex
-	held     int64 // charged
-	holds    int   // the stream until its context is done, the handler while it runs
-	arrived  bool  // a request message was received
-	message  bool  // a message's charge is held (from reserveMessage to received)
-	timedOut bool
+	mu      sync.Mutex
+	held    int64 // charged
+	holds   int   // the stream until its context is done, the handler while it runs
+	arrived bool  // a request message was received
+	message bool  // a message's charge is held (from reserveMessage to received)
 	// responses are the charges of responses being built, not yet handed
 	// to the transport: released with the last hold.
 	responses map[*respCharge]struct{}
@@ -98,7 +97,6 @@ func (r *reservation) timeout() {
 	if r.arrived || r.holds == 0 {
 		return
 	}
-	r.timedOut = true
 	r.a.refused.WithLabelValues(refusedRecvTimeout).Inc()
 	r.cancel(errRecvTimeout)
 }

@@ -27,7 +27,6 @@ type simInstance struct {
 	w      *Writer
 	opens  int
 	epochs []uint64
-	folds  int64 // of the writers it dropped
 	aborts sync.WaitGroup
 }
 
@@ -211,10 +210,8 @@ func simulate(t *testing.T, seed int64, sc simShape) {
 	fs.Clear()
 	epochs := map[uint64]int{}
 	opens := 0
-	var folds int64
 	for i, in := range insts {
 		opens += in.opens
-		folds += in.folds
 		for _, e := range in.epochs {
 			if prev, dup := epochs[e]; dup {
 				t.Errorf("epoch %d claimed by instances %d and %d", e, prev, i)
@@ -228,8 +225,8 @@ func simulate(t *testing.T, seed int64, sc simShape) {
 		}
 		return 0
 	}
-	t.Logf("%d records acked; %d opens; %d folds; %d fenced, %d outcome-unknown, %d other failed attempts; injected: put %d, get %d, delete %d, list %d",
-		len(l.acks), opens, folds, get(&fences, "fenced"), get(&unknowns, "unknown"), get(&failures, "other"),
+	t.Logf("%d records acked; %d opens; %d fenced, %d outcome-unknown, %d other failed attempts; injected: put %d, get %d, delete %d, list %d",
+		len(l.acks), opens, get(&fences, "fenced"), get(&unknowns, "unknown"), get(&failures, "other"),
 		fs.Injected(faultstore.OpPut), fs.Injected(faultstore.OpGet), fs.Injected(faultstore.OpDelete), fs.Injected(faultstore.OpList))
 	l.verify(t, fs.Inner(), "s")
 }
