@@ -182,7 +182,7 @@ func (w *writer) findPresent(ctx context.Context, entries []Entry, present map[s
 			return nil
 		}
 		w.mu.Unlock()
-		err := shardlog.LookupCommitted(ctx, w.store, w.opts.Cache, w.shard, todo, ids, present)
+		err := w.source().LookupCommitted(ctx, todo, ids, present)
 		if errors.Is(err, blob.ErrNotFound) && vanished < shardlog.MaxReadRetries {
 			// A merge retired a generation and GC deleted it meanwhile;
 			// its records are in the merged one. Look again.

@@ -39,7 +39,7 @@ func (w *writer) openLog(ctx context.Context) error {
 	w.ckptLanded = make(chan struct{})
 	w.last = w.ckpt.GetLogCheckpoint()
 	now := w.opts.Clock.Now().UnixNano()
-	found, err := shardlog.Probe(ctx, w.store, w.opts.Cache, w.shard, w.last+1, now)
+	found, err := shardlog.NewSource(w.store, w.opts.Cache, w.shard).Probe(ctx, w.last+1, now)
 	if err != nil {
 		return fmt.Errorf("open shard %q: probe the log: %w", w.shard, err)
 	}
@@ -63,7 +63,7 @@ func (w *writer) openLog(ctx context.Context) error {
 				return fmt.Errorf("open shard %q: fence the log: %w", w.shard, err)
 			}
 			if res.outcome == created {
-				w.addTailLocked(shardlog.EntryOf(w.opts.Cache, w.shard, pos, l, now), now)
+				w.addTailLocked(w.source().EntryOf(pos, l, now), now)
 				break
 			}
 			if res.found.Epoch > w.epoch {

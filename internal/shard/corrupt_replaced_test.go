@@ -34,13 +34,13 @@ func TestCorruptOrReplacedIsUndecidedWhenTheReReadFails(t *testing.T) {
 
 	// The whole read shows a late fence: the batch is gone, so the caller
 	// reads the view again.
-	if err := shardlog.CorruptOrReplaced(ctx, fs, shardName, listed, name, checkErr); !errors.Is(err, blob.ErrNotFound) || errors.Is(err, ErrCorrupt) {
+	if err := shardlog.NewSource(fs, NewBlobCache(1<<20), shardName).CorruptOrReplaced(ctx, listed, name, checkErr); !errors.Is(err, blob.ErrNotFound) || errors.Is(err, ErrCorrupt) {
 		t.Fatalf("a fence in the listed batch's position: %v, want a not-found, not ErrCorrupt", err)
 	}
 
 	// The whole read fails: undecided, the storage error, never ErrCorrupt.
 	fs.Add(faultstore.Rule{Ops: []faultstore.Op{faultstore.OpGet}, Prefix: name, Fault: faultstore.Fail, Count: 1})
-	err = shardlog.CorruptOrReplaced(ctx, fs, shardName, listed, name, checkErr)
+	err = shardlog.NewSource(fs, NewBlobCache(1<<20), shardName).CorruptOrReplaced(ctx, listed, name, checkErr)
 	if errors.Is(err, ErrCorrupt) || !errors.Is(err, blob.ErrUnavailable) {
 		t.Fatalf("the re-read failed: %v, want blob.ErrUnavailable and not ErrCorrupt", err)
 	}
@@ -50,7 +50,7 @@ func TestCorruptOrReplacedIsUndecidedWhenTheReReadFails(t *testing.T) {
 	if _, err := mem.Put(ctx, name, []byte("garbage"), blob.PutOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if err := shardlog.CorruptOrReplaced(ctx, fs, shardName, listed, name, checkErr); !errors.Is(err, ErrCorrupt) {
+	if err := shardlog.NewSource(fs, NewBlobCache(1<<20), shardName).CorruptOrReplaced(ctx, listed, name, checkErr); !errors.Is(err, ErrCorrupt) {
 		t.Fatalf("garbage in the position: %v, want ErrCorrupt", err)
 	}
 }

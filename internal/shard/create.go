@@ -99,7 +99,7 @@ func (w *writer) createAt(ctx context.Context, position uint64, data []byte, put
 // failures until ctx ends. A missing position is blob.ErrNotFound.
 func (w *writer) readPosition(ctx context.Context, position uint64, b *shardlog.Backoff) (*shardlog.Entry, error) {
 	for {
-		e, err := shardlog.ReadEntry(ctx, w.store, w.opts.Cache, w.shard, position, w.opts.Clock.Now().UnixNano())
+		e, err := w.source().Entry(ctx, position, w.opts.Clock.Now().UnixNano())
 		if err == nil || !shardlog.Retryable(err) {
 			return e, err
 		}

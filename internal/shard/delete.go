@@ -186,7 +186,7 @@ func deleteLog(ctx context.Context, store blob.Store, shard string, opts DeleteO
 // checkTailBelow fails with a *SeqMismatchError when the log's tail after
 // cur's checkpoint already holds a seq past expected.
 func checkTailBelow(ctx context.Context, store blob.Store, shard string, cur *storagepb.Manifest, expected uint64) error {
-	found, err := shardlog.Probe(ctx, store, NewBlobCache(1<<20), shard, cur.GetLogCheckpoint()+1, 0)
+	found, err := shardlog.NewSource(store, NewBlobCache(1<<20), shard).Probe(ctx, cur.GetLogCheckpoint()+1, 0)
 	if err != nil {
 		return fmt.Errorf("delete shard %q: probe the log: %w", shard, err)
 	}
@@ -242,7 +242,7 @@ func fenceForDelete(ctx context.Context, store blob.Store, shard string, opts De
 	// A writer of the claimed epoch, for the log's fence.
 	w := &writer{store: store, shard: shard, epoch: epoch, id: putID,
 		opts: Options{Clock: opts.Clock, RetryBackoff: opts.RetryBackoff}.withDefaults()}
-	found, err := shardlog.Probe(ctx, store, w.opts.Cache, shard, cur.GetLogCheckpoint()+1, 0)
+	found, err := shardlog.NewSource(store, w.opts.Cache, shard).Probe(ctx, cur.GetLogCheckpoint()+1, 0)
 	if err != nil {
 		return deletedTail{}, false, fmt.Errorf("delete shard %q: probe the log: %w", shard, err)
 	}

@@ -113,7 +113,7 @@ func logBatchesThrough(t *testing.T, store blob.Store, shard string, through uin
 		if !ok {
 			continue
 		}
-		e, err := shardlog.ReadEntry(ctx, store, NewBlobCache(1<<20), shard, p, 0)
+		e, err := shardlog.NewSource(store, NewBlobCache(1<<20), shard).Entry(ctx, p, 0)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -131,7 +131,7 @@ func countRecords(t testing.TB, store blob.Store, shard string) map[string]int {
 	seen := map[string]int{}
 	var lastSeq uint64
 	for _, g := range m.GetGenerations() {
-		idx, err := shardlog.LoadIndex(ctx, store, cache, shard, g)
+		idx, err := shardlog.NewSource(store, cache, shard).Index(ctx, g)
 		if err != nil {
 			t.Fatalf("generation %d: %v", g.GetNumber(), err)
 		}

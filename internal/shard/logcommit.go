@@ -240,7 +240,7 @@ func (c *committer) positionTaken(pos uint64, f *shardlog.Entry) error {
 func (c *committer) landBatch(pos uint64, l format.Layout) {
 	w := c.w
 	now := w.opts.Clock.Now().UnixNano()
-	e := shardlog.EntryOf(w.opts.Cache, w.shard, pos, l, now)
+	e := w.source().EntryOf(pos, l, now)
 	w.mu.Lock()
 	w.addTailLocked(e, now)
 	lag := len(w.tail)

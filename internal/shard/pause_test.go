@@ -91,7 +91,7 @@ func TestStaleWriterWithAFrozenClock(t *testing.T) {
 		l.add(t, appendIDs(t, b, fmt.Sprint("b", i)))
 	}
 	collected := func(q uint64) bool {
-		e, err := shardlog.ReadEntry(ctx, gate.s.Inner(), NewBlobCache(1<<20), "s", q, 0)
+		e, err := shardlog.NewSource(gate.s.Inner(), NewBlobCache(1<<20), "s").Entry(ctx, q, 0)
 		if errors.Is(err, blob.ErrNotFound) {
 			return true
 		}

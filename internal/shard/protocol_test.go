@@ -69,7 +69,7 @@ func logEntries(t *testing.T, store blob.Store, shard string) map[uint64]*shardl
 		if !ok {
 			t.Fatalf("unexpected blob %s in the log", it.Name)
 		}
-		e, err := shardlog.ReadEntry(ctx, store, NewBlobCache(1<<20), shard, p, 0)
+		e, err := shardlog.NewSource(store, NewBlobCache(1<<20), shard).Entry(ctx, p, 0)
 		if err != nil {
 			t.Fatal(err)
 		}

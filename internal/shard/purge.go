@@ -205,7 +205,7 @@ func purgeLog(ctx context.Context, store blob.Store, shard string, through uint6
 			if !ok {
 				continue
 			}
-			e, err := shardlog.ReadEntry(ctx, store, cache, shard, p, 0)
+			e, err := shardlog.NewSource(store, cache, shard).Entry(ctx, p, 0)
 			if errors.Is(err, blob.ErrNotFound) {
 				continue
 			}

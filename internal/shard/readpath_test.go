@@ -17,19 +17,19 @@ import (
 // (manifests, log entries, footers, filters) or serve the writer.
 var storeGetCallers = map[string]string{
 	// The read path: all of it runs under resolve (resolve.go).
-	"read.(*Reader).readSpan":    "the one read of record bytes: every span of Get, BatchGet, Scan and follow",
-	"read.(*Reader).fetch":       "the view's manifest read, conditional when cached (Reader.Manifest)",
-	"shardlog.ReadEntry":         "the view's log probe after the checkpoint, and the writer's decision of a create: a log entry is read whole to learn its footer; its records are cached, never answered from there",
-	"shardlog.LoadIndex":         "a generation's footer index for the shared cache, put id checked; also the writer's id lookups",
-	"shardlog.LoadFilter":        "a generation's id filter for the shared cache; also the writer's id lookups",
-	"shardlog.CorruptOrReplaced": "reads a blob whole only to tell a replaced log batch from a corrupt one after a failed check",
-	"shardlog.ReadManifest":      "the write path: claims, checkpoints and deletes read the manifest unconditionally",
-	"(*merger).merge":            "the write path: a merge reads its sources whole to rewrite them",
+	"read.(*Reader).readSpan":           "the one read of record bytes: every span of Get, BatchGet, Scan and follow",
+	"read.(*Reader).fetch":              "the view's manifest read, conditional when cached (Reader.Manifest)",
+	"shardlog.Source.Entry":             "the view's log probe after the checkpoint, and the writer's decision of a create: a log entry is read whole to learn its footer; its records are cached, never answered from there",
+	"shardlog.Source.Index":             "a generation's footer index for the shared cache, put id checked; also the writer's id lookups",
+	"shardlog.Source.Filter":            "a generation's id filter for the shared cache; also the writer's id lookups",
+	"shardlog.Source.CorruptOrReplaced": "reads a blob whole only to tell a replaced log batch from a corrupt one after a failed check",
+	"shardlog.ReadManifest":             "the write path: claims, checkpoints and deletes read the manifest unconditionally",
+	"(*merger).merge":                   "the write path: a merge reads its sources whole to rewrite them",
 }
 
 // engineDirs are the shard engine's packages, by directory: this one and
 // the floors under it. A function of another than this one is named with
-// its package: shardlog.ReadEntry.
+// its package: shardlog.Source.Entry.
 var engineDirs = []string{".", "read", "shardlog"}
 
 // Only the read path's resolve reads record bytes. The test lists the

@@ -234,3 +234,8 @@ func (w *writer) halt(err, queuedErr error) bool {
 	w.checkpointer.wake()
 	return true
 }
+
+// source is the writer's shard as stored, read through the shared cache.
+func (w *writer) source() shardlog.Source {
+	return shardlog.NewSource(w.store, w.opts.Cache, w.shard)
+}

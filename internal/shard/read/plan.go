@@ -4,8 +4,6 @@ import (
 	"context"
 	"sort"
 
-	"github.com/rolloutd/rolloutd/internal/shard/format"
-	"github.com/rolloutd/rolloutd/internal/shard/shardlog"
 	"github.com/rolloutd/rolloutd/internal/shard/storagepb"
 )
 
@@ -43,7 +41,7 @@ type query struct {
 // span is one ranged GET of records of one generation.
 type span struct {
 	g          *storagepb.Generation
-	blob       string                   // g's blob in the shard, named once when the span is planned
+	blob       string                   // g's blob, from the index the span was planned with
 	entries    []*storagepb.FooterEntry // by offset
 	first, end uint64
 }
@@ -74,7 +72,8 @@ func (it *rangeSpans) next(ctx context.Context) (span, bool, error) {
 		if g.GetLastSeq() <= it.after {
 			continue
 		}
-		idx, err := shardlog.LoadIndex(ctx, it.r.store, it.r.cache, it.shard, g)
+		src := it.r.source(it.shard)
+		idx, err := src.Index(ctx, g)
 		if err != nil {
 			return span{}, false, err
 		}
@@ -83,7 +82,7 @@ func (it *rangeSpans) next(ctx context.Context) (span, bool, error) {
 		if i == len(entries) {
 			continue
 		}
-		it.pending = appendSpans(it.pending, g, format.KeyOf(g).Blob(it.shard), entries[i:], it.readBytes, it.readBytes)
+		it.pending = appendSpans(it.pending, g, idx.Blob, entries[i:], it.readBytes, it.readBytes)
 		// The next generation is read after these records, as a cursor
 		// that had delivered them would resume.
 		it.after = entries[len(entries)-1].GetSeq()

@@ -101,7 +101,8 @@ func (r *Reader) Manifest(ctx context.Context, shard string) (*storagepb.Manifes
 	}
 	for range maxViewRestarts {
 		next := base.m.GetLogCheckpoint() + uint64(len(base.tail)) + 1
-		found, err := shardlog.Probe(ctx, r.store, r.cache, shard, next, 0)
+		src := r.source(shard)
+		found, err := src.Probe(ctx, next, 0)
 		if err != nil {
 			return nil, err
 		}
@@ -161,4 +162,10 @@ func (r *Reader) remember(shard string, c cachedManifest) {
 	r.mu.Lock()
 	r.manifests.Add(shard, c)
 	r.mu.Unlock()
+}
+
+// source is the shard's blobs as this reader reads them: through the
+// shared cache.
+func (r *Reader) source(shard string) shardlog.Source {
+	return shardlog.NewSource(r.store, r.cache, shard)
 }

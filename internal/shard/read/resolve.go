@@ -272,7 +272,8 @@ func (r *Reader) checkSpan(ctx context.Context, shard string, s span, res spanRe
 		if !classify {
 			return fmt.Errorf("%w: blob %s: %w", shardlog.ErrCorrupt, name, err)
 		}
-		return shardlog.CorruptOrReplaced(ctx, r.store, shard, s.g, name, err)
+		src := r.source(shard)
+		return src.CorruptOrReplaced(ctx, s.g, name, err)
 	}
 	if uint64(len(res.data)) != s.end-s.first {
 		return nil, corrupt(fmt.Errorf("ranged read returned %d bytes, want %d", len(res.data), s.end-s.first))
@@ -306,11 +307,11 @@ func (r *Reader) speculate(ctx context.Context, shard string, c *cursor, q query
 	if !ok || q.all || len(q.ids) != 1 || q.take != nil {
 		return false, nil, nil
 	}
-	g, e, ok := r.locate(shard, cached.view, q.ids[0])
+	g, idx, e, ok := r.locate(shard, cached.view, q.ids[0])
 	if !ok {
 		return false, nil, nil
 	}
-	s := span{g: g, blob: format.KeyOf(g).Blob(shard), entries: []*storagepb.FooterEntry{e}, first: e.GetOffset(), end: e.GetOffset() + uint64(e.GetLength())}
+	s := span{g: g, blob: idx.Blob, entries: []*storagepb.FooterEntry{e}, first: e.GetOffset(), end: e.GetOffset() + uint64(e.GetLength())}
 	rctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	done := make(chan spanRead, 1)
@@ -342,28 +343,29 @@ func (r *Reader) speculate(ctx context.Context, shard string, c *cursor, q query
 	return true, nil, got(s, recs)
 }
 
-// locate finds id in m from cached filters and indexes only.
-func (r *Reader) locate(shard string, m *storagepb.Manifest, id string) (*storagepb.Generation, *storagepb.FooterEntry, bool) {
+// locate finds id in m from cached filters and indexes only: its
+// generation, that generation's index and the id's entry there.
+func (r *Reader) locate(shard string, m *storagepb.Manifest, id string) (*storagepb.Generation, *shardlog.Index, *storagepb.FooterEntry, bool) {
 	gens := m.GetGenerations()
 	for i := len(gens) - 1; i >= 0; i-- {
 		g := gens[i]
 		ref := shardlog.RefOf(shard, g)
 		f, ok := r.cache.GetFilter(ref)
 		if !ok {
-			return nil, nil, false
+			return nil, nil, nil, false
 		}
 		if !f.TestString(id) {
 			continue
 		}
 		idx, ok := r.cache.GetIndex(ref)
 		if !ok {
-			return nil, nil, false
+			return nil, nil, nil, false
 		}
 		if e, ok := idx.ByID[id]; ok {
-			return g, e, true
+			return g, idx, e, true
 		}
 	}
-	return nil, nil, false
+	return nil, nil, nil, false
 }
 
 // lists reports whether m lists generation g as live.
@@ -399,14 +401,16 @@ func (r *Reader) spansOfIDs(ctx context.Context, shard string, m *storagepb.Mani
 		}
 	}
 	byGen := map[int][]*storagepb.FooterEntry{}
+	blobs := map[int]string{}
 	for id, e := range take {
 		byGen[at[id].gen] = append(byGen[at[id].gen], e)
+		blobs[at[id].gen] = at[id].Blob
 	}
 	var spans []span
 	for i, g := range gens {
 		if es := byGen[i]; es != nil {
 			slices.SortFunc(es, func(a, b *storagepb.FooterEntry) int { return cmp.Compare(a.GetOffset(), b.GetOffset()) })
-			spans = appendSpans(spans, g, format.KeyOf(g).Blob(shard), es, q.gap, q.readBytes)
+			spans = appendSpans(spans, g, blobs[i], es, q.gap, q.readBytes)
 		}
 	}
 	return spans, nil
@@ -477,13 +481,14 @@ func (r *Reader) locateIDs(ctx context.Context, shard string, gens []*storagepb.
 // loadIfHit returns g's index when its filter admits an id not found yet,
 // else nil.
 func (r *Reader) loadIfHit(ctx context.Context, shard string, g *storagepb.Generation, at map[string]idAt) (*shardlog.Index, error) {
-	f, err := shardlog.LoadFilter(ctx, r.store, r.cache, shard, g)
+	src := r.source(shard)
+	f, err := src.Filter(ctx, g)
 	if err != nil {
 		return nil, err
 	}
 	for id, a := range at {
 		if a.gen < 0 && f.TestString(id) {
-			return shardlog.LoadIndex(ctx, r.store, r.cache, shard, g)
+			return src.Index(ctx, g)
 		}
 	}
 	return nil, nil

@@ -12,7 +12,7 @@ func (r *Reader) StoredSize(shard, id string) (size int64, ok bool) {
 	if !ok {
 		return 0, false
 	}
-	_, e, ok := r.locate(shard, cached.view, id)
+	_, _, e, ok := r.locate(shard, cached.view, id)
 	if !ok {
 		return 0, false
 	}

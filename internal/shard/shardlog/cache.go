@@ -10,20 +10,23 @@ import (
 	"github.com/rolloutd/rolloutd/internal/shard/storagepb"
 )
 
-// Index is a generation's footer, keyed by record id. It is shared through
-// the cache: nobody mutates it.
+// Index is a generation's footer, keyed by record id, and the name of the
+// blob it indexes, so that a read planned from the index reads that blob
+// without naming it again. It is shared through the cache: nobody mutates
+// it.
 type Index struct {
 	Footer *storagepb.Footer
 	ByID   map[string]*storagepb.FooterEntry
+	Blob   string
 }
 
 // perEntryOverhead approximates the heap cost of one footer entry plus its
 // map slot, beyond the id's bytes.
 const perEntryOverhead = 160
 
-// NewIndex indexes footer f by record id.
-func NewIndex(f *storagepb.Footer) *Index {
-	idx := &Index{Footer: f, ByID: make(map[string]*storagepb.FooterEntry, len(f.GetEntries()))}
+// NewIndex indexes footer f, of the blob named blob, by record id.
+func NewIndex(f *storagepb.Footer, blob string) *Index {
+	idx := &Index{Footer: f, ByID: make(map[string]*storagepb.FooterEntry, len(f.GetEntries())), Blob: blob}
 	for _, e := range f.GetEntries() {
 		idx.ByID[e.GetId()] = e
 	}
@@ -35,7 +38,7 @@ func (idx *Index) size() int64 {
 	for _, e := range idx.Footer.GetEntries() {
 		n += int64(len(e.GetId())) + perEntryOverhead
 	}
-	return n
+	return n + int64(len(idx.Blob))
 }
 
 // Ref names a generation of a shard in the cache without formatting its
@@ -48,6 +51,9 @@ type Ref struct {
 
 // RefOf is the cache's name of generation g of the shard.
 func RefOf(shard string, g *storagepb.Generation) Ref { return Ref{shard, format.KeyOf(g)} }
+
+// Blob names the blob that holds the generation.
+func (r Ref) Blob() string { return r.Key.Blob(r.Shard) }
 
 // cacheKey separates a generation's cached parts.
 type cacheKey struct {
@@ -146,7 +152,7 @@ func (c *BlobCache) AddFilter(g Ref, f *bloom.BloomFilter) {
 // out as l, as its writer knows them: lookups, Gets and merges of a blob
 // just written then start from memory.
 func (c *BlobCache) AddLayout(g Ref, l format.Layout) {
-	c.AddIndex(g, NewIndex(l.Footer))
+	c.AddIndex(g, NewIndex(l.Footer, g.Blob()))
 	c.AddFilter(g, l.Filter)
 	c.AddData(g, l.Data)
 }

@@ -17,7 +17,7 @@ func TestBlobCacheStaysWithinItsBytes(t *testing.T) {
 	for i := range 1000 {
 		g := Ref{Shard: fmt.Sprintf("s%d", i%97), Key: format.GenKey{Epoch: 0, Number: uint64(i)}}
 		c.AddData(g, make([]byte, 1000+i%3000))
-		c.AddIndex(g, NewIndex(&storagepb.Footer{Entries: []*storagepb.FooterEntry{{Id: fmt.Sprintf("id-%d", i)}}}))
+		c.AddIndex(g, NewIndex(&storagepb.Footer{Entries: []*storagepb.FooterEntry{{Id: fmt.Sprintf("id-%d", i)}}}, "blob"))
 		if b := c.Bytes(); b > max {
 			t.Fatalf("after %d generations the cache holds %d bytes, more than its %d", i+1, b, max)
 		}

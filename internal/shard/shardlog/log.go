@@ -1,12 +1,6 @@
 package shardlog
 
 import (
-	"context"
-	"errors"
-	"fmt"
-	"sync"
-
-	"github.com/rolloutd/rolloutd/internal/blob"
 	"github.com/rolloutd/rolloutd/internal/shard/format"
 	"github.com/rolloutd/rolloutd/internal/shard/storagepb"
 )
@@ -55,38 +49,6 @@ func logGeneration(position uint64, l format.Layout, created int64) *storagepb.G
 	return g
 }
 
-// EntryOf describes the log entry laid out as l at position, and caches a
-// batch's index, filter and (small) bytes: id lookups, Gets and merges of
-// it then start from memory.
-func EntryOf(cache *BlobCache, shard string, position uint64, l format.Layout, created int64) *Entry {
-	f := l.Footer
-	e := &Entry{Position: position, Epoch: f.GetEpoch(), Writer: f.GetWriter(), PutID: f.GetPutId(), NextSeq: f.GetNextSeq()}
-	if f.GetFence() {
-		return e
-	}
-	if c := f.GetCreatedUnixNanos(); c != 0 {
-		created = c
-	}
-	e.Gen = logGeneration(position, l, created)
-	cache.AddLayout(RefOf(shard, e.Gen), l)
-	return e
-}
-
-// ReadEntry reads the shard's log entry at position. A position never
-// created, or collected, is blob.ErrNotFound.
-func ReadEntry(ctx context.Context, store blob.Store, cache *BlobCache, shard string, position uint64, created int64) (*Entry, error) {
-	name := format.LogName(shard, position)
-	data, _, err := store.Get(ctx, name, blob.GetOptions{})
-	if err != nil {
-		return nil, fmt.Errorf("shard %q: read log position %d: %w", shard, position, err)
-	}
-	l, err := format.DecodeLogLayout(shard, position, data)
-	if err != nil {
-		return nil, fmt.Errorf("%w: blob %s: %w", ErrCorrupt, name, err)
-	}
-	return EntryOf(cache, shard, position, l, created), nil
-}
-
 // ViewOf is the view of the shard: the checkpoint ckpt with the
 // log batches of tail (the positions after it) appended as live
 // generations. It shares ckpt's parts, which nobody mutates.
@@ -124,41 +86,4 @@ func ViewOf(ckpt *storagepb.Manifest, tail []*Entry) *storagepb.Manifest {
 		}
 	}
 	return v
-}
-
-// maxProbeWindow bounds the log positions one probe reads at once.
-const maxProbeWindow = 8
-
-// Probe reads the shard's log entries from position from on, until the
-// first missing one, and returns those it found, in order. It reads one
-// position first, then windows of twice as many at once: a reader that
-// read one GET at a time could never catch up with a writer that commits
-// one position per round trip. An entry found after a missing one is
-// ignored: the first missing position is where the log ended, as of that
-// read.
-func Probe(ctx context.Context, store blob.Store, cache *BlobCache, shard string, from uint64, created int64) ([]*Entry, error) {
-	var found []*Entry
-	window := 1
-	for {
-		got := make([]*Entry, window)
-		errs := make([]error, window)
-		var wg sync.WaitGroup
-		for i := range window {
-			wg.Go(func() {
-				got[i], errs[i] = ReadEntry(ctx, store, cache, shard, from+uint64(i), created)
-			})
-		}
-		wg.Wait()
-		for i := range window {
-			if errors.Is(errs[i], blob.ErrNotFound) {
-				return found, nil
-			}
-			if errs[i] != nil {
-				return found, errs[i]
-			}
-			found = append(found, got[i])
-		}
-		from += uint64(window)
-		window = min(2*window, maxProbeWindow)
-	}
 }
