@@ -288,7 +288,7 @@ func smallRecords(next func(int) (clientOps, error), n int) func(int) (clientOps
 func readableBlobs(ctx context.Context, st blob.Store, sh string, m *storagepb.Manifest) ([]string, error) {
 	var names []string
 	for _, g := range m.GetGenerations() {
-		names = append(names, format.BlobOf(sh, g))
+		names = append(names, format.KeyOf(g).Blob(sh))
 	}
 	for token := ""; ; {
 		page, err := st.List(ctx, blob.ListOptions{Prefix: format.LogPrefix(sh), Token: token})

@@ -23,7 +23,6 @@ import (
 	"github.com/rolloutd/rolloutd/internal/azure"
 	"github.com/rolloutd/rolloutd/internal/blob/localstore"
 	"github.com/rolloutd/rolloutd/internal/export"
-	"github.com/rolloutd/rolloutd/internal/shard"
 	"github.com/rolloutd/rolloutd/internal/term"
 	"github.com/rolloutd/rolloutd/internal/validate"
 )
@@ -151,7 +150,7 @@ func (c *exportConfig) validate() error {
 		if err := validate.Shard(sh); err != nil {
 			return fmt.Errorf("--shard %q: %v", sh, err)
 		}
-		if !shard.Covers(c.Prefix, sh) {
+		if !validate.Covers(c.Prefix, sh) {
 			return fmt.Errorf("--shard %q is not under --prefix %q: give --shard alone, or a --prefix that covers it", sh, c.Prefix)
 		}
 	}

@@ -15,7 +15,7 @@ import (
 
 // A --prefix means one thing in every command: whole '/'-separated
 // segments of shard names, as ListShards and the authorization policy
-// match them (shard.Covers): "team-a" selects "team-a" and "team-a/run1",
+// match them (validate.Covers): "team-a" selects "team-a" and "team-a/run1",
 // never "team-ab". The commands that only read (list, export) take an
 // empty or absent --prefix as every shard; purge, which deletes, takes
 // --all instead, so that an unset variable in a script never means every
@@ -103,7 +103,7 @@ func findHint(ctx context.Context, list shardLister, asked string) (selectionHin
 		err := list(ctx, parent, func(sh string) bool {
 			n++
 			switch {
-			case shard.Covers(asked, sh):
+			case validate.Covers(asked, sh):
 				h.under = true
 			case first && strings.HasPrefix(sh, asked):
 				meant[segmentAt(sh, len(asked))] = true

@@ -35,7 +35,7 @@ type Options struct {
 	Source Source
 	Dest   Dest
 	// Prefix selects the shards it covers on whole '/'-separated segments
-	// (shard.Covers, as ListShards and authorization match): "demo"
+	// (validate.Covers, as ListShards and authorization match): "demo"
 	// selects "demo" and "demo/run1", never "demo2". "" selects every
 	// shard.
 	Prefix string

@@ -10,7 +10,6 @@ import (
 
 	"go.uber.org/zap"
 
-	"github.com/rolloutd/rolloutd/internal/shard"
 	"github.com/rolloutd/rolloutd/internal/validate"
 )
 
@@ -135,7 +134,7 @@ func forgetUnlisted(ctx context.Context, opts Options, st *state, sum *Summary, 
 	n, ok := opts.Source.(interface{ NamedShards() bool })
 	named := ok && n.NamedShards()
 	for _, sh := range slices.Sorted(maps.Keys(st.Shards)) {
-		if !named && shard.Covers(opts.Prefix, sh) && !listed[sh] {
+		if !named && validate.Covers(opts.Prefix, sh) && !listed[sh] {
 			sum.Shards = append(sum.Shards, ShardResult{Shard: sh, Status: StatusGone, LastSeq: st.Shards[sh].LastSeq,
 				Note: "no longer in the source; " + partsKept(ctx, opts.Dest, sh)})
 			delete(st.Shards, sh)

@@ -12,6 +12,7 @@ import (
 	rolloutv1 "github.com/rolloutd/rolloutd/gen/rollout/v1"
 	"github.com/rolloutd/rolloutd/internal/blob"
 	"github.com/rolloutd/rolloutd/internal/shard"
+	"github.com/rolloutd/rolloutd/internal/validate"
 )
 
 // ErrShardGone: a shard listed at the start of the run was not found when
@@ -69,7 +70,7 @@ type ShardRef struct {
 // Source is where records come from.
 type Source interface {
 	// Shards lists the shards that prefix covers on whole segments
-	// (shard.Covers; "" covers all), sorted by name, deleted ones
+	// (validate.Covers; "" covers all), sorted by name, deleted ones
 	// included, and those that cannot be described with their Err: its
 	// error is for the listing as a whole.
 	Shards(ctx context.Context, prefix string) ([]ShardRef, error)
@@ -168,7 +169,7 @@ func (c *ClientSource) Shards(ctx context.Context, prefix string) ([]ShardRef, e
 		names := slices.Clone(c.ShardNames)
 		slices.Sort(names)
 		for _, sh := range slices.Compact(names) {
-			if !shard.Covers(prefix, sh) {
+			if !validate.Covers(prefix, sh) {
 				return nil, fmt.Errorf("export: shard %q is not under prefix %q", sh, prefix)
 			}
 			info, err := c.Client.DescribeShard(ctx, sh)

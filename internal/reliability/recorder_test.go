@@ -134,7 +134,7 @@ func (r *recorder) Delete(ctx context.Context, name string, opts blob.DeleteOpti
 	if n := len(h.versions); n > 0 {
 		cur := h.versions[n-1]
 		for _, g := range cur.GetGenerations() {
-			if format.BlobOf(shardName, g) == name {
+			if format.KeyOf(g).Blob(shardName) == name {
 				r.problem("GC deleted %s, which the current manifest (epoch %d) lists as live", name, cur.GetEpoch())
 			}
 		}
@@ -202,7 +202,7 @@ func (r *recorder) check() (historyReport, []error) {
 			}
 			recs := map[string]uint64{}
 			for _, g := range m.GetGenerations() {
-				name := format.BlobOf(shardName, g)
+				name := format.KeyOf(g).Blob(shardName)
 				// A log batch (protocol v2) joins the manifest in the
 				// checkpoint that covers it, whichever epoch created it.
 				if !live[[2]uint64{g.GetEpoch(), g.GetNumber()}] && g.GetEpoch() != epoch && g.GetPosition() == 0 {

@@ -260,7 +260,7 @@ func TestStoredDataProblems(t *testing.T) {
 		}
 	}
 	for _, g := range gens {
-		if err := mem.Delete(ctx, format.BlobOf("gone", g), blob.DeleteOptions{}); err != nil {
+		if err := mem.Delete(ctx, format.KeyOf(g).Blob("gone"), blob.DeleteOptions{}); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -48,7 +48,7 @@ func BenchmarkAzuriteScan100k(b *testing.B) {
 		start := time.Now()
 		rawBytes = 0
 		for _, g := range m.GetGenerations() {
-			name := format.BlobOf("scan", g)
+			name := format.KeyOf(g).Blob("scan")
 			end := int64(g.GetFooterOffset() - uint64(g.GetFilterLength()))
 			for off := int64(8); off < end; off += 4 << 20 {
 				data, _, err := store.Get(ctx, name, blob.GetOptions{Offset: off, Length: min(4<<20, end-off)})

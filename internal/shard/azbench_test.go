@@ -177,7 +177,7 @@ func BenchmarkAzuriteGet(b *testing.B) {
 		b.Fatal(err)
 	}
 	g := m.GetGenerations()[len(m.GetGenerations())-1]
-	genName := format.BlobOf("bench", g)
+	genName := format.KeyOf(g).Blob("bench")
 	r := NewReader(store, ReaderOptions{})
 	for _, id := range ids[:20] { // warm the caches, as a serving reader's are
 		if _, err := r.Get(ctx, "bench", id); err != nil {

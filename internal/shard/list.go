@@ -70,7 +70,7 @@ func List(ctx context.Context, store blob.Store, opts ListOptions) (ShardPage, e
 	if err != nil {
 		return ShardPage{}, err
 	}
-	if after != "" && !slices.ContainsFunc(scopes, func(sc string) bool { return Covers(sc, after) }) {
+	if after != "" && !slices.ContainsFunc(scopes, func(sc string) bool { return validate.Covers(sc, after) }) {
 		return ShardPage{}, fmt.Errorf("%w: its position is not one this caller may list", ErrBadPageToken)
 	}
 	max := opts.Max
@@ -166,9 +166,6 @@ func scopeRoot(scope string) string {
 // allShards is authz's grant of every shard.
 const allShards = validate.AllShards
 
-// Covers is validate.Covers: whether scope covers shard on whole segments.
-func Covers(scope, shard string) bool { return validate.Covers(scope, shard) }
-
 // listScopes is what a listing of prefix by a caller holding grants may
 // touch: the narrower of prefix and each grant where they overlap, without
 // a scope another covers, in storage order (disjoint scopes' storage
@@ -180,16 +177,16 @@ func listScopes(prefix string, grants []string, unrestricted bool) []string {
 	var scopes []string
 	for _, g := range grants {
 		switch {
-		case Covers(g, prefix):
+		case validate.Covers(g, prefix):
 			scopes = append(scopes, prefix)
-		case Covers(prefix, g):
+		case validate.Covers(prefix, g):
 			scopes = append(scopes, g)
 		}
 	}
 	slices.SortFunc(scopes, func(a, b string) int { return strings.Compare(scopeRoot(a), scopeRoot(b)) })
 	kept := scopes[:0]
 	for _, sc := range scopes {
-		if len(kept) > 0 && Covers(kept[len(kept)-1], sc) {
+		if len(kept) > 0 && validate.Covers(kept[len(kept)-1], sc) {
 			continue
 		}
 		kept = append(kept, sc)
@@ -230,7 +227,7 @@ func decodePageToken(token, prefix, caller string) (string, error) {
 		return "", fmt.Errorf("%w: issued to another caller", ErrBadPageToken)
 	}
 	last := parts[3]
-	if err := validate.Shard(last); err != nil || !Covers(prefix, last) {
+	if err := validate.Shard(last); err != nil || !validate.Covers(prefix, last) {
 		return "", fmt.Errorf("%w: not one ListShards issued", ErrBadPageToken)
 	}
 	return last, nil

@@ -101,9 +101,6 @@ func (k GenKey) Blob(shard string) string {
 	return GenerationName(shard, k.Epoch, k.Number)
 }
 
-// BlobOf is KeyOf(g).Blob(shard): the blob that holds generation g.
-func BlobOf(shard string, g *storagepb.Generation) string { return KeyOf(g).Blob(shard) }
-
 // IsDataBlob reports whether name is one of the shard's record blobs: a
 // generation, or a log position.
 func IsDataBlob(shard, name string) bool {

@@ -61,7 +61,7 @@ func Read(ctx context.Context, store blob.Store, name string, manifest ManifestF
 	seen := map[string]uint64{}
 	var last uint64
 	for _, g := range m.GetGenerations() {
-		gname := format.BlobOf(name, g)
+		gname := format.KeyOf(g).Blob(name)
 		data, _, err := store.Get(ctx, gname, blob.GetOptions{})
 		if err != nil {
 			fail("live generation %s: %v", gname, err)
