@@ -124,8 +124,13 @@ func (s *t7Server) window(ctx context.Context, p *phase, count int64) t7Fig {
 func figOf(p *phase, since func() (float64, float64)) t7Fig {
 	srv, metric := since()
 	r := p.result()
-	return t7Fig{Ops: r.Appends, ElapsedSec: r.ElapsedSec, P50ms: r.AppendLatency.P50ms,
+	f := t7Fig{Ops: r.Appends, ElapsedSec: r.ElapsedSec, P50ms: r.AppendLatency.P50ms,
 		ServerCPU: srv, MetricCPU: metric, LoadCPU: p.cpu, Errors: r.ErrorsTotal}
+	if srv >= 0 {
+		p.note(fmt.Sprintf("rolloutd process CPU %.0f µs per append (/proc; %.0f µs by its process_cpu_seconds_total); CPU/append is this load process's",
+			f.serverUS(), f.perOpUS(metric)))
+	}
+	return f
 }
 
 // floorFig is a floor child's figures: its own CPU is the "server" CPU.
