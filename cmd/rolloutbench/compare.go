@@ -192,6 +192,7 @@ var targetTable = []target{
 	{"4", []string{"4a", "4b", "4c", "4d"}, runTarget4},
 	{"5", []string{"5", "5b", "5c"}, runTarget5},
 	{"6", []string{"6a", "6b", "6c"}, runTarget6},
+	{"7", []string{"7a", "7b", "7c", "7d", "7e", "7f", "7g"}, runTarget7},
 }
 
 // targetIDs are the ids --targets accepts, in the table's order.

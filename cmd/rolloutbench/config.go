@@ -69,6 +69,15 @@ type config struct {
 	Diagnose bool
 	sizes    compareSizes
 
+	// Target 7 (issue 32): rolloutd as a process of its own.
+	RolloutdBin    string // the binary (A); "" builds ./cmd/rolloutd once
+	RolloutdBinB   string // a second binary (B), measured alternating with A
+	RolloutdArgs   string // extra flags for every rolloutd child, space-separated
+	T7Azurite      bool   // run target 7's Azurite loads
+	T7Dir          string // parent of its embedded stores and floors ("" = $TMPDIR)
+	T7Pprof        string // CPU profile of rolloutd under the embedded wide load, to this file
+	T7PprofSeconds int
+
 	JSON       string
 	CPUProfile string
 	MemProfile string // heap profiles at RSS samples, by path prefix
@@ -114,6 +123,13 @@ type compareSizes struct {
 	GetSmallRecords int
 	GetFillBatch    int
 	GetFillBytes    int
+	// Target 7: T7Clients clients over T7Shards shards and on one shard,
+	// T7Each appends each per window (T7AzEach on Azurite); T7Single
+	// single-client appends (and floor operations) per round; T7Rounds
+	// rounds, of which the rows are medians.
+	T7Clients, T7Shards, T7Each, T7AzEach, T7Single, T7Rounds int
+	// T7Idle: how long the server's idle CPU is read before a stretch.
+	T7Idle time.Duration
 	// Quiesce: how long target 1 (after its interleaved blocks) and
 	// target 3 (after each resident block) wait for the writers'
 	// background work before reading the blob counters.
@@ -140,6 +156,13 @@ var defaultSizes = compareSizes{
 	LocalClients:   64,
 	LocalShards:    100,
 	LocalEach:      120,
+	T7Clients:      64,
+	T7Shards:       100,
+	T7Each:         100,
+	T7AzEach:       60,
+	T7Single:       300,
+	T7Rounds:       3,
+	T7Idle:         time.Second,
 
 	GetBigRecords:   100_000,
 	GetSmallRecords: 100,
@@ -217,13 +240,14 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (*con
 	fs.DurationVar(&c.Duration, "duration", 0, "run each mode this long instead of --count operations")
 	fs.Float64Var(&c.ReadFraction, "read-fraction", 0, "fraction of operations that are Gets of ids this run appended (0..1)")
 	fs.BoolVar(&c.Compare, "compare", false, "run the targets' phases (floor, resident, per-append) back to back and print their ratios")
-	targets := fs.String("targets", strings.Join(targetIDs(), ","), "--compare: which targets to run (6 needs the embedded local store)")
+	targets := fs.String("targets", strings.Join(targetIDs(), ","), "--compare: which targets to run (6 needs the embedded local store; 7 runs rolloutd processes, and Azurites, of its own)")
 	fs.BoolVar(&c.Diagnose, "diagnose", true, "--compare in-process: also run target 1 with merging off, to show what merging costs a lone client")
 	fs.IntVar(&c.sizes.SingleAppends, "compare-single", defaultSizes.SingleAppends, "--compare: single-client appends per mode (target 1)")
 	fs.Int64Var(&c.sizes.ManyAppends, "compare-appends", defaultSizes.ManyAppends, "--compare: appends of the 32-client phases (target 2)")
 	fs.DurationVar(&c.sizes.WideDuration, "compare-wide-duration", defaultSizes.WideDuration, "--compare: length of the 1,000-shard phase (target 4)")
 	fs.IntVar(&c.sizes.Gets, "compare-gets", defaultSizes.Gets, "--compare: Gets and read floors (target 5)")
 	fs.DurationVar(&c.sizes.PerAppendCap, "compare-per-append-cap", defaultSizes.PerAppendCap, "--compare: wall-time bound of the 32-client per-append phase (TIME_WAIT lasts 60 s)")
+	c.registerT7Flags(fs)
 	fs.StringVar(&c.JSON, "json", "", "also write the figures to this file as JSON")
 	fs.StringVar(&c.CPUProfile, "cpuprofile", "", "write a CPU profile of this process (bench, and rolloutd when in-process) to this file")
 	fs.StringVar(&c.MemProfile, "memprofile", "", "write heap profiles (after a forced GC) to FILE.PHASE.quarter and FILE.PHASE.end when RSS is sampled;\n"+
@@ -255,6 +279,23 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (*con
 		return nil, err
 	}
 	return c, nil
+}
+
+// registerT7Flags adds target 7's flags (issue 32: rolloutd's own CPU per
+// append, as a process of its own).
+func (c *config) registerT7Flags(fs *flag.FlagSet) {
+	fs.StringVar(&c.RolloutdBin, "rolloutd-bin", "", "target 7: the rolloutd binary to run as a process of its own (default: build ./cmd/rolloutd once into a temporary directory)")
+	fs.StringVar(&c.RolloutdBinB, "rolloutd-bin-b", "", "target 7: a second rolloutd binary (the candidate, \"after\"), measured alternating with --rolloutd-bin (the baseline)\n"+
+		"round by round; the rows then judge this one and every figure gets its after/before ratio")
+	fs.StringVar(&c.RolloutdArgs, "rolloutd-args", "", "target 7: extra flags for every rolloutd it starts, space-separated (e.g. \"--log-level warn\")")
+	fs.BoolVar(&c.T7Azurite, "t7-azurite", true, "target 7: also run its Azurite loads (an Azurite over HTTP of its own per round)")
+	fs.StringVar(&c.T7Dir, "t7-dir", "", "target 7: parent directory of its embedded stores and local floors, on the disk to measure (default $TMPDIR)")
+	fs.StringVar(&c.T7Pprof, "t7-pprof", "", "target 7: after its rounds, profile rolloutd (--pprof) under the embedded wide load into this `file`\n"+
+		"(FILE.b for --rolloutd-bin-b) and print go tool pprof -top's first 10")
+	fs.IntVar(&c.T7PprofSeconds, "t7-pprof-seconds", 10, "target 7: length of the --t7-pprof profile")
+	fs.IntVar(&c.sizes.T7Rounds, "t7-rounds", defaultSizes.T7Rounds, "target 7: rounds (its rows are their medians)")
+	fs.IntVar(&c.sizes.T7Each, "t7-each", defaultSizes.T7Each, "target 7: appends per client in each embedded 64-client window")
+	fs.IntVar(&c.sizes.T7Single, "t7-single", defaultSizes.T7Single, "target 7: single-client appends (and floor operations) per round")
 }
 
 // validate checks the flags against each other and derives the store and

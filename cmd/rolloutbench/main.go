@@ -27,6 +27,9 @@ import (
 )
 
 func main() {
+	if code, isChild := floorChildExit(); isChild {
+		os.Exit(code)
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr)
 	stop()

@@ -3,8 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"encoding/json"
-	"os"
 	"path/filepath"
 	"testing"
 	"time"
@@ -36,14 +34,7 @@ func TestResidentAgainstARunningServer(t *testing.T) {
 		t.Fatalf("run: %v\n%s", err, stdout.String())
 	}
 	t.Log(stdout.String())
-	var rep report
-	b, err := os.ReadFile(out)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := json.Unmarshal(b, &rep); err != nil {
-		t.Fatal(err)
-	}
+	rep := readReport(t, out)
 	if len(rep.Phases) != 1 {
 		t.Fatalf("phases: %+v", rep.Phases)
 	}

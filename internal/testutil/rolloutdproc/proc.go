@@ -87,6 +87,20 @@ type Proc struct {
 // Bare, reports SERVING. The process is killed when the test ends.
 func Start(t testing.TB, binary string, o Options) *Proc {
 	t.Helper()
+	p, err := launch(binary, o, func(p *Proc) { t.Cleanup(p.Kill) })
+	if p != nil {
+		p.t = t
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// launch starts binary as Start describes; started, when set, is called
+// once the process runs and before it is waited for. On a failure after
+// the start, the process is left to the caller's started hook, or killed.
+func launch(binary string, o Options, started func(*Proc)) (p *Proc, err error) {
 	if o.Name == "" {
 		o.Name = "rolloutd"
 	}
@@ -94,7 +108,7 @@ func Start(t testing.TB, binary string, o Options) *Proc {
 		o.StartTimeout = 60 * time.Second
 	}
 	args := append([]string{"--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0", "--drain-delay", "100ms"}, o.Args...)
-	p := &Proc{t: t, Name: o.Name, Cmd: exec.Command(binary, args...), exited: make(chan struct{})}
+	p = &Proc{Name: o.Name, Cmd: exec.Command(binary, args...), exited: make(chan struct{})}
 	for _, kv := range os.Environ() {
 		if !hasAnyPrefix(kv, o.DropEnv) {
 			p.Cmd.Env = append(p.Cmd.Env, kv)
@@ -106,37 +120,50 @@ func Start(t testing.TB, binary string, o Options) *Proc {
 	p.Cmd.Env = append(p.Cmd.Env, o.Env...)
 	stderr, err := p.Cmd.StderrPipe()
 	if err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
-	if err := p.Cmd.Start(); err != nil {
-		t.Fatal(err)
+	if err = p.Cmd.Start(); err != nil {
+		return nil, err
 	}
 	addrs := make(chan [2]string, 1)
 	go p.readLog(stderr, addrs)
-	t.Cleanup(p.Kill)
+	if started == nil {
+		started = func(p *Proc) {}
+		defer func() {
+			if err != nil {
+				p.kill()
+			}
+		}()
+	}
+	started(p)
 	select {
 	case a := <-addrs:
 		p.GRPCAddr, p.MetricsAddr = a[0], a[1]
 	case <-p.exited:
-		t.Fatalf("%s exited at startup (%v):\n%s", p.Name, p.exitErr, p.Output())
+		return p, fmt.Errorf("%s exited at startup (%v):\n%s", p.Name, p.exitErr, p.Output())
 	case <-time.After(o.StartTimeout):
-		t.Fatalf("%s did not start:\n%s", p.Name, p.Output())
+		return p, fmt.Errorf("%s did not start:\n%s", p.Name, p.Output())
 	}
 	if o.Bare {
-		return p
+		return p, nil
 	}
+	return p, p.dialHealthy()
+}
+
+// dialHealthy connects the insecure client and waits for SERVING.
+func (p *Proc) dialHealthy() (err error) {
 	p.Conn, err = grpc.NewClient(p.GRPCAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
-		t.Fatal(err)
+		return err
 	}
 	p.Client = rolloutv1.NewRolloutServiceClient(p.Conn)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	resp, err := healthpb.NewHealthClient(p.Conn).Check(ctx, &healthpb.HealthCheckRequest{Service: rolloutv1.RolloutService_ServiceDesc.ServiceName}, grpc.WaitForReady(true))
 	if err != nil || resp.GetStatus() != healthpb.HealthCheckResponse_SERVING {
-		t.Fatalf("%s health: %v %v\n%s", p.Name, resp, err, p.Output())
+		return fmt.Errorf("%s health: %v %v\n%s", p.Name, resp, err, p.Output())
 	}
-	return p
+	return nil
 }
 
 func hasAnyPrefix(s string, prefixes []string) bool {
@@ -215,15 +242,7 @@ func (p *Proc) Signal(sig syscall.Signal, within time.Duration) (int, time.Durat
 // race or panic the binary reported fails the test; a failed test gets the
 // end of the log.
 func (p *Proc) Kill() {
-	select {
-	case <-p.exited:
-	default:
-		_ = p.Cmd.Process.Kill()
-		<-p.exited
-	}
-	if p.Conn != nil {
-		_ = p.Conn.Close()
-	}
+	p.kill()
 	if out := p.Output(); strings.Contains(out, "WARNING: DATA RACE") || strings.Contains(out, "panic:") {
 		p.t.Errorf("%s reported a data race or a panic", p.Name)
 	}
@@ -233,6 +252,19 @@ func (p *Proc) Kill() {
 			out = "…" + out[len(out)-20000:]
 		}
 		p.t.Logf("%s log (%s):\n%s", p.Name, p.GRPCAddr, out)
+	}
+}
+
+// kill ends the process, if it still runs, and closes the client.
+func (p *Proc) kill() {
+	select {
+	case <-p.exited:
+	default:
+		_ = p.Cmd.Process.Kill()
+		<-p.exited
+	}
+	if p.Conn != nil {
+		_ = p.Conn.Close()
 	}
 }
 

@@ -61,3 +61,62 @@ type fakeT struct {
 
 func (f *fakeT) Errorf(format string, args ...any) { f.errors += format }
 func (f *fakeT) Failed() bool                      { return false }
+
+func TestLaunchStopsOnSIGTERMAndReadsCPU(t *testing.T) {
+	p, err := Launch(fake(t, "exec sleep 60"), Options{Name: "fake", Bare: true, StartTimeout: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cpu, err := p.CPUSeconds(); err != nil || cpu < 0 {
+		t.Errorf("CPUSeconds = %v, %v", cpu, err)
+	}
+	if err := p.Stop(5 * time.Second); err != nil {
+		t.Fatalf("Stop: %v", err)
+	}
+	select {
+	case <-p.Exited():
+	default:
+		t.Fatal("Stop returned before the process exited")
+	}
+}
+
+func TestLaunchFailsWhenTheProcessExitsAtStartup(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "dies")
+	if err := os.WriteFile(path, []byte("#!/bin/sh\necho 'no store' >&2\nexit 3\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	_, err := Launch(path, Options{Bare: true, StartTimeout: 10 * time.Second})
+	if err == nil || !strings.Contains(err.Error(), "exited at startup") || !strings.Contains(err.Error(), "no store") {
+		t.Fatalf("Launch = %v, want an error with the log", err)
+	}
+}
+
+func TestStopReportsAPanicInTheLog(t *testing.T) {
+	p, err := Launch(fake(t, "echo 'panic: boom' >&2; exec sleep 60"), Options{Bare: true, StartTimeout: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for !strings.Contains(p.Output(), "panic: boom") {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err := p.Stop(5 * time.Second); err == nil || !strings.Contains(err.Error(), "panic") {
+		t.Fatalf("Stop = %v, want the panic reported", err)
+	}
+}
+
+func TestProcessCPUSecondsCountsThisProcess(t *testing.T) {
+	before, err := ProcessCPUSeconds(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for x, end := 0, time.Now().Add(100*time.Millisecond); time.Now().Before(end); x++ {
+		_ = x * x
+	}
+	after, err := ProcessCPUSeconds(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if after-before < 0.02 {
+		t.Fatalf("CPU after 100 ms of spinning grew by %v s", after-before)
+	}
+}
