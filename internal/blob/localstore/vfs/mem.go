@@ -232,29 +232,81 @@ func (m *MemFS) Rename(oldname, newname string) error {
 
 func (m *MemFS) Link(oldname, newname string) error {
 	m.mu.Lock()
-	err := func() error {
-		n, err := m.lookup(oldname)
-		if err != nil {
-			return err
-		}
-		if n.dir {
-			return syscall.EPERM
-		}
-		nd, nb, err := m.parent(newname)
-		if err != nil {
-			return err
-		}
-		if _, ok := nd.children[nb]; ok {
-			return syscall.EEXIST
-		}
-		nd.children[nb] = n
-		return nil
-	}()
+	n, err := m.lookup(oldname)
+	if err == nil && n.dir {
+		err = syscall.EPERM
+	}
+	if err == nil {
+		err = m.linkNode(n, newname)
+	}
 	m.mu.Unlock()
 	if err != nil {
 		return &linkError{"link", oldname, newname, err}
 	}
 	m.done("link", newname)
+	return nil
+}
+
+// linkNode gives the file n the name newname; mu must be held.
+func (m *MemFS) linkNode(n *node, newname string) error {
+	nd, nb, err := m.parent(newname)
+	if err != nil {
+		return err
+	}
+	if _, ok := nd.children[nb]; ok {
+		return syscall.EEXIST
+	}
+	nd.children[nb] = n
+	return nil
+}
+
+// CreateAnon makes a file that no directory holds: a crash clone, which
+// walks from the root, leaves nothing of it until Link names it. Creating
+// it changes neither what reads see nor what a crash leaves, so the hook
+// does not run.
+func (m *MemFS) CreateAnon(dir string) (AnonFile, error) {
+	m.mu.Lock()
+	d, err := m.lookup(dir)
+	if err == nil && !d.dir {
+		err = syscall.ENOTDIR
+	}
+	m.mu.Unlock()
+	if err != nil {
+		errno, _ := err.(syscall.Errno)
+		return nil, anonOpenError(dir, errno)
+	}
+	n := &node{mtime: time.Now()}
+	return &memAnon{memFile: memFile{fs: m, n: n, name: anonName(dir), write: true}}, nil
+}
+
+// memAnon is a file made by CreateAnon.
+type memAnon struct {
+	memFile
+	released bool // guarded by fs.mu
+}
+
+func (a *memAnon) Link(newname string) error {
+	m := a.fs
+	m.mu.Lock()
+	var err error = syscall.EBADF
+	if !a.released {
+		err = m.linkNode(a.n, newname)
+	}
+	m.mu.Unlock()
+	if err != nil {
+		return &linkError{"link", a.name, newname, err}
+	}
+	m.done("link", newname)
+	return nil
+}
+
+func (a *memAnon) Release() error {
+	a.fs.mu.Lock()
+	defer a.fs.mu.Unlock()
+	if a.released {
+		return pathErr("close", a.name, fs.ErrClosed)
+	}
+	a.released = true
 	return nil
 }
 
