@@ -91,7 +91,17 @@ func (s *Store) discard(r *putReq) {
 		_ = r.file.Close()
 		r.file = nil
 	}
-	_ = s.fs.Remove(r.tmpName)
+	s.dropTemp(r)
+}
+
+// dropTemp removes a put's temporary file, closed, whether or not it was
+// published: a published name keeps its own link to the data. The removal
+// need not be durable: Open empties tmp/.
+func (s *Store) dropTemp(r *putReq) {
+	if r.tmpName != "" {
+		_ = s.fs.Remove(r.tmpName)
+		r.tmpName = ""
+	}
 }
 
 // publishOne checks r's condition and, if it holds, publishes r's
@@ -105,12 +115,12 @@ func (s *Store) publishOne(r *putReq) (published bool) {
 	mu := s.stripe(r.name)
 	mu.Lock()
 	defer mu.Unlock()
+	defer s.dropTemp(r)
 	tmp := r.tmpName
 	if r.opts.IfNoneMatch {
 		err := s.retryMissingDir(r.path, func() error { return s.fs.Link(tmp, r.path) })
 		switch {
 		case err == nil:
-			_ = s.fs.Remove(tmp) // no need to be durable: Open empties tmp/
 			r.res = r.attrs
 			return true
 		case errors.Is(err, fs.ErrExist):
@@ -118,27 +128,24 @@ func (s *Store) publishOne(r *putReq) (published bool) {
 		default:
 			r.err = notStored(r.name, err)
 		}
-		_ = s.fs.Remove(tmp)
 		return false
 	}
 	if r.opts.IfMatch != "" {
 		cur, exists, err := s.current(r.name, r.path)
 		if err != nil {
 			r.err = fmt.Errorf("localstore: put %q: %w", r.name, err)
-			_ = s.fs.Remove(tmp)
 			return false
 		}
 		if !exists || cur.ETag != r.opts.IfMatch {
 			s.lostConditionTo(r, cur, exists)
-			_ = s.fs.Remove(tmp)
 			return false
 		}
 	}
 	if err := s.retryMissingDir(r.path, func() error { return s.fs.Rename(tmp, r.path) }); err != nil {
 		r.err = notStored(r.name, err)
-		_ = s.fs.Remove(tmp)
 		return false
 	}
+	r.tmpName = "" // renamed: nothing left to remove
 	r.res = r.attrs
 	return true
 }

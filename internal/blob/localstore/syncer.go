@@ -251,7 +251,7 @@ func (sy *syncer) pass(reqs []*putReq) {
 	var published []*putReq
 	for _, r := range live {
 		if r.err != nil {
-			_ = s.fs.Remove(r.tmpName)
+			s.dropTemp(r)
 			continue
 		}
 		if s.publishOne(r) {
