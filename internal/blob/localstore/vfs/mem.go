@@ -29,6 +29,10 @@ type MemFS struct {
 	mu    sync.Mutex
 	root  *node
 	locks map[string]bool
+	// anon holds the files made by CreateAnon and not yet released: no
+	// directory holds them, but SyncFS makes them durable, as syncfs(2)
+	// writes back every inode of the file system.
+	anon map[*node]bool
 	// hook runs, without mu held, after each mutating operation, with its
 	// name ("create", "write", "sync", "rename", …) and path.
 	hook func(op, path string)
@@ -49,7 +53,7 @@ func newDir() *node {
 
 // NewStrictMem returns an empty MemFS holding only the root directory.
 func NewStrictMem() *MemFS {
-	return &MemFS{root: newDir(), locks: map[string]bool{}}
+	return &MemFS{root: newDir(), locks: map[string]bool{}, anon: map[*node]bool{}}
 }
 
 var _ FS = (*MemFS)(nil)
@@ -113,7 +117,7 @@ func (m *MemFS) crashClone(metadata bool) *MemFS {
 		}
 		return c
 	}
-	return &MemFS{root: clone(m.root), locks: map[string]bool{}}
+	return &MemFS{root: clone(m.root), locks: map[string]bool{}, anon: map[*node]bool{}}
 }
 
 func pathErr(op, path string, err error) error { return &fs.PathError{Op: op, Path: path, Err: err} }
@@ -270,12 +274,15 @@ func (m *MemFS) CreateAnon(dir string) (AnonFile, error) {
 	if err == nil && !d.dir {
 		err = syscall.ENOTDIR
 	}
+	n := &node{mtime: time.Now()}
+	if err == nil {
+		m.anon[n] = true
+	}
 	m.mu.Unlock()
 	if err != nil {
 		errno, _ := err.(syscall.Errno)
 		return nil, anonOpenError(dir, errno)
 	}
-	n := &node{mtime: time.Now()}
 	return &memAnon{memFile: memFile{fs: m, n: n, name: anonName(dir), write: true}}, nil
 }
 
@@ -307,6 +314,7 @@ func (a *memAnon) Release() error {
 		return pathErr("close", a.name, fs.ErrClosed)
 	}
 	a.released = true
+	delete(a.fs.anon, a.n)
 	return nil
 }
 
@@ -455,6 +463,9 @@ func (m *MemFS) SyncFS(name string) error {
 		}
 	}
 	sync(m.root)
+	for n := range m.anon {
+		sync(n)
+	}
 	m.mu.Unlock()
 	m.done("syncfs", name)
 	return nil

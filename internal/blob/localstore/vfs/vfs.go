@@ -10,6 +10,8 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"strconv"
+	"sync/atomic"
 	"syscall"
 )
 
@@ -81,9 +83,15 @@ type AnonFile interface {
 	Release() error
 }
 
+// anonSeq numbers the files CreateAnon makes.
+var anonSeq atomic.Uint64
+
 // anonName is the Name of a file made by CreateAnon in dir: a path no
-// directory entry has, so that errors and faults can still say where.
-func anonName(dir string) string { return dir + "/(unnamed)" }
+// directory entry has, so that errors and faults can still say where, and
+// one of its own, so that Faulty tells the files apart.
+func anonName(dir string) string {
+	return dir + "/(unnamed " + strconv.FormatUint(anonSeq.Add(1), 10) + ")"
+}
 
 // anonOpenError is CreateAnon's error for errno: one that matches
 // errors.ErrUnsupported too where errno says the file system cannot make

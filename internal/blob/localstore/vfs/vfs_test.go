@@ -144,3 +144,46 @@ func TestCreateAnonUnsupported(t *testing.T) {
 		}
 	}
 }
+
+// TestSyncFSCoversAnonFiles: syncfs(2) writes back every inode of the file
+// system, named or not, so a file synced by SyncFS before Link keeps its
+// data once a directory fsync makes its name durable.
+func TestSyncFSCoversAnonFiles(t *testing.T) {
+	m := NewStrictMem()
+	if err := m.MkdirAll("/d", 0o750); err != nil {
+		t.Fatal(err)
+	}
+	f, err := m.CreateAnon("/d")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = f.Write([]byte("data"))
+	if err := m.SyncFS("/d"); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Link("/d/a"); err != nil {
+		t.Fatal(err)
+	}
+	d, err := m.Open("/d")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := readAll(m.CrashClone(), "/d/a"); err != nil || string(b) != "data" {
+		t.Fatalf("crash left %q, %v; want the data SyncFS made durable", b, err)
+	}
+	_ = f.Release()
+}
+
+// TestAnonNamesDiffer: Faulty tells files apart by name, so two unnamed
+// files must not share one.
+func TestAnonNamesDiffer(t *testing.T) {
+	m := NewStrictMem()
+	a, _ := m.CreateAnon("/")
+	b, _ := m.CreateAnon("/")
+	if a.Name() == b.Name() {
+		t.Fatalf("two unnamed files are both called %q", a.Name())
+	}
+}
