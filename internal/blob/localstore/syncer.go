@@ -40,7 +40,8 @@ import (
 type putReq struct {
 	name, path string
 	file       vfs.File // the temporary file, written, open
-	tmpName    string
+	tmpName    string   // its name, unless it is anon
+	anon       vfs.AnonFile
 	attrs      blob.Attrs
 	opts       blob.PutOptions
 
