@@ -371,7 +371,8 @@ func TestFailedGroupFailsEveryPut(t *testing.T) {
 
 // TestCrashTestCatchesMissingBarriers proves the crash test: without either
 // barrier, a crash at some step loses an acknowledged blob or leaves a
-// published one torn, with unnamed temporary files and with named ones.
+// published one torn, with unnamed temporary files and (for the default
+// barrier) with named ones.
 func TestCrashTestCatchesMissingBarriers(t *testing.T) {
 	for bname, b := range barriers {
 		for name, opt := range map[string]Option{
@@ -379,6 +380,9 @@ func TestCrashTestCatchesMissingBarriers(t *testing.T) {
 			"directories before answers": func(s *Store) { s.skipDirBarrier = true },
 		} {
 			for tname, temp := range map[string]Option{"unnamed": func(*Store) {}, "named": withoutAnon} {
+				if tname == "named" && b != BarrierFsync {
+					continue // as for unnamed files; make test has a budget
+				}
 				t.Run(bname+"/"+name+"/"+tname, func(t *testing.T) {
 					err, steps, _ := crashViolations(t, WithBarrier(b), opt, temp)
 					if err == nil {
