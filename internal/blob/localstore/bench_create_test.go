@@ -3,12 +3,10 @@ package localstore
 import (
 	"context"
 	"fmt"
-	"os"
 	"runtime"
 	"sync/atomic"
 	"syscall"
 	"testing"
-	"time"
 
 	"github.com/rolloutd/rolloutd/internal/blob"
 )
@@ -19,7 +17,7 @@ import (
 // ns/op it reports the process's CPU (user + system, from getrusage) per
 // put and the mean group size. The store's directory is
 // LOCALSTORE_BENCH_DIR, else a temporary one: put it on the disk to
-// measure, not on a tmpfs.
+// measure, not on a tmpfs (and see openBenchStore).
 //
 //	go test -run '^$' -bench CreateOnly -count 3 ./internal/blob/localstore
 func BenchmarkCreateOnly(b *testing.B) {
@@ -31,24 +29,8 @@ func BenchmarkCreateOnly(b *testing.B) {
 }
 
 func benchCreateOnly(b *testing.B, writers, shards int) {
-	dir := os.Getenv("LOCALSTORE_BENCH_DIR")
-	if dir == "" {
-		dir = b.TempDir()
-	}
-	dir, err := os.MkdirTemp(dir, "bench-")
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer os.RemoveAll(dir)
-	var puts, groups atomic.Int64
-	s, err := Open(dir, WithGroupObserver(func(n int, _ time.Duration) {
-		puts.Add(int64(n))
-		groups.Add(1)
-	}))
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer s.Close()
+	s, meanGroup, done := openBenchStore(b)
+	defer done()
 	data := make([]byte, 1024)
 	ctx := context.Background()
 	var seq, next atomic.Int64
@@ -70,5 +52,5 @@ func benchCreateOnly(b *testing.B, writers, shards int) {
 	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru1)
 	cpu := ru1.Utime.Nano() + ru1.Stime.Nano() - ru0.Utime.Nano() - ru0.Stime.Nano()
 	b.ReportMetric(float64(cpu)/1e3/float64(b.N), "cpu-µs/op")
-	b.ReportMetric(float64(puts.Load())/float64(max(groups.Load(), 1)), "puts/group")
+	b.ReportMetric(meanGroup(), "puts/group")
 }
