@@ -63,24 +63,8 @@ func median(xs []float64) float64 {
 
 func runBarrierRound(b *testing.B, barrier Barrier, writers, shards int, d time.Duration) (rate, cpuPerAppend, groupSize float64) {
 	b.Helper()
-	dir := os.Getenv("LOCALSTORE_BENCH_DIR")
-	if dir == "" {
-		dir = b.TempDir()
-	}
-	dir, err := os.MkdirTemp(dir, "bench-")
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer os.RemoveAll(dir)
-	var puts, groups atomic.Int64
-	s, err := Open(dir, WithBarrier(barrier), WithGroupObserver(func(n int, _ time.Duration) {
-		puts.Add(int64(n))
-		groups.Add(1)
-	}))
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer s.Close()
+	s, meanGroup, done := openBenchStore(b, WithBarrier(barrier))
+	defer done()
 	gen, man := make([]byte, 1400), make([]byte, 300)
 	var appends atomic.Int64
 	var ru0, ru1 syscall.Rusage
@@ -118,5 +102,40 @@ func runBarrierRound(b *testing.B, barrier Barrier, writers, shards int, d time.
 	}
 	n := float64(appends.Load())
 	cpu := time.Duration(ru1.Utime.Nano() + ru1.Stime.Nano() - ru0.Utime.Nano() - ru0.Stime.Nano())
-	return n / el.Seconds(), float64(cpu.Microseconds()) / n, float64(puts.Load()) / float64(max(groups.Load(), 1))
+	return n / el.Seconds(), float64(cpu.Microseconds()) / n, meanGroup()
+}
+
+// openBenchStore opens a store in a new directory below
+// LOCALSTORE_BENCH_DIR, else a temporary one, and returns it with the mean
+// size of its groups so far and a func that closes and removes it.
+//
+// On ext4 without a journal (this machine's root file system), creating a
+// file skips every inode of its block group freed in the last minutes
+// (recently_deleted in the kernel), so the removal of one run's directory
+// slows the creates of the next ones: compare before and after in
+// alternation, or use a journaled file system.
+func openBenchStore(b *testing.B, opts ...Option) (s *Store, meanGroup func() float64, done func()) {
+	b.Helper()
+	dir := os.Getenv("LOCALSTORE_BENCH_DIR")
+	if dir == "" {
+		dir = b.TempDir()
+	}
+	dir, err := os.MkdirTemp(dir, "bench-")
+	if err != nil {
+		b.Fatal(err)
+	}
+	var puts, groups atomic.Int64
+	s, err = Open(dir, append(opts, WithGroupObserver(func(n int, _ time.Duration) {
+		puts.Add(int64(n))
+		groups.Add(1)
+	}))...)
+	if err != nil {
+		_ = os.RemoveAll(dir)
+		b.Fatal(err)
+	}
+	meanGroup = func() float64 { return float64(puts.Load()) / float64(max(groups.Load(), 1)) }
+	return s, meanGroup, func() {
+		_ = s.Close()
+		_ = os.RemoveAll(dir)
+	}
 }

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/rolloutd/rolloutd/internal/blob"
 	"github.com/rolloutd/rolloutd/internal/blob/localstore/vfs"
@@ -78,6 +79,12 @@ func crashWorkload(t *testing.T, writers, rounds int, opts ...Option) ([]crashPo
 		points []crashPoint
 	)
 	mem.SetHook(func(op, path string) {
+		if (op == "sync" || op == "syncfs") && obs.max() < 2 {
+			// A pass is syncing: hold it until puts queue behind it, so
+			// that the next pass is a group of several however the
+			// machine schedules the writers.
+			awaitQueue(s, 2, time.Second)
+		}
 		// The acknowledgements first, then the clone: everything
 		// acknowledged before the clone was synced before it.
 		mu.Lock()
@@ -128,6 +135,18 @@ func crashWorkload(t *testing.T, writers, rounds int, opts ...Option) ([]crashPo
 		t.Fatal(err)
 	}
 	return points, obs.max()
+}
+
+// awaitQueue waits until n puts wait for the next pass, or for d.
+func awaitQueue(s *Store, n int, d time.Duration) {
+	for end := time.Now().Add(d); time.Now().Before(end); time.Sleep(100 * time.Microsecond) {
+		s.sync.mu.Lock()
+		q := len(s.sync.queue)
+		s.sync.mu.Unlock()
+		if q >= n {
+			return
+		}
+	}
 }
 
 // checkCrash opens the store on what a crash left and checks that every

@@ -30,6 +30,12 @@ const (
 // fsynced again. After the link or rename, a failed directory fsync is
 // outcome-unknown whatever its errno: never "certainly not stored".
 func TestPutFaultsAreReportedWhereTheyHappen(t *testing.T) {
+	for tname, temp := range map[string]Option{"unnamed temporary files": func(*Store) {}, "named": withoutAnon} {
+		t.Run(tname, func(t *testing.T) { testPutFaults(t, temp) })
+	}
+}
+
+func testPutFaults(t *testing.T, temp Option) {
 	for _, tc := range []struct {
 		name       string
 		op         vfs.Op
@@ -62,7 +68,7 @@ func TestPutFaultsAreReportedWhereTheyHappen(t *testing.T) {
 				t.Fatal(err)
 			}
 			fsys := vfs.NewFaulty(mem)
-			s := openOn(t, fsys)
+			s := openOn(t, fsys, temp)
 			ctx := contextTODO()
 			old := []byte("stored before the disk filled")
 			if _, err := s.Put(ctx, "a/old", old, blob.PutOptions{IfNoneMatch: true}); err != nil {

@@ -23,11 +23,10 @@ func (s *Store) Put(ctx context.Context, name string, data []byte, opts blob.Put
 	}
 	defer done()
 	a := blob.Attrs{Name: name, Size: int64(len(data)), ETag: newETag(), PutID: opts.PutID, LastModified: s.now()}
-	f, err := s.writeTemp(a, data)
-	if err != nil {
+	r := &putReq{name: name, path: path, attrs: a, opts: opts, done: make(chan struct{})}
+	if err := s.writeTemp(r, data); err != nil {
 		return blob.Attrs{}, notStored(name, err)
 	}
-	r := &putReq{name: name, path: path, file: f, tmpName: f.Name(), attrs: a, opts: opts, done: make(chan struct{})}
 	if err := ctx.Err(); err != nil {
 		s.discard(r)
 		return blob.Attrs{}, fmt.Errorf("localstore: put %q: %w", name, err)
@@ -47,26 +46,49 @@ func (s *Store) Put(ctx context.Context, name string, data []byte, opts blob.Put
 		name, blob.ErrOutcomeUnknown, ctx.Err())
 }
 
-// writeTemp writes header and data to a new file in tmp/, and leaves it
-// open for the syncer to make durable.
-func (s *Store) writeTemp(a blob.Attrs, data []byte) (vfs.File, error) {
-	hdr, err := encodeHeader(a)
+// writeTemp writes r's header and data to a new temporary file, and
+// leaves it open for the syncer to make durable. A create-only put's file
+// has no name where the file system allows (see Store.anon): it is linked
+// to the blob's name straight from there, so the put adds and removes no
+// entry in tmp/, whose directory lock many writers would share, and
+// unlinks nothing.
+func (s *Store) writeTemp(r *putReq, data []byte) error {
+	hdr, err := encodeHeader(r.attrs)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	f, err := s.createTemp("put-")
-	if err != nil {
-		return nil, err
+	if r.opts.IfNoneMatch && s.anon {
+		a, err := s.createAnon(r.path)
+		if err != nil {
+			return err
+		}
+		r.file, r.anon = a, a
+	} else {
+		f, err := s.createTemp("put-")
+		if err != nil {
+			return err
+		}
+		r.file, r.tmpName = f, f.Name()
 	}
 	// One write: the header and the content together.
 	buf := make([]byte, 0, len(hdr)+len(data))
 	buf = append(append(buf, hdr...), data...)
-	if _, err := f.Write(buf); err != nil {
-		_ = f.Close()
-		_ = s.fs.Remove(f.Name())
-		return nil, err
+	if _, err := r.file.Write(buf); err != nil {
+		s.discard(r)
+		return err
 	}
-	return f, nil
+	return nil
+}
+
+// createAnon creates an unnamed file for the blob at path: in path's own
+// directory, where the file system allocates its inode near the
+// directory's, else (the directory is not there yet) in tmp/.
+func (s *Store) createAnon(path string) (vfs.AnonFile, error) {
+	f, err := s.fs.CreateAnon(filepath.Dir(path))
+	if !errors.Is(err, fs.ErrNotExist) {
+		return f, err
+	}
+	return s.fs.CreateAnon(s.tmpDir)
 }
 
 // notStored is the error of a put that failed with err before anything of
@@ -91,12 +113,27 @@ func (s *Store) discard(r *putReq) {
 		_ = r.file.Close()
 		r.file = nil
 	}
-	_ = s.fs.Remove(r.tmpName)
+	s.dropTemp(r)
+}
+
+// dropTemp removes a put's temporary file, closed, whether or not it was
+// published: a published name keeps its own link to the data. The removal
+// need not be durable: Open empties tmp/.
+func (s *Store) dropTemp(r *putReq) {
+	if r.anon != nil {
+		_ = r.anon.Release()
+		r.anon = nil
+	}
+	if r.tmpName != "" {
+		_ = s.fs.Remove(r.tmpName)
+		r.tmpName = ""
+	}
 }
 
 // publishOne checks r's condition and, if it holds, publishes r's
-// temporary file at r.path: by link(2) for a create-only put, so that the
-// file system refuses it too when the name exists, else by rename(2).
+// temporary file at r.path: by link(2) for a create-only put (linkat(2) of
+// the unnamed file, see writeTemp), so that the file system refuses it too
+// when the name exists, else by rename(2).
 // Called by the syncer only, in queue order, after the file is durable.
 //
 // It sets r.res or r.err (ErrConditionFailed, or an error of notStored when
@@ -105,12 +142,12 @@ func (s *Store) publishOne(r *putReq) (published bool) {
 	mu := s.stripe(r.name)
 	mu.Lock()
 	defer mu.Unlock()
+	defer s.dropTemp(r)
 	tmp := r.tmpName
 	if r.opts.IfNoneMatch {
-		err := s.retryMissingDir(r.path, func() error { return s.fs.Link(tmp, r.path) })
+		err := s.retryMissingDir(r.path, func() error { return s.linkTemp(r) })
 		switch {
 		case err == nil:
-			_ = s.fs.Remove(tmp) // no need to be durable: Open empties tmp/
 			r.res = r.attrs
 			return true
 		case errors.Is(err, fs.ErrExist):
@@ -118,29 +155,34 @@ func (s *Store) publishOne(r *putReq) (published bool) {
 		default:
 			r.err = notStored(r.name, err)
 		}
-		_ = s.fs.Remove(tmp)
 		return false
 	}
 	if r.opts.IfMatch != "" {
 		cur, exists, err := s.current(r.name, r.path)
 		if err != nil {
 			r.err = fmt.Errorf("localstore: put %q: %w", r.name, err)
-			_ = s.fs.Remove(tmp)
 			return false
 		}
 		if !exists || cur.ETag != r.opts.IfMatch {
 			s.lostConditionTo(r, cur, exists)
-			_ = s.fs.Remove(tmp)
 			return false
 		}
 	}
 	if err := s.retryMissingDir(r.path, func() error { return s.fs.Rename(tmp, r.path) }); err != nil {
 		r.err = notStored(r.name, err)
-		_ = s.fs.Remove(tmp)
 		return false
 	}
+	r.tmpName = "" // renamed: nothing left to remove
 	r.res = r.attrs
 	return true
+}
+
+// linkTemp links r's temporary file, named or not, to r.path.
+func (s *Store) linkTemp(r *putReq) error {
+	if r.anon != nil {
+		return r.anon.Link(r.path)
+	}
+	return s.fs.Link(r.tmpName, r.path)
 }
 
 // lostCondition settles a create-only put that found the name taken.

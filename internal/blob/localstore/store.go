@@ -12,8 +12,9 @@
 //	blobs/   one file per blob, see path.go for the naming
 //
 // A write goes to a temporary file that is fsynced and then renamed over the
-// blob's file (or, for a create-only write, linked to its name); the
-// containing directory is fsynced before the write is acknowledged. A crash
+// blob's file (or, for a create-only write, linked to its name; that file
+// has no name until then, O_TMPFILE, where the file system supports it);
+// the containing directory is fsynced before the write is acknowledged. A crash
 // therefore leaves either the old or the new version, never a torn one.
 // Concurrent writes, from any writers, are made durable in groups that
 // share those fsyncs (see syncer.go); a read never reports a version whose
@@ -133,7 +134,10 @@ type Store struct {
 	barrier Barrier
 	// syncfsOK: syncfs(2) reports write-back errors on this file system.
 	syncfsOK bool
-	observe  func(size int, elapsed time.Duration)
+	// anon: create-only puts write unnamed temporary files (see writeTemp),
+	// which this file system supports (see probeAnon).
+	anon    bool
+	observe func(size int, elapsed time.Duration)
 	// skipFileBarrier and skipDirBarrier remove a barrier, only for the
 	// test that proves the crash test catches it.
 	skipFileBarrier, skipDirBarrier bool
@@ -205,6 +209,7 @@ func Open(dir string, opts ...Option) (*Store, error) {
 		return nil, fmt.Errorf("localstore: open %q: %w", abs, err)
 	}
 	s.syncfsOK = vfs.SyncFSReportsErrors(s.fs)
+	s.anon = s.probeAnon()
 	s.sync = newSyncer(s)
 	s.sync.start()
 	return s, nil
@@ -240,6 +245,26 @@ func (s *Store) readFile(name string) ([]byte, error) {
 	}
 	defer f.Close()
 	return io.ReadAll(f)
+}
+
+// probeAnon reports whether unnamed temporary files can be made and linked
+// here: not on file systems without O_TMPFILE (NFS, SMB volumes such as
+// Azure Files), nor where /proc is missing. Whatever fails, the answer is
+// no, and puts use named temporary files, which work everywhere.
+func (s *Store) probeAnon() bool {
+	f, err := s.fs.CreateAnon(s.tmpDir)
+	if err != nil {
+		return false
+	}
+	defer f.Release()
+	if err := f.Close(); err != nil {
+		return false
+	}
+	name := filepath.Join(s.tmpDir, "probe-anon")
+	if err := f.Link(name); err != nil {
+		return false
+	}
+	return s.fs.Remove(name) == nil
 }
 
 // createTemp creates a new file in one of tmp/'s subdirectories, in turn,

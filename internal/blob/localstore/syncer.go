@@ -40,7 +40,8 @@ import (
 type putReq struct {
 	name, path string
 	file       vfs.File // the temporary file, written, open
-	tmpName    string
+	tmpName    string   // its name, unless it is anon
+	anon       vfs.AnonFile
 	attrs      blob.Attrs
 	opts       blob.PutOptions
 
@@ -251,7 +252,7 @@ func (sy *syncer) pass(reqs []*putReq) {
 	var published []*putReq
 	for _, r := range live {
 		if r.err != nil {
-			_ = s.fs.Remove(r.tmpName)
+			s.dropTemp(r)
 			continue
 		}
 		if s.publishOne(r) {

@@ -15,14 +15,17 @@ type Op string
 // directories only to fsync them), since where an fsync fails decides
 // what the store may say about the write.
 const (
-	OpCreate  Op = "create"
-	OpWrite   Op = "write"
-	OpSync    Op = "fsync"
-	OpSyncDir Op = "fsync-dir"
-	OpClose   Op = "close"
-	OpLink    Op = "link"
-	OpRename  Op = "rename"
-	OpMkdir   Op = "mkdir"
+	OpCreate Op = "create"
+	// OpCreateAnon fails CreateAnon only (OpCreate fails it too): with
+	// EOPNOTSUPP it makes a file system that cannot make unnamed files.
+	OpCreateAnon Op = "create-anon"
+	OpWrite      Op = "write"
+	OpSync       Op = "fsync"
+	OpSyncDir    Op = "fsync-dir"
+	OpClose      Op = "close"
+	OpLink       Op = "link"
+	OpRename     Op = "rename"
+	OpMkdir      Op = "mkdir"
 )
 
 // Faulty is an FS that fails chosen operations with chosen errors, as a
@@ -123,6 +126,20 @@ func (f *Faulty) Create(name string) (File, error) {
 	return &faultyFile{File: file, fs: f, syncOp: OpSync}, nil
 }
 
+// CreateAnon implements FS.
+func (f *Faulty) CreateAnon(dir string) (AnonFile, error) {
+	for _, op := range []Op{OpCreateAnon, OpCreate} {
+		if err := f.fault(op, dir); err != nil {
+			return nil, anonOpenError(dir, err.(syscall.Errno))
+		}
+	}
+	file, err := f.FS.CreateAnon(dir)
+	if err != nil {
+		return nil, err
+	}
+	return &faultyAnon{faultyFile: faultyFile{File: file, fs: f, syncOp: OpSync}, anon: file}, nil
+}
+
 // Open implements FS.
 func (f *Faulty) Open(name string) (File, error) {
 	file, err := f.FS.Open(name)
@@ -188,3 +205,17 @@ func (f *faultyFile) Close() error {
 	}
 	return err
 }
+
+type faultyAnon struct {
+	faultyFile
+	anon AnonFile
+}
+
+func (a *faultyAnon) Link(newname string) error {
+	if err := a.fs.fault(OpLink, newname); err != nil {
+		return &linkError{op: "link", old: a.Name(), new: newname, err: err}
+	}
+	return a.anon.Link(newname)
+}
+
+func (a *faultyAnon) Release() error { return a.anon.Release() }

@@ -29,6 +29,10 @@ type MemFS struct {
 	mu    sync.Mutex
 	root  *node
 	locks map[string]bool
+	// anon holds the files made by CreateAnon and not yet released: no
+	// directory holds them, but SyncFS makes them durable, as syncfs(2)
+	// writes back every inode of the file system.
+	anon map[*node]bool
 	// hook runs, without mu held, after each mutating operation, with its
 	// name ("create", "write", "sync", "rename", …) and path.
 	hook func(op, path string)
@@ -49,7 +53,7 @@ func newDir() *node {
 
 // NewStrictMem returns an empty MemFS holding only the root directory.
 func NewStrictMem() *MemFS {
-	return &MemFS{root: newDir(), locks: map[string]bool{}}
+	return &MemFS{root: newDir(), locks: map[string]bool{}, anon: map[*node]bool{}}
 }
 
 var _ FS = (*MemFS)(nil)
@@ -113,7 +117,7 @@ func (m *MemFS) crashClone(metadata bool) *MemFS {
 		}
 		return c
 	}
-	return &MemFS{root: clone(m.root), locks: map[string]bool{}}
+	return &MemFS{root: clone(m.root), locks: map[string]bool{}, anon: map[*node]bool{}}
 }
 
 func pathErr(op, path string, err error) error { return &fs.PathError{Op: op, Path: path, Err: err} }
@@ -232,29 +236,85 @@ func (m *MemFS) Rename(oldname, newname string) error {
 
 func (m *MemFS) Link(oldname, newname string) error {
 	m.mu.Lock()
-	err := func() error {
-		n, err := m.lookup(oldname)
-		if err != nil {
-			return err
-		}
-		if n.dir {
-			return syscall.EPERM
-		}
-		nd, nb, err := m.parent(newname)
-		if err != nil {
-			return err
-		}
-		if _, ok := nd.children[nb]; ok {
-			return syscall.EEXIST
-		}
-		nd.children[nb] = n
-		return nil
-	}()
+	n, err := m.lookup(oldname)
+	if err == nil && n.dir {
+		err = syscall.EPERM
+	}
+	if err == nil {
+		err = m.linkNode(n, newname)
+	}
 	m.mu.Unlock()
 	if err != nil {
 		return &linkError{"link", oldname, newname, err}
 	}
 	m.done("link", newname)
+	return nil
+}
+
+// linkNode gives the file n the name newname; mu must be held.
+func (m *MemFS) linkNode(n *node, newname string) error {
+	nd, nb, err := m.parent(newname)
+	if err != nil {
+		return err
+	}
+	if _, ok := nd.children[nb]; ok {
+		return syscall.EEXIST
+	}
+	nd.children[nb] = n
+	return nil
+}
+
+// CreateAnon makes a file that no directory holds: a crash clone, which
+// walks from the root, leaves nothing of it until Link names it. Creating
+// it changes neither what reads see nor what a crash leaves, so the hook
+// does not run.
+func (m *MemFS) CreateAnon(dir string) (AnonFile, error) {
+	m.mu.Lock()
+	d, err := m.lookup(dir)
+	if err == nil && !d.dir {
+		err = syscall.ENOTDIR
+	}
+	n := &node{mtime: time.Now()}
+	if err == nil {
+		m.anon[n] = true
+	}
+	m.mu.Unlock()
+	if err != nil {
+		errno, _ := err.(syscall.Errno)
+		return nil, anonOpenError(dir, errno)
+	}
+	return &memAnon{memFile: memFile{fs: m, n: n, name: anonName(dir), write: true}}, nil
+}
+
+// memAnon is a file made by CreateAnon.
+type memAnon struct {
+	memFile
+	released bool // guarded by fs.mu
+}
+
+func (a *memAnon) Link(newname string) error {
+	m := a.fs
+	m.mu.Lock()
+	var err error = syscall.EBADF
+	if !a.released {
+		err = m.linkNode(a.n, newname)
+	}
+	m.mu.Unlock()
+	if err != nil {
+		return &linkError{"link", a.name, newname, err}
+	}
+	m.done("link", newname)
+	return nil
+}
+
+func (a *memAnon) Release() error {
+	a.fs.mu.Lock()
+	defer a.fs.mu.Unlock()
+	if a.released {
+		return pathErr("close", a.name, fs.ErrClosed)
+	}
+	a.released = true
+	delete(a.fs.anon, a.n)
 	return nil
 }
 
@@ -403,6 +463,9 @@ func (m *MemFS) SyncFS(name string) error {
 		}
 	}
 	sync(m.root)
+	for n := range m.anon {
+		sync(n)
+	}
 	m.mu.Unlock()
 	m.done("syncfs", name)
 	return nil

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"strconv"
+	"syscall"
 
 	"github.com/gofrs/flock"
 	"golang.org/x/sys/unix"
@@ -22,6 +24,61 @@ func (osFS) Create(name string) (File, error) {
 		return nil, err
 	}
 	return f, nil
+}
+
+func (osFS) CreateAnon(dir string) (AnonFile, error) {
+	var fd int
+	var err error
+	for {
+		fd, err = unix.Open(dir, unix.O_RDWR|unix.O_TMPFILE|unix.O_CLOEXEC, 0o600)
+		if err != unix.EINTR {
+			break
+		}
+	}
+	if err != nil {
+		errno, _ := err.(syscall.Errno)
+		return nil, anonOpenError(dir, errno)
+	}
+	// A second descriptor keeps the file reachable for Link after Close:
+	// Close then reports what close(2) reports (NFS writes back there)
+	// before the file has a name, as it does for a named temporary file.
+	dup, err := unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 0)
+	if err != nil {
+		_ = unix.Close(fd)
+		return nil, &fs.PathError{Op: "dup", Path: dir, Err: err}
+	}
+	name := anonName(dir)
+	return &osAnon{File: os.NewFile(uintptr(fd), name), dup: dup}, nil
+}
+
+// osAnon is an O_TMPFILE file; dup is the descriptor Link goes through.
+type osAnon struct {
+	*os.File
+	dup int
+}
+
+// Link links the file through /proc/self/fd: linkat(2) with AT_EMPTY_PATH
+// would need CAP_DAC_READ_SEARCH.
+func (a *osAnon) Link(newname string) error {
+	proc := "/proc/self/fd/" + strconv.Itoa(a.dup)
+	var err error
+	for {
+		err = unix.Linkat(unix.AT_FDCWD, proc, unix.AT_FDCWD, newname, unix.AT_SYMLINK_FOLLOW)
+		if err != unix.EINTR {
+			break
+		}
+	}
+	if err != nil {
+		return &os.LinkError{Op: "link", Old: a.Name(), New: newname, Err: err}
+	}
+	return nil
+}
+
+func (a *osAnon) Release() error {
+	if err := unix.Close(a.dup); err != nil {
+		return &fs.PathError{Op: "close", Path: a.Name(), Err: err}
+	}
+	return nil
 }
 
 func (osFS) Open(name string) (File, error) {

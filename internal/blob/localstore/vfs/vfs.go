@@ -6,8 +6,13 @@
 package vfs
 
 import (
+	"errors"
+	"fmt"
 	"io"
 	"io/fs"
+	"strconv"
+	"sync/atomic"
+	"syscall"
 )
 
 // FS is what the local store needs of a file system. Paths are absolute
@@ -18,6 +23,13 @@ type FS interface {
 	// Create creates name for writing; it fails with fs.ErrExist when name
 	// exists (O_CREATE|O_EXCL).
 	Create(name string) (File, error)
+	// CreateAnon creates a file with no name, for writing, on the file
+	// system holding the directory dir (open(2) with O_TMPFILE): a crash
+	// leaves nothing of it until Link names it, and creating it adds and
+	// removes no directory entry. Where the file system cannot (NFS, SMB,
+	// some FUSE mounts), it fails with an error matching
+	// errors.ErrUnsupported.
+	CreateAnon(dir string) (AnonFile, error)
 	// Open opens a file or a directory for reading and Sync.
 	Open(name string) (File, error)
 	// Rename renames oldname to newname, replacing newname (rename(2)).
@@ -57,4 +69,39 @@ type File interface {
 	Stat() (fs.FileInfo, error)
 	// Name is the path the file was opened with.
 	Name() string
+}
+
+// AnonFile is a file made by FS.CreateAnon. Close ends writing as for any
+// file, and reports what close(2) reports; the file stays reachable for
+// Link until Release.
+type AnonFile interface {
+	File
+	// Link names the file newname, also after Close; it fails with
+	// fs.ErrExist when newname exists (linkat(2)).
+	Link(newname string) error
+	// Release lets go of the file: unless Link named it, it is gone.
+	Release() error
+}
+
+// anonSeq numbers the files CreateAnon makes.
+var anonSeq atomic.Uint64
+
+// anonName is the Name of a file made by CreateAnon in dir: a path no
+// directory entry has, so that errors and faults can still say where, and
+// one of its own, so that Faulty tells the files apart.
+func anonName(dir string) string {
+	return dir + "/(unnamed " + strconv.FormatUint(anonSeq.Add(1), 10) + ")"
+}
+
+// anonOpenError is CreateAnon's error for errno: one that matches
+// errors.ErrUnsupported too where errno says the file system cannot make
+// unnamed files (open(2) gives EOPNOTSUPP, or EISDIR or EINVAL on kernels
+// and file systems that do not know O_TMPFILE).
+func anonOpenError(dir string, errno syscall.Errno) error {
+	var err error = errno
+	switch errno {
+	case syscall.EOPNOTSUPP, syscall.EISDIR, syscall.EINVAL:
+		err = fmt.Errorf("%w: %w", errors.ErrUnsupported, errno)
+	}
+	return &fs.PathError{Op: "open O_TMPFILE", Path: dir, Err: err}
 }
