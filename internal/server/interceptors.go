@@ -20,8 +20,10 @@ import (
 
 // accessLog times every unary RPC for the latency histograms, answers its
 // error (see answer), and logs it through a sampled logger: per second, the
-// first 10 lines of each message and level, then one in 100. Failures that
-// point at the server (Internal, DataLoss, Unknown) are logged at Warn.
+// first 10 lines of each message and level, then one in 100; a failure's
+// line that carries a client's dropped lines is never sampled out (see
+// checkRPCLine). Failures that point at the server (Internal, DataLoss,
+// Unknown) are logged at Warn.
 //
 // Every line names the caller (identity under mTLS, peer address) and the
 // RPC's request id. It runs before the guard, so that refusals are logged
@@ -166,11 +168,18 @@ func (s *Server) checkRPCLine(ctx context.Context, code codes.Code) (*zapcore.Ch
 	if !ok {
 		return nil, nil
 	}
+	log := s.access
+	if len(extra) > 0 {
+		// The line carries counts of dropped lines, which the error log
+		// has reset: sampled out, they would be lost. The error-line
+		// rate bounds these lines.
+		log = s.accessAll
+	}
 	switch code {
 	case codes.Internal, codes.DataLoss, codes.Unknown:
-		return s.access.Check(zap.WarnLevel, "rpc failed"), extra
+		return log.Check(zap.WarnLevel, "rpc failed"), extra
 	default:
-		return s.access.Check(zap.InfoLevel, "rpc failed"), extra
+		return log.Check(zap.InfoLevel, "rpc failed"), extra
 	}
 }
 
