@@ -22,15 +22,8 @@ import (
 // and counted like every other call, and the sampler keeps its semantics:
 // per second, the first 10 lines, then one in 100.
 func TestSampledOutAccessLogBuildsNothing(t *testing.T) {
-	core, logs := observer.New(zapcore.InfoLevel)
 	reg := prometheus.NewRegistry()
-	s, err := New(Config{Store: memstore.New(), Logger: zap.New(core), Registerer: reg})
-	if err != nil {
-		t.Fatal(err)
-	}
-	// Tagged as the stats handler and the transport tag a served call.
-	ctx := context.WithValue(context.Background(), callKey{}, newCall())
-	ctx = peer.NewContext(ctx, &peer.Peer{Addr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 40000}})
+	s, ctx, logs := interceptorServer(t, reg)
 	req := &rolloutv1.AppendRequest{Shard: "team-a/run1", RequestId: "req-1", Records: []*rolloutv1.Record{record("a")}}
 	resp := &rolloutv1.AppendResponse{}
 	info := &grpc.UnaryServerInfo{FullMethod: rolloutPrefix + "Append"}
@@ -66,4 +59,19 @@ func TestSampledOutAccessLogBuildsNothing(t *testing.T) {
 	if n := histogramCount(t, reg, "rolloutd_rpc_duration_seconds", map[string]string{"method": "Append", "code": "OK"}); n != uint64(calls) {
 		t.Errorf("rolloutd_rpc_duration_seconds counted %d calls, want every one of %d", n, calls)
 	}
+}
+
+// interceptorServer is a Server, not serving, whose interceptors a test
+// calls directly, logging at Info to logs, and the context of a call
+// tagged as the stats handler and the transport tag a served one.
+func interceptorServer(t *testing.T, reg prometheus.Registerer) (*Server, context.Context, *observer.ObservedLogs) {
+	t.Helper()
+	core, logs := observer.New(zapcore.InfoLevel)
+	s, err := New(Config{Store: memstore.New(), Logger: zap.New(core), Registerer: reg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.WithValue(context.Background(), callKey{}, newCall())
+	ctx = peer.NewContext(ctx, &peer.Peer{Addr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 40000}})
+	return s, ctx, logs
 }

@@ -2,20 +2,14 @@ package server
 
 import (
 	"context"
-	"net"
 	"testing"
 	"time"
 
-	"go.uber.org/zap"
-	"go.uber.org/zap/zapcore"
-	"go.uber.org/zap/zaptest/observer"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 
 	rolloutv1 "github.com/rolloutd/rolloutd/gen/rollout/v1"
-	"github.com/rolloutd/rolloutd/internal/blob/memstore"
 )
 
 // The line that says how many of a client's error lines were dropped
@@ -23,15 +17,9 @@ import (
 // its fill of "rpc failed" lines that second: sampled out, the count it
 // carries would be lost, as the error-line rate had already reset it.
 func TestDroppedLinesAreNotSampledOut(t *testing.T) {
-	core, logs := observer.New(zapcore.InfoLevel)
-	s, err := New(Config{Store: memstore.New(), Logger: zap.New(core)})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s, ctx, logs := interceptorServer(t, nil)
 	now := time.Now()
 	s.errLog.now = func() time.Time { return now }
-	ctx := context.WithValue(context.Background(), callKey{}, newCall())
-	ctx = peer.NewContext(ctx, &peer.Peer{Addr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 40000}})
 	req := &rolloutv1.ListShardsRequest{PageToken: "forged"}
 	info := &grpc.UnaryServerInfo{FullMethod: rolloutPrefix + "ListShards"}
 	fail := func(context.Context, any) (any, error) {
