@@ -113,11 +113,12 @@ func (c *Client) unary(ctx context.Context, kind callKind, attempt func(ctx cont
 		return ErrClosed
 	}
 	start := time.Now()
-	if _, ok := ctx.Deadline(); !ok {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, c.cfg.callTimeout)
-		defer cancel()
-	}
+	// Without a deadline of ctx's own, the call's is start plus the call
+	// timeout, and its context is made only once an attempt has failed:
+	// the first attempt, which nearly every call ends with, is bounded by
+	// the earlier of the two deadlines, with one timer rather than two.
+	_, bounded := ctx.Deadline()
+	callDeadline := start.Add(c.cfg.callTimeout)
 	p := c.cfg.retry
 	// mayHaveLanded: an earlier attempt of this Append (or DeleteShard)
 	// may have taken effect. The answer of a later one (NOT_COMMITTED, or
@@ -125,11 +126,21 @@ func (c *Client) unary(ctx context.Context, kind callKind, attempt func(ctx cont
 	// so the error returned must still say "unknown".
 	mayHaveLanded := false
 	for n := 1; ; n++ {
-		actx, cancel := context.WithTimeout(ctx, c.cfg.attemptTimeout)
+		deadline := time.Now().Add(c.cfg.attemptTimeout)
+		if !bounded && callDeadline.Before(deadline) {
+			deadline = callDeadline
+		}
+		actx, cancel := context.WithDeadline(ctx, deadline)
 		err := attempt(actx)
 		cancel()
 		if err == nil {
 			return nil
+		}
+		if !bounded {
+			var stop context.CancelFunc
+			ctx, stop = context.WithDeadline(ctx, callDeadline)
+			defer stop()
+			bounded = true
 		}
 		e := newError(err, n)
 		if kind.mutates() && e.Reason == "" {

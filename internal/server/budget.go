@@ -77,6 +77,8 @@ type connUsage struct {
 	mu      sync.Mutex
 	pending map[*respCharge]struct{} // guarded by mu: responses handed to the transport
 	ended   bool                     // guarded by mu: the transport is closed
+
+	who caller // who the connection's calls come from (client.go)
 }
 
 func newBudget(limit, connLimit, identityLimit int64) *budget {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -19,8 +20,10 @@ import (
 
 // accessLog times every unary RPC for the latency histograms, answers its
 // error (see answer), and logs it through a sampled logger: per second, the
-// first 10 lines of each message and level, then one in 100. Failures that
-// point at the server (Internal, DataLoss, Unknown) are logged at Warn.
+// first 10 lines of each message and level, then one in 100; a failure's
+// line that carries a client's dropped lines is never sampled out (see
+// checkRPCLine). Failures that point at the server (Internal, DataLoss,
+// Unknown) are logged at Warn.
 //
 // Every line names the caller (identity under mTLS, peer address) and the
 // RPC's request id. It runs before the guard, so that refusals are logged
@@ -36,9 +39,11 @@ func (s *Server) accessLog(ctx context.Context, req any, info *grpc.UnaryServerI
 	s.metrics.rpcDuration.WithLabelValues(method, code.String()).Observe(elapsed.Seconds())
 	s.metrics.observeErrorReason(method, err)
 
-	fields := append(s.rpcFields(ctx, c, method), zap.String("code", code.String()), zap.Duration("duration", elapsed))
-	fields = append(fields, requestFields(req)...)
-	s.logRPC(ctx, code, fields, err)
+	if ce, extra := s.checkRPCLine(ctx, code); ce != nil {
+		fields := append(s.rpcFields(ctx, c, method), zap.String("code", code.String()), zap.Duration("duration", elapsed))
+		fields = append(fields, requestFields(req)...)
+		writeRPCLine(ce, code, fields, extra, err)
+	}
 	return resp, err
 }
 
@@ -61,10 +66,12 @@ func (s *Server) streamLog(srv any, ss grpc.ServerStream, info *grpc.StreamServe
 	s.metrics.rpcDuration.WithLabelValues(method, code.String()).Observe(elapsed.Seconds())
 	s.metrics.observeErrorReason(method, err)
 
-	fields := append(s.rpcFields(ctx, c, method), zap.String("code", code.String()), zap.Duration("duration", elapsed))
-	fields = append(fields, ls.request()...)
-	fields = append(fields, zap.Int64("records_sent", c.records.Load()), zap.Int64("bytes_sent", c.bytesSent.Load()))
-	s.logRPC(ctx, code, fields, err)
+	if ce, extra := s.checkRPCLine(ctx, code); ce != nil {
+		fields := append(s.rpcFields(ctx, c, method), zap.String("code", code.String()), zap.Duration("duration", elapsed))
+		fields = append(fields, ls.request()...)
+		fields = append(fields, zap.Int64("records_sent", c.records.Load()), zap.Int64("bytes_sent", c.bytesSent.Load()))
+		writeRPCLine(ce, code, fields, extra, err)
+	}
 	return err
 }
 
@@ -91,8 +98,11 @@ func (l *loggedStream) RecvMsg(m any) error {
 	}
 	req := l.req
 	l.mu.Unlock()
-	if first {
-		l.s.access.Info("rpc started", append(l.s.rpcFields(l.Context(), l.call, l.method), req...)...)
+	if !first {
+		return nil
+	}
+	if ce := l.s.access.Check(zap.InfoLevel, "rpc started"); ce != nil {
+		ce.Write(append(l.s.rpcFields(l.Context(), l.call, l.method), req...)...)
 	}
 	return nil
 }
@@ -144,25 +154,42 @@ func requestFields(req any) []zap.Field {
 	return fields
 }
 
-// logRPC writes an RPC's access-log line: "rpc", or "rpc failed" with the
-// status message (Warn when it points at the server), within the client's
-// error-line rate (errlog.go).
-func (s *Server) logRPC(ctx context.Context, code codes.Code, fields []zap.Field, err error) {
+// checkRPCLine decides whether an RPC's access-log line is written: "rpc",
+// or "rpc failed" (Warn when it points at the server) within the client's
+// error-line rate (errlog.go), then the level and the sampler. It returns
+// nil when the line is dropped, so that a sampled-out call, nearly every
+// call under load, builds none of its fields; else the entry to write and
+// the error log's fields to add.
+func (s *Server) checkRPCLine(ctx context.Context, code codes.Code) (*zapcore.CheckedEntry, []zap.Field) {
 	if code == codes.OK {
-		s.access.Info("rpc", fields...)
-		return
+		return s.access.Check(zap.InfoLevel, "rpc"), nil
 	}
 	ok, extra := s.errLog.allow(ClientOf(ctx))
 	if !ok {
-		return
+		return nil, nil
 	}
-	fields = append(fields, extra...)
+	log := s.access
+	if len(extra) > 0 {
+		// The line carries counts of dropped lines, which the error log
+		// has reset: sampled out, they would be lost. The error-line
+		// rate bounds these lines.
+		log = s.accessAll
+	}
 	switch code {
 	case codes.Internal, codes.DataLoss, codes.Unknown:
-		s.access.Warn("rpc failed", append(fields, errorField(err))...)
+		return log.Check(zap.WarnLevel, "rpc failed"), extra
 	default:
-		s.access.Info("rpc failed", append(fields, errorField(err))...)
+		return log.Check(zap.InfoLevel, "rpc failed"), extra
 	}
+}
+
+// writeRPCLine writes the access-log line ce with fields; a failed RPC's
+// line adds the error log's fields and the status message.
+func writeRPCLine(ce *zapcore.CheckedEntry, code codes.Code, fields, extra []zap.Field, err error) {
+	if code != codes.OK {
+		fields = append(append(fields, extra...), errorField(err))
+	}
+	ce.Write(fields...)
 }
 
 // answer turns a handler's error into the status the client gets, on every

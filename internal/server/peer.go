@@ -15,6 +15,14 @@ import (
 // connection ctx belongs to, or "" when there is none (plaintext, or TLS
 // without client authentication).
 func peerIdentity(ctx context.Context) string {
+	if c := connCaller(ctx); c != nil {
+		return c.identity
+	}
+	return identityOf(ctx)
+}
+
+// identityOf is peerIdentity, worked out from ctx's peer.
+func identityOf(ctx context.Context) string {
 	p, ok := peer.FromContext(ctx)
 	if !ok {
 		return ""

@@ -46,6 +46,7 @@ type Server struct {
 	guard      *guard           // authorization and the append rate limit
 	admission  *admission       // the request memory budget
 	healthOnly *grpc.Server     // grpc.health.v1 alone, for ServeHealth
+	accessAll  *zap.Logger      // the access log unsampled, for lines that carry dropped counts (checkRPCLine)
 }
 
 // New builds a Server over cfg.Store and registers its metrics with
@@ -63,7 +64,8 @@ func New(cfg Config) (*Server, error) {
 		health:  health.NewServer(),
 		errLog:  newErrorLog(),
 	}
-	s.access = cfg.Logger.Named("access").WithOptions(zap.WrapCore(func(c zapcore.Core) zapcore.Core {
+	s.accessAll = cfg.Logger.Named("access")
+	s.access = s.accessAll.WithOptions(zap.WrapCore(func(c zapcore.Core) zapcore.Core {
 		return zapcore.NewSamplerWithOptions(c, time.Second, 10, 100)
 	}))
 	s.streams, s.cancelStreams = context.WithCancel(context.Background())

@@ -49,7 +49,9 @@ func Shard(s string) error {
 		return fieldErr(field, "must have 1 to "+strconv.Itoa(MaxShardSegments)+" segments separated by '/'",
 			"got %d", n)
 	}
-	for n, seg := range strings.Split(s, "/") {
+	n := -1
+	for seg := range strings.SplitSeq(s, "/") {
+		n++
 		switch {
 		case seg == "":
 			return fieldErr(field, "segments must not be empty",

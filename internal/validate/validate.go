@@ -103,67 +103,85 @@ func Record(i int, r *rolloutv1.Record) error {
 	if r == nil {
 		return &FieldError{Field: "records[" + strconv.Itoa(i) + "]", Rule: "must be set"}
 	}
+	// Every check names its field as a suffix of records[i], and the
+	// path is built only for an error: a valid record costs no strings.
+	if err := record(r); err != nil {
+		err.Field = "records[" + strconv.Itoa(i) + "]" + err.Field
+		return err
+	}
+	return nil
+}
+
+// record is Record's checks, in its order, each error's Field the path
+// within the record, such as ".output_logprobs[7]".
+func record(r *rolloutv1.Record) *FieldError {
 	if id := r.GetId(); id != "" {
-		if err := recordID(recordField(i, "id"), id); err != nil {
-			return err
+		if err := recordID("", id); err != nil {
+			return in(".id", err)
 		}
 	}
-	if err := knownEnums("records["+strconv.Itoa(i)+"]", r.ProtoReflect()); err != nil {
+	if err := unknownEnum(r.ProtoReflect()); err != nil {
 		return err
 	}
 	for _, f := range []struct {
 		name string
 		v    *float32
 	}{
-		{"reward", r.Reward},
-		{"advantage", r.Advantage},
-		{"score", r.Score},
+		{".reward", r.Reward},
+		{".advantage", r.Advantage},
+		{".score", r.Score},
 	} {
-		if f.v != nil {
-			if err := finite(recordField(i, f.name), *f.v); err != nil {
-				return err
-			}
+		if f.v != nil && !isFinite(*f.v) {
+			return notFinite(f.name, *f.v)
 		}
 	}
 	for _, f := range []struct {
 		name string
 		vs   []float32
 	}{
-		{"output_logprobs", r.GetOutputLogprobs()},
-		{"ref_logprobs", r.GetRefLogprobs()},
+		{".output_logprobs", r.GetOutputLogprobs()},
+		{".ref_logprobs", r.GetRefLogprobs()},
 	} {
 		for j, v := range f.vs {
-			if err := finite(recordField(i, f.name)+"["+strconv.Itoa(j)+"]", v); err != nil {
-				return err
+			if !isFinite(v) {
+				return notFinite(f.name+"["+strconv.Itoa(j)+"]", v)
 			}
 		}
 	}
 	mask, tokens := r.GetLossMask(), r.GetOutputTokens()
 	if len(mask) != 0 && len(mask) != len(tokens) {
-		return fieldErr(recordField(i, "loss_mask"), "must be empty or have one byte per output token",
+		return fieldErr(".loss_mask", "must be empty or have one byte per output token",
 			"got %d bytes for %d output_tokens", len(mask), len(tokens))
 	}
 	for j, b := range mask {
 		if b > 1 {
-			return fieldErr(recordField(i, "loss_mask")+"["+strconv.Itoa(j)+"]", "must be 0 or 1", "got %d", b)
+			return fieldErr(".loss_mask["+strconv.Itoa(j)+"]", "must be 0 or 1", "got %d", b)
 		}
 	}
 	for j, rel := range r.GetRelationships() {
-		if err := finite(recordField(i, "relationships")+"["+strconv.Itoa(j)+"].weight", rel.GetWeight()); err != nil {
-			return err
+		if w := rel.GetWeight(); !isFinite(w) {
+			return notFinite(".relationships["+strconv.Itoa(j)+"].weight", w)
 		}
 	}
 	return nil
 }
 
-// knownEnums checks that every enum field set in m, and in the messages it
-// holds, has a value its enum defines. Proto3 enums are open: a client can
-// send any number (role: 99), which decodes without error and would be
+// in is err, a *FieldError, with its Field set to field.
+func in(field string, err error) *FieldError {
+	fe := err.(*FieldError)
+	fe.Field = field
+	return fe
+}
+
+// unknownEnum checks that every enum field set in m, and in the messages
+// it holds, has a value its enum defines. Proto3 enums are open: a client
+// can send any number (role: 99), which decodes without error and would be
 // stored as an unknown value no reader can interpret. Fields are checked in
 // declaration order, so the first problem is always the same one (within a
-// map, whose order is random, any bad entry may be named). path names m in
-// errors, such as "records[3]".
-func knownEnums(path string, m protoreflect.Message) error {
+// map, whose order is random, any bad entry may be named). The error's
+// Field is the path within m, such as ".relationships[2].kind", built on
+// the way back up, so that a valid message costs no strings.
+func unknownEnum(m protoreflect.Message) *FieldError {
 	fields := m.Descriptor().Fields()
 	for k := 0; k < fields.Len(); k++ {
 		fd := fields.Get(k)
@@ -177,13 +195,14 @@ func knownEnums(path string, m protoreflect.Message) error {
 		if !m.Has(fd) {
 			continue
 		}
-		name := path + "." + string(fd.Name())
 		v := m.Get(fd)
 		switch {
 		case fd.IsMap():
-			var err error
+			var err *FieldError
 			v.Map().Range(func(key protoreflect.MapKey, mv protoreflect.Value) bool {
-				err = knownValue(name+"["+strconv.Quote(key.String())+"]", elem, mv)
+				if err = unknownValue(elem, mv); err != nil {
+					err.Field = "." + string(fd.Name()) + "[" + strconv.Quote(key.String()) + "]" + err.Field
+				}
 				return err == nil
 			})
 			if err != nil {
@@ -192,12 +211,14 @@ func knownEnums(path string, m protoreflect.Message) error {
 		case fd.IsList():
 			l := v.List()
 			for j := 0; j < l.Len(); j++ {
-				if err := knownValue(name+"["+strconv.Itoa(j)+"]", fd, l.Get(j)); err != nil {
+				if err := unknownValue(fd, l.Get(j)); err != nil {
+					err.Field = "." + string(fd.Name()) + "[" + strconv.Itoa(j) + "]" + err.Field
 					return err
 				}
 			}
 		default:
-			if err := knownValue(name, fd, v); err != nil {
+			if err := unknownValue(fd, v); err != nil {
+				err.Field = "." + string(fd.Name()) + err.Field
 				return err
 			}
 		}
@@ -205,15 +226,16 @@ func knownEnums(path string, m protoreflect.Message) error {
 	return nil
 }
 
-// knownValue checks one value of field fd (an element, for a list or map).
-func knownValue(name string, fd protoreflect.FieldDescriptor, v protoreflect.Value) error {
+// unknownValue checks one value of field fd (an element, for a list or
+// map); its error's Field is the path below that value.
+func unknownValue(fd protoreflect.FieldDescriptor, v protoreflect.Value) *FieldError {
 	switch fd.Kind() {
 	case protoreflect.EnumKind:
 		if fd.Enum().Values().ByNumber(v.Enum()) == nil {
-			return fieldErr(name, "must be a value of "+string(fd.Enum().FullName()), "got %d", v.Enum())
+			return fieldErr("", "must be a value of "+string(fd.Enum().FullName()), "got %d", v.Enum())
 		}
 	case protoreflect.MessageKind, protoreflect.GroupKind:
-		return knownEnums(name, v.Message())
+		return unknownEnum(v.Message())
 	}
 	return nil
 }
@@ -222,10 +244,11 @@ func recordField(i int, name string) string {
 	return "records[" + strconv.Itoa(i) + "]." + name
 }
 
-func finite(field string, v float32) error {
+func isFinite(v float32) bool {
 	f := float64(v)
-	if math.IsNaN(f) || math.IsInf(f, 0) {
-		return fieldErr(field, "must be finite", "got %v", f)
-	}
-	return nil
+	return !math.IsNaN(f) && !math.IsInf(f, 0)
+}
+
+func notFinite(field string, v float32) *FieldError {
+	return fieldErr(field, "must be finite", "got %v", float64(v))
 }
