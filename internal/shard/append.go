@@ -157,7 +157,9 @@ func (w *writer) sharedMayLand(waits []shared, err error) error {
 // writer's manifest and adds those it finds committed to present. On
 // success it returns holding mu, with every generation of the current
 // manifest checked, so that an id committed after that is still in
-// inflight. (present is the caller's, so that it can stay on the stack.)
+// inflight. The batches this writer committed itself are answered from
+// memory, under mu (w.own); the others through their filters, without mu.
+// (present is the caller's, so that it can stay on the stack.)
 func (w *writer) findPresent(ctx context.Context, entries []Entry, present map[string]shardlog.Found) error {
 	ids := make([]string, len(entries))
 	for i, e := range entries {
@@ -174,11 +176,12 @@ func (w *writer) findPresent(ctx context.Context, entries []Entry, present map[s
 		m := w.m
 		var todo []*storagepb.Generation
 		for _, g := range m.GetGenerations() {
-			if !checked[format.KeyOf(g)] {
+			if !w.written.holds(g) && !checked[format.KeyOf(g)] {
 				todo = append(todo, g)
 			}
 		}
 		if len(todo) == 0 {
+			w.written.lookup(ids, present)
 			return nil
 		}
 		w.mu.Unlock()

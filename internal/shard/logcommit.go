@@ -243,6 +243,7 @@ func (c *committer) landBatch(pos uint64, l format.Layout) {
 	e := w.source().EntryOf(pos, l, now)
 	w.mu.Lock()
 	w.addTailLocked(e, now)
+	w.written.add(e, l.Footer.GetEntries())
 	lag := len(w.tail)
 	w.mu.Unlock()
 	w.opts.Notifier.Publish(w.shard)

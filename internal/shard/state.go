@@ -71,6 +71,7 @@ type writer struct {
 	queue    []*pending             // appends waiting for the committer
 	queued   int64                  // bytes queued or in flight
 	inflight map[string]inflightRef // the ids of appends queued or being committed
+	written  ownBatches             // its own live batches, by id (presence.go)
 	edits    []*edit                // manifest edits waiting for the next commit
 	editsAt  time.Time              // when the oldest of edits was queued
 	minGen   uint64                 // lowest generation number not yet used by this writer

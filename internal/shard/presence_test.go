@@ -1,0 +1,127 @@
+package shard
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/rolloutd/rolloutd/internal/blob"
+	"github.com/rolloutd/rolloutd/internal/blob/memstore"
+	"github.com/rolloutd/rolloutd/internal/shard/shardlog"
+)
+
+// The batches a writer committed itself are looked up from memory
+// (presence.go): the answer must be the one the stored view gives, through
+// the filters, however merges and checkpoints changed the view since. With
+// a cap of 5 ids, most batches are not remembered and take the filters'
+// path. Merges fold the remembered batches throughout, so an answer that
+// outlived its batch names the batch, not the merged generation.
+func TestPresenceFromMemoryFollowsTheView(t *testing.T) {
+	for _, maxIDs := range []int{maxOwnIDs, 5} {
+		t.Run(fmt.Sprint("max-ids-", maxIDs), func(t *testing.T) {
+			store := memstore.New()
+			ctx := context.Background()
+			first := map[string]Result{}
+			// A previous writer's batches, which the writer inherits and
+			// looks up through their filters.
+			prev := open(t, store, "s")
+			for round := range 4 {
+				rs, err := prev.Append(ctx, entries(t, ids(fmt.Sprint("old", round), 3)...))
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, r := range rs {
+					first[r.ID] = r
+				}
+			}
+			prev.Abort() // no checkpoint: the batches stay in the log, after the checkpoint
+			w, err := Open(ctx, store, "s", mergeOptions(t))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer w.Abort()
+			w.w.mu.Lock()
+			w.w.written.maxIDs = maxIDs
+			w.w.mu.Unlock()
+			fromMerged := 0
+			for round := range 60 {
+				rs, err := w.Append(ctx, entries(t, ids(fmt.Sprint("r", round), 3)...))
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, r := range rs {
+					first[r.ID] = r
+				}
+				again := append(ids(fmt.Sprint("r", round/2), 3), ids(fmt.Sprint("r", round), 3)...)
+				again = append(again, ids(fmt.Sprint("old", round%4), 3)...)
+				fromMerged += checkReappend(t, w, store, again, first)
+			}
+			if fromMerged == 0 {
+				t.Fatalf("no re-append was answered from a merged generation (%d merges): the test did not cover a merge", w.Stats().Merges)
+			}
+			if err := w.Close(ctx); err != nil {
+				t.Fatal(err)
+			}
+			// A reopened writer remembers nothing, and inherits everything.
+			w2 := open(t, store, "s")
+			rs, err := w2.Append(ctx, entries(t, ids("r0", 3)...))
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, r := range rs {
+				if !r.AlreadyPresent || r.Seq != first[r.ID].Seq {
+					t.Fatalf("after reopen, re-append of %s = %+v, want already present as seq %d", r.ID, r, first[r.ID].Seq)
+				}
+			}
+		})
+	}
+}
+
+// checkReappend appends again, as a retry would, ids that were all
+// committed (first holds their results), and checks every answer against
+// the stored view's, looked up through the filters. It returns how many
+// answers named a generation other than the one the id was committed to.
+func checkReappend(t *testing.T, w *Writer, store blob.Store, again []string, first map[string]Result) (moved int) {
+	t.Helper()
+	ctx := context.Background()
+	for try := 0; ; try++ {
+		before := w.w.manifest()
+		rs, err := w.Append(ctx, entries(t, again...))
+		if err != nil {
+			t.Fatal(err)
+		}
+		view := w.w.manifest()
+		for _, r := range rs {
+			if want := first[r.ID]; !r.AlreadyPresent || r.Seq != want.Seq {
+				t.Fatalf("re-append of %s = %+v, want already present as seq %d", r.ID, r, want.Seq)
+			}
+		}
+		if view != before {
+			// A checkpoint landed meanwhile: the answers may be of either
+			// view. Ask again.
+			if try > 100 {
+				t.Fatal("the view kept changing")
+			}
+			time.Sleep(time.Millisecond)
+			continue
+		}
+		truth := map[string]shardlog.Found{}
+		if err := shardlog.NewSource(store, w.w.opts.Cache, "s").LookupCommitted(ctx, view.GetGenerations(), again, truth); err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range rs {
+			f, ok := truth[r.ID]
+			if !ok {
+				t.Fatalf("%s is not in the view's generations", r.ID)
+			}
+			if r.Epoch != f.Gen.GetEpoch() || r.Generation != genNumber(f.Gen) || r.Seq != f.Entry.GetSeq() {
+				t.Fatalf("re-append of %s = %+v; the view holds it in generation %d of epoch %d, as seq %d", r.ID, r, genNumber(f.Gen), f.Gen.GetEpoch(), f.Entry.GetSeq())
+			}
+			if r.Generation != first[r.ID].Generation {
+				moved++
+			}
+		}
+		return moved
+	}
+}
