@@ -45,7 +45,10 @@ func TestPresenceFromMemoryFollowsTheView(t *testing.T) {
 			w.w.written.maxIDs = maxIDs
 			w.w.mu.Unlock()
 			fromMerged := 0
-			for round := range 60 {
+			// Merges run beside the appends: go on until answers came
+			// from merged generations too.
+			deadline := time.Now().Add(20 * time.Second)
+			for round := 0; round < 60 || (fromMerged < 10 && time.Now().Before(deadline)); round++ {
 				rs, err := w.Append(ctx, entries(t, ids(fmt.Sprint("r", round), 3)...))
 				if err != nil {
 					t.Fatal(err)
