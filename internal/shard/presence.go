@@ -75,15 +75,27 @@ func (o *ownBatches) holds(g *storagepb.Generation) bool {
 
 // lookup adds the ids of the remembered batches among ids to present. The
 // caller holds mu.
-func (o *ownBatches) lookup(ids []string, present map[string]shardlog.Found) {
+func (o *ownBatches) lookup(entries []Entry, present map[string]shardlog.Found) {
 	if len(o.byID) == 0 {
 		return
 	}
-	for _, id := range ids {
-		if r, ok := o.byID[id]; ok {
-			present[id] = shardlog.Found{Entry: r.entry, Gen: o.batches[r.position].gen}
+	for _, e := range entries {
+		if r, ok := o.byID[e.ID]; ok {
+			present[e.ID] = shardlog.Found{Entry: r.entry, Gen: o.batches[r.position].gen}
 		}
 	}
+}
+
+// filteredOf lists the generations of view that o does not answer for.
+func filteredOf(view *storagepb.Manifest, o *ownBatches) []*storagepb.Generation {
+	gens := view.GetGenerations()
+	out := make([]*storagepb.Generation, 0, len(gens))
+	for _, g := range gens {
+		if !o.holds(g) {
+			out = append(out, g)
+		}
+	}
+	return out
 }
 
 // retain forgets the remembered batches that view no longer lists: a

@@ -75,6 +75,11 @@ type writer struct {
 	edits    []*edit                // manifest edits waiting for the next commit
 	editsAt  time.Time              // when the oldest of edits was queued
 	minGen   uint64                 // lowest generation number not yet used by this writer
+	// filtered lists the generations of m that written does not answer
+	// for, in m's order: the ones findPresent tests through their filters.
+	// It only grows in place (addTailLocked) or is replaced, so that
+	// findPresent may read a snapshot of it without mu.
+	filtered []*storagepb.Generation
 	// refuseErr is what a fenced writer answers an append that was never
 	// sent: the fence itself, or, when the writer stopped for another
 	// reason (a create left undecided), a not-sent error, since only the
