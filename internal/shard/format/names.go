@@ -1,7 +1,6 @@
 package format
 
 import (
-	"fmt"
 	"strconv"
 	"strings"
 
@@ -30,7 +29,26 @@ func LogPrefix(shard string) string { return shardsRoot + shard + logDir }
 
 // LogName names the log entry at position (1, 2, 3, ...).
 func LogName(shard string, position uint64) string {
-	return fmt.Sprintf("%s%016x", LogPrefix(shard), position)
+	// Every commit names its position, and its index names it again:
+	// built by hand, in one allocation, rather than through fmt.
+	var b strings.Builder
+	b.Grow(len(shardsRoot) + len(shard) + len(logDir) + 16)
+	b.WriteString(shardsRoot)
+	b.WriteString(shard)
+	b.WriteString(logDir)
+	writeHex16(&b, position)
+	return b.String()
+}
+
+// writeHex16 writes v as 16 lowercase hex digits, zero-padded (%016x).
+func writeHex16(b *strings.Builder, v uint64) {
+	const digits = "0123456789abcdef"
+	var buf [16]byte
+	for i := 15; i >= 0; i-- {
+		buf[i] = digits[v&0xf]
+		v >>= 4
+	}
+	b.Write(buf[:])
 }
 
 // ParseLogName is the inverse of LogName.
@@ -61,7 +79,15 @@ func GenerationPrefix(shard string) string { return shardsRoot + shard + genDir 
 
 // GenerationName names the generation blob written under epoch with number gen.
 func GenerationName(shard string, epoch, gen uint64) string {
-	return fmt.Sprintf("%s%016x-%016x", GenerationPrefix(shard), epoch, gen)
+	var b strings.Builder
+	b.Grow(len(shardsRoot) + len(shard) + len(genDir) + 33)
+	b.WriteString(shardsRoot)
+	b.WriteString(shard)
+	b.WriteString(genDir)
+	writeHex16(&b, epoch)
+	b.WriteByte('-')
+	writeHex16(&b, gen)
+	return b.String()
 }
 
 // ParseGenerationName is the inverse of GenerationName.
