@@ -9,9 +9,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/rolloutd/rolloutd/internal/blob"
-	"github.com/rolloutd/rolloutd/internal/shard/format"
 	"github.com/rolloutd/rolloutd/internal/shard/shardlog"
-	"github.com/rolloutd/rolloutd/internal/shard/storagepb"
 )
 
 // Result is the outcome of one appended record.
@@ -162,7 +160,7 @@ func (w *writer) sharedMayLand(waits []shared, err error) error {
 // (present is the caller's, so that it can stay on the stack.)
 func (w *writer) findPresent(ctx context.Context, entries []Entry, present map[string]shardlog.Found) error {
 	var ids []string
-	var done []*storagepb.Generation // looked up already
+	var done []*filteredGen // looked up already
 	vanished := 0
 	for {
 		w.mu.Lock()
@@ -182,7 +180,7 @@ func (w *writer) findPresent(ctx context.Context, entries []Entry, present map[s
 				ids[i] = e.ID
 			}
 		}
-		err := w.source().LookupCommitted(ctx, todo, ids, present)
+		err := w.lookupFiltered(ctx, todo, ids, present)
 		if errors.Is(err, blob.ErrNotFound) && vanished < shardlog.MaxReadRetries {
 			// A merge retired a generation and GC deleted it meanwhile;
 			// its records are in the merged one. Look again.
@@ -198,43 +196,6 @@ func (w *writer) findPresent(ctx context.Context, entries []Entry, present map[s
 		}
 		done = appendDone(done, todo)
 	}
-}
-
-// notDone returns the generations of filtered, a snapshot of
-// writer.filtered, that are not in done. On the common path done is an
-// earlier snapshot of the same list, which has only grown since: what is
-// left is its tail, found without a set.
-func notDone(filtered, done []*storagepb.Generation) []*storagepb.Generation {
-	if len(done) == 0 {
-		return filtered
-	}
-	if len(done) <= len(filtered) && &done[0] == &filtered[0] {
-		return filtered[len(done):]
-	}
-	seen := make(map[format.GenKey]bool, len(done))
-	for _, g := range done {
-		seen[format.KeyOf(g)] = true
-	}
-	var todo []*storagepb.Generation
-	for _, g := range filtered {
-		if !seen[format.KeyOf(g)] {
-			todo = append(todo, g)
-		}
-	}
-	return todo
-}
-
-// appendDone adds todo, just looked up, to done. When todo continues the
-// same snapshot as done, done grows as a reslice of it, which notDone
-// recognizes; otherwise into a list of its own, never into the writer's.
-func appendDone(done, todo []*storagepb.Generation) []*storagepb.Generation {
-	switch {
-	case len(done) == 0:
-		return todo
-	case len(todo) > 0 && cap(done) > len(done) && &done[:len(done)+1][len(done)] == &todo[0]:
-		return done[:len(done)+len(todo)]
-	}
-	return append(slices.Clip(done), todo...)
 }
 
 // missingGeneration explains lookup, the storage error of a generation that our own

@@ -36,7 +36,7 @@ var errReclaim = errors.New("shard claimed by a higher epoch while opening its l
 // It returns errReclaim when a higher epoch got there first.
 func (w *writer) openLog(ctx context.Context) error {
 	w.ckpt, w.tail = w.m, nil
-	w.filtered = filteredOf(w.m, &w.written)
+	w.filtered, w.pinned = filteredOf(w.m, &w.written, nil)
 	w.ckptLanded = make(chan struct{})
 	w.last = w.ckpt.GetLogCheckpoint()
 	now := w.opts.Clock.Now().UnixNano()
@@ -121,7 +121,7 @@ func (w *writer) addTailLocked(e *shardlog.Entry, created int64) {
 	if e.Gen != nil && !w.written.holds(e.Gen) {
 		// In place: a reader of an earlier w.filtered reads only below
 		// its length (see filtered).
-		w.filtered = append(w.filtered, e.Gen)
+		w.filtered = append(w.filtered, &filteredGen{gen: e.Gen})
 	}
 }
 
@@ -202,7 +202,7 @@ func (w *writer) landLocked(next *storagepb.Manifest, etag blob.ETag, through ui
 	w.ckpt, w.etag = next, etag
 	w.m = shardlog.ViewOf(next, w.tail)
 	w.written.retain(w.m)
-	w.filtered = filteredOf(w.m, &w.written)
+	w.filtered, w.pinned = filteredOf(w.m, &w.written, w.filtered)
 	if w.ckptLanded != nil {
 		close(w.ckptLanded)
 	}

@@ -86,18 +86,6 @@ func (o *ownBatches) lookup(entries []Entry, present map[string]shardlog.Found) 
 	}
 }
 
-// filteredOf lists the generations of view that o does not answer for.
-func filteredOf(view *storagepb.Manifest, o *ownBatches) []*storagepb.Generation {
-	gens := view.GetGenerations()
-	out := make([]*storagepb.Generation, 0, len(gens))
-	for _, g := range gens {
-		if !o.holds(g) {
-			out = append(out, g)
-		}
-	}
-	return out
-}
-
 // retain forgets the remembered batches that view no longer lists: a
 // merge folded them into a generation that the filters answer for. The
 // caller holds mu.

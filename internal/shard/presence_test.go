@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/rolloutd/rolloutd/internal/blob"
+	"github.com/rolloutd/rolloutd/internal/blob/faultstore"
 	"github.com/rolloutd/rolloutd/internal/blob/memstore"
 	"github.com/rolloutd/rolloutd/internal/shard/shardlog"
 )
@@ -126,5 +127,61 @@ func checkReappend(t *testing.T, w *Writer, store blob.Store, again []string, fi
 			}
 		}
 		return moved
+	}
+}
+
+// A writer keeps the filters of the generations it inherited once it read
+// them (filtered.go), up to its bound: with the shared cache emptied before
+// each, appends of new ids read no filter; with no room to keep them, they
+// read them again.
+func TestAppendKeepsTheFiltersItRead(t *testing.T) {
+	for _, pinMax := range []int64{maxPinnedFilterBytes, 0} {
+		t.Run(fmt.Sprint("pin-max-", pinMax), func(t *testing.T) {
+			fs := faultstore.New(memstore.New(), 1)
+			ctx := context.Background()
+			prev := open(t, fs, "s")
+			for round := range 8 {
+				if _, err := prev.Append(ctx, entries(t, ids(fmt.Sprint("old", round), 3)...)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := prev.Close(ctx); err != nil {
+				t.Fatal(err)
+			}
+			opts := testOptions(t)
+			opts.DisableBackground = true // merges read their sources
+			w, err := Open(ctx, fs, "s", opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer w.Abort()
+			w.w.mu.Lock()
+			w.w.pinMax = pinMax
+			w.w.mu.Unlock()
+			if _, err := w.Append(ctx, entries(t, "first")); err != nil {
+				t.Fatal(err)
+			}
+			fs.ResetCounts()
+			for i := range 10 {
+				w.w.opts.Cache.Purge() // as other shards' blobs would push them out
+				if _, err := w.Append(ctx, entries(t, fmt.Sprint("new", i))); err != nil {
+					t.Fatal(err)
+				}
+			}
+			w.w.mu.Lock()
+			pinned := w.w.pinned
+			w.w.mu.Unlock()
+			// Each append tests its id against the 8 inherited filters;
+			// one that a filter fails to rule out (1%) reads an index.
+			gets := fs.Calls(faultstore.OpGet)
+			switch {
+			case pinned > pinMax:
+				t.Fatalf("the writer keeps %d bytes of filters, over its bound of %d", pinned, pinMax)
+			case pinMax > 0 && (gets >= 10 || pinned == 0):
+				t.Fatalf("10 appends of new ids after the cache was emptied made %d gets (%d bytes of filters kept); want at most a few index reads", gets, pinned)
+			case pinMax == 0 && gets < 80:
+				t.Fatalf("with no room to keep filters, 10 appends made %d gets, want the 8 filters read by each: the test reads nothing", gets)
+			}
+		})
 	}
 }

@@ -35,6 +35,7 @@ func Open(ctx context.Context, store blob.Store, shard string, opts Options) (*W
 		id:       newWriterID(),
 		inflight: map[string]inflightRef{},
 		written:  newOwnBatches(maxOwnIDs),
+		pinMax:   maxPinnedFilterBytes,
 		claims:   newClaims(),
 		halted:   make(chan struct{}),
 	}
