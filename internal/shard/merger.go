@@ -127,19 +127,24 @@ func (m *merger) merge(ctx context.Context, plan []*storagepb.Generation) error 
 	return nil
 }
 
-// readSource reads src, a generation a merge rewrites, and its footer.
+// readSource reads src, a generation a merge rewrites, and its footer:
+// from the cache when it holds the bytes (see cachedSource).
 func (m *merger) readSource(ctx context.Context, src *storagepb.Generation) ([]byte, *storagepb.Footer, error) {
 	w := m.w
 	ref := shardlog.RefOf(w.shard, src)
 	name := ref.Blob()
+	var f *storagepb.Footer
 	data, ok := w.opts.Cache.GetData(ref)
-	if !ok {
-		var err error
+	var err error
+	if ok {
+		idx, _ := w.opts.Cache.GetIndex(ref)
+		f, err = cachedSource(w.shard, src, data, idx)
+	} else {
 		if data, _, err = w.store.Get(ctx, name, blob.GetOptions{}); err != nil {
 			return nil, nil, fmt.Errorf("merge: read %s: %w", name, err)
 		}
+		f, err = decodeSource(w.shard, src, data)
 	}
-	f, err := decodeSource(w.shard, src, data)
 	if err != nil {
 		return nil, nil, fmt.Errorf("merge: %w: blob %s: %w", ErrCorrupt, name, err)
 	}
