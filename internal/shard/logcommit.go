@@ -163,7 +163,7 @@ func (c *committer) encodeBatch(live []*pending, pos, seq uint64, putID string) 
 	}
 	b := format.NewLogBatchBuilder(format.LogEntry{Shard: w.shard, Epoch: w.epoch, Position: pos, Writer: w.id, PutID: putID, Created: w.opts.Clock.Now().UnixNano()}, int(hint))
 	results := make(map[*pending][]Result, len(live))
-	var scratch []byte
+	scratch := c.scratch
 	for _, p := range live {
 		rs := make([]Result, len(p.entries))
 		for i, e := range p.entries {
@@ -173,6 +173,9 @@ func (c *committer) encodeBatch(live []*pending, pos, seq uint64, putID string) 
 			seq++
 		}
 		results[p] = rs
+	}
+	if cap(scratch) <= maxScratch {
+		c.scratch = scratch[:0]
 	}
 	l, err := b.Finish()
 	if err != nil {
