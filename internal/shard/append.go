@@ -394,13 +394,36 @@ func (w *writer) own(ctx context.Context, p *pending) ([]Result, error) {
 // settle finishes p and forgets its ids.
 func (w *writer) settle(p *pending, results []Result, err error) {
 	w.mu.Lock()
+	w.forgetLocked(p)
+	w.mu.Unlock()
+	p.finish(results, err)
+}
+
+// forgetLocked drops p's ids from inflight. The caller holds mu.
+func (w *writer) forgetLocked(p *pending) {
 	for _, e := range p.entries {
 		if ref, ok := w.inflight[e.ID]; ok && ref.p == p {
 			delete(w.inflight, e.ID)
 		}
 	}
+}
+
+// settleAll settles the appends of one commit, with their results or
+// err, forgetting all their ids under one hold of mu: a group commit of
+// many appends would otherwise take it once for each.
+func (w *writer) settleAll(ps []*pending, results map[*pending][]Result, err error) {
+	w.mu.Lock()
+	for _, p := range ps {
+		w.forgetLocked(p)
+	}
 	w.mu.Unlock()
-	p.finish(results, err)
+	for _, p := range ps {
+		if err != nil {
+			p.finish(nil, err)
+			continue
+		}
+		p.finish(results[p], nil)
+	}
 }
 
 // withdrawLocked takes p out of the queue, if it is still there, and

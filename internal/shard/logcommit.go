@@ -109,13 +109,7 @@ func (c *committer) commitLog(batch []*pending) {
 	results, err := c.createBatch(ctx, live)
 	endSpan(span, err)
 	release()
-	for _, p := range live {
-		if err != nil {
-			w.settle(p, nil, err)
-			continue
-		}
-		w.settle(p, results[p], nil)
-	}
+	w.settleAll(live, results, err)
 }
 
 // createBatch writes live as the batch at the next log position.
