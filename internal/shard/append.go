@@ -9,9 +9,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/rolloutd/rolloutd/internal/blob"
-	"github.com/rolloutd/rolloutd/internal/shard/format"
 	"github.com/rolloutd/rolloutd/internal/shard/shardlog"
-	"github.com/rolloutd/rolloutd/internal/shard/storagepb"
 )
 
 // Result is the outcome of one appended record.
@@ -157,13 +155,12 @@ func (w *writer) sharedMayLand(waits []shared, err error) error {
 // writer's manifest and adds those it finds committed to present. On
 // success it returns holding mu, with every generation of the current
 // manifest checked, so that an id committed after that is still in
-// inflight. (present is the caller's, so that it can stay on the stack.)
+// inflight. The batches this writer committed itself are answered from
+// memory, under mu (w.own); the others through their filters, without mu.
+// (present is the caller's, so that it can stay on the stack.)
 func (w *writer) findPresent(ctx context.Context, entries []Entry, present map[string]shardlog.Found) error {
-	ids := make([]string, len(entries))
-	for i, e := range entries {
-		ids[i] = e.ID
-	}
-	var checked map[format.GenKey]bool
+	var ids []string
+	var done []*filteredGen // looked up already
 	vanished := 0
 	for {
 		w.mu.Lock()
@@ -171,23 +168,24 @@ func (w *writer) findPresent(ctx context.Context, entries []Entry, present map[s
 			w.mu.Unlock()
 			return err
 		}
-		m := w.m
-		var todo []*storagepb.Generation
-		for _, g := range m.GetGenerations() {
-			if !checked[format.KeyOf(g)] {
-				todo = append(todo, g)
-			}
-		}
+		todo := notDone(w.filtered, done)
 		if len(todo) == 0 {
+			w.written.lookup(entries, present)
 			return nil
 		}
 		w.mu.Unlock()
-		err := w.source().LookupCommitted(ctx, todo, ids, present)
+		if ids == nil {
+			ids = make([]string, len(entries))
+			for i, e := range entries {
+				ids[i] = e.ID
+			}
+		}
+		err := w.lookupFiltered(ctx, todo, ids, present)
 		if errors.Is(err, blob.ErrNotFound) && vanished < shardlog.MaxReadRetries {
 			// A merge retired a generation and GC deleted it meanwhile;
 			// its records are in the merged one. Look again.
 			vanished++
-			checked = nil
+			done = nil
 			continue
 		}
 		if errors.Is(err, blob.ErrNotFound) {
@@ -196,12 +194,7 @@ func (w *writer) findPresent(ctx context.Context, entries []Entry, present map[s
 		if err != nil {
 			return err
 		}
-		if checked == nil {
-			checked = map[format.GenKey]bool{}
-		}
-		for _, g := range todo {
-			checked[format.KeyOf(g)] = true
-		}
+		done = appendDone(done, todo)
 	}
 }
 
@@ -401,13 +394,36 @@ func (w *writer) own(ctx context.Context, p *pending) ([]Result, error) {
 // settle finishes p and forgets its ids.
 func (w *writer) settle(p *pending, results []Result, err error) {
 	w.mu.Lock()
+	w.forgetLocked(p)
+	w.mu.Unlock()
+	p.finish(results, err)
+}
+
+// forgetLocked drops p's ids from inflight. The caller holds mu.
+func (w *writer) forgetLocked(p *pending) {
 	for _, e := range p.entries {
 		if ref, ok := w.inflight[e.ID]; ok && ref.p == p {
 			delete(w.inflight, e.ID)
 		}
 	}
+}
+
+// settleAll settles the appends of one commit, with their results or
+// err, forgetting all their ids under one hold of mu: a group commit of
+// many appends would otherwise take it once for each.
+func (w *writer) settleAll(ps []*pending, results map[*pending][]Result, err error) {
+	w.mu.Lock()
+	for _, p := range ps {
+		w.forgetLocked(p)
+	}
 	w.mu.Unlock()
-	p.finish(results, err)
+	for _, p := range ps {
+		if err != nil {
+			p.finish(nil, err)
+			continue
+		}
+		p.finish(results[p], nil)
+	}
 }
 
 // withdrawLocked takes p out of the queue, if it is still there, and

@@ -24,6 +24,7 @@ func BenchmarkAppendMemstore(b *testing.B) {
 	rec := record("x")
 	rec.Content = string(make([]byte, 1024))
 	b.ReportAllocs()
+	defer reportCPU(b)()
 	var n atomic.Int64
 	b.Cleanup(func() {
 		st := w.Stats()
@@ -53,6 +54,7 @@ func BenchmarkAppendMemstoreParallel(b *testing.B) {
 	ctx := context.Background()
 	var n atomic.Int64
 	b.ReportAllocs()
+	defer reportCPU(b)()
 	b.SetParallelism(32)
 	b.RunParallel(func(pb *testing.PB) {
 		rec := record("x")

@@ -36,6 +36,7 @@ var errReclaim = errors.New("shard claimed by a higher epoch while opening its l
 // It returns errReclaim when a higher epoch got there first.
 func (w *writer) openLog(ctx context.Context) error {
 	w.ckpt, w.tail = w.m, nil
+	w.filtered, w.pinned = filteredOf(w.m, &w.written, nil)
 	w.ckptLanded = make(chan struct{})
 	w.last = w.ckpt.GetLogCheckpoint()
 	now := w.opts.Clock.Now().UnixNano()
@@ -117,6 +118,11 @@ func (w *writer) addTailLocked(e *shardlog.Entry, created int64) {
 	w.tail = append(w.tail, e)
 	w.last = e.Position
 	w.m = shardlog.ViewOf(w.ckpt, w.tail)
+	if e.Gen != nil && !w.written.holds(e.Gen) {
+		// In place: a reader of an earlier w.filtered reads only below
+		// its length (see filtered).
+		w.filtered = append(w.filtered, &filteredGen{gen: e.Gen})
+	}
 }
 
 // confirm is the claim's confirming step: a CAS on the claimed manifest
@@ -195,6 +201,8 @@ func (w *writer) landLocked(next *storagepb.Manifest, etag blob.ETag, through ui
 	w.tail = append([]*shardlog.Entry(nil), w.tail[i:]...)
 	w.ckpt, w.etag = next, etag
 	w.m = shardlog.ViewOf(next, w.tail)
+	w.written.retain(w.m)
+	w.filtered, w.pinned = filteredOf(w.m, &w.written, w.filtered)
 	if w.ckptLanded != nil {
 		close(w.ckptLanded)
 	}

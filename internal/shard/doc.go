@@ -31,7 +31,9 @@
 //     answered (Lineage), or the shard had never been claimed under v2.
 //  2. Append looks its ids up in the checkpoint's generations and in the
 //     log batches after it, inherited ones included (append.go), and queues
-//     the new ones.
+//     the new ones. The live batches the writer committed itself answer
+//     from its memory (presence.go); the others through their Bloom
+//     filters, which it keeps once read, within a bound (filtered.go).
 //  3. One committer takes everything queued and creates it as the batch at
 //     position last+1; the appends are acknowledged when that create lands
 //     (logcommit.go). No manifest is read or written on this path. A batch

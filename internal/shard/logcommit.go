@@ -109,13 +109,7 @@ func (c *committer) commitLog(batch []*pending) {
 	results, err := c.createBatch(ctx, live)
 	endSpan(span, err)
 	release()
-	for _, p := range live {
-		if err != nil {
-			w.settle(p, nil, err)
-			continue
-		}
-		w.settle(p, results[p], nil)
-	}
+	w.settleAll(live, results, err)
 }
 
 // createBatch writes live as the batch at the next log position.
@@ -163,7 +157,7 @@ func (c *committer) encodeBatch(live []*pending, pos, seq uint64, putID string) 
 	}
 	b := format.NewLogBatchBuilder(format.LogEntry{Shard: w.shard, Epoch: w.epoch, Position: pos, Writer: w.id, PutID: putID, Created: w.opts.Clock.Now().UnixNano()}, int(hint))
 	results := make(map[*pending][]Result, len(live))
-	var scratch []byte
+	scratch := c.scratch
 	for _, p := range live {
 		rs := make([]Result, len(p.entries))
 		for i, e := range p.entries {
@@ -173,6 +167,9 @@ func (c *committer) encodeBatch(live []*pending, pos, seq uint64, putID string) 
 			seq++
 		}
 		results[p] = rs
+	}
+	if cap(scratch) <= maxScratch {
+		c.scratch = scratch[:0]
 	}
 	l, err := b.Finish()
 	if err != nil {
@@ -242,6 +239,7 @@ func (c *committer) landBatch(pos uint64, l format.Layout) {
 	now := w.opts.Clock.Now().UnixNano()
 	e := w.source().EntryOf(pos, l, now)
 	w.mu.Lock()
+	w.written.add(e, l.Footer.GetEntries())
 	w.addTailLocked(e, now)
 	lag := len(w.tail)
 	w.mu.Unlock()

@@ -90,21 +90,9 @@ func (m *merger) merge(ctx context.Context, plan []*storagepb.Generation) error 
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(mergeReadParallelism)
 	for i, src := range plan {
-		g.Go(func() error {
-			name := format.KeyOf(src).Blob(w.shard)
-			data, ok := w.opts.Cache.GetData(shardlog.RefOf(w.shard, src))
-			if !ok {
-				var err error
-				if data, _, err = w.store.Get(gctx, name, blob.GetOptions{}); err != nil {
-					return fmt.Errorf("merge: read %s: %w", name, err)
-				}
-			}
-			f, err := decodeSource(w.shard, src, data)
-			if err != nil {
-				return fmt.Errorf("merge: %w: blob %s: %w", ErrCorrupt, name, err)
-			}
-			datas[i], footers[i] = data, f
-			return nil
+		g.Go(func() (err error) {
+			datas[i], footers[i], err = m.readSource(gctx, src)
+			return err
 		})
 	}
 	if err := g.Wait(); err != nil {
@@ -137,6 +125,30 @@ func (m *merger) merge(ctx context.Context, plan []*storagepb.Generation) error 
 	}
 	w.log.Debug("merged generations", zap.Uint64("generation", gen), zap.Int("sources", len(plan)), zap.Int("records", b.Len()))
 	return nil
+}
+
+// readSource reads src, a generation a merge rewrites, and its footer:
+// from the cache when it holds the bytes (see cachedSource).
+func (m *merger) readSource(ctx context.Context, src *storagepb.Generation) ([]byte, *storagepb.Footer, error) {
+	w := m.w
+	ref := shardlog.RefOf(w.shard, src)
+	name := ref.Blob()
+	var f *storagepb.Footer
+	data, ok := w.opts.Cache.GetData(ref)
+	var err error
+	if ok {
+		idx, _ := w.opts.Cache.GetIndex(ref)
+		f, err = cachedSource(w.shard, src, data, idx)
+	} else {
+		if data, _, err = w.store.Get(ctx, name, blob.GetOptions{}); err != nil {
+			return nil, nil, fmt.Errorf("merge: read %s: %w", name, err)
+		}
+		f, err = decodeSource(w.shard, src, data)
+	}
+	if err != nil {
+		return nil, nil, fmt.Errorf("merge: %w: blob %s: %w", ErrCorrupt, name, err)
+	}
+	return data, f, nil
 }
 
 // claim claims plan for the merger: it fails if a generation of plan

@@ -24,7 +24,7 @@ var storeGetCallers = map[string]string{
 	"shardlog.Source.Filter":            "a generation's id filter for the shared cache; also the writer's id lookups",
 	"shardlog.Source.CorruptOrReplaced": "reads a blob whole only to tell a replaced log batch from a corrupt one after a failed check",
 	"shardlog.ReadManifest":             "the write path: claims, checkpoints and deletes read the manifest unconditionally",
-	"(*merger).merge":                   "the write path: a merge reads its sources whole to rewrite them",
+	"(*merger).readSource":              "the write path: a merge reads its sources whole to rewrite them",
 }
 
 // engineDirs are the shard engine's packages, by directory: this one and

@@ -71,9 +71,19 @@ type writer struct {
 	queue    []*pending             // appends waiting for the committer
 	queued   int64                  // bytes queued or in flight
 	inflight map[string]inflightRef // the ids of appends queued or being committed
+	written  ownBatches             // its own live batches, by id (presence.go)
 	edits    []*edit                // manifest edits waiting for the next commit
 	editsAt  time.Time              // when the oldest of edits was queued
 	minGen   uint64                 // lowest generation number not yet used by this writer
+	// filtered lists the generations of m that written does not answer
+	// for, in m's order: the ones findPresent tests through their filters
+	// (filtered.go). It only grows in place (addTailLocked) or is
+	// replaced, so that findPresent may read a snapshot of it without mu.
+	// pinned is the bytes of the filters its entries hold, at most
+	// pinMax.
+	filtered []*filteredGen
+	pinned   int64
+	pinMax   int64
 	// refuseErr is what a fenced writer answers an append that was never
 	// sent: the fence itself, or, when the writer stopped for another
 	// reason (a create left undecided), a not-sent error, since only the

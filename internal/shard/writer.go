@@ -34,6 +34,8 @@ func Open(ctx context.Context, store blob.Store, shard string, opts Options) (*W
 		opts:     opts,
 		id:       newWriterID(),
 		inflight: map[string]inflightRef{},
+		written:  newOwnBatches(maxOwnIDs),
+		pinMax:   maxPinnedFilterBytes,
 		claims:   newClaims(),
 		halted:   make(chan struct{}),
 	}

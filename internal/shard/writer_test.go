@@ -451,14 +451,20 @@ func TestCloseAbortAppendRace(t *testing.T) {
 
 // A writer fenced without knowing it, whose manifest lists a generation the
 // new owner merged away and deleted, reports ErrFenced on its next append
-// instead of a storage not-found.
+// instead of a storage not-found. The generation is one the writer
+// inherited: it answers for the batches it committed itself from memory,
+// and reads nothing for them (presence.go).
 func TestStaleWriterFindsItselfFencedWhenItsGenerationsVanish(t *testing.T) {
 	store := memstore.New()
 	ctx := context.Background()
-	a := open(t, store, "s")
-	if _, err := a.Append(ctx, entries(t, "x")); err != nil {
+	prev := open(t, store, "s")
+	if _, err := prev.Append(ctx, entries(t, "x")); err != nil {
 		t.Fatal(err)
 	}
+	if err := prev.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	a := open(t, store, "s")
 	b := open(t, store, "s")
 	if _, err := b.Append(ctx, entries(t, "y")); err != nil {
 		t.Fatal(err)

@@ -397,3 +397,16 @@ func FuzzDecodeLogEntry(f *testing.F) {
 		}
 	})
 }
+
+// The names are built by hand: they must be exactly what %016x wrote,
+// since stored blobs carry them.
+func TestNamesAreFixedWidthHex(t *testing.T) {
+	for _, v := range []uint64{0, 1, 0xf, 0x10, 0xabcdef, 1<<63 + 5, ^uint64(0)} {
+		if got, want := LogName("a/b", v), fmt.Sprintf("shards/a/b/_l/%016x", v); got != want {
+			t.Errorf("LogName(%#x) = %q, want %q", v, got, want)
+		}
+		if got, want := GenerationName("a/b", v, ^v), fmt.Sprintf("shards/a/b/_g/%016x-%016x", v, ^v); got != want {
+			t.Errorf("GenerationName(%#x) = %q, want %q", v, got, want)
+		}
+	}
+}

@@ -1,7 +1,6 @@
 package format
 
 import (
-	"fmt"
 	"strconv"
 	"strings"
 
@@ -30,7 +29,32 @@ func LogPrefix(shard string) string { return shardsRoot + shard + logDir }
 
 // LogName names the log entry at position (1, 2, 3, ...).
 func LogName(shard string, position uint64) string {
-	return fmt.Sprintf("%s%016x", LogPrefix(shard), position)
+	return blobName(shard, logDir, position)
+}
+
+// blobName is the name of a blob in the shard's directory dir, named by
+// nums as 16 lowercase hex digits each (%016x), joined by '-'. Every
+// commit names its position, and its index names it again: it is built
+// by hand, in one allocation, rather than through fmt.
+func blobName(shard, dir string, nums ...uint64) string {
+	const digits = "0123456789abcdef"
+	var b strings.Builder
+	b.Grow(len(shardsRoot) + len(shard) + len(dir) + 17*len(nums))
+	b.WriteString(shardsRoot)
+	b.WriteString(shard)
+	b.WriteString(dir)
+	for i, v := range nums {
+		if i > 0 {
+			b.WriteByte('-')
+		}
+		var buf [16]byte
+		for j := 15; j >= 0; j-- {
+			buf[j] = digits[v&0xf]
+			v >>= 4
+		}
+		b.Write(buf[:])
+	}
+	return b.String()
 }
 
 // ParseLogName is the inverse of LogName.
@@ -61,7 +85,7 @@ func GenerationPrefix(shard string) string { return shardsRoot + shard + genDir 
 
 // GenerationName names the generation blob written under epoch with number gen.
 func GenerationName(shard string, epoch, gen uint64) string {
-	return fmt.Sprintf("%s%016x-%016x", GenerationPrefix(shard), epoch, gen)
+	return blobName(shard, genDir, epoch, gen)
 }
 
 // ParseGenerationName is the inverse of GenerationName.

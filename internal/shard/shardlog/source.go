@@ -177,19 +177,30 @@ func (s Source) LookupCommitted(ctx context.Context, gens []*storagepb.Generatio
 		if err != nil {
 			return err
 		}
-		var idx *Index
-		for _, id := range ids {
-			if _, done := out[id]; done || !f.TestString(id) {
-				continue
+		if err := s.LookupIn(ctx, g, f, ids, out); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// LookupIn finds which ids not in out yet are committed in generation g,
+// whose id filter is f, and adds them to out. It reads g's index only for
+// an id the filter does not rule out.
+func (s Source) LookupIn(ctx context.Context, g *storagepb.Generation, f *bloom.BloomFilter, ids []string, out map[string]Found) error {
+	var idx *Index
+	for _, id := range ids {
+		if _, done := out[id]; done || !f.TestString(id) {
+			continue
+		}
+		if idx == nil {
+			var err error
+			if idx, err = s.Index(ctx, g); err != nil {
+				return err
 			}
-			if idx == nil {
-				if idx, err = s.Index(ctx, g); err != nil {
-					return err
-				}
-			}
-			if e, ok := idx.ByID[id]; ok {
-				out[id] = Found{Entry: e, Gen: g}
-			}
+		}
+		if e, ok := idx.ByID[id]; ok {
+			out[id] = Found{Entry: e, Gen: g}
 		}
 	}
 	return nil

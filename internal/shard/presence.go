@@ -1,0 +1,113 @@
+package shard
+
+import (
+	"github.com/rolloutd/rolloutd/internal/shard/shardlog"
+	"github.com/rolloutd/rolloutd/internal/shard/storagepb"
+)
+
+// ownBatches is what a resident writer remembers of the log batches it
+// committed itself and that its view still lists: their records by id. An
+// append's ids are answered from it, under mu, without the Bloom filter
+// tests and cache look-ups that every generation of the view costs
+// otherwise (LookupCommitted); only the generations the writer did not
+// commit itself (inherited batches, merged and v1 generations) are read
+// through their filters.
+//
+// It is exact because it follows the view: a batch joins when its create
+// landed (landBatch), and leaves in the same critical section that makes a
+// checkpoint without it the view (landLocked), after a merge folded it. A
+// new writer, after a reopen, a fence or a delete, starts empty. It is
+// bounded: it holds at most maxIDs ids, and a batch that would not fit is
+// not remembered, and is looked up through its filter like an inherited one.
+// The footer entries it points at are the batch's own, which the cache's
+// index of the batch shares; what it adds is a map slot per id.
+type ownBatches struct {
+	maxIDs  int
+	byID    map[string]ownRecord
+	batches map[uint64]ownBatch // by log position
+}
+
+// ownRecord is a record of a remembered batch.
+type ownRecord struct {
+	entry    *storagepb.FooterEntry
+	position uint64
+}
+
+// ownBatch is a remembered batch: its descriptor in the view, and its
+// records, to forget them by.
+type ownBatch struct {
+	gen     *storagepb.Generation
+	entries []*storagepb.FooterEntry
+}
+
+// maxOwnIDs bounds the ids a writer remembers: 8,192 map slots, about
+// half a MiB at most per resident writer. A lone client's batches, which
+// merges fold about 2K at a time, stay far below it; 64 clients on one
+// shard reach a few thousand.
+const maxOwnIDs = 8192
+
+func newOwnBatches(maxIDs int) ownBatches {
+	return ownBatches{maxIDs: maxIDs, byID: map[string]ownRecord{}, batches: map[uint64]ownBatch{}}
+}
+
+// add remembers e, a batch this writer created, if it fits. The caller
+// holds mu.
+func (o *ownBatches) add(e *shardlog.Entry, entries []*storagepb.FooterEntry) {
+	if e.Gen == nil || len(o.byID)+len(entries) > o.maxIDs {
+		return
+	}
+	o.batches[e.Position] = ownBatch{gen: e.Gen, entries: entries}
+	for _, fe := range entries {
+		o.byID[fe.GetId()] = ownRecord{entry: fe, position: e.Position}
+	}
+}
+
+// holds reports whether g, a generation of the view, is a remembered
+// batch, whose ids lookup answers. The caller holds mu.
+func (o *ownBatches) holds(g *storagepb.Generation) bool {
+	p := g.GetPosition()
+	if p == 0 || len(o.batches) == 0 {
+		return false
+	}
+	b, ok := o.batches[p]
+	return ok && b.gen.GetPutId() == g.GetPutId()
+}
+
+// lookup adds the ids of the remembered batches among ids to present. The
+// caller holds mu.
+func (o *ownBatches) lookup(entries []Entry, present map[string]shardlog.Found) {
+	if len(o.byID) == 0 {
+		return
+	}
+	for _, e := range entries {
+		if r, ok := o.byID[e.ID]; ok {
+			present[e.ID] = shardlog.Found{Entry: r.entry, Gen: o.batches[r.position].gen}
+		}
+	}
+}
+
+// retain forgets the remembered batches that view no longer lists: a
+// merge folded them into a generation that the filters answer for. The
+// caller holds mu.
+func (o *ownBatches) retain(view *storagepb.Manifest) {
+	if len(o.batches) == 0 {
+		return
+	}
+	live := make(map[uint64]bool, len(o.batches))
+	for _, g := range view.GetGenerations() {
+		if o.holds(g) {
+			live[g.GetPosition()] = true
+		}
+	}
+	for p, b := range o.batches {
+		if live[p] {
+			continue
+		}
+		for _, fe := range b.entries {
+			if r, ok := o.byID[fe.GetId()]; ok && r.position == p {
+				delete(o.byID, fe.GetId())
+			}
+		}
+		delete(o.batches, p)
+	}
+}
