@@ -51,7 +51,9 @@ func (osFS) CreateAnon(dir string) (AnonFile, error) {
 	return &osAnon{File: os.NewFile(uintptr(fd), name), dup: dup}, nil
 }
 
-// osAnon is an O_TMPFILE file; dup is the descriptor Link goes through.
+// osAnon is an O_TMPFILE file; dup is the descriptor Link goes through,
+// -1 once released: the number may then belong to another file, which a
+// Link through /proc/self/fd would publish under the blob's name.
 type osAnon struct {
 	*os.File
 	dup int
@@ -60,6 +62,9 @@ type osAnon struct {
 // Link links the file through /proc/self/fd: linkat(2) with AT_EMPTY_PATH
 // would need CAP_DAC_READ_SEARCH.
 func (a *osAnon) Link(newname string) error {
+	if a.dup < 0 {
+		return &os.LinkError{Op: "link", Old: a.Name(), New: newname, Err: unix.EBADF}
+	}
 	proc := "/proc/self/fd/" + strconv.Itoa(a.dup)
 	var err error
 	for {
@@ -75,7 +80,12 @@ func (a *osAnon) Link(newname string) error {
 }
 
 func (a *osAnon) Release() error {
-	if err := unix.Close(a.dup); err != nil {
+	if a.dup < 0 {
+		return &fs.PathError{Op: "close", Path: a.Name(), Err: unix.EBADF}
+	}
+	dup := a.dup
+	a.dup = -1
+	if err := unix.Close(dup); err != nil {
 		return &fs.PathError{Op: "close", Path: a.Name(), Err: err}
 	}
 	return nil

@@ -65,6 +65,20 @@ func TestAnonFile(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			// The lowest free numbers are f's own (closed) and the released
+			// one: r and r2 likely take them, so a Link or a Release through
+			// the released number now would reach r2's file.
+			r2, err := fsys.Open(dir + "/a")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer func() { _ = r2.Close() }()
+			if err := f.Link(dir + "/b"); err == nil {
+				t.Fatal("Link after Release succeeded")
+			}
+			if err := f.Release(); err == nil {
+				t.Fatal("a second Release succeeded")
+			}
 			b, err := io.ReadAll(r)
 			_ = r.Close()
 			if err != nil || string(b) != "hello" {
