@@ -61,6 +61,13 @@ type t7Round struct {
 
 func runTarget7(ctx context.Context, b *bench) (*outcome, error) {
 	sz := b.cfg.sizes
+	if why := t7Refused(b.cfg); why != "" {
+		var rows []targetCheck
+		for _, d := range t7RowDefs(sz) {
+			rows = append(rows, skipped(d.id, d.what, d.op, d.want, why))
+		}
+		return &outcome{rows: rows}, nil
+	}
 	bins, err := b.t7Binaries()
 	if err != nil {
 		return nil, err
@@ -388,4 +395,18 @@ func floorResult(f *floorProc, mode string) phaseResult {
 		r.Errors["floor"] = fig.Errors
 	}
 	return r
+}
+
+// t7Refused says why target 7 does not run, or "" when it does. It builds
+// and starts rolloutds of its own (and Azurites), minutes of work that a
+// plain --compare did not ask for, and it never measures a --target: so it
+// runs only when --targets names it, in-process.
+func t7Refused(c *config) string {
+	switch {
+	case c.Target != "":
+		return "measures rolloutds it starts itself, never a --target: run it without --target"
+	case !slices.Contains(c.Targets, "7"):
+		return "runs only when named: --targets 7 (it builds and starts rolloutd processes of its own)"
+	}
+	return ""
 }

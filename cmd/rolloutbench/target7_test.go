@@ -100,3 +100,24 @@ func TestT7RowsJudgeB(t *testing.T) {
 		t.Errorf("A alone, no Azurite: 7a %v (want 800), 7e %v (want not measured)", only[0].Value, only[4].Value)
 	}
 }
+
+// Target 7 builds and starts processes of its own: a plain --compare, or
+// one against a --target, must not run it (nor judge a remote target by
+// a local build).
+func TestT7RunsOnlyWhenNamedAndLocal(t *testing.T) {
+	cases := []struct {
+		name string
+		cfg  config
+		runs bool
+	}{
+		{"default --compare", config{}, false},
+		{"other targets", config{Targets: []string{"1", "6"}}, false},
+		{"named", config{Targets: []string{"7"}}, true},
+		{"named with a remote target", config{Targets: []string{"7"}, Target: "h:1"}, false},
+	}
+	for _, c := range cases {
+		if why := t7Refused(&c.cfg); (why == "") != c.runs {
+			t.Errorf("%s: refused %q, want runs=%v", c.name, why, c.runs)
+		}
+	}
+}
