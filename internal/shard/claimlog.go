@@ -6,7 +6,6 @@ import (
 	"fmt"
 
 	"go.uber.org/zap"
-	"google.golang.org/protobuf/proto"
 
 	"github.com/rolloutd/rolloutd/internal/blob"
 	"github.com/rolloutd/rolloutd/internal/shard/format"
@@ -164,7 +163,7 @@ func (w *writer) confirm(ctx context.Context) error {
 // checkpointOf builds the checkpoint of view through position: a copy of
 // the view, which lists every batch up to position, stamped afresh.
 func (w *writer) checkpointOf(view *storagepb.Manifest, through uint64) *storagepb.Manifest {
-	next := proto.CloneOf(view)
+	next := checkpointCopy(view)
 	// The view lists the batches after through too, if any landed since:
 	// a checkpoint lists only what it covers.
 	keep := next.Generations[:0]
