@@ -116,7 +116,16 @@ func (w *writer) addTailLocked(e *shardlog.Entry, created int64) {
 	e.Added = created
 	w.tail = append(w.tail, e)
 	w.last = e.Position
-	w.m = shardlog.ViewOf(w.ckpt, w.tail)
+	// Each commit extends the view rather than build it again from the
+	// checkpoint, which copied every live generation: viewGens is the
+	// room the views since viewOf's base share, good while w.m is the
+	// view it was extended into.
+	gens := w.viewGens
+	if w.viewOf != w.m {
+		gens = nil
+	}
+	w.m, w.viewGens = shardlog.Extend(w.m, gens, e)
+	w.viewOf = w.m
 	if e.Gen != nil && !w.written.holds(e.Gen) {
 		// In place: a reader of an earlier w.filtered reads only below
 		// its length (see filtered).
