@@ -39,6 +39,9 @@ type checkpointer struct {
 	// out and its outcome is unknown; the next one re-reads the manifest
 	// first.
 	unsure bool
+	// enc keeps the encodings of the generations of the last checkpoint,
+	// which the next one mostly lists again.
+	enc format.ManifestEncoder
 }
 
 func (c *checkpointer) wake() {
@@ -273,7 +276,7 @@ func applyEdits(edits []*edit, next *storagepb.Manifest, now int64) func(error) 
 // unavailable, and lands it if it landed.
 func (c *checkpointer) put(ctx context.Context, next *storagepb.Manifest, etag blob.ETag, through uint64) error {
 	w := c.w
-	data, err := format.EncodeManifest(next)
+	data, err := c.enc.Encode(next)
 	if err != nil {
 		return err
 	}

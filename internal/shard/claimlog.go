@@ -6,7 +6,6 @@ import (
 	"fmt"
 
 	"go.uber.org/zap"
-	"google.golang.org/protobuf/proto"
 
 	"github.com/rolloutd/rolloutd/internal/blob"
 	"github.com/rolloutd/rolloutd/internal/shard/format"
@@ -117,7 +116,16 @@ func (w *writer) addTailLocked(e *shardlog.Entry, created int64) {
 	e.Added = created
 	w.tail = append(w.tail, e)
 	w.last = e.Position
-	w.m = shardlog.ViewOf(w.ckpt, w.tail)
+	// Each commit extends the view rather than build it again from the
+	// checkpoint, which copied every live generation: viewGens is the
+	// room the views since viewOf's base share, good while w.m is the
+	// view it was extended into.
+	gens := w.viewGens
+	if w.viewOf != w.m {
+		gens = nil
+	}
+	w.m, w.viewGens = shardlog.Extend(w.m, gens, e)
+	w.viewOf = w.m
 	if e.Gen != nil && !w.written.holds(e.Gen) {
 		// In place: a reader of an earlier w.filtered reads only below
 		// its length (see filtered).
@@ -164,7 +172,7 @@ func (w *writer) confirm(ctx context.Context) error {
 // checkpointOf builds the checkpoint of view through position: a copy of
 // the view, which lists every batch up to position, stamped afresh.
 func (w *writer) checkpointOf(view *storagepb.Manifest, through uint64) *storagepb.Manifest {
-	next := proto.CloneOf(view)
+	next := checkpointCopy(view)
 	// The view lists the batches after through too, if any landed since:
 	// a checkpoint lists only what it covers.
 	keep := next.Generations[:0]

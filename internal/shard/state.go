@@ -107,6 +107,10 @@ type writer struct {
 	tail       []*shardlog.Entry
 	last       uint64
 	ckptLanded chan struct{}
+	// viewGens holds the generations of viewOf, the view addTailLocked
+	// last made, with room for the next commits' (shardlog.Extend).
+	viewGens []*storagepb.Generation
+	viewOf   *storagepb.Manifest
 }
 
 // state is where a writer is in its life. Every change of state goes

@@ -56,34 +56,71 @@ func ViewOf(ckpt *storagepb.Manifest, tail []*Entry) *storagepb.Manifest {
 	if len(tail) == 0 {
 		return ckpt
 	}
-	v := &storagepb.Manifest{
-		Epoch:            ckpt.GetEpoch(),
-		Owner:            ckpt.GetOwner(),
-		NextGeneration:   ckpt.GetNextGeneration(),
-		NextSeq:          ckpt.GetNextSeq(),
-		Generations:      ckpt.GetGenerations()[:len(ckpt.GetGenerations()):len(ckpt.GetGenerations())],
-		RetiredBatches:   ckpt.GetRetiredBatches(),
-		RetiredRuns:      ckpt.GetRetiredRuns(),
-		Epochs:           ckpt.GetEpochs(),
-		CommitId:         ckpt.GetCommitId(),
-		UpdatedUnixNanos: ckpt.GetUpdatedUnixNanos(),
-		RecordCount:      ckpt.GetRecordCount(),
-		LogCheckpoint:    ckpt.GetLogCheckpoint(),
-		Protocol:         ckpt.GetProtocol(),
-
-		Incarnation:         ckpt.GetIncarnation(),
-		Tombstone:           ckpt.GetTombstone(),
-		CreatedUnixNanos:    ckpt.GetCreatedUnixNanos(),
-		LastCommitUnixNanos: ckpt.GetLastCommitUnixNanos(),
-		DeletedThroughEpoch: ckpt.GetDeletedThroughEpoch(),
-	}
+	v := viewHead(ckpt, ckpt.GetGenerations()[:len(ckpt.GetGenerations()):len(ckpt.GetGenerations())])
 	for _, e := range tail {
-		v.NextSeq = max(v.NextSeq, e.NextSeq)
-		if e.Gen != nil {
-			v.Generations = append(v.Generations, e.Gen)
-			v.RecordCount += uint64(e.Gen.GetRecords())
-			v.LastCommitUnixNanos = max(v.LastCommitUnixNanos, e.Gen.GetCreatedUnixNanos())
-		}
+		addToView(v, e)
 	}
+	// Capped like Extend's views, so that no one appends into its room.
+	v.Generations = v.Generations[:len(v.Generations):len(v.Generations)]
 	return v
+}
+
+// Extend is ViewOf(ckpt, append(tail, e)) for view, which is
+// ViewOf(ckpt, tail), without copying the generations view shares with
+// its checkpoint: gens holds view's generations and may have room to
+// spare, which Extend appends e's generation into. It returns the new view
+// and its generations for the next call. Views share the room of gens,
+// which only grows at its end, and each is capped at its own length, so
+// no view ever sees another's change and none can append into the room.
+// gens must be the caller's own, from the previous Extend on this view,
+// or nil (Extend then copies the view's).
+func Extend(view *storagepb.Manifest, gens []*storagepb.Generation, e *Entry) (*storagepb.Manifest, []*storagepb.Generation) {
+	if gens == nil {
+		gens = append(make([]*storagepb.Generation, 0, 2*len(view.GetGenerations())+8), view.GetGenerations()...)
+	}
+	if e.Gen != nil {
+		gens = append(gens, e.Gen)
+	}
+	v := viewHead(view, gens[:len(gens):len(gens)])
+	v.NextSeq = max(v.NextSeq, e.NextSeq)
+	if e.Gen != nil {
+		v.RecordCount += uint64(e.Gen.GetRecords())
+		v.LastCommitUnixNanos = max(v.LastCommitUnixNanos, e.Gen.GetCreatedUnixNanos())
+	}
+	return v, gens
+}
+
+// addToView adds e to v, whose generations are v's own.
+func addToView(v *storagepb.Manifest, e *Entry) {
+	v.NextSeq = max(v.NextSeq, e.NextSeq)
+	if e.Gen != nil {
+		v.Generations = append(v.Generations, e.Gen)
+		v.RecordCount += uint64(e.Gen.GetRecords())
+		v.LastCommitUnixNanos = max(v.LastCommitUnixNanos, e.Gen.GetCreatedUnixNanos())
+	}
+}
+
+// viewHead is a copy of m's fields, with gens as its generations.
+func viewHead(m *storagepb.Manifest, gens []*storagepb.Generation) *storagepb.Manifest {
+	return &storagepb.Manifest{
+		Epoch:            m.GetEpoch(),
+		Owner:            m.GetOwner(),
+		NextGeneration:   m.GetNextGeneration(),
+		NextSeq:          m.GetNextSeq(),
+		Generations:      gens,
+		RetiredBatches:   m.GetRetiredBatches(),
+		RetiredRuns:      m.GetRetiredRuns(),
+		Epochs:           m.GetEpochs(),
+		CommitId:         m.GetCommitId(),
+		UpdatedUnixNanos: m.GetUpdatedUnixNanos(),
+		RecordCount:      m.GetRecordCount(),
+		LogCheckpoint:    m.GetLogCheckpoint(),
+		Protocol:         m.GetProtocol(),
+
+		Incarnation:         m.GetIncarnation(),
+		Tombstone:           m.GetTombstone(),
+		CreatedUnixNanos:    m.GetCreatedUnixNanos(),
+		LastCommitUnixNanos: m.GetLastCommitUnixNanos(),
+		DeletedThroughEpoch: m.GetDeletedThroughEpoch(),
+	}
 }
