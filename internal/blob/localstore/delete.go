@@ -45,7 +45,7 @@ func (s *Store) Delete(ctx context.Context, name string, opts blob.DeleteOptions
 		err = s.fs.Remove(path)
 		if err == nil {
 			removed = true
-			err = s.syncRemoval(filepath.Dir(path))
+			err = s.removalDurable(filepath.Dir(path))
 		}
 	}
 	if removed && err != nil {
@@ -64,6 +64,16 @@ func (s *Store) Delete(ctx context.Context, name string, opts blob.DeleteOptions
 		return inDoubt("delete", name, ferr) // another call failed the store meanwhile
 	}
 	return nil
+}
+
+// removalDurable returns once the removal just made in dir is durable,
+// sharing the directory's fsync with concurrent deletes there (see
+// removal.go).
+func (s *Store) removalDurable(dir string) error {
+	if s.skipRemovalBarrier {
+		return nil
+	}
+	return s.removals.durable(dir, s.syncRemoval)
 }
 
 // syncRemoval makes the removal of an entry of dir durable. A concurrent
