@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"path/filepath"
 	"strings"
+	"sync"
 
 	"github.com/rolloutd/rolloutd/internal/blob"
 )
@@ -20,34 +21,7 @@ func (s *Store) Delete(ctx context.Context, name string, opts blob.DeleteOptions
 	defer done()
 	mu := s.stripe(name)
 	mu.Lock()
-	cur, exists, err := s.current(name, path)
-	// A version that a group in flight published is deleted only once it
-	// is durable.
-	for err == nil && exists && s.sync.pending(name, cur.ETag) {
-		mu.Unlock()
-		if !s.sync.awaitDurable(ctx.Done(), name, cur.ETag) {
-			return fmt.Errorf("localstore: delete %q: waiting for a put of it to become durable: %w", name, ctx.Err())
-		}
-		mu.Lock()
-		cur, exists, err = s.current(name, path)
-	}
-	if err == nil {
-		err = s.refused("delete", name) // the group waited for may have failed the store
-	}
-	removed := false
-	switch {
-	case err != nil:
-	case !exists:
-		err = blob.ErrNotFound
-	case opts.IfMatch != "" && opts.IfMatch != cur.ETag:
-		err = blob.ErrConditionFailed
-	default:
-		err = s.fs.Remove(path)
-		if err == nil {
-			removed = true
-			err = s.removalDurable(filepath.Dir(path))
-		}
-	}
+	removed, err := s.remove(ctx, mu, name, path, opts)
 	if removed && err != nil {
 		// The blob is gone for readers but may come back in a crash.
 		err = s.fail("delete", name, err)
@@ -64,6 +38,39 @@ func (s *Store) Delete(ctx context.Context, name string, opts blob.DeleteOptions
 		return inDoubt("delete", name, ferr) // another call failed the store meanwhile
 	}
 	return nil
+}
+
+// remove removes the blob at path, holding mu (the name's stripe lock; it
+// may release and take it again), and makes the removal durable. removed
+// reports whether the blob was removed.
+func (s *Store) remove(ctx context.Context, mu *sync.Mutex, name, path string, opts blob.DeleteOptions) (removed bool, _ error) {
+	cur, exists, err := s.current(name, path)
+	// A version that a group in flight published is deleted only once it
+	// is durable.
+	for err == nil && exists && s.sync.pending(name, cur.ETag) {
+		mu.Unlock()
+		ok := s.sync.awaitDurable(ctx.Done(), name, cur.ETag)
+		mu.Lock()
+		if !ok {
+			return false, fmt.Errorf("waiting for a put of it to become durable: %w", ctx.Err())
+		}
+		cur, exists, err = s.current(name, path)
+	}
+	if err == nil {
+		err = s.refused("delete", name) // the group waited for may have failed the store
+	}
+	switch {
+	case err != nil:
+		return false, err
+	case !exists:
+		return false, blob.ErrNotFound
+	case opts.IfMatch != "" && opts.IfMatch != cur.ETag:
+		return false, blob.ErrConditionFailed
+	}
+	if err := s.fs.Remove(path); err != nil {
+		return false, err
+	}
+	return true, s.removalDurable(filepath.Dir(path))
 }
 
 // removalDurable returns once the removal just made in dir is durable,
