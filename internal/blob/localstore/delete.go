@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 
 	"github.com/rolloutd/rolloutd/internal/blob"
 )
@@ -43,8 +44,17 @@ func (s *Store) Delete(ctx context.Context, name string, opts blob.DeleteOptions
 // remove removes the blob at path, holding mu (the name's stripe lock; it
 // may release and take it again), and makes the removal durable. removed
 // reports whether the blob was removed.
-func (s *Store) remove(ctx context.Context, mu *sync.Mutex, name, path string, opts blob.DeleteOptions) (removed bool, _ error) {
-	cur, exists, err := s.current(name, path)
+func (s *Store) remove(ctx context.Context, mu *sync.Mutex, name, path string, opts blob.DeleteOptions) (removed bool, err error) {
+	exists := true
+	var cur blob.Attrs
+	// Reading the blob's header costs an open, a read and a close: only an
+	// IfMatch needs its ETag, and only a version that a group in flight
+	// may have published needs the wait below. Holding mu, no group
+	// publishes name; one that did so before is the group in flight or has
+	// its outcome.
+	if opts.IfMatch != "" || s.sync.touches(name) {
+		cur, exists, err = s.current(name, path)
+	}
 	// A version that a group in flight published is deleted only once it
 	// is durable.
 	for err == nil && exists && s.sync.pending(name, cur.ETag) {
@@ -67,7 +77,11 @@ func (s *Store) remove(ctx context.Context, mu *sync.Mutex, name, path string, o
 	case opts.IfMatch != "" && opts.IfMatch != cur.ETag:
 		return false, blob.ErrConditionFailed
 	}
-	if err := s.fs.Remove(path); err != nil {
+	err = s.fs.Remove(path)
+	if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ENOTDIR) {
+		return false, blob.ErrNotFound
+	}
+	if err != nil {
 		return false, err
 	}
 	return true, s.removalDurable(filepath.Dir(path))

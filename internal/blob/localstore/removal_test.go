@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -261,4 +262,49 @@ func TestDeleteCrashTestCatchesMissingSync(t *testing.T) {
 		t.Fatalf("without the removals' sync, a crash at each of %d steps left nothing wrong", steps)
 	}
 	t.Logf("caught: %v", err)
+}
+
+// countingFS counts the opens of blob files.
+type countingFS struct {
+	vfs.FS
+	blobOpens atomic.Int32
+}
+
+func (c *countingFS) Open(name string) (vfs.File, error) {
+	if strings.HasSuffix(name, fileSuffix) {
+		c.blobOpens.Add(1)
+	}
+	return c.FS.Open(name)
+}
+
+// TestUnconditionalDeleteReadsNoHeader: a delete without IfMatch of a blob
+// that no group in flight publishes removes it without opening it (the
+// collector's deletes); one with IfMatch reads its ETag.
+func TestUnconditionalDeleteReadsNoHeader(t *testing.T) {
+	fsys := &countingFS{FS: vfs.NewStrictMem()}
+	s := openOn(t, fsys)
+	ctx := t.Context()
+	a, err := s.Put(ctx, "d/x", []byte("x"), blob.PutOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Put(ctx, "d/y", []byte("y"), blob.PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	fsys.blobOpens.Store(0)
+	if err := s.Delete(ctx, "d/y", blob.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if n := fsys.blobOpens.Load(); n != 0 {
+		t.Fatalf("an unconditional delete opened the blob %d times, want 0", n)
+	}
+	if err := s.Delete(ctx, "d/y", blob.DeleteOptions{}); !errors.Is(err, blob.ErrNotFound) {
+		t.Fatalf("second Delete = %v, want ErrNotFound", err)
+	}
+	if err := s.Delete(ctx, "d/x", blob.DeleteOptions{IfMatch: a.ETag}); err != nil {
+		t.Fatal(err)
+	}
+	if n := fsys.blobOpens.Load(); n != 1 {
+		t.Fatalf("a conditional delete opened the blob %d times, want 1", n)
+	}
 }
