@@ -112,12 +112,17 @@ func (s *Store) syncRemoval(dir string) error {
 }
 
 // prune removes empty directories from dir upwards. It is best effort: a
-// directory that a concurrent Put fills again simply stays.
+// directory that a concurrent Put fills again simply stays. A directory
+// that stays keeps its mark in s.durable: the collector deletes log
+// positions from the directory that appends put new ones in, and dropping
+// the mark made the next group sync the directory's parent as well. The
+// mark of one removed goes after it: mkdirs drops it anyway when the
+// directory is made again.
 func (s *Store) prune(dir string) {
 	for d := dir; d != s.blobsDir && strings.HasPrefix(d, s.blobsDir); d = filepath.Dir(d) {
-		s.durable.Delete(d)
 		if s.fs.Remove(d) != nil {
 			return
 		}
+		s.durable.Delete(d)
 	}
 }

@@ -308,3 +308,83 @@ func TestUnconditionalDeleteReadsNoHeader(t *testing.T) {
 		t.Fatalf("a conditional delete opened the blob %d times, want 1", n)
 	}
 }
+
+// TestDeleteKeepsDirectoryKnownDurable: a delete that leaves its directory
+// non-empty does not make the next put there sync the directory's parent
+// again.
+func TestDeleteKeepsDirectoryKnownDurable(t *testing.T) {
+	var mu sync.Mutex
+	var synced []string
+	record := func(f vfs.File) error {
+		mu.Lock()
+		synced = append(synced, f.Name())
+		mu.Unlock()
+		return f.Sync()
+	}
+	s := openOn(t, vfs.NewStrictMem(), withSync(record))
+	ctx := t.Context()
+	for _, n := range []string{"s/_l/1", "s/_l/2"} {
+		if _, err := s.Put(ctx, n, []byte("x"), blob.PutOptions{IfNoneMatch: true}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.Delete(ctx, "s/_l/1", blob.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	synced = nil
+	mu.Unlock()
+	if _, err := s.Put(ctx, "s/_l/3", []byte("x"), blob.PutOptions{IfNoneMatch: true}); err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Dir(mustPath(t, s, "s/_l/3"))
+	mu.Lock()
+	defer mu.Unlock()
+	var dirs []string
+	for _, p := range synced {
+		if !strings.HasSuffix(p, fileSuffix) && !isTemp(s, p) {
+			dirs = append(dirs, p)
+		}
+	}
+	if len(dirs) != 1 || dirs[0] != dir {
+		t.Fatalf("the put after a delete in %s synced the directories %q, want only it", dir, dirs)
+	}
+}
+
+// TestRecreatedDirectoryIsNotTrustedDurable: a directory that Delete
+// pruned while its mark was still set, made again by a put, is synced
+// into its parent before the put is answered. (prune drops the mark only
+// after the rmdir; this is the state in between.)
+func TestRecreatedDirectoryIsNotTrustedDurable(t *testing.T) {
+	mem := vfs.NewStrictMem()
+	s := openOn(t, mem)
+	ctx := t.Context()
+	if _, err := s.Put(ctx, "s/_l/1", []byte("x"), blob.PutOptions{IfNoneMatch: true}); err != nil {
+		t.Fatal(err)
+	}
+	path := mustPath(t, s, "s/_l/1")
+	dir := filepath.Dir(path)
+	if _, ok := s.durable.Load(dir); !ok {
+		t.Fatalf("%s is not marked durable after a put in it", dir)
+	}
+	// What a prune leaves before it drops the mark, made durable.
+	for _, p := range []string{path, dir} {
+		if err := mem.Remove(p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := mem.SyncFS("/"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Put(ctx, "s/_l/2", []byte("y"), blob.PutOptions{IfNoneMatch: true}); err != nil {
+		t.Fatal(err)
+	}
+	after, err := Open("/data", WithFS(mem.CrashClone()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer after.Close()
+	if _, _, err := after.Get(ctx, "s/_l/2", blob.GetOptions{}); err != nil {
+		t.Fatalf("a crash after the put was answered lost it: %v", err)
+	}
+}
