@@ -222,7 +222,9 @@ func (s *Store) retryMissingDir(path string, op func() error) error {
 	return err
 }
 
-// mkdirs creates dir and its missing parents below the blob directory.
+// mkdirs creates dir and its missing parents below the blob directory. A
+// directory it creates is not known durable, whatever an earlier one of
+// the same name was (see dirsToSync).
 func (s *Store) mkdirs(dir string) error {
 	if dir == s.blobsDir {
 		return nil
@@ -233,6 +235,9 @@ func (s *Store) mkdirs(dir string) error {
 			return err
 		}
 		err = s.fs.Mkdir(dir, 0o750)
+	}
+	if err == nil {
+		s.durable.Delete(dir)
 	}
 	if err != nil && !errors.Is(err, fs.ErrExist) {
 		return err
@@ -246,9 +251,11 @@ func (s *Store) mkdirs(dir string) error {
 // each once. ancestors are the directories to record as durable once
 // every sync succeeded.
 //
-// Invariant: a directory is in s.durable only if its entry, and those of
-// all its ancestors, are on stable storage. Delete removes a directory from
-// the set before removing it from disk.
+// Invariant: a directory that exists is in s.durable only if its entry,
+// and those of all its ancestors, are on stable storage. Only the syncer
+// creates directories (mkdirs), and it drops each one it creates from the
+// set before publishing in it, so a mark left from a directory of the same
+// name that Delete pruned meanwhile is never trusted.
 func (s *Store) dirsToSync(dirs []string) (toSync, ancestors []string) {
 	seen := map[string]bool{}
 	add := func(d string) {

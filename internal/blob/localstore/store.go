@@ -130,17 +130,20 @@ type Store struct {
 	failed  chan struct{}
 
 	// sync makes puts durable in groups (see syncer.go).
-	sync    *syncer
-	barrier Barrier
+	sync *syncer
+	// removals makes deletes durable in groups per directory (see
+	// removal.go).
+	removals removals
+	barrier  Barrier
 	// syncfsOK: syncfs(2) reports write-back errors on this file system.
 	syncfsOK bool
 	// anon: create-only puts write unnamed temporary files (see writeTemp),
 	// which this file system supports (see probeAnon).
 	anon    bool
 	observe func(size int, elapsed time.Duration)
-	// skipFileBarrier and skipDirBarrier remove a barrier, only for the
-	// test that proves the crash test catches it.
-	skipFileBarrier, skipDirBarrier bool
+	// skipFileBarrier, skipDirBarrier and skipRemovalBarrier remove a
+	// barrier, only for the tests that prove the crash tests catch it.
+	skipFileBarrier, skipDirBarrier, skipRemovalBarrier bool
 }
 
 var _ blob.Store = (*Store)(nil)

@@ -217,6 +217,12 @@ func (sy *syncer) pending(name string, etag blob.ETag) bool {
 	return g != nil && g.holds(name, etag)
 }
 
+// touches reports whether the pass in flight may publish a version of name.
+func (sy *syncer) touches(name string) bool {
+	g := sy.inflight.Load()
+	return g != nil && len(g.versions[name]) > 0
+}
+
 // pass makes one group durable and answers it.
 func (sy *syncer) pass(reqs []*putReq) {
 	s := sy.s
