@@ -118,6 +118,16 @@ func (w *writer) appendOnce(ctx context.Context, entries []Entry) (_ []Result, c
 	if err != nil {
 		return nil, false, w.sharedMayLand(part.waits, err)
 	}
+	if p == nil && len(part.waits) == 0 {
+		// Every id was found committed, from memory or the cache, and
+		// nothing will be written: no commit will find this writer fenced
+		// if the shard was deleted meanwhile by another instance, whose
+		// tombstone holds none of these records. Say they are stored only
+		// while this writer still holds the shard.
+		if err := w.confirmHeld(ctx); err != nil {
+			return nil, false, err
+		}
+	}
 	if p != nil {
 		w.committer.wake()
 		rs, err := w.await(ctx, p)
@@ -214,6 +224,23 @@ func (w *writer) missingGeneration(ctx context.Context, lookup error) error {
 		return fe
 	}
 	return w.staleErr(lookup)
+}
+
+// confirmHeld reads the manifest and fences the writer when another
+// claimed the shard since (a delete does, with a tombstone): an append
+// that commits nothing learns so only here. A read that fails proves
+// nothing, and is the append's error: the caller may retry it.
+func (w *writer) confirmHeld(ctx context.Context) error {
+	m, _, err := shardlog.ReadManifest(ctx, w.store, w.shard)
+	switch {
+	case err != nil:
+		return fmt.Errorf("shard %q: confirm that this writer still holds the shard: %w", w.shard, err)
+	case m.GetEpoch() != w.epoch:
+		fe := &FencedError{Shard: w.shard, Local: w.epoch, Stored: m.GetEpoch()}
+		w.fence(fe)
+		return fe
+	}
+	return nil
 }
 
 // partition sorts an append's entries by what becomes of them.

@@ -486,3 +486,29 @@ func TestStaleWriterFindsItselfFencedWhenItsGenerationsVanish(t *testing.T) {
 		t.Fatalf("append on the stale writer: %v, want ErrFenced by epoch %d", err, b.Epoch())
 	}
 }
+
+// A shard deleted by another instance holds none of its records: a resident
+// writer that finds every id of an append committed, in memory or in the
+// cache, must not answer "already stored" for them (an acknowledged write
+// the tombstone does not hold). It finds itself fenced, and the writer that
+// replaces it stores the record again.
+func TestStaleWriterDoesNotAnswerPresentAfterADelete(t *testing.T) {
+	store := memstore.New()
+	ctx := context.Background()
+	a := open(t, store, "s")
+	if _, err := a.Append(ctx, entries(t, "x")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Delete(ctx, store, "s", DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	rs, err := a.Append(ctx, entries(t, "x"))
+	if !errors.Is(err, ErrFenced) {
+		t.Fatalf("append of a committed id after the shard was deleted elsewhere: %+v, %v; want ErrFenced", rs, err)
+	}
+	b := open(t, store, "s")
+	rs, err = b.Append(ctx, entries(t, "x"))
+	if err != nil || len(rs) != 1 || rs[0].AlreadyPresent {
+		t.Fatalf("append on the new writer: %+v, %v; want x stored anew", rs, err)
+	}
+}
