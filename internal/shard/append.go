@@ -166,7 +166,7 @@ func (w *writer) sharedMayLand(waits []shared, err error) error {
 // success it returns holding mu, with every generation of the current
 // manifest checked, so that an id committed after that is still in
 // inflight. The batches this writer committed itself are answered from
-// memory, under mu (w.own); the others through their filters, without mu.
+// memory, under mu (w.written); the others through their filters, without mu.
 // (present is the caller's, so that it can stay on the stack.)
 func (w *writer) findPresent(ctx context.Context, entries []Entry, present map[string]shardlog.Found) error {
 	var ids []string
