@@ -33,7 +33,7 @@ func TestRPCsReuseGoroutines(t *testing.T) {
 	}
 	ts := startTCP(t, Config{ServerOptions: []grpc.ServerOption{grpc.ChainUnaryInterceptor(record)}})
 	health := healthpb.NewHealthClient(dialConn(t, ts.addr, nil))
-	const calls = 3 * streamWorkers
+	const calls = 4 * streamWorkers
 	for range calls {
 		if _, err := health.Check(rpcCtx(t), &healthpb.HealthCheckRequest{}); err != nil {
 			t.Fatal(err)
@@ -41,8 +41,11 @@ func TestRPCsReuseGoroutines(t *testing.T) {
 	}
 	mu.Lock()
 	defer mu.Unlock()
-	if len(seen) > streamWorkers {
-		t.Errorf("%d calls, one after another, ran on %d goroutines; want at most the %d stream workers", calls, len(seen), streamWorkers)
+	// Each call goes to the worker that waited longest, so all of them
+	// serve; a call that found none waiting (a worker not yet started)
+	// gets a goroutine of its own, hence the slack.
+	if len(seen) > 2*streamWorkers {
+		t.Errorf("%d calls, one after another, ran on %d goroutines; want about the %d stream workers", calls, len(seen), streamWorkers)
 	}
 }
 
