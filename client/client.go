@@ -24,6 +24,15 @@ const DefaultTarget = "dns:///rolloutd-headless.rolloutd.svc.cluster.local:50051
 // largest request it takes.
 const DefaultMaxMessageBytes = 16 << 20
 
+// streamWindow and connWindow are the flow-control windows the client
+// grants the server: a stream's response may run 4 MiB ahead of the
+// application's reads, all streams together 16 MiB (the most gRPC's
+// dynamic estimation would grow to). WithDialOptions can set others.
+const (
+	streamWindow = 4 << 20
+	connWindow   = 16 << 20
+)
+
 // responseGrowth is what a response may carry beyond a request's record:
 // the id, created_at and seq the server fills in, and the framing of
 // GetResponse and ScanResponse (177 bytes; see internal/server's
@@ -77,6 +86,11 @@ func New(target string, opts ...Option) (*Client, error) {
 		// channel's own would stack on them.
 		grpc.WithDisableRetry(),
 		grpc.WithConnectParams(reconnect),
+		// Static windows turn off gRPC's bandwidth-delay estimation, which
+		// answers nearly every response with a WINDOW_UPDATE and a PING:
+		// two frames the server reads, and a PING ack it writes, per call.
+		grpc.WithStaticStreamWindowSize(streamWindow),
+		grpc.WithStaticConnWindowSize(connWindow),
 		// The caller's span, if any, as traceparent (trace.go).
 		grpc.WithChainUnaryInterceptor(propagateUnary),
 		grpc.WithChainStreamInterceptor(propagateStream),

@@ -71,6 +71,7 @@ func interceptorServer(t *testing.T, reg prometheus.Registerer) (*Server, contex
 	if err != nil {
 		t.Fatal(err)
 	}
+	stopUnserved(t, s)
 	ctx := context.WithValue(context.Background(), callKey{}, newCall())
 	ctx = peer.NewContext(ctx, &peer.Peer{Addr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 40000}})
 	return s, ctx, logs

@@ -245,6 +245,7 @@ func TestEveryServiceIsAdmitted(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	stopUnserved(t, s)
 	for name := range s.grpc.GetServiceInfo() {
 		if !slices.Contains(s.admission.admitted, name) {
 			t.Errorf("service %s is not registered through the admission", name)

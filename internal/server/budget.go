@@ -62,7 +62,7 @@ type budget struct {
 	mu         sync.Mutex
 	used       int64            // guarded by mu
 	byIdentity map[string]int64 // guarded by mu; no zero entries
-	released   chan struct{}    // guarded by mu; closed (and replaced) when a charge decreases
+	released   chan struct{}    // guarded by mu; made by a waiter, closed (and dropped) when a charge decreases
 }
 
 // connUsage is one connection's share of the budget, and what the send
@@ -82,7 +82,7 @@ type connUsage struct {
 }
 
 func newBudget(limit, connLimit, identityLimit int64) *budget {
-	return &budget{limit: limit, connLimit: connLimit, identityLimit: identityLimit, byIdentity: map[string]int64{}, released: make(chan struct{})}
+	return &budget{limit: limit, connLimit: connLimit, identityLimit: identityLimit, byIdentity: map[string]int64{}}
 }
 
 // charge adds n bytes (n may be negative) to the server, to c and to
@@ -103,6 +103,9 @@ func (b *budget) chargeWait(ctx context.Context, c *connUsage, identity string, 
 	for {
 		b.mu.Lock()
 		err := b.chargeLocked(c, identity, n)
+		if err != nil && b.released == nil {
+			b.released = make(chan struct{})
+		}
 		released := b.released
 		b.mu.Unlock()
 		if err == nil {
@@ -150,9 +153,10 @@ func (b *budget) chargeLocked(c *connUsage, identity string, n int64) error {
 	}
 	b.used += n
 	c.used += n
-	if n < 0 {
+	// Only a waiter needs the channel: a decrease with none makes none.
+	if n < 0 && b.released != nil {
 		close(b.released)
-		b.released = make(chan struct{})
+		b.released = nil
 	}
 	if v := b.byIdentity[identity] + n; v != 0 {
 		b.byIdentity[identity] = v

@@ -122,6 +122,7 @@ func TestBudgetDefaultsAndValidation(t *testing.T) {
 	if err != nil {
 		t.Fatalf("the defaults: %v", err)
 	}
+	stopUnserved(t, s)
 	if s.cfg.RequestBudgetBytes <= 0 || s.cfg.RecvTimeout != DefaultRecvTimeout {
 		t.Errorf("defaults: budget %d, receive timeout %s", s.cfg.RequestBudgetBytes, s.cfg.RecvTimeout)
 	}

@@ -22,8 +22,10 @@ type reservation struct {
 	holds   int   // the stream until its context is done, the handler while it runs
 	arrived bool  // a request message was received
 	message bool  // a message's charge is held (from reserveMessage to received)
-	// responses are the charges of responses being built, not yet handed
-	// to the transport: released with the last hold.
+	// response and responses are the charges of responses being built,
+	// not yet handed to the transport: released with the last hold. A
+	// unary RPC builds one, which response holds without a map.
+	response  *respCharge
 	responses map[*respCharge]struct{}
 }
 
@@ -35,6 +37,10 @@ func (r *reservation) holdResponse(rc *respCharge) bool {
 	if r.holds == 0 {
 		return false
 	}
+	if r.response == nil {
+		r.response = rc
+		return true
+	}
 	if r.responses == nil {
 		r.responses = map[*respCharge]struct{}{}
 	}
@@ -45,6 +51,10 @@ func (r *reservation) holdResponse(rc *respCharge) bool {
 func (r *reservation) unholdResponse(rc *respCharge) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if r.response == rc {
+		r.response = nil
+		return
+	}
 	delete(r.responses, rc)
 }
 
@@ -134,9 +144,12 @@ func (r *reservation) drop() {
 	r.unwatch()
 	_ = r.budget.charge(r.conn, r.identity, -r.held)
 	r.held = 0
-	responses := r.responses
-	r.responses = nil
+	response, responses := r.response, r.responses
+	r.response, r.responses = nil, nil
 	r.mu.Unlock()
+	if response != nil {
+		response.release()
+	}
 	for rc := range responses {
 		rc.release()
 	}

@@ -50,7 +50,8 @@ type Server struct {
 }
 
 // New builds a Server over cfg.Store and registers its metrics with
-// cfg.Registerer. It starts nothing; call Serve.
+// cfg.Registerer. It starts nothing but the gRPC server's idle stream
+// workers, which Shutdown ends; call Serve.
 func New(cfg Config) (*Server, error) {
 	cfg = cfg.withDefaults()
 	if err := cfg.validate(); err != nil {
@@ -195,11 +196,20 @@ func (s *Server) grpcOptions() []grpc.ServerOption {
 		grpc.WaitForHandlers(true),
 		// Unfiltered scans forward stored records without re-encoding.
 		grpc.ForceServerCodecV2(newPassthroughCodec(s.metrics.decodeFailures)),
+		// Streams run on goroutines that live on: a fresh goroutine per
+		// RPC grew its stack, copying it, several times on every call.
+		grpc.NumStreamWorkers(streamWorkers),
 	}
 	opts = append(opts, s.cfg.connOptions()...)
 	opts = append(opts, s.admission.options()...)
 	return append(opts, s.cfg.ServerOptions...)
 }
+
+// streamWorkers is how many goroutines wait to run RPCs; an RPC that finds
+// them all busy (an Append waits for its commit) gets a goroutine of its
+// own, as without them. Enough for 64 appending clients at once; each idle
+// one holds a stack of a few KiB.
+const streamWorkers = 64
 
 // Serve serves gRPC on lis until Shutdown. It returns nil after Shutdown.
 func (s *Server) Serve(lis net.Listener) error {
