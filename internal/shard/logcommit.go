@@ -81,7 +81,9 @@ func (c *committer) takeLog() ([]*pending, bool) {
 // appends.
 func (c *committer) commitLog(batch []*pending) {
 	w := c.w
-	var live []*pending
+	// batch is the committer's own (takeLog copied it out of the queue):
+	// live keeps its array rather than growing one of its own.
+	live := batch[:0]
 	var size int64
 	for _, p := range batch {
 		size += p.bytes
@@ -113,7 +115,7 @@ func (c *committer) commitLog(batch []*pending) {
 }
 
 // createBatch writes live as the batch at the next log position.
-func (c *committer) createBatch(ctx context.Context, live []*pending) (map[*pending][]Result, error) {
+func (c *committer) createBatch(ctx context.Context, live []*pending) ([]Result, error) {
 	w := c.w
 	if err := c.awaitCheckpointRoom(ctx); err != nil {
 		return nil, err
@@ -147,26 +149,29 @@ func (c *committer) createBatch(ctx context.Context, live []*pending) (map[*pend
 }
 
 // encodeBatch encodes live's entries as the batch at log position pos,
-// numbered from seq, and returns each append's results. The bytes are
+// numbered from seq, and returns the results of every entry of live, in
+// order (settleAll hands each append its own run of them). The bytes are
 // frozen here: every try of the create sends them unchanged.
-func (c *committer) encodeBatch(live []*pending, pos, seq uint64, putID string) (format.Layout, map[*pending][]Result, error) {
+func (c *committer) encodeBatch(live []*pending, pos, seq uint64, putID string) (format.Layout, []Result, error) {
 	w := c.w
 	var hint int64
+	n := 0
 	for _, p := range live {
 		hint += p.bytes
+		n += len(p.entries)
 	}
 	b := format.NewLogBatchBuilder(format.LogEntry{Shard: w.shard, Epoch: w.epoch, Position: pos, Writer: w.id, PutID: putID, Created: w.opts.Clock.Now().UnixNano()}, int(hint))
-	results := make(map[*pending][]Result, len(live))
+	// One array for the whole batch: a group commit of many appends
+	// would otherwise allocate once for each.
+	results := make([]Result, 0, n)
 	scratch := c.scratch
 	for _, p := range live {
-		rs := make([]Result, len(p.entries))
-		for i, e := range p.entries {
+		for _, e := range p.entries {
 			scratch = e.withSeq(scratch[:0], seq)
 			b.Add(e.ID, seq, scratch, e.ClientHash)
-			rs[i] = Result{ID: e.ID, Seq: seq, Epoch: w.epoch, Generation: pos}
+			results = append(results, Result{ID: e.ID, Seq: seq, Epoch: w.epoch, Generation: pos})
 			seq++
 		}
-		results[p] = rs
 	}
 	if cap(scratch) <= maxScratch {
 		c.scratch = scratch[:0]
