@@ -452,18 +452,20 @@ func (w *writer) forgetLocked(p *pending) {
 	}
 }
 
-// settleAll settles the appends of one commit, with their results or
-// err, forgetting all their ids under one hold of mu: a group commit of
-// many appends would otherwise take it once for each. results holds the
-// results of every entry of ps, in order (encodeBatch); each append gets
-// its own run of them, capped, so that appending to it cannot reach the
-// next append's.
-func (w *writer) settleAll(ps []*pending, results []Result, err error) {
-	w.mu.Lock()
+// forgetAllLocked forgets the ids of the appends of one commit under the
+// caller's one hold of mu: a group commit of many appends would otherwise
+// take it once for each.
+func (w *writer) forgetAllLocked(ps []*pending) {
 	for _, p := range ps {
 		w.forgetLocked(p)
 	}
-	w.mu.Unlock()
+}
+
+// finishAll finishes the appends of one commit with their results or
+// err. results holds the results of every entry of ps, in order
+// (encodeBatch); each append gets its own run of them, capped, so that
+// appending to it cannot reach the next append's.
+func finishAll(ps []*pending, results []Result, err error) {
 	off := 0
 	for _, p := range ps {
 		if err != nil {

@@ -64,19 +64,17 @@ func TestEncodeBatchAllocatesResultsOncePerBatch(t *testing.T) {
 	}
 }
 
-// TestSettleAllCapsEachAppendsResults: the appends of one commit share one
+// TestFinishAllCapsEachAppendsResults: the appends of one commit share one
 // array of results; each gets its own run of it, capped, so that a caller
 // appending to its results cannot overwrite the next append's.
-func TestSettleAllCapsEachAppendsResults(t *testing.T) {
+func TestFinishAllCapsEachAppendsResults(t *testing.T) {
 	c := encodeTestCommitter()
-	w := c.w
-	w.inflight = map[string]inflightRef{}
 	live := encodeTestBatch(t, 2)
 	_, results, err := c.encodeBatch(live, 7, 100, "w1-1")
 	if err != nil {
 		t.Fatal(err)
 	}
-	w.settleAll(live, results, nil)
+	finishAll(live, results, nil)
 	first, second := live[0].results, live[1].results
 	if len(first) != 1 || len(second) != 1 || first[0].ID != "id-0" || second[0].ID != "id-1" || first[0].Seq != 100 || second[0].Seq != 101 {
 		t.Fatalf("results %+v and %+v: want id-0 at seq 100, id-1 at 101", first, second)

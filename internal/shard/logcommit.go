@@ -94,39 +94,39 @@ func (c *committer) commitLog(batch []*pending) {
 		live = append(live, p)
 	}
 	defer w.merger.wake()
-	// The batch's bytes leave the queue before its appends learn their
-	// outcome, so a caller that was acked never sees them counted.
-	release := func() {
+	if len(live) == 0 {
 		w.mu.Lock()
 		w.queued -= size
 		w.mu.Unlock()
-	}
-	if len(live) == 0 {
-		release()
 		return
 	}
 	ctx, cancel := context.WithTimeout(w.ctx, w.opts.CommitTimeout)
 	defer cancel()
 	ctx, span := w.startCommit(ctx, live)
-	results, err := c.createBatch(ctx, live)
+	b, err := c.createBatch(ctx, live)
 	endSpan(span, err)
-	release()
-	w.settleAll(live, results, err)
+	c.landBatch(live, size, b, err)
+}
+
+// landedBatch is a batch whose create landed: its log position and bytes, and
+// the results of its appends' entries, in order (encodeBatch).
+type landedBatch struct {
+	pos     uint64
+	l       format.Layout
+	results []Result
 }
 
 // createBatch writes live as the batch at the next log position.
-func (c *committer) createBatch(ctx context.Context, live []*pending) ([]Result, error) {
+func (c *committer) createBatch(ctx context.Context, live []*pending) (landedBatch, error) {
 	w := c.w
-	if err := c.awaitCheckpointRoom(ctx); err != nil {
-		return nil, err
+	pos, seq, err := c.awaitCheckpointRoom(ctx)
+	if err != nil {
+		return landedBatch{}, err
 	}
-	w.mu.Lock()
-	pos, seq := w.last+1, w.m.GetNextSeq()
-	w.mu.Unlock()
 	putID := w.nextPutID()
 	l, results, err := c.encodeBatch(live, pos, seq, putID)
 	if err != nil {
-		return nil, err
+		return landedBatch{}, err
 	}
 	// From here until the create is decided, a create of this writer may
 	// land at pos: runLog's Lineage.end reads inDoubt, and only an
@@ -135,22 +135,21 @@ func (c *committer) createBatch(ctx context.Context, live []*pending) ([]Result,
 	res, err := w.createAt(ctx, pos, l.Data, putID)
 	switch {
 	case err != nil && errors.Is(err, errUndecided):
-		return nil, c.haltUndecided(err)
+		return landedBatch{}, c.haltUndecided(err)
 	case err != nil:
 		c.inDoubt = false
-		return nil, c.notCreated(err)
+		return landedBatch{}, c.notCreated(err)
 	}
 	c.inDoubt = false
 	if res.outcome == taken {
-		return nil, c.positionTaken(pos, res.found)
+		return landedBatch{}, c.positionTaken(pos, res.found)
 	}
-	c.landBatch(pos, l)
-	return results, nil
+	return landedBatch{pos: pos, l: l, results: results}, nil
 }
 
 // encodeBatch encodes live's entries as the batch at log position pos,
 // numbered from seq, and returns the results of every entry of live, in
-// order (settleAll hands each append its own run of them). The bytes are
+// order (finishAll hands each append its own run of them). The bytes are
 // frozen here: every try of the create sends them unchanged.
 func (c *committer) encodeBatch(live []*pending, pos, seq uint64, putID string) (format.Layout, []Result, error) {
 	w := c.w
@@ -236,37 +235,54 @@ func (c *committer) positionTaken(pos uint64, f *shardlog.Entry) error {
 	return err
 }
 
-// landBatch adds the batch l, created at log position pos, to the
-// writer's tail, tells followers, and calls for a checkpoint once K
-// positions wait for one.
-func (c *committer) landBatch(pos uint64, l format.Layout) {
+// landBatch ends the commit of live, whose appends' bytes were size. A
+// batch b that landed (err nil) joins the writer's tail in the same hold
+// of mu in which the appends' bytes leave the queue and their ids leave
+// inflight, and followers are told, and a checkpoint called for once K
+// positions wait for one, before any append learns its outcome: an acked
+// caller finds its ids committed, never still counted as queued.
+func (c *committer) landBatch(live []*pending, size int64, b landedBatch, err error) {
 	w := c.w
-	now := w.opts.Clock.Now().UnixNano()
-	e := w.source().EntryOf(pos, l, now)
-	w.mu.Lock()
-	w.written.add(e, l.Footer.GetEntries())
-	w.addTailLocked(e, now)
-	lag := len(w.tail)
-	w.mu.Unlock()
-	w.opts.Notifier.Publish(w.shard)
-	if lag >= w.opts.CheckpointEvery {
-		w.checkpointer.wake()
+	var e *shardlog.Entry
+	var now int64
+	if err == nil {
+		now = w.opts.Clock.Now().UnixNano()
+		e = w.source().EntryOf(b.pos, b.l, now)
 	}
+	w.mu.Lock()
+	if e != nil {
+		w.written.add(e, b.l.Footer.GetEntries())
+		w.addTailLocked(e, now)
+	}
+	lag := len(w.tail)
+	w.queued -= size
+	w.forgetAllLocked(live)
+	w.mu.Unlock()
+	if e != nil {
+		w.opts.Notifier.Publish(w.shard)
+		if lag >= w.opts.CheckpointEvery {
+			w.checkpointer.wake()
+		}
+	}
+	finishAll(live, b.results, err)
 }
 
 // awaitCheckpointRoom holds the commit while the next position would be
 // more than 2K past the checkpoint, so that a failing or slow checkpoint
 // cannot let the uncheckpointed tail grow: readers and the next claim
-// probe at most that many positions. Nothing is sent yet.
-func (c *committer) awaitCheckpointRoom(ctx context.Context) error {
+// probe at most that many positions. Nothing is sent yet. It returns the
+// next position and the seq its batch starts at, read in the hold of mu
+// that found room.
+func (c *committer) awaitCheckpointRoom(ctx context.Context) (pos, seq uint64, _ error) {
 	w := c.w
 	for {
 		w.mu.Lock()
 		room := w.last+1 <= w.ckpt.GetLogCheckpoint()+2*uint64(w.opts.CheckpointEvery)
 		landed := w.ckptLanded
+		pos, seq = w.last+1, w.m.GetNextSeq()
 		w.mu.Unlock()
 		if room {
-			return nil
+			return pos, seq, nil
 		}
 		w.checkpointer.wake()
 		select {
@@ -278,12 +294,12 @@ func (c *committer) awaitCheckpointRoom(ctx context.Context) error {
 			w.mu.Lock()
 			err := w.refuseLocked()
 			w.mu.Unlock()
-			return err
+			return 0, 0, err
 		case <-ctx.Done():
 			if w.ctx.Err() != nil {
-				return fmt.Errorf("shard %q epoch %d: %w before the commit was sent", w.shard, w.epoch, ErrAborted)
+				return 0, 0, fmt.Errorf("shard %q epoch %d: %w before the commit was sent", w.shard, w.epoch, ErrAborted)
 			}
-			return fmt.Errorf("shard %q: no checkpoint landed while %d log positions waited for one (%w): %w", w.shard, 2*w.opts.CheckpointEvery, blob.ErrUnavailable, ctx.Err())
+			return 0, 0, fmt.Errorf("shard %q: no checkpoint landed while %d log positions waited for one (%w): %w", w.shard, 2*w.opts.CheckpointEvery, blob.ErrUnavailable, ctx.Err())
 		}
 	}
 }
