@@ -108,8 +108,7 @@ func (w *writer) appendOnce(ctx context.Context, entries []Entry) (_ []Result, c
 		return nil, false, err
 	}
 	// mu is held.
-	results := make([]Result, len(entries))
-	part, err := w.partitionLocked(entries, present, results)
+	part, err := w.partitionLocked(entries, present)
 	var p *pending
 	if err == nil && len(part.fresh) > 0 {
 		p, err = w.enqueueLocked(ctx, part.fresh)
@@ -135,13 +134,18 @@ func (w *writer) appendOnce(ctx context.Context, entries []Entry) (_ []Result, c
 			return nil, false, w.sharedMayLand(part.waits, err)
 		}
 		committed = true
-		placeFresh(results, rs, part.waits)
+		if part.results == nil {
+			// Every entry was fresh: the commit's results are the
+			// append's, in order.
+			return rs, committed, nil
+		}
+		placeFresh(part.results, rs, part.waits)
 	}
-	landed, err := w.awaitShared(ctx, entries, part.waits, results)
+	landed, err := w.awaitShared(ctx, entries, part.waits, part.results)
 	if err != nil {
 		return nil, committed || landed, err
 	}
-	return results, committed, nil
+	return part.results, committed, nil
 }
 
 // sharedMayLand returns err, the failure of an append's own part, as
@@ -247,6 +251,10 @@ func (w *writer) confirmHeld(ctx context.Context) error {
 type partition struct {
 	fresh []Entry  // new: to be committed by this append, in order
 	waits []shared // being committed by another append, in order
+	// results has the append's results in place of its entries' once
+	// one of them is found present or shared, and is nil while every
+	// entry is fresh: the commit's results are then the append's.
+	results []Result
 }
 
 // shared is an entry of this append that another, unsettled append is
@@ -262,7 +270,7 @@ type shared struct {
 // append with an *IDConflictError (the first such), after every entry was
 // sorted, so that the caller still knows which of its ids other appends
 // are committing. The caller holds mu.
-func (w *writer) partitionLocked(entries []Entry, present map[string]shardlog.Found, results []Result) (partition, error) {
+func (w *writer) partitionLocked(entries []Entry, present map[string]shardlog.Found) (partition, error) {
 	var part partition
 	var conflict error
 	for i, e := range entries {
@@ -270,7 +278,7 @@ func (w *writer) partitionLocked(entries []Entry, present map[string]shardlog.Fo
 			if f.Entry.GetClientHash() != e.ClientHash && conflict == nil {
 				conflict = &IDConflictError{Shard: w.shard, ID: e.ID, Seq: f.Entry.GetSeq()}
 			}
-			results[i] = Result{ID: e.ID, Seq: f.Entry.GetSeq(), Epoch: f.Gen.GetEpoch(), Generation: genNumber(f.Gen), AlreadyPresent: true}
+			part.resultsFor(entries)[i] = Result{ID: e.ID, Seq: f.Entry.GetSeq(), Epoch: f.Gen.GetEpoch(), Generation: genNumber(f.Gen), AlreadyPresent: true}
 			continue
 		}
 		if ref, ok := w.inflight[e.ID]; ok {
@@ -280,12 +288,21 @@ func (w *writer) partitionLocked(entries []Entry, present map[string]shardlog.Fo
 				}
 				continue
 			}
+			part.resultsFor(entries)
 			part.waits = append(part.waits, shared{ref: ref, i: i})
 			continue
 		}
 		part.fresh = append(part.fresh, e)
 	}
 	return part, conflict
+}
+
+// resultsFor returns part.results, made for entries on first use.
+func (part *partition) resultsFor(entries []Entry) []Result {
+	if part.results == nil {
+		part.results = make([]Result, len(entries))
+	}
+	return part.results
 }
 
 // placeFresh puts rs, the results of an append's fresh entries, in their
@@ -435,21 +452,29 @@ func (w *writer) forgetLocked(p *pending) {
 	}
 }
 
-// settleAll settles the appends of one commit, with their results or
-// err, forgetting all their ids under one hold of mu: a group commit of
-// many appends would otherwise take it once for each.
-func (w *writer) settleAll(ps []*pending, results map[*pending][]Result, err error) {
-	w.mu.Lock()
+// forgetAllLocked forgets the ids of the appends of one commit under the
+// caller's one hold of mu: a group commit of many appends would otherwise
+// take it once for each.
+func (w *writer) forgetAllLocked(ps []*pending) {
 	for _, p := range ps {
 		w.forgetLocked(p)
 	}
-	w.mu.Unlock()
+}
+
+// finishAll finishes the appends of one commit with their results or
+// err. results holds the results of every entry of ps, in order
+// (encodeBatch); each append gets its own run of them, capped, so that
+// appending to it cannot reach the next append's.
+func finishAll(ps []*pending, results []Result, err error) {
+	off := 0
 	for _, p := range ps {
 		if err != nil {
 			p.finish(nil, err)
 			continue
 		}
-		p.finish(results[p], nil)
+		end := off + len(p.entries)
+		p.finish(results[off:end:end], nil)
+		off = end
 	}
 }
 

@@ -81,7 +81,9 @@ func (c *committer) takeLog() ([]*pending, bool) {
 // appends.
 func (c *committer) commitLog(batch []*pending) {
 	w := c.w
-	var live []*pending
+	// batch is the committer's own (takeLog copied it out of the queue):
+	// live keeps its array rather than growing one of its own.
+	live := batch[:0]
 	var size int64
 	for _, p := range batch {
 		size += p.bytes
@@ -92,39 +94,39 @@ func (c *committer) commitLog(batch []*pending) {
 		live = append(live, p)
 	}
 	defer w.merger.wake()
-	// The batch's bytes leave the queue before its appends learn their
-	// outcome, so a caller that was acked never sees them counted.
-	release := func() {
+	if len(live) == 0 {
 		w.mu.Lock()
 		w.queued -= size
 		w.mu.Unlock()
-	}
-	if len(live) == 0 {
-		release()
 		return
 	}
 	ctx, cancel := context.WithTimeout(w.ctx, w.opts.CommitTimeout)
 	defer cancel()
 	ctx, span := w.startCommit(ctx, live)
-	results, err := c.createBatch(ctx, live)
+	b, err := c.createBatch(ctx, live)
 	endSpan(span, err)
-	release()
-	w.settleAll(live, results, err)
+	c.landBatch(live, size, b, err)
+}
+
+// landedBatch is a batch whose create landed: its log position and bytes, and
+// the results of its appends' entries, in order (encodeBatch).
+type landedBatch struct {
+	pos     uint64
+	l       format.Layout
+	results []Result
 }
 
 // createBatch writes live as the batch at the next log position.
-func (c *committer) createBatch(ctx context.Context, live []*pending) (map[*pending][]Result, error) {
+func (c *committer) createBatch(ctx context.Context, live []*pending) (landedBatch, error) {
 	w := c.w
-	if err := c.awaitCheckpointRoom(ctx); err != nil {
-		return nil, err
+	pos, seq, err := c.awaitCheckpointRoom(ctx)
+	if err != nil {
+		return landedBatch{}, err
 	}
-	w.mu.Lock()
-	pos, seq := w.last+1, w.m.GetNextSeq()
-	w.mu.Unlock()
 	putID := w.nextPutID()
 	l, results, err := c.encodeBatch(live, pos, seq, putID)
 	if err != nil {
-		return nil, err
+		return landedBatch{}, err
 	}
 	// From here until the create is decided, a create of this writer may
 	// land at pos: runLog's Lineage.end reads inDoubt, and only an
@@ -133,40 +135,42 @@ func (c *committer) createBatch(ctx context.Context, live []*pending) (map[*pend
 	res, err := w.createAt(ctx, pos, l.Data, putID)
 	switch {
 	case err != nil && errors.Is(err, errUndecided):
-		return nil, c.haltUndecided(err)
+		return landedBatch{}, c.haltUndecided(err)
 	case err != nil:
 		c.inDoubt = false
-		return nil, c.notCreated(err)
+		return landedBatch{}, c.notCreated(err)
 	}
 	c.inDoubt = false
 	if res.outcome == taken {
-		return nil, c.positionTaken(pos, res.found)
+		return landedBatch{}, c.positionTaken(pos, res.found)
 	}
-	c.landBatch(pos, l)
-	return results, nil
+	return landedBatch{pos: pos, l: l, results: results}, nil
 }
 
 // encodeBatch encodes live's entries as the batch at log position pos,
-// numbered from seq, and returns each append's results. The bytes are
+// numbered from seq, and returns the results of every entry of live, in
+// order (finishAll hands each append its own run of them). The bytes are
 // frozen here: every try of the create sends them unchanged.
-func (c *committer) encodeBatch(live []*pending, pos, seq uint64, putID string) (format.Layout, map[*pending][]Result, error) {
+func (c *committer) encodeBatch(live []*pending, pos, seq uint64, putID string) (format.Layout, []Result, error) {
 	w := c.w
 	var hint int64
+	n := 0
 	for _, p := range live {
 		hint += p.bytes
+		n += len(p.entries)
 	}
 	b := format.NewLogBatchBuilder(format.LogEntry{Shard: w.shard, Epoch: w.epoch, Position: pos, Writer: w.id, PutID: putID, Created: w.opts.Clock.Now().UnixNano()}, int(hint))
-	results := make(map[*pending][]Result, len(live))
+	// One array for the whole batch: a group commit of many appends
+	// would otherwise allocate once for each.
+	results := make([]Result, 0, n)
 	scratch := c.scratch
 	for _, p := range live {
-		rs := make([]Result, len(p.entries))
-		for i, e := range p.entries {
+		for _, e := range p.entries {
 			scratch = e.withSeq(scratch[:0], seq)
 			b.Add(e.ID, seq, scratch, e.ClientHash)
-			rs[i] = Result{ID: e.ID, Seq: seq, Epoch: w.epoch, Generation: pos}
+			results = append(results, Result{ID: e.ID, Seq: seq, Epoch: w.epoch, Generation: pos})
 			seq++
 		}
-		results[p] = rs
 	}
 	if cap(scratch) <= maxScratch {
 		c.scratch = scratch[:0]
@@ -231,37 +235,54 @@ func (c *committer) positionTaken(pos uint64, f *shardlog.Entry) error {
 	return err
 }
 
-// landBatch adds the batch l, created at log position pos, to the
-// writer's tail, tells followers, and calls for a checkpoint once K
-// positions wait for one.
-func (c *committer) landBatch(pos uint64, l format.Layout) {
+// landBatch ends the commit of live, whose appends' bytes were size. A
+// batch b that landed (err nil) joins the writer's tail in the same hold
+// of mu in which the appends' bytes leave the queue and their ids leave
+// inflight, and followers are told, and a checkpoint called for once K
+// positions wait for one, before any append learns its outcome: an acked
+// caller finds its ids committed, never still counted as queued.
+func (c *committer) landBatch(live []*pending, size int64, b landedBatch, err error) {
 	w := c.w
-	now := w.opts.Clock.Now().UnixNano()
-	e := w.source().EntryOf(pos, l, now)
-	w.mu.Lock()
-	w.written.add(e, l.Footer.GetEntries())
-	w.addTailLocked(e, now)
-	lag := len(w.tail)
-	w.mu.Unlock()
-	w.opts.Notifier.Publish(w.shard)
-	if lag >= w.opts.CheckpointEvery {
-		w.checkpointer.wake()
+	var e *shardlog.Entry
+	var now int64
+	if err == nil {
+		now = w.opts.Clock.Now().UnixNano()
+		e = w.source().EntryOf(b.pos, b.l, now)
 	}
+	w.mu.Lock()
+	if e != nil {
+		w.written.add(e, b.l.Footer.GetEntries())
+		w.addTailLocked(e, now)
+	}
+	lag := len(w.tail)
+	w.queued -= size
+	w.forgetAllLocked(live)
+	w.mu.Unlock()
+	if e != nil {
+		w.opts.Notifier.Publish(w.shard)
+		if lag >= w.opts.CheckpointEvery {
+			w.checkpointer.wake()
+		}
+	}
+	finishAll(live, b.results, err)
 }
 
 // awaitCheckpointRoom holds the commit while the next position would be
 // more than 2K past the checkpoint, so that a failing or slow checkpoint
 // cannot let the uncheckpointed tail grow: readers and the next claim
-// probe at most that many positions. Nothing is sent yet.
-func (c *committer) awaitCheckpointRoom(ctx context.Context) error {
+// probe at most that many positions. Nothing is sent yet. It returns the
+// next position and the seq its batch starts at, read in the hold of mu
+// that found room.
+func (c *committer) awaitCheckpointRoom(ctx context.Context) (pos, seq uint64, _ error) {
 	w := c.w
 	for {
 		w.mu.Lock()
 		room := w.last+1 <= w.ckpt.GetLogCheckpoint()+2*uint64(w.opts.CheckpointEvery)
 		landed := w.ckptLanded
+		pos, seq = w.last+1, w.m.GetNextSeq()
 		w.mu.Unlock()
 		if room {
-			return nil
+			return pos, seq, nil
 		}
 		w.checkpointer.wake()
 		select {
@@ -273,12 +294,12 @@ func (c *committer) awaitCheckpointRoom(ctx context.Context) error {
 			w.mu.Lock()
 			err := w.refuseLocked()
 			w.mu.Unlock()
-			return err
+			return 0, 0, err
 		case <-ctx.Done():
 			if w.ctx.Err() != nil {
-				return fmt.Errorf("shard %q epoch %d: %w before the commit was sent", w.shard, w.epoch, ErrAborted)
+				return 0, 0, fmt.Errorf("shard %q epoch %d: %w before the commit was sent", w.shard, w.epoch, ErrAborted)
 			}
-			return fmt.Errorf("shard %q: no checkpoint landed while %d log positions waited for one (%w): %w", w.shard, 2*w.opts.CheckpointEvery, blob.ErrUnavailable, ctx.Err())
+			return 0, 0, fmt.Errorf("shard %q: no checkpoint landed while %d log positions waited for one (%w): %w", w.shard, 2*w.opts.CheckpointEvery, blob.ErrUnavailable, ctx.Err())
 		}
 	}
 }

@@ -153,7 +153,8 @@ func (h *Writer) Stats() Stats {
 // returns one Result per entry, in order. It returns only once the commit
 // is durable: under protocol v2, after the create of the log position that
 // holds it landed; under v1, after the generation is written and the
-// manifest CAS that adds it has succeeded.
+// manifest CAS that adds it has succeeded. The results are read-only:
+// appends that shared their ids read them too.
 //
 // Appends are idempotent by record id: an id already committed is not stored
 // again; its Result has AlreadyPresent and the stored Seq. An id committed
