@@ -97,6 +97,13 @@ func (w *writer) pin(fg *filteredGen, f *bloom.BloomFilter) {
 	}
 }
 
+// retainPresenceLocked forgets what the writer kept for generations that
+// view, its new checkpoint's, no longer lists. The caller holds mu.
+func (w *writer) retainPresenceLocked() {
+	w.written.retain(w.m)
+	w.filtered, w.pinned = filteredOf(w.m, &w.written, w.filtered)
+}
+
 // notDone returns the generations of filtered, a snapshot of
 // writer.filtered, that are not in done. On the common path done is an
 // earlier snapshot of the same list, which has only grown since: what is
