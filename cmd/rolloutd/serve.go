@@ -132,6 +132,7 @@ func serve(ctx context.Context, stopSignals func(), cfg *config) error {
 		SendTimeout:        cfg.SendTimeout,
 		TracerProvider:     tp.TracerProvider(),
 	}
+	scfg.PresenceBudgetBytes = int64(cfg.PresenceBytes)
 	sec.apply(&scfg)
 	srv, err := server.New(scfg)
 	if err != nil {
