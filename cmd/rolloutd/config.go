@@ -302,6 +302,13 @@ func (c *config) validateStore() error {
 	return nil
 }
 
+// applyCaches sets the server's process-wide memory bounds, shared by all
+// shards: the index cache and the presence budget.
+func (c *config) applyCaches(s *server.Config) {
+	s.IndexCacheBytes = int64(c.IndexCacheBytes)
+	s.PresenceBudgetBytes = int64(c.PresenceBytes)
+}
+
 // validateLimits checks the sizes, counts and durations.
 func (c *config) validateLimits() error {
 	positive := []struct {
