@@ -170,11 +170,16 @@ func (a *presenceAccount) settle(total int64) {
 	}
 	a.b.mu.Lock()
 	defer a.b.mu.Unlock()
-	if a.left {
-		return
+	a.setLocked(total)
+}
+
+// setLocked sets the charge of an open account to total. The caller
+// holds b.mu.
+func (a *presenceAccount) setLocked(total int64) {
+	if !a.left {
+		a.b.used += total - a.held
+		a.held = total
 	}
-	a.b.used += total - a.held
-	a.held = total
 }
 
 // leave closes the account: the writer answers no more appends, and has
@@ -185,11 +190,7 @@ func (a *presenceAccount) leave() {
 	}
 	a.b.mu.Lock()
 	defer a.b.mu.Unlock()
-	if a.left {
-		return
-	}
-	a.b.used -= a.held
-	a.held = 0
+	a.setLocked(0)
 	a.left = true
 	delete(a.b.accts, a)
 }

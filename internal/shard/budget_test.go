@@ -171,24 +171,13 @@ func TestPresenceShedWriterAnswersRetries(t *testing.T) {
 		}
 	})
 	defer func() { close(stop); shedder.Wait() }()
-	fromMerged, fromMemory := 0, 0
-	deadline := time.Now().Add(20 * time.Second)
-	for round := 0; round < 60 || (fromMerged < 10 && time.Now().Before(deadline)); round++ {
-		rs, err := w.Append(ctx, entries(t, ids(fmt.Sprint("r", round), 3)...))
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, r := range rs {
-			first[r.ID] = r
-		}
+	fromMemory := 0
+	fromMerged := reappendRounds(t, w, store, "s-old", first, func() {
 		w.w.mu.Lock()
 		fromMemory += len(w.w.written.byID)
 		w.w.mu.Unlock()
 		shedAll(b)
-		again := append(ids(fmt.Sprint("r", round/2), 3), ids(fmt.Sprint("r", round), 3)...)
-		again = append(again, ids(fmt.Sprint("s-old", round%4), 3)...)
-		fromMerged += checkReappend(t, w, store, again, first)
-	}
+	})
 	switch {
 	case fromMerged == 0:
 		t.Fatalf("no retry was answered from a merged generation (%d merges): the test did not cover a merge", w.Stats().Merges)
