@@ -26,9 +26,9 @@ type filteredGen struct {
 }
 
 // maxPinnedFilterBytes bounds the filters one writer keeps: 64 KiB covers
-// about 50,000 ids at the filters' 1% false positives, and 1,024 resident
-// writers (the server's default) hold at most 64 MiB. Filters beyond it
-// are read through the shared cache, as before.
+// about 50,000 ids at the filters' 1% false positives. The process's
+// PresenceBudget bounds them over all writers. Filters beyond either are
+// read through the shared cache, as before.
 const maxPinnedFilterBytes = 64 << 10
 
 func filterBytes(f *bloom.BloomFilter) int64 { return int64(f.Cap()/8) + 64 }

@@ -48,10 +48,11 @@ type ownBatch struct {
 	entries []*storagepb.FooterEntry
 }
 
-// maxOwnIDs bounds the ids a writer remembers: 8,192 map slots, about
-// half a MiB at most per resident writer. A lone client's batches, which
-// merges fold about 2K at a time, stay far below it; 64 clients on one
-// shard reach a few thousand.
+// maxOwnIDs bounds the ids a writer remembers: 8,192, about 1.7 MiB with
+// 18-byte ids (batchBytes, TestPresenceChargeIsTheHeapItHolds), so that
+// one busy writer cannot take a whole PresenceBudget. A lone client's
+// batches, which merges fold about 2K at a time, stay far below it; 64
+// clients on one shard reach a few thousand.
 const maxOwnIDs = 8192
 
 func newOwnBatches(maxIDs int) ownBatches {
