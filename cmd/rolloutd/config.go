@@ -44,6 +44,7 @@ type config struct {
 	MaxWriters       int
 	WriterQueueBytes byteSize
 	IndexCacheBytes  byteSize
+	PresenceBytes    byteSize
 	DisableMerge     bool
 	CommitTimeout    time.Duration
 	CommitProtocol   string // deprecated: "" or v2 (commitProtocolUnset)
@@ -111,6 +112,7 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (*con
 	c := &config{
 		WriterQueueBytes: shard.DefaultMaxQueuedBytes,
 		IndexCacheBytes:  server.DefaultIndexCacheBytes,
+		PresenceBytes:    server.DefaultPresenceBudgetBytes,
 		MaxMessageBytes:  server.DefaultMaxMessageBytes,
 		MaxRecordBytes:   server.DefaultMaxRecordBytes,
 	}
@@ -130,6 +132,7 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (*con
 	fs.IntVar(&c.MaxWriters, "max-writers", server.DefaultMaxWriters, "maximum resident shard writers; the least recently used is evicted past it")
 	fs.Var(&c.WriterQueueBytes, "writer-queue-bytes", "`bytes` of appends one shard writer may hold queued; past it Append fails ResourceExhausted (backpressure)")
 	fs.Var(&c.IndexCacheBytes, "index-cache-bytes", "`bytes` of generation indexes cached for all shards, shared by writers and reads")
+	fs.Var(&c.PresenceBytes, "presence-budget-bytes", "`bytes` that all shard writers together may hold to answer appends' id look-ups from memory; past it the least recently used writers look ids up through the index cache")
 	fs.BoolVar(&c.DisableMerge, "disable-merge", false, "turn off merging small generations and garbage collection (for debugging only)")
 	fs.DurationVar(&c.CommitTimeout, "commit-timeout", shard.DefaultCommitTimeout, "how long one commit may take before the server gives up on it: its Append is then answered UNAVAILABLE (OUTCOME_UNKNOWN when the commit was sent), and a shard writer whose commit stays undecided is replaced")
 	fs.StringVar(&c.CommitProtocol, "commit-protocol", "", "deprecated and ignored: v2 (commit by create) is the only commit `protocol`; v1 is refused. See docs/operations.md")
@@ -299,6 +302,13 @@ func (c *config) validateStore() error {
 	return nil
 }
 
+// applyCaches sets the server's process-wide memory bounds, shared by all
+// shards: the index cache and the presence budget.
+func (c *config) applyCaches(s *server.Config) {
+	s.IndexCacheBytes = int64(c.IndexCacheBytes)
+	s.PresenceBudgetBytes = int64(c.PresenceBytes)
+}
+
 // validateLimits checks the sizes, counts and durations.
 func (c *config) validateLimits() error {
 	positive := []struct {
@@ -308,6 +318,7 @@ func (c *config) validateLimits() error {
 		{"max-writers", int64(c.MaxWriters)},
 		{"writer-queue-bytes", int64(c.WriterQueueBytes)},
 		{"index-cache-bytes", int64(c.IndexCacheBytes)},
+		{"presence-budget-bytes", int64(c.PresenceBytes)},
 		{"max-message-bytes", int64(c.MaxMessageBytes)},
 		{"max-batch-records", int64(c.MaxBatchRecords)},
 		{"max-record-bytes", int64(c.MaxRecordBytes)},

@@ -120,7 +120,6 @@ func serve(ctx context.Context, stopSignals func(), cfg *config) error {
 			DisableBackground: cfg.DisableMerge,
 			CommitTimeout:     cfg.CommitTimeout,
 		},
-		IndexCacheBytes: int64(cfg.IndexCacheBytes),
 		MaxMessageBytes: int(cfg.MaxMessageBytes),
 		MaxBatchRecords: cfg.MaxBatchRecords,
 		MaxRecordBytes:  int(cfg.MaxRecordBytes),
@@ -132,6 +131,7 @@ func serve(ctx context.Context, stopSignals func(), cfg *config) error {
 		SendTimeout:        cfg.SendTimeout,
 		TracerProvider:     tp.TracerProvider(),
 	}
+	cfg.applyCaches(&scfg)
 	sec.apply(&scfg)
 	srv, err := server.New(scfg)
 	if err != nil {

@@ -42,6 +42,10 @@ type Config struct {
 	// IndexCacheBytes bounds the footer-index cache shared by every writer
 	// and the reader. Default 64 MiB.
 	IndexCacheBytes int64
+	// PresenceBudgetBytes bounds the memory every writer together spends
+	// answering "is this id present?" from memory (shard.PresenceBudget).
+	// Default 64 MiB.
+	PresenceBudgetBytes int64
 	// OpenTimeout bounds opening one writer (claiming its epoch). Default
 	// 30 s.
 	OpenTimeout time.Duration
@@ -154,6 +158,12 @@ const (
 	DefaultBatchGetBytes   = 3 << 20
 )
 
+// DefaultPresenceBudgetBytes holds the presence state of about 30 writers
+// at their caps (8,192 ids, about 1.7 MiB with 18-byte ids, and 64 KiB of
+// filters), and of all 1,024 resident writers at what 100 busy shards
+// held in BenchmarkAppendMemstore100Shards (7-8 KiB each).
+const DefaultPresenceBudgetBytes = 64 << 20
+
 // DefaultMaxRecordBytes is the largest record (its encoding as the client
 // sent it) that a gRPC client with default settings can read back. grpc-go,
 // grpcio (Python) and grpc-js (Node.js) refuse a received message over
@@ -209,6 +219,9 @@ func (c Config) withDefaults() Config {
 	if c.IndexCacheBytes == 0 {
 		c.IndexCacheBytes = DefaultIndexCacheBytes
 	}
+	if c.PresenceBudgetBytes == 0 {
+		c.PresenceBudgetBytes = DefaultPresenceBudgetBytes
+	}
 	if c.OpenTimeout == 0 {
 		c.OpenTimeout = DefaultOpenTimeout
 	}
@@ -257,6 +270,8 @@ func (c Config) validate() error {
 		return fmt.Errorf("server: MaxWriters must be at least 1, got %d", c.MaxWriters)
 	case c.IndexCacheBytes < 0:
 		return fmt.Errorf("server: IndexCacheBytes must not be negative, got %d", c.IndexCacheBytes)
+	case c.PresenceBudgetBytes < 0:
+		return fmt.Errorf("server: PresenceBudgetBytes must not be negative, got %d", c.PresenceBudgetBytes)
 	case c.MaxMessageBytes < 1, c.MaxBatchRecords < 1, c.MaxRecordBytes < 1:
 		return fmt.Errorf("server: message, batch and record limits must be positive, got %d, %d, %d", c.MaxMessageBytes, c.MaxBatchRecords, c.MaxRecordBytes)
 	case c.MaxRecordBytes > c.MaxMessageBytes:

@@ -58,6 +58,10 @@ func New(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	cfg = cfg.withTracing()
+	if cfg.Writer.Presence == nil {
+		// One budget for every writer of the process, as one cache.
+		cfg.Writer.Presence = shard.NewPresenceBudget(cfg.PresenceBudgetBytes)
+	}
 	s := &Server{
 		cfg:     cfg,
 		log:     cfg.Logger,
@@ -167,6 +171,9 @@ func (s *Server) registerMetrics(reg prometheus.Registerer, cache *shard.BlobCac
 		newGaugeFunc("rolloutd_index_cache_bytes",
 			"Bytes held by the shared generation footer-index cache.",
 			func() float64 { return float64(cache.Bytes()) }),
+		newGaugeFunc("rolloutd_presence_bytes",
+			"Bytes that shard writers hold to answer appends' id look-ups from memory, at most --presence-budget-bytes.",
+			func() float64 { return float64(s.cfg.Writer.Presence.Bytes()) }),
 	}
 	all := append(append([]prometheus.Collector{}, s.metrics.collectors...), gauges...)
 	all = append(append(all, s.guard.collectors()...), s.admission.collectors()...)

@@ -209,8 +209,7 @@ func (w *writer) landLocked(next *storagepb.Manifest, etag blob.ETag, through ui
 	w.tail = append([]*shardlog.Entry(nil), w.tail[i:]...)
 	w.ckpt, w.etag = next, etag
 	w.m = shardlog.ViewOf(next, w.tail)
-	w.written.retain(w.m)
-	w.filtered, w.pinned = filteredOf(w.m, &w.written, w.filtered)
+	w.retainPresenceLocked()
 	if w.ckptLanded != nil {
 		close(w.ckptLanded)
 	}

@@ -34,6 +34,8 @@
 //     the new ones. The live batches the writer committed itself answer
 //     from its memory (presence.go); the others through their Bloom
 //     filters, which it keeps once read, within a bound (filtered.go).
+//     The process's PresenceBudget bounds that memory over all writers;
+//     past it the least recently used drop theirs (budget.go).
 //  3. One committer takes everything queued and creates it as the batch at
 //     position last+1; the appends are acknowledged when that create lands
 //     (logcommit.go). No manifest is read or written on this path. A batch

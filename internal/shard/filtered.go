@@ -26,9 +26,9 @@ type filteredGen struct {
 }
 
 // maxPinnedFilterBytes bounds the filters one writer keeps: 64 KiB covers
-// about 50,000 ids at the filters' 1% false positives, and 1,024 resident
-// writers (the server's default) hold at most 64 MiB. Filters beyond it
-// are read through the shared cache, as before.
+// about 50,000 ids at the filters' 1% false positives. The process's
+// PresenceBudget bounds them over all writers. Filters beyond either are
+// read through the shared cache, as before.
 const maxPinnedFilterBytes = 64 << 10
 
 func filterBytes(f *bloom.BloomFilter) int64 { return int64(f.Cap()/8) + 64 }
@@ -91,10 +91,45 @@ func (w *writer) pin(fg *filteredGen, f *bloom.BloomFilter) {
 	n := filterBytes(f)
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if fg.filter.Load() == nil && w.pinned+n <= w.pinMax {
+	if fg.filter.Load() == nil && w.pinned+n <= w.pinMax && w.written.acct.grow(n) {
 		fg.filter.Store(f)
 		w.pinned += n
 	}
+}
+
+// retainPresenceLocked forgets what the writer kept for generations that
+// view, its new checkpoint's, no longer lists, and gives the bytes back
+// to the budget. The caller holds mu.
+func (w *writer) retainPresenceLocked() {
+	w.written.retain(w.m)
+	w.filtered, w.pinned = filteredOf(w.m, &w.written, w.filtered)
+	w.written.acct.settle(w.written.bytes + w.pinned)
+}
+
+// joinPresence makes the writer's presence state a charge on the
+// process's budget, if it has one. Open calls it once the writer is
+// claimed, before any append can charge it.
+func (w *writer) joinPresence() {
+	w.written.acct = w.opts.Presence.join(&w.mu, w.shedPresenceLocked)
+}
+
+// shedPresenceLocked drops the writer's presence state: its remembered
+// batches, which the filters answer for from now on, and the filters it
+// keeps. An append looking ids up meanwhile finds the list of filtered
+// generations replaced, and looks up those it did not (findPresent). It
+// does not touch the budget, whose caller accounts for it. The caller
+// holds mu.
+func (w *writer) shedPresenceLocked() {
+	w.written.forget()
+	w.filtered, w.pinned = filteredOf(w.m, &w.written, nil)
+}
+
+// leavePresenceLocked drops the writer's presence state for good, and its
+// budget account: a writer that stopped taking appends has nothing to
+// answer. The caller holds mu.
+func (w *writer) leavePresenceLocked() {
+	w.shedPresenceLocked()
+	w.written.acct.leave()
 }
 
 // notDone returns the generations of filtered, a snapshot of

@@ -44,6 +44,10 @@ type Options struct {
 	// Cache holds generation indexes, filters and small blobs; share one
 	// per process. Nil gives the writer a small private cache.
 	Cache *BlobCache
+	// Presence bounds the memory that writers spend answering "is this
+	// id present?" from memory (budget.go); share one per process. Nil
+	// bounds each writer by its own caps only.
+	Presence *PresenceBudget
 	// Notifier, when set, is told of every commit, to wake following scans.
 	Notifier *Notifier
 	// Lineage, when set, remembers how this process's writers of each shard

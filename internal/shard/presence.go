@@ -1,6 +1,8 @@
 package shard
 
 import (
+	"unsafe"
+
 	"github.com/rolloutd/rolloutd/internal/shard/shardlog"
 	"github.com/rolloutd/rolloutd/internal/shard/storagepb"
 )
@@ -20,11 +22,17 @@ import (
 // bounded: it holds at most maxIDs ids, and a batch that would not fit is
 // not remembered, and is looked up through its filter like an inherited one.
 // The footer entries it points at are the batch's own, which the cache's
-// index of the batch shares; what it adds is a map slot per id.
+// index of the batch shares while the cache keeps it, and no longer: they
+// are charged in full (ownEntryBytes), with a map slot per id, to the
+// process's PresenceBudget through acct. A batch the budget refuses is not
+// remembered; when the budget drops the writer's state (shed), it starts
+// empty again.
 type ownBatches struct {
 	maxIDs  int
 	byID    map[string]ownRecord
 	batches map[uint64]ownBatch // by log position
+	bytes   int64               // what ownEntryBytes and ownBatchBytes charge for them
+	acct    *presenceAccount    // the writer's share of the budget; nil: none
 }
 
 // ownRecord is a record of a remembered batch.
@@ -40,22 +48,31 @@ type ownBatch struct {
 	entries []*storagepb.FooterEntry
 }
 
-// maxOwnIDs bounds the ids a writer remembers: 8,192 map slots, about
-// half a MiB at most per resident writer. A lone client's batches, which
-// merges fold about 2K at a time, stay far below it; 64 clients on one
-// shard reach a few thousand.
+// maxOwnIDs bounds the ids a writer remembers: 8,192, about 1.7 MiB with
+// 18-byte ids (batchBytes, TestPresenceChargeIsTheHeapItHolds), so that
+// one busy writer cannot take a whole PresenceBudget. A lone client's
+// batches, which merges fold about 2K at a time, stay far below it; 64
+// clients on one shard reach a few thousand.
 const maxOwnIDs = 8192
 
 func newOwnBatches(maxIDs int) ownBatches {
-	return ownBatches{maxIDs: maxIDs, byID: map[string]ownRecord{}, batches: map[uint64]ownBatch{}}
+	return ownBatches{maxIDs: maxIDs}
 }
 
-// add remembers e, a batch this writer created, if it fits. The caller
-// holds mu.
+// add remembers e, a batch this writer created, if it fits, under the
+// writer's cap and the process's budget. The caller holds mu.
 func (o *ownBatches) add(e *shardlog.Entry, entries []*storagepb.FooterEntry) {
 	if e.Gen == nil || len(o.byID)+len(entries) > o.maxIDs {
 		return
 	}
+	n := batchBytes(entries)
+	if !o.acct.grow(n) {
+		return
+	}
+	if o.byID == nil {
+		o.byID, o.batches = map[string]ownRecord{}, map[uint64]ownBatch{}
+	}
+	o.bytes += n
 	o.batches[e.Position] = ownBatch{gen: e.Gen, entries: entries}
 	for _, fe := range entries {
 		o.byID[fe.GetId()] = ownRecord{entry: fe, position: e.Position}
@@ -76,6 +93,7 @@ func (o *ownBatches) holds(g *storagepb.Generation) bool {
 // lookup adds the ids of the remembered batches among ids to present. The
 // caller holds mu.
 func (o *ownBatches) lookup(entries []Entry, present map[string]shardlog.Found) {
+	o.acct.touch()
 	if len(o.byID) == 0 {
 		return
 	}
@@ -109,5 +127,43 @@ func (o *ownBatches) retain(view *storagepb.Manifest) {
 			}
 		}
 		delete(o.batches, p)
+		o.bytes -= batchBytes(b.entries)
 	}
+}
+
+// forget drops every remembered batch, and the maps' room with them: the
+// budget took the writer's state back (shed), or the writer stopped. The
+// caller holds mu.
+func (o *ownBatches) forget() {
+	o.byID, o.batches, o.bytes = nil, nil, 0
+}
+
+// The estimated bytes a remembered batch keeps reachable, for the budget.
+// A Go map's table holds each slot (key, value and a control byte) at a
+// load between 7/16, just after it doubled, and 7/8: the estimate takes
+// the emptier end, 16/7 slots per entry.
+var (
+	// ownEntryBytes is what one id adds: its footer entry, rounded to
+	// the allocator's size class, the entries slice's pointer to it, and
+	// its slot in byID. Its id's bytes, rounded to 8, are added per id:
+	// the map's key shares them with the entry.
+	ownEntryBytes = int64(footerEntrySize + 8 + mapSlotBytes(unsafe.Sizeof("")+unsafe.Sizeof(ownRecord{})))
+	// ownBatchBytes is what a batch adds: its slot in batches. Its
+	// descriptor is the view's, which lists it either way.
+	ownBatchBytes = int64(mapSlotBytes(unsafe.Sizeof(uint64(0)) + unsafe.Sizeof(ownBatch{})))
+)
+
+// footerEntrySize is a storagepb.FooterEntry's size, rounded up to the
+// allocator's size class (16 bytes apart up to 256).
+const footerEntrySize = (unsafe.Sizeof(storagepb.FooterEntry{}) + 15) &^ 15
+
+func mapSlotBytes(kv uintptr) uintptr { return (kv + 1) * 16 / 7 }
+
+// batchBytes is what remembering a batch of entries is charged.
+func batchBytes(entries []*storagepb.FooterEntry) int64 {
+	n := ownBatchBytes + int64(len(entries))*ownEntryBytes
+	for _, fe := range entries {
+		n += int64(len(fe.GetId())+7) &^ 7
+	}
+	return n
 }

@@ -11,6 +11,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/rolloutd/rolloutd/internal/blob/memstore"
+	"github.com/rolloutd/rolloutd/internal/shard/shardlog"
 )
 
 // BenchmarkAppendMemstoreInherited is BenchmarkAppendMemstore on a shard
@@ -36,7 +37,7 @@ func BenchmarkAppendMemstoreInherited(b *testing.B) {
 	if err := prev.Close(ctx); err != nil {
 		b.Fatal(err)
 	}
-	w, err := Open(ctx, store, "bench", Options{Logger: zap.NewNop()})
+	w, err := Open(ctx, store, "bench", Options{Logger: zap.NewNop(), Presence: NewPresenceBudget(benchPresenceBytes)})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -63,14 +64,15 @@ func BenchmarkAppendMemstoreInherited(b *testing.B) {
 // BenchmarkAppendMemstore100Shards is the server's shape at 64 clients
 // over 100 shards: 100 resident writers on one store, sharing one blob
 // cache of the server's default size, and single-record appends spread
-// over them by 64 goroutines.
+// over them by 64 goroutines, under one presence budget.
 func BenchmarkAppendMemstore100Shards(b *testing.B) {
 	ctx := context.Background()
 	store := memstore.New()
 	cache := NewBlobCache(64 << 20)
+	presence := NewPresenceBudget(benchPresenceBytes)
 	ws := make([]*Writer, 100)
 	for i := range ws {
-		w, err := Open(ctx, store, fmt.Sprintf("bench-%03d", i), Options{Logger: zap.NewNop(), Cache: cache})
+		w, err := Open(ctx, store, fmt.Sprintf("bench-%03d", i), Options{Logger: zap.NewNop(), Cache: cache, Presence: presence})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -107,7 +109,13 @@ func BenchmarkAppendMemstore100Shards(b *testing.B) {
 		gens += len(w.w.manifest().GetGenerations())
 	}
 	b.ReportMetric(float64(gens)/float64(len(ws)), "live-gens/shard")
+	b.ReportMetric(float64(presence.Bytes())/float64(len(ws)), "presence-B/shard")
 }
+
+// benchPresenceBytes is the server's default presence budget
+// (server.DefaultPresenceBudgetBytes), which the benchmarks' writers share
+// as the server's do.
+const benchPresenceBytes = 64 << 20
 
 // reportCPU reports the process's CPU time (user and system) per
 // iteration, from now until the returned function is called: on a shared
@@ -126,4 +134,55 @@ func cpuNanos(b *testing.B) int64 {
 		b.Fatal(err)
 	}
 	return ru.Utime.Nano() + ru.Stime.Nano()
+}
+
+// BenchmarkFindPresent is the presence path alone, without a commit: an
+// append's look-up of one new id on a writer that committed 48 batches of
+// its own, which it remembers, and inherited none or 48, whose filters it
+// keeps.
+func BenchmarkFindPresent(b *testing.B) {
+	for _, inherited := range []int{0, 48} {
+		b.Run(fmt.Sprint("inherited-", inherited), func(b *testing.B) { benchFindPresent(b, inherited) })
+	}
+}
+
+func benchFindPresent(b *testing.B, inherited int) {
+	ctx := context.Background()
+	store := memstore.New()
+	opts := Options{Logger: zap.NewNop(), DisableBackground: true}
+	prev, err := Open(ctx, store, "bench", opts)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for g := range inherited {
+		if _, err := prev.Append(ctx, []Entry{kib1Entry(b, fmt.Sprint("old-", g))}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	prev.Abort() // no checkpoint: the batches stay in the log
+	opts.Presence = NewPresenceBudget(benchPresenceBytes)
+	opts.CheckpointEvery = 64 // the writer's own batches stay in its tail
+	w, err := Open(ctx, store, "bench", opts)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer w.Abort()
+	for g := range 48 {
+		if _, err := w.Append(ctx, []Entry{kib1Entry(b, fmt.Sprint("own-", g))}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	e := []Entry{kib1Entry(b, "new")}
+	present := map[string]shardlog.Found{}
+	b.ReportAllocs()
+	defer reportCPU(b)()
+	for b.Loop() {
+		if err := w.w.findPresent(ctx, e, present); err != nil {
+			b.Fatal(err)
+		}
+		w.w.mu.Unlock()
+	}
+	if len(present) != 0 {
+		b.Fatalf("found %d", len(present))
+	}
 }

@@ -45,22 +45,7 @@ func TestPresenceFromMemoryFollowsTheView(t *testing.T) {
 			w.w.mu.Lock()
 			w.w.written.maxIDs = maxIDs
 			w.w.mu.Unlock()
-			fromMerged := 0
-			// Merges run beside the appends: go on until answers came
-			// from merged generations too.
-			deadline := time.Now().Add(20 * time.Second)
-			for round := 0; round < 60 || (fromMerged < 10 && time.Now().Before(deadline)); round++ {
-				rs, err := w.Append(ctx, entries(t, ids(fmt.Sprint("r", round), 3)...))
-				if err != nil {
-					t.Fatal(err)
-				}
-				for _, r := range rs {
-					first[r.ID] = r
-				}
-				again := append(ids(fmt.Sprint("r", round/2), 3), ids(fmt.Sprint("r", round), 3)...)
-				again = append(again, ids(fmt.Sprint("old", round%4), 3)...)
-				fromMerged += checkReappend(t, w, store, again, first)
-			}
+			fromMerged := reappendRounds(t, w, store, "old", first, func() {})
 			if fromMerged == 0 {
 				t.Fatalf("no re-append was answered from a merged generation (%d merges): the test did not cover a merge", w.Stats().Merges)
 			}
@@ -80,6 +65,30 @@ func TestPresenceFromMemoryFollowsTheView(t *testing.T) {
 			}
 		})
 	}
+}
+
+// reappendRounds appends 3 new ids a round; then, after between, appends
+// again, as retries would, the ids of this round, of an earlier one and
+// of an inherited batch (named old0 to old3), checking every answer
+// (checkReappend). Merges run beside the appends: it goes on until answers
+// came from merged generations too, and returns how many did.
+func reappendRounds(t *testing.T, w *Writer, store blob.Store, old string, first map[string]Result, between func()) (fromMerged int) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for round := 0; round < 60 || (fromMerged < 10 && time.Now().Before(deadline)); round++ {
+		rs, err := w.Append(context.Background(), entries(t, ids(fmt.Sprint("r", round), 3)...))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range rs {
+			first[r.ID] = r
+		}
+		between()
+		again := append(ids(fmt.Sprint("r", round/2), 3), ids(fmt.Sprint("r", round), 3)...)
+		again = append(again, ids(fmt.Sprint(old, round%4), 3)...)
+		fromMerged += checkReappend(t, w, store, again, first)
+	}
+	return fromMerged
 }
 
 // checkReappend appends again, as a retry would, ids that were all

@@ -165,6 +165,7 @@ func (w *writer) toLocked(next state) bool {
 		return false
 	}
 	w.state = next
+	w.leavePresenceLocked() // no state but open takes appends (filtered.go)
 	return true
 }
 

@@ -56,6 +56,7 @@ func Open(ctx context.Context, store blob.Store, shard string, opts Options) (*W
 		}
 		// A higher epoch claimed the shard meanwhile: claim after it.
 	}
+	w.joinPresence()
 	w.log = opts.Logger.With(zap.String("shard", shard), zap.Uint64("epoch", w.epoch))
 	w.log.Info("shard writer opened", zap.String("writer", w.id), zap.Uint64("generation", w.m.GetNextGeneration()))
 	// The writer's context is not derived from ctx: ctx bounds Open, while
