@@ -2,6 +2,7 @@ package localstore
 
 import (
 	"fmt"
+	"os"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -78,8 +79,19 @@ func TestCreateOnlyPutsLeaveTmpAlone(t *testing.T) {
 }
 
 // TestConformanceWithoutAnon runs the conformance suite on the fallback.
+// TestConformanceWithoutAnon runs the suite on the fallback's named
+// temporary files. ListDelimitedManyPrefixes, 2,700 puts that test listing
+// (5.3 s under -race here), lists the same on either kind of temporary
+// file and runs in TestConformanceOnStrictMem: here, only with
+// ROLLOUTD_LOCALSTORE_LONG=1.
 func TestConformanceWithoutAnon(t *testing.T) {
-	blobtest.Run(t, func(t *testing.T) blob.Store { return openOn(t, vfs.NewStrictMem(), withoutAnon) })
+	long := os.Getenv("ROLLOUTD_LOCALSTORE_LONG") != ""
+	blobtest.Run(t, func(t *testing.T) blob.Store {
+		if !long && strings.HasSuffix(t.Name(), "/ListDelimitedManyPrefixes") {
+			t.Skip("listing does not depend on the temporary files: set ROLLOUTD_LOCALSTORE_LONG=1 (the case runs in TestConformanceOnStrictMem)")
+		}
+		return openOn(t, vfs.NewStrictMem(), withoutAnon)
+	})
 }
 
 // TestCrashAtEveryStepWithoutAnon is TestCrashAtEveryStep on the fallback,

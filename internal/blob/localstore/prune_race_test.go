@@ -19,13 +19,22 @@ func TestParallelDeletesOfOneDirectory(t *testing.T) {
 	for round := range 20 {
 		var names []string
 		for i := range 16 {
-			n := fmt.Sprintf("shards/s%d/_g/%04d", round, i)
-			names = append(names, n)
-			if _, err := s.Put(ctx, n, []byte("x"), blob.PutOptions{}); err != nil {
-				t.Fatal(err)
-			}
+			names = append(names, fmt.Sprintf("shards/s%d/_g/%04d", round, i))
 		}
+		// Put together: a group or two, not 16 of the disk's fsyncs in
+		// turn (the race is in the deletes).
 		var wg sync.WaitGroup
+		for _, n := range names {
+			wg.Go(func() {
+				if _, err := s.Put(ctx, n, []byte("x"), blob.PutOptions{}); err != nil {
+					t.Errorf("Put(%q): %v", n, err)
+				}
+			})
+		}
+		wg.Wait()
+		if t.Failed() {
+			t.FailNow()
+		}
 		for _, n := range names {
 			wg.Go(func() {
 				if err := s.Delete(ctx, n, blob.DeleteOptions{}); err != nil {

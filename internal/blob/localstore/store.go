@@ -123,6 +123,9 @@ type Store struct {
 	// syncFile fsyncs a file or directory: its Sync method, replaced only
 	// by tests (withSync) to inject failures.
 	syncFile func(vfs.File) error
+	// startWriteBack starts a written temporary file's write-back (see
+	// writeTemp): vfs.StartWriteBack, replaced only by tests.
+	startWriteBack func(vfs.File)
 	// failure is set, once, when a change already visible could not be made
 	// durable (see fail); from then on every call returns it. failed is
 	// closed when it is set.
@@ -170,6 +173,10 @@ func WithGroupObserver(observe func(size int, elapsed time.Duration)) Option {
 // inject failures.
 func withSync(sync func(vfs.File) error) Option { return func(s *Store) { s.syncFile = sync } }
 
+// withWriteBack replaces the start of a temporary file's write-back, for
+// tests that observe it.
+func withWriteBack(start func(vfs.File)) Option { return func(s *Store) { s.startWriteBack = start } }
+
 // WithFS makes the store do its file operations on fsys instead of the
 // operating system's: for tests, on a strict in-memory file system or one
 // that injects faults (vfs.Faulty).
@@ -183,14 +190,15 @@ func Open(dir string, opts ...Option) (*Store, error) {
 		return nil, fmt.Errorf("localstore: open %q: %w", dir, err)
 	}
 	s := &Store{
-		dir:      abs,
-		blobsDir: filepath.Join(abs, blobsDir),
-		tmpDir:   filepath.Join(abs, tmpDir),
-		now:      time.Now,
-		seed:     maphash.MakeSeed(),
-		fs:       vfs.Default,
-		syncFile: vfs.File.Sync,
-		failed:   make(chan struct{}),
+		dir:            abs,
+		blobsDir:       filepath.Join(abs, blobsDir),
+		tmpDir:         filepath.Join(abs, tmpDir),
+		now:            time.Now,
+		seed:           maphash.MakeSeed(),
+		fs:             vfs.Default,
+		syncFile:       vfs.File.Sync,
+		startWriteBack: vfs.StartWriteBack,
+		failed:         make(chan struct{}),
 	}
 	for _, o := range opts {
 		o(s)

@@ -163,3 +163,22 @@ func kernelAtLeast(release string, major, minor int) bool {
 	}
 	return ma > major || ma == major && mi >= minor
 }
+
+// StartWriteBack asks the kernel to start writing f's dirty data to the
+// device, without waiting (sync_file_range(2) with SYNC_FILE_RANGE_WRITE).
+// It is a hint and makes nothing durable: only Sync does. It does nothing
+// for a file that has no descriptor (MemFS's) and ignores errors, which the
+// file's Sync reports.
+func StartWriteBack(f File) {
+	c, ok := f.(syscall.Conn)
+	if !ok {
+		return
+	}
+	rc, err := c.SyscallConn()
+	if err != nil {
+		return
+	}
+	_ = rc.Control(func(fd uintptr) {
+		_ = unix.SyncFileRange(int(fd), 0, 0, unix.SYNC_FILE_RANGE_WRITE)
+	})
+}

@@ -201,3 +201,69 @@ func TestAnonNamesDiffer(t *testing.T) {
 		t.Fatalf("two unnamed files are both called %q", a.Name())
 	}
 }
+
+// TestStartWriteBack: on the disk it starts the write-back of a named and
+// an unnamed file without disturbing them; on MemFS, whose files have no
+// descriptor, it does nothing (what a crash keeps there is only what Sync
+// made durable).
+func TestStartWriteBack(t *testing.T) {
+	dir := t.TempDir()
+	named, err := Default.Create(dir + "/f")
+	if err != nil {
+		t.Fatal(err)
+	}
+	anon, err := Default.CreateAnon(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer anon.Release()
+	for _, f := range []File{named, anon} {
+		if _, err := f.Write([]byte("data")); err != nil {
+			t.Fatal(err)
+		}
+		StartWriteBack(f)
+		if _, err := f.Write([]byte(" more")); err != nil {
+			t.Fatalf("%s: write after StartWriteBack: %v", f.Name(), err)
+		}
+		if err := f.Sync(); err != nil {
+			t.Fatal(err)
+		}
+		if err := f.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := anon.Link(dir + "/g"); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{dir + "/f", dir + "/g"} {
+		f, err := Default.Open(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := io.ReadAll(f)
+		_ = f.Close()
+		if err != nil || string(b) != "data more" {
+			t.Fatalf("%s holds %q, %v", p, b, err)
+		}
+	}
+
+	mem := NewStrictMem()
+	if err := mem.MkdirAll("/d", 0o750); err != nil {
+		t.Fatal(err)
+	}
+	f, err := mem.Create("/d/f")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.Write([]byte("data")); err != nil {
+		t.Fatal(err)
+	}
+	StartWriteBack(f)
+	crashed := mem.CrashCloneMetadataDurable()
+	if g, err := crashed.Open("/d/f"); err == nil {
+		b, _ := io.ReadAll(g)
+		if len(b) != 0 {
+			t.Fatalf("MemFS kept %q of a file never synced, after StartWriteBack", b)
+		}
+	}
+}
