@@ -281,3 +281,35 @@ func settledHeap() uint64 {
 	}
 	return ms.HeapAlloc
 }
+
+// TestRetainGivesBackTheMapsRoom: once a checkpoint's retain leaves a
+// writer a small part of the ids it held, the heap they leave behind is
+// about what the budget still charges. Go maps never shrink, so tables
+// sized for the peak would stay reachable, uncharged.
+func TestRetainGivesBackTheMapsRoom(t *testing.T) {
+	before := settledHeap()
+	o := newOwnBatches(maxOwnIDs)
+	var keep *storagepb.Generation
+	for pos := uint64(1); len(o.byID)+20 <= maxOwnIDs; pos++ {
+		es := make([]*storagepb.FooterEntry, 20)
+		for i := range es {
+			es[i] = &storagepb.FooterEntry{Id: fmt.Sprintf("rollout-%08d-%04d", pos, i), Seq: pos}
+		}
+		g := &storagepb.Generation{Position: pos}
+		keep = g
+		o.add(&shardlog.Entry{Position: pos, Gen: g}, es)
+	}
+	peak := int64(settledHeap() - before)
+	o.retain(&storagepb.Manifest{Generations: []*storagepb.Generation{keep}})
+	if len(o.byID) != 20 {
+		t.Fatalf("retain kept %d ids, want the last batch's 20", len(o.byID))
+	}
+	heap := int64(settledHeap() - before)
+	// Slack: the kept batch's own maps, and the allocator's rounding.
+	if heap > 2*o.bytes+16<<10 {
+		t.Fatalf("after retain, 20 ids are charged %d bytes and hold %d on the heap (%d at the peak)", o.bytes, heap, peak)
+	}
+	t.Logf("peak %d bytes on the heap; after retain %d, charged %d", peak, heap, o.bytes)
+	runtime.KeepAlive(keep)
+	runtime.KeepAlive(o)
+}

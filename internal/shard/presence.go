@@ -33,6 +33,10 @@ type ownBatches struct {
 	batches map[uint64]ownBatch // by log position
 	bytes   int64               // what ownEntryBytes and ownBatchBytes charge for them
 	acct    *presenceAccount    // the writer's share of the budget; nil: none
+	// peak is the most ids byID held since its table was last made:
+	// a Go map never shrinks, so its table is sized for peak, not for
+	// what the budget charges now (see compact).
+	peak int
 }
 
 // ownRecord is a record of a remembered batch.
@@ -77,6 +81,7 @@ func (o *ownBatches) add(e *shardlog.Entry, entries []*storagepb.FooterEntry) {
 	for _, fe := range entries {
 		o.byID[fe.GetId()] = ownRecord{entry: fe, position: e.Position}
 	}
+	o.peak = max(o.peak, len(o.byID))
 }
 
 // holds reports whether g, a generation of the view, is a remembered
@@ -129,13 +134,36 @@ func (o *ownBatches) retain(view *storagepb.Manifest) {
 		delete(o.batches, p)
 		o.bytes -= batchBytes(b.entries)
 	}
+	o.compact()
+}
+
+// compact remakes the maps at their size once they hold under half of
+// their peak, so that the room a checkpoint freed is given back to the heap
+// as it is to the budget: the tables the budget does not charge stay
+// within what it does. Copying half a peak's ids when at least as many
+// were forgotten keeps it linear in the forgetting. The caller holds mu.
+func (o *ownBatches) compact() {
+	switch n := len(o.byID); {
+	case n == 0:
+		o.byID, o.batches, o.peak = nil, nil, 0
+	case n < o.peak/2:
+		byID := make(map[string]ownRecord, n)
+		for id, r := range o.byID {
+			byID[id] = r
+		}
+		batches := make(map[uint64]ownBatch, len(o.batches))
+		for p, b := range o.batches {
+			batches[p] = b
+		}
+		o.byID, o.batches, o.peak = byID, batches, n
+	}
 }
 
 // forget drops every remembered batch, and the maps' room with them: the
 // budget took the writer's state back (shed), or the writer stopped. The
 // caller holds mu.
 func (o *ownBatches) forget() {
-	o.byID, o.batches, o.bytes = nil, nil, 0
+	o.byID, o.batches, o.bytes, o.peak = nil, nil, 0, 0
 }
 
 // The estimated bytes a remembered batch keeps reachable, for the budget.
