@@ -18,9 +18,11 @@ import (
 // not fit, the least recently used writers' presence state is dropped
 // until the budget is at most 7/8 full (so that the scan for them is paid
 // once per eighth of the budget, not per commit); the charge fails when
-// even that leaves no room. A writer whose state was dropped, or that was
-// refused, answers through the filters and footers read via the blob
-// cache, the path every inherited generation takes: slower, never wrong.
+// even that leaves no room, and such a search is not repeated before some
+// writer gives bytes back or rescanTicks charges have passed. A writer
+// whose state was dropped, or that was refused, answers through the
+// filters and footers read via the blob cache, the path every inherited
+// generation takes: slower, never wrong.
 //
 // What is charged is an estimate of the bytes the writer keeps reachable
 // that it would not otherwise: see ownEntryBytes and filterBytes.
@@ -35,6 +37,12 @@ type PresenceBudget struct {
 	used  int64
 	accts map[*presenceAccount]struct{}
 	sheds int64 // writers whose state was dropped
+	scans int64 // searches for writers to drop
+	// rescanAt: a search that could not make room is not repeated
+	// before this tick, nor before some writer gives bytes back (which
+	// zeroes it), since until then it would find the same busy writers
+	// under b.mu at every charge.
+	rescanAt int64
 }
 
 // NewPresenceBudget returns a budget of maxBytes.
@@ -119,8 +127,10 @@ func (a *presenceAccount) grow(n int64) bool {
 	if a.left || n > b.max {
 		return false
 	}
-	if b.used+n > b.max {
-		b.shedLocked(a, b.max-b.max/8-n)
+	if b.used+n > b.max && b.tick.Load() >= b.rescanAt {
+		if target := b.max - b.max/8 - n; !b.shedLocked(a, target) {
+			b.rescanAt = b.tick.Load() + rescanTicks
+		}
 	}
 	if b.used+n > b.max {
 		return false
@@ -132,8 +142,10 @@ func (a *presenceAccount) grow(n int64) bool {
 
 // shedLocked drops the presence state of the least recently used writers
 // other than keep, until at most target bytes are charged or none is
-// left that can be shed now. The caller holds b.mu.
-func (b *PresenceBudget) shedLocked(keep *presenceAccount, target int64) {
+// left that can be shed now, and reports whether it reached target. The
+// caller holds b.mu.
+func (b *PresenceBudget) shedLocked(keep *presenceAccount, target int64) (reached bool) {
+	b.scans++
 	type victim struct {
 		a    *presenceAccount
 		last int64
@@ -148,7 +160,7 @@ func (b *PresenceBudget) shedLocked(keep *presenceAccount, target int64) {
 	for _, vl := range victims {
 		v := vl.a
 		if b.used <= target {
-			return
+			return true
 		}
 		if !v.mu.TryLock() {
 			continue // charging, or answering an append: in use, so not idle
@@ -159,7 +171,12 @@ func (b *PresenceBudget) shedLocked(keep *presenceAccount, target int64) {
 		v.held = 0
 		b.sheds++
 	}
+	return b.used <= target
 }
+
+// rescanTicks is how many charges, at most, pass between two searches that
+// cannot make room.
+const rescanTicks = 1024
 
 // settle sets the writer's charge to total, the bytes it keeps after it
 // forgot some (a checkpoint retired its batches, or its filters). The
@@ -177,6 +194,9 @@ func (a *presenceAccount) settle(total int64) {
 // holds b.mu.
 func (a *presenceAccount) setLocked(total int64) {
 	if !a.left {
+		if total < a.held {
+			a.b.rescanAt = 0
+		}
 		a.b.used += total - a.held
 		a.held = total
 	}

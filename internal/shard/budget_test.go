@@ -313,3 +313,30 @@ func TestRetainGivesBackTheMapsRoom(t *testing.T) {
 	runtime.KeepAlive(keep)
 	runtime.KeepAlive(o)
 }
+
+// TestBudgetFullOfBusyWritersIsNotSearchedPerCharge: when the writers
+// holding the budget are all busy, a charge that does not fit fails
+// without searching them again each time, until one gives bytes back.
+func TestBudgetFullOfBusyWritersIsNotSearchedPerCharge(t *testing.T) {
+	b := NewPresenceBudget(1000)
+	var busyMu, mu sync.Mutex
+	busy := b.join(&busyMu, func() { t.Error("a busy writer was shed") })
+	a := b.join(&mu, func() {})
+	busyMu.Lock()
+	if !busy.grow(900) {
+		t.Fatal("the first charge did not fit")
+	}
+	for range 100 {
+		if a.grow(200) {
+			t.Fatal("a charge over the budget was granted")
+		}
+	}
+	if b.scans > 1 {
+		t.Fatalf("100 refused charges searched for writers to drop %d times, want 1", b.scans)
+	}
+	busy.settle(100) // a checkpoint gave bytes back
+	busyMu.Unlock()
+	if !a.grow(200) {
+		t.Fatal("a charge that fits after bytes were given back was refused")
+	}
+}
