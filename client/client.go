@@ -27,7 +27,11 @@ const DefaultMaxMessageBytes = 16 << 20
 // streamWindow and connWindow are the flow-control windows the client
 // grants the server: a stream's response may run 4 MiB ahead of the
 // application's reads, all streams together 16 MiB (the most gRPC's
-// dynamic estimation would grow to). WithDialOptions can set others.
+// dynamic estimation would grow to). Static, they are granted from the
+// first byte instead of growing from 64 KiB, which cost a WINDOW_UPDATE and
+// a PING per response; so a caller that reads its Scans slowly may buffer
+// up to 16 MiB per connection (with WithAffinity, one connection per pod)
+// from the start. WithDialOptions can set others.
 const (
 	streamWindow = 4 << 20
 	connWindow   = 16 << 20
