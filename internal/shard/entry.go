@@ -90,9 +90,9 @@ func PrepareWithID(rec *rolloutv1.Record, id string, now time.Time) (Entry, erro
 // bounds the bytes it may fold beside it.
 func (e Entry) size() int64 { return int64(len(e.Data)) + int64(len(e.ID)) }
 
-// withSeq returns the stored bytes of e with its sequence number set.
-func (e Entry) withSeq(dst []byte, seq uint64) []byte {
-	dst = append(dst, e.Data...)
+// seqField appends the field that stores a record's sequence number: a
+// stored record is its Entry's Data followed by it.
+func seqField(dst []byte, seq uint64) []byte {
 	dst = protowire.AppendTag(dst, fieldSeq, protowire.VarintType)
 	return protowire.AppendVarint(dst, seq)
 }
