@@ -48,3 +48,16 @@ func BenchmarkAdmissionPerRPC(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkDecodedCost is the size of a decoded Append of one 1 KiB record,
+// which admission charges (decodedCost).
+func BenchmarkDecodedCost(b *testing.B) {
+	req := tledger.AppendRequest("bench", "x")
+	req.Records[0].Content = string(make([]byte, 1024))
+	b.ReportAllocs()
+	for b.Loop() {
+		if decodedCost(req) <= 0 {
+			b.Fatal("no cost")
+		}
+	}
+}
