@@ -229,7 +229,11 @@ func (a *admission) tap(ctx context.Context, info *tap.Info) (context.Context, e
 	if err := a.budget.charge(conn, key, overhead); err != nil {
 		return nil, a.refuse(ctx, err)
 	}
-	r := &reservation{a: a, budget: a.budget, conn: conn, identity: key, overhead: overhead, held: overhead, holds: 1}
+	// The reservation and the context that carries it live and die
+	// together: one allocation for both.
+	st := &admittedState{}
+	r := &st.r
+	r.a, r.budget, r.conn, r.identity, r.overhead, r.held, r.holds = a, a.budget, conn, key, overhead, overhead, 1
 	inner, cancel := context.WithCancelCause(ctx)
 	r.cancel = cancel
 	r.timer = time.AfterFunc(a.recvTimeout, r.timeout)
@@ -238,7 +242,15 @@ func (a *admission) tap(ctx context.Context, info *tap.Info) (context.Context, e
 	r.mu.Lock()
 	r.unwatch = context.AfterFunc(inner, r.streamEnded)
 	r.mu.Unlock()
-	return &admittedContext{Context: inner, r: r}, nil
+	st.c = admittedContext{Context: inner, r: r}
+	return &st.c, nil
+}
+
+// admittedState is a stream's reservation and its context, allocated
+// together by the tap.
+type admittedState struct {
+	r reservation
+	c admittedContext
 }
 
 // authorizeEarly refuses, under a policy, a RolloutService call from an

@@ -2,8 +2,13 @@ package server
 
 import (
 	"context"
+	"net"
+	"runtime"
 	"testing"
 	"time"
+
+	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/tap"
 )
 
 // Charging and releasing the budget allocates nothing while no one waits
@@ -63,3 +68,42 @@ func TestOneResponseHoldAllocatesNothing(t *testing.T) {
 		t.Errorf("holding one response: %.1f allocations, want 0", allocs)
 	}
 }
+
+// The tap allocates a stream's reservation and the context carrying it
+// once, together: admission's allocations per RPC, from the tap to the
+// release of the stream's charge, stay within what its contexts, timer and
+// callbacks need. The count includes the stream's own context (grpc's).
+func TestAdmissionAllocationsPerRPC(t *testing.T) {
+	a := newAdmission(Config{RecvTimeout: time.Hour}.withDefaults(), nil, nil)
+	info := &tap.Info{FullMethodName: appendMethod}
+	conn := &connUsage{}
+	base := context.WithValue(peer.NewContext(context.Background(), &peer.Peer{Addr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 5}}), connKey{}, conn)
+	allocs := testing.AllocsPerRun(200, func() {
+		stream, end := context.WithCancel(base)
+		ctx, err := a.tap(stream, info)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := reservationOf(ctx)
+		if !r.enter() {
+			t.Fatal("the stream ended before its handler ran")
+		}
+		if err := r.received(100, false); err != nil {
+			t.Fatal(err)
+		}
+		r.exit()
+		end()
+		for a.budget.inUse() != 0 {
+			runtime.Gosched() // the stream's end releases its charge on a goroutine of its own
+		}
+	})
+	if allocs > maxAdmissionAllocs {
+		t.Errorf("admission per RPC: %.1f allocations, want at most %d", allocs, maxAdmissionAllocs)
+	}
+}
+
+// maxAdmissionAllocs: the stream's context (2), the tap's cancel context
+// and its cause func, its timer and callback, the stream-end watch, its map
+// entry and callback, and the reservation with its context (one). 17 when
+// the last two were allocated apart.
+const maxAdmissionAllocs = 16

@@ -1,9 +1,15 @@
 package shard
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"testing"
+	"time"
+
+	"google.golang.org/protobuf/encoding/protowire"
+
+	"github.com/rolloutd/rolloutd/internal/clock"
 
 	"github.com/rolloutd/rolloutd/internal/shard/format"
 	"github.com/rolloutd/rolloutd/internal/shard/shardlog"
@@ -50,8 +56,7 @@ func TestEncodeBatchAllocatesResultsOncePerBatch(t *testing.T) {
 		seq := uint64(100)
 		for _, p := range live {
 			for _, e := range p.entries {
-				c.scratch = e.withSeq(c.scratch[:0], seq)
-				b.Add(e.ID, seq, c.scratch, e.ClientHash)
+				b.AddSuffixed(e.ID, seq, e.Data, seqField(nil, seq), e.ClientHash)
 				seq++
 			}
 		}
@@ -105,5 +110,47 @@ func TestPartitionLeavesAllFreshResultsToTheCommit(t *testing.T) {
 	part, err = w.partitionLocked(es, map[string]shardlog.Found{})
 	if err != nil || len(part.results) != 2 || len(part.waits) != 1 || len(part.fresh) != 1 {
 		t.Fatalf("a in flight: results %+v, %d waits, %d fresh, err %v: want results for both, a shared, b fresh", part.results, len(part.waits), len(part.fresh), err)
+	}
+}
+
+// legacyWithSeq is how encodeBatch stored a record before it passed the
+// builder the record and its seq as two parts: joined in a scratch buffer.
+func legacyWithSeq(dst []byte, e Entry, seq uint64) []byte {
+	dst = append(dst, e.Data...)
+	dst = protowire.AppendTag(dst, fieldSeq, protowire.VarintType)
+	return protowire.AppendVarint(dst, seq)
+}
+
+// TestEncodeBatchMatchesLegacyPath: the batch encodeBatch writes is byte
+// for byte the one it wrote when it joined each record and its seq first,
+// for seqs of every varint width.
+func TestEncodeBatchMatchesLegacyPath(t *testing.T) {
+	c := encodeTestCommitter()
+	now := time.Unix(1_800_000_000, 5)
+	c.w.opts.Clock = clock.NewFake(now)
+	live := encodeTestBatch(t, 3)
+	live[1].entries = append(live[1].entries, kib1Entry(t, "second-of-two"))
+	for _, seq := range []uint64{1, 127, 128, 1 << 35, 1<<64 - 8} {
+		l, _, err := c.encodeBatch(live, 7, seq, "w1-1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		b := format.NewLogBatchBuilder(format.LogEntry{Shard: "s", Epoch: 3, Position: 7, Writer: "w1", PutID: "w1-1", Created: now.UnixNano()}, 0)
+		var scratch []byte
+		s := seq
+		for _, p := range live {
+			for _, e := range p.entries {
+				scratch = legacyWithSeq(scratch[:0], e, s)
+				b.Add(e.ID, s, scratch, e.ClientHash)
+				s++
+			}
+		}
+		want, err := b.Finish()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(l.Data, want.Data) {
+			t.Fatalf("seq %d: encodeBatch wrote %d bytes that differ from the legacy path's %d", seq, len(l.Data), len(want.Data))
+		}
 	}
 }

@@ -12,13 +12,7 @@ type committer struct {
 	// by its reply or a read of the position. Only the committer goroutine
 	// touches it; no lock.
 	inDoubt bool
-	// scratch is encodeBatch's buffer for a record with its seq, kept
-	// between commits when small. Only the committer goroutine touches it.
-	scratch []byte
 }
-
-// maxScratch bounds the record buffer the committer keeps between commits.
-const maxScratch = 64 << 10
 
 // wake tells the committer there is work, without blocking.
 func (c *committer) wake() {

@@ -2,6 +2,7 @@ package shard
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 
@@ -163,17 +164,15 @@ func (c *committer) encodeBatch(live []*pending, pos, seq uint64, putID string) 
 	// One array for the whole batch: a group commit of many appends
 	// would otherwise allocate once for each.
 	results := make([]Result, 0, n)
-	scratch := c.scratch
+	// A record is stored as its prepared bytes followed by its seq; the
+	// builder takes the two parts, so the record is copied once.
+	var suffix [1 + binary.MaxVarintLen64]byte
 	for _, p := range live {
 		for _, e := range p.entries {
-			scratch = e.withSeq(scratch[:0], seq)
-			b.Add(e.ID, seq, scratch, e.ClientHash)
+			b.AddSuffixed(e.ID, seq, e.Data, seqField(suffix[:0], seq), e.ClientHash)
 			results = append(results, Result{ID: e.ID, Seq: seq, Epoch: w.epoch, Generation: pos})
 			seq++
 		}
-	}
-	if cap(scratch) <= maxScratch {
-		c.scratch = scratch[:0]
 	}
 	l, err := b.Finish()
 	if err != nil {

@@ -5,6 +5,8 @@ import (
 	"fmt"
 
 	"github.com/bits-and-blooms/bloom/v3"
+
+	"github.com/rolloutd/rolloutd/internal/shard/storagepb"
 )
 
 // filterFalsePositiveRate is the Bloom filters' target: one append in a
@@ -14,16 +16,33 @@ const filterFalsePositiveRate = 0.01
 // maxFilterHashes bounds k in a decoded filter; the library picks far fewer.
 const maxFilterHashes = 64
 
-func encodeFilter(ids []string) (*bloom.BloomFilter, []byte, error) {
-	f := bloom.NewWithEstimates(uint(max(len(ids), 1)), filterFalsePositiveRate)
-	for _, id := range ids {
-		f.AddString(id)
+// newFilter is the id filter of a generation or batch holding entries.
+func newFilter(entries []*storagepb.FooterEntry) *bloom.BloomFilter {
+	f := bloom.NewWithEstimates(uint(max(len(entries), 1)), filterFalsePositiveRate)
+	for _, e := range entries {
+		f.AddString(e.Id)
 	}
-	b, err := f.MarshalBinary()
-	if err != nil {
-		return nil, nil, fmt.Errorf("encode id filter: %w", err)
+	return f
+}
+
+// filterLen is the length of f's encoding.
+func filterLen(f *bloom.BloomFilter) int { return 24 + 8*filterWords(f) }
+
+// filterWords is the number of 64-bit words in f's encoded bitset.
+func filterWords(f *bloom.BloomFilter) int { return int((f.BitSet().Len() + 63) / 64) }
+
+// appendFilter appends the library's encoding of f (what MarshalBinary
+// returns: m, k, the bitset's length, then its words, all big-endian)
+// without MarshalBinary's buffer and reflective writes, which cost a commit
+// of one record as much as the rest of its filter.
+func appendFilter(dst []byte, f *bloom.BloomFilter) []byte {
+	dst = binary.BigEndian.AppendUint64(dst, uint64(f.Cap()))
+	dst = binary.BigEndian.AppendUint64(dst, uint64(f.K()))
+	dst = binary.BigEndian.AppendUint64(dst, uint64(f.BitSet().Len()))
+	for _, w := range f.BitSet().Words()[:filterWords(f)] {
+		dst = binary.BigEndian.AppendUint64(dst, w)
 	}
-	return f, b, nil
+	return dst
 }
 
 // DecodeFilter verifies and parses a generation's id filter. It checks the

@@ -3,6 +3,8 @@ package format
 import (
 	"encoding/binary"
 	"fmt"
+	"hash/crc32"
+	"slices"
 
 	"github.com/bits-and-blooms/bloom/v3"
 
@@ -56,15 +58,25 @@ func NewGenerationBuilder(shard string, epoch, gen uint64, sizeHint int) *Genera
 // Add appends one record's encoded bytes. Records must be added in sequence
 // order.
 func (b *GenerationBuilder) Add(id string, seq uint64, record []byte, clientHash uint64) {
+	b.AddSuffixed(id, seq, record, nil, clientHash)
+}
+
+// AddSuffixed is Add of the record whose bytes are record followed by
+// suffix, without joining them first: the committer stores a prepared
+// record with its seq appended, and would otherwise copy every record once
+// more.
+func (b *GenerationBuilder) AddSuffixed(id string, seq uint64, record, suffix []byte, clientHash uint64) {
+	n := len(record) + len(suffix)
 	b.footer.Entries = append(b.footer.Entries, &storagepb.FooterEntry{
 		Id:         id,
 		Seq:        seq,
 		Offset:     uint64(len(b.buf)),
-		Length:     uint32(len(record)),
-		Crc32C:     Checksum(record),
+		Length:     uint32(n),
+		Crc32C:     crc32.Update(Checksum(record), castagnoli, suffix),
 		ClientHash: clientHash,
 	})
 	b.buf = append(b.buf, record...)
+	b.buf = append(b.buf, suffix...)
 }
 
 // Len is the number of records added so far.
@@ -85,27 +97,27 @@ type Layout struct {
 // FilterOffset is where the id filter starts.
 func (l Layout) FilterOffset() uint64 { return l.FooterOffset - uint64(l.FilterLength) }
 
-// Finish completes the blob.
+// Finish completes the blob. It grows the buffer once, to the blob's
+// length, and encodes the filter and footer in place.
 func (b *GenerationBuilder) Finish() (Layout, error) {
-	ids := make([]string, len(b.footer.Entries))
-	for i, e := range b.footer.Entries {
-		ids[i] = e.Id
-	}
 	if n := len(b.footer.Entries); b.log && n > 0 {
 		b.footer.NextSeq = b.footer.Entries[n-1].Seq + 1
 	}
-	bf, filter, err := encodeFilter(ids)
-	if err != nil {
-		return Layout{}, err
-	}
-	fb, err := proto.MarshalOptions{Deterministic: true}.Marshal(&b.footer)
+	bf := newFilter(b.footer.Entries)
+	mo := proto.MarshalOptions{Deterministic: true}
+	footerLen := mo.Size(&b.footer)
+	out := slices.Grow(b.buf, filterLen(bf)+footerLen+TrailerLen)
+	filterAt := len(out)
+	out = appendFilter(out, bf)
+	l := Layout{Footer: &b.footer, Filter: bf, FilterLength: uint32(len(out) - filterAt), FilterCRC: Checksum(out[filterAt:])}
+	l.FooterOffset = uint64(len(out))
+	mo.UseCachedSize = true
+	out, err := mo.MarshalAppend(out, &b.footer)
 	if err != nil {
 		return Layout{}, fmt.Errorf("encode footer: %w", err)
 	}
-	l := Layout{Footer: &b.footer, Filter: bf, FilterLength: uint32(len(filter)), FilterCRC: Checksum(filter), FooterLength: uint32(len(fb))}
-	out := append(b.buf, filter...)
-	l.FooterOffset = uint64(len(out))
-	out = append(out, fb...)
+	fb := out[l.FooterOffset:]
+	l.FooterLength = uint32(len(fb))
 	out = binary.LittleEndian.AppendUint64(out, l.FooterOffset)
 	out = binary.LittleEndian.AppendUint32(out, l.FooterLength)
 	out = binary.LittleEndian.AppendUint32(out, Checksum(fb))
