@@ -16,6 +16,7 @@ import (
 
 	rolloutv1 "github.com/rolloutd/rolloutd/gen/rollout/v1"
 	"github.com/rolloutd/rolloutd/internal/azure"
+	"github.com/rolloutd/rolloutd/internal/blob/localstore"
 	"github.com/rolloutd/rolloutd/internal/server"
 	"github.com/rolloutd/rolloutd/internal/shard"
 	"github.com/rolloutd/rolloutd/internal/tracing"
@@ -45,6 +46,7 @@ type config struct {
 	WriterQueueBytes byteSize
 	IndexCacheBytes  byteSize
 	PresenceBytes    byteSize
+	LocalBarrier     localstore.Barrier
 	DisableMerge     bool
 	CommitTimeout    time.Duration
 	CommitProtocol   string // deprecated: "" or v2 (commitProtocolUnset)
@@ -133,6 +135,8 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (*con
 	fs.Var(&c.WriterQueueBytes, "writer-queue-bytes", "`bytes` of appends one shard writer may hold queued; past it Append fails ResourceExhausted (backpressure)")
 	fs.Var(&c.IndexCacheBytes, "index-cache-bytes", "`bytes` of generation indexes cached for all shards, shared by writers and reads")
 	fs.Var(&c.PresenceBytes, "presence-budget-bytes", "`bytes` that all shard writers together may hold to answer appends' id look-ups from memory; past it the least recently used writers look ids up through the index cache")
+	fs.Var(&c.LocalBarrier, "local-barrier", "how the embedded store makes a group of writes durable, a `mode`: fsync (the default: each file and directory), or, on a file system\n"+
+		"of rolloutd's own, auto (syncfs(2) from 4 files) or syncfs, which also write back other programs' dirty pages there")
 	fs.BoolVar(&c.DisableMerge, "disable-merge", false, "turn off merging small generations and garbage collection (for debugging only)")
 	fs.DurationVar(&c.CommitTimeout, "commit-timeout", shard.DefaultCommitTimeout, "how long one commit may take before the server gives up on it: its Append is then answered UNAVAILABLE (OUTCOME_UNKNOWN when the commit was sent), and a shard writer whose commit stays undecided is replaced")
 	fs.StringVar(&c.CommitProtocol, "commit-protocol", "", "deprecated and ignored: v2 (commit by create) is the only commit `protocol`; v1 is refused. See docs/operations.md")
@@ -297,6 +301,9 @@ func (c *config) validateStore() error {
 		}
 		if c.AzureMaxConns < 1 {
 			return fmt.Errorf("--azure-max-conns %d: must be at least 1", c.AzureMaxConns)
+		}
+		if c.LocalBarrier != localstore.BarrierFsync {
+			return fmt.Errorf("--local-barrier %s: applies to the embedded store, not to --store %s", c.LocalBarrier, c.Store)
 		}
 	}
 	return nil

@@ -337,11 +337,11 @@ func openStore(ctx context.Context, cfg *config, log *zap.Logger, reg prometheus
 	// series (at 0 on the local store).
 	tries := azure.NewTryMetrics(reg)
 	if cfg.store.Container == "" {
-		s, err := localstore.Open(cfg.store.Dir, localstore.WithGroupObserver(localGroupMetrics(reg)))
+		s, err := localstore.Open(cfg.store.Dir, localstore.WithGroupObserver(localGroupMetrics(reg)), localstore.WithBarrier(cfg.LocalBarrier))
 		if err != nil {
 			return nil, nil, fmt.Errorf("--store %s: %w", cfg.Store, err)
 		}
-		log.Info("store opened", zap.String("backend", "local"), zap.String("dir", s.Dir()))
+		log.Info("store opened", zap.String("backend", "local"), zap.String("dir", s.Dir()), zap.Stringer("barrier", s.Barrier()))
 		return s, s.Close, nil
 	}
 	ctx, cancel := context.WithTimeout(ctx, storeOpenTimeout)

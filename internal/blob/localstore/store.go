@@ -337,6 +337,9 @@ func (s *Store) Close() error {
 // Dir returns the data directory's absolute path.
 func (s *Store) Dir() string { return s.dir }
 
+// Barrier returns how the store makes groups durable (WithBarrier).
+func (s *Store) Barrier() Barrier { return s.barrier }
+
 // Failed returns nil while the store is healthy. Once a change that reads
 // could already see failed to become durable, it returns the error, matching
 // blob.ErrStoreFailed, that every call returns from then on, until the

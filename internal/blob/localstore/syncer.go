@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -75,7 +76,8 @@ func (g *group) holds(name string, etag blob.ETag) bool {
 // fast as fsyncs. rolloutd's data directory shares its file system with
 // whatever else the box writes (an RL job's checkpoints), so the default
 // is BarrierFsync, whose cost does not depend on other programs' writes.
-// BarrierAuto suits a file system of rolloutd's own.
+// BarrierAuto suits a file system of rolloutd's own (rolloutd's
+// --local-barrier).
 type Barrier int
 
 const (
@@ -90,6 +92,27 @@ const (
 	// errors).
 	BarrierSyncfs
 )
+
+// barrierNames are the names String and Set use, by Barrier.
+var barrierNames = [...]string{BarrierFsync: "fsync", BarrierAuto: "auto", BarrierSyncfs: "syncfs"}
+
+// String returns the barrier's name, as Set takes it.
+func (b Barrier) String() string {
+	if int(b) < len(barrierNames) {
+		return barrierNames[b]
+	}
+	return fmt.Sprintf("Barrier(%d)", int(b))
+}
+
+// Set parses a barrier's name (fsync, auto or syncfs), so that a Barrier
+// is a flag.Value.
+func (b *Barrier) Set(name string) error {
+	if i := slices.Index(barrierNames[:], name); i >= 0 {
+		*b = Barrier(i)
+		return nil
+	}
+	return fmt.Errorf("unknown barrier %q: want %s", name, strings.Join(barrierNames[:], ", "))
+}
 
 // syncfsMin is the size from which BarrierAuto uses syncfs for a barrier.
 const syncfsMin = 4
