@@ -18,8 +18,8 @@ import (
 // not fit, the least recently used writers' presence state is dropped
 // until the budget is at most 7/8 full (so that the scan for them is paid
 // once per eighth of the budget, not per commit); the charge fails when
-// even that leaves no room, and such a search is not repeated before some
-// writer gives bytes back or rescanTicks charges have passed. A writer
+// even that leaves no room, and after a refusal the search is not repeated
+// before some writer gives bytes back or rescanTicks charges have passed. A writer
 // whose state was dropped, or that was refused, answers through the
 // filters and footers read via the blob cache, the path every inherited
 // generation takes: slower, never wrong.
@@ -38,10 +38,11 @@ type PresenceBudget struct {
 	accts map[*presenceAccount]struct{}
 	sheds int64 // writers whose state was dropped
 	scans int64 // searches for writers to drop
-	// rescanAt: a search that could not make room is not repeated
+	// rescanAt: after a search that left a charge refused, none is made
 	// before this tick, nor before some writer gives bytes back (which
 	// zeroes it), since until then it would find the same busy writers
-	// under b.mu at every charge.
+	// under b.mu at every charge. A writer that goes idle meanwhile waits
+	// at most rescanTicks charges to be shed.
 	rescanAt int64
 }
 
@@ -128,7 +129,9 @@ func (a *presenceAccount) grow(n int64) bool {
 		return false
 	}
 	if b.used+n > b.max && b.tick.Load() >= b.rescanAt {
-		if target := b.max - b.max/8 - n; !b.shedLocked(a, target) {
+		b.shedLocked(a, b.max-b.max/8-n)
+		if b.used+n > b.max {
+			// Refused after shedding every idle writer: the rest are busy.
 			b.rescanAt = b.tick.Load() + rescanTicks
 		}
 	}
@@ -142,9 +145,8 @@ func (a *presenceAccount) grow(n int64) bool {
 
 // shedLocked drops the presence state of the least recently used writers
 // other than keep, until at most target bytes are charged or none is
-// left that can be shed now, and reports whether it reached target. The
-// caller holds b.mu.
-func (b *PresenceBudget) shedLocked(keep *presenceAccount, target int64) (reached bool) {
+// left that can be shed now. The caller holds b.mu.
+func (b *PresenceBudget) shedLocked(keep *presenceAccount, target int64) {
 	b.scans++
 	type victim struct {
 		a    *presenceAccount
@@ -160,7 +162,7 @@ func (b *PresenceBudget) shedLocked(keep *presenceAccount, target int64) (reache
 	for _, vl := range victims {
 		v := vl.a
 		if b.used <= target {
-			return true
+			return
 		}
 		if !v.mu.TryLock() {
 			continue // charging, or answering an append: in use, so not idle
@@ -171,7 +173,6 @@ func (b *PresenceBudget) shedLocked(keep *presenceAccount, target int64) (reache
 		v.held = 0
 		b.sheds++
 	}
-	return b.used <= target
 }
 
 // rescanTicks is how many charges, at most, pass between two searches that

@@ -340,3 +340,23 @@ func TestBudgetFullOfBusyWritersIsNotSearchedPerCharge(t *testing.T) {
 		t.Fatal("a charge that fits after bytes were given back was refused")
 	}
 }
+
+// TestBudgetSearchThatGrantsLeavesSearchingOn: a search that makes room
+// for its own charge, though not down to 7/8 of the budget, must not turn
+// searching off for the next writer, which finds an idle writer to shed.
+func TestBudgetSearchThatGrantsLeavesSearchingOn(t *testing.T) {
+	b := NewPresenceBudget(1000)
+	var wMu, aMu, xMu sync.Mutex
+	w := b.join(&wMu, func() {})
+	a := b.join(&aMu, func() {})
+	x := b.join(&xMu, func() {})
+	if !w.grow(880) || !a.grow(100) {
+		t.Fatal("the first charges did not fit")
+	}
+	if !w.grow(100) { // sheds a, is granted, ends at 980: over 7/8
+		t.Fatal("w's charge was refused with an idle writer to shed")
+	}
+	if !x.grow(50) { // w is idle: shedding it makes room
+		t.Fatalf("x's charge was refused with an idle writer to shed (%d sheds)", b.Sheds())
+	}
+}
