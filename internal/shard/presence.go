@@ -144,7 +144,7 @@ func (o *ownBatches) retain(view *storagepb.Manifest) {
 // were forgotten keeps it linear in the forgetting. The caller holds mu.
 func (o *ownBatches) compact() {
 	switch n := len(o.byID); {
-	case n == 0:
+	case n == 0 && len(o.batches) == 0:
 		o.byID, o.batches, o.peak = nil, nil, 0
 	case n < o.peak/2:
 		byID := make(map[string]ownRecord, n)
