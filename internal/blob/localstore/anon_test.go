@@ -78,7 +78,6 @@ func TestCreateOnlyPutsLeaveTmpAlone(t *testing.T) {
 	}
 }
 
-// TestConformanceWithoutAnon runs the conformance suite on the fallback.
 // TestConformanceWithoutAnon runs the suite on the fallback's named
 // temporary files. ListDelimitedManyPrefixes, 2,700 puts that test listing
 // (5.3 s under -race here), lists the same on either kind of temporary

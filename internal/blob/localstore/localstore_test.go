@@ -27,9 +27,8 @@ func open(t *testing.T, dir string) *localstore.Store {
 // TestConformance runs the suite on the disk. Its largest case,
 // ListDelimitedManyPrefixes (2,700 puts, each a file and a directory
 // fsync), took 6 of make test's seconds here; its listing logic is the
-// same on every file system and runs in TestConformanceOnStrictMem and
-// TestConformanceWithoutAnon, so on the disk it runs only with
-// ROLLOUTD_LOCALSTORE_LONG=1.
+// same on every file system and runs in TestConformanceOnStrictMem, so on
+// the disk it runs only with ROLLOUTD_LOCALSTORE_LONG=1.
 func TestConformance(t *testing.T) {
 	long := os.Getenv("ROLLOUTD_LOCALSTORE_LONG") != ""
 	blobtest.Run(t, func(t *testing.T) blob.Store {

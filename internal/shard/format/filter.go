@@ -34,7 +34,9 @@ func filterWords(f *bloom.BloomFilter) int { return int((f.BitSet().Len() + 63) 
 // appendFilter appends the library's encoding of f (what MarshalBinary
 // returns: m, k, the bitset's length, then its words, all big-endian)
 // without MarshalBinary's buffer and reflective writes, which cost a commit
-// of one record as much as the rest of its filter.
+// of one record as much as the rest of its filter. The stored format is
+// big-endian whatever bitset.BinaryOrder says: DecodeFilter reads it with
+// the library's default order, which nothing in rolloutd changes.
 func appendFilter(dst []byte, f *bloom.BloomFilter) []byte {
 	dst = binary.BigEndian.AppendUint64(dst, uint64(f.Cap()))
 	dst = binary.BigEndian.AppendUint64(dst, uint64(f.K()))
