@@ -5,9 +5,11 @@ import (
 	"fmt"
 	"maps"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/rolloutd/rolloutd/internal/blob"
 	"github.com/rolloutd/rolloutd/internal/blob/localstore/vfs"
@@ -161,4 +163,53 @@ func TestDeleteManyCrashTestCatchesMissingSync(t *testing.T) {
 		t.Fatalf("without the removals' sync, a crash at each of %d steps left nothing wrong", steps)
 	}
 	t.Logf("caught: %v", err)
+}
+
+// TestDeleteManyConcurrentWithPutsAndItself: DeleteMany calls over the same
+// names in opposite orders, beside puts of those names (whose groups in
+// flight send some names to be deleted alone), neither deadlock nor report
+// anything but success or ErrNotFound.
+func TestDeleteManyConcurrentWithPutsAndItself(t *testing.T) {
+	s := openOn(t, vfs.NewStrictMem())
+	ctx := t.Context()
+	var names []string
+	for i := range 64 {
+		names = append(names, fmt.Sprintf("shards/s/_l/%016x", i+1))
+	}
+	reversed := slices.Clone(names)
+	slices.Reverse(reversed)
+	done := make(chan error, 4)
+	for _, order := range [][]string{names, reversed} {
+		go func() {
+			for range 100 {
+				for i, err := range s.DeleteMany(ctx, order) {
+					if err != nil && !errors.Is(err, blob.ErrNotFound) {
+						done <- fmt.Errorf("DeleteMany: %s: %w", order[i], err)
+						return
+					}
+				}
+			}
+			done <- nil
+		}()
+		go func() {
+			for r := range 100 {
+				n := order[r%len(order)]
+				if _, err := s.Put(ctx, n, []byte("x"), blob.PutOptions{}); err != nil {
+					done <- fmt.Errorf("Put(%s): %w", n, err)
+					return
+				}
+			}
+			done <- nil
+		}()
+	}
+	for range 4 {
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatal(err)
+			}
+		case <-time.After(20 * time.Second):
+			t.Fatal("deadlocked")
+		}
+	}
 }
