@@ -172,6 +172,18 @@ type Store interface {
 	List(ctx context.Context, opts ListOptions) (ListPage, error)
 }
 
+// ManyDeleter is a Store whose deletes cost less issued together than one
+// at a time: the embedded local store's removals in one directory share
+// one directory fsync. The shard collector uses it where a store has it;
+// wrappers (instrumented, traced) have it exactly when the store they wrap
+// does, so that a type assertion finds it through them.
+type ManyDeleter interface {
+	// DeleteMany deletes each name as Delete would with zero options and
+	// returns each one's error, classified as Delete's. Each deletion
+	// that succeeded is durable when it returns.
+	DeleteMany(ctx context.Context, names []string) []error
+}
+
 // RollUp is the entry a listing of prefix shows for name: the name itself
 // (isPrefix false) or its rolled-up prefix. Backends that list in name
 // order use it to build a ListPage. An empty delimiter rolls up nothing.

@@ -74,7 +74,9 @@ type collector struct {
 // in one pass costs the store the same deletes but one manifest edit. The
 // pass keeps only as many deletes in flight as it needs to finish within
 // half an interval (parallelism), so a lone client's appends meet at
-// most one delete rather than a burst.
+// most one delete rather than a burst; on a store whose deletes cost less
+// issued together (blob.ManyDeleter: the local store, where a pass's
+// removals share one directory fsync), it issues the pass in one call.
 func (c *collector) loop() {
 	w := c.w
 	defer close(c.done)
@@ -113,12 +115,65 @@ func (c *collector) run(ctx context.Context) (more bool) {
 	now := w.opts.Clock.Now()
 	due, backlog := dueRetired(m, now.UnixNano(), int64(w.opts.RetireGrace), maxDeletesPerPass)
 	more = backlog > len(due)
+	var forget map[format.GenKey]bool
+	if many, ok := w.store.(blob.ManyDeleter); ok {
+		forget = c.deleteTogether(ctx, many, due)
+	} else {
+		forget = c.deletePaced(ctx, due, backlog)
+	}
+	if len(forget) > 0 {
+		e := newEdit()
+		e.forget = forget
+		if err := w.submit(ctx, e); err != nil {
+			if ctx.Err() == nil {
+				w.log.Warn("gc: forgetting deleted generations failed; will retry", zap.Error(err))
+			}
+			more = false // the next pass would only repeat this one
+		}
+		w.gcDeleted.Add(int64(len(forget)))
+	} else {
+		more = false // every delete failed: wait for the next interval
+	}
+	if now.Before(c.nextScan) {
+		return more
+	}
+	c.nextScan = now.Add(w.opts.OrphanScanInterval)
+	w.gcDeleted.Add(int64(c.orphans(ctx)))
+	return more
+}
+
+// deleteTogether deletes due in one call to a store whose deletes cost
+// less issued together (the local store: one directory fsync for the
+// pass, not one per position), and returns those deleted or found gone.
+func (c *collector) deleteTogether(ctx context.Context, many blob.ManyDeleter, due []format.GenKey) map[format.GenKey]bool {
+	w := c.w
+	names := make([]string, len(due))
+	for i, k := range due {
+		names[i] = k.Blob(w.shard)
+	}
+	forget := map[format.GenKey]bool{}
+	for i, err := range many.DeleteMany(ctx, names) {
+		if err != nil && !errors.Is(err, blob.ErrNotFound) {
+			if ctx.Err() == nil {
+				w.log.Warn("gc: delete retired generation failed; will retry", zap.Uint64("generation", due[i].Number), zap.Error(err))
+			}
+			continue
+		}
+		forget[due[i]] = true
+	}
+	return forget
+}
+
+// deletePaced deletes due with as many deletes in flight as it takes to
+// keep up, and no more (see parallelism), and returns those deleted or
+// found gone. backlog counts due and what is due beyond it.
+func (c *collector) deletePaced(ctx context.Context, due []format.GenKey, backlog int) map[format.GenKey]bool {
+	w := c.w
 	var (
 		mu     sync.Mutex
 		forget = map[format.GenKey]bool{}
 	)
 	for len(due) > 0 {
-		// As many at a time as it takes to keep up, and no more.
 		c.mu.Lock()
 		lat := c.latency
 		c.mu.Unlock()
@@ -149,25 +204,7 @@ func (c *collector) run(ctx context.Context) (more bool) {
 		}
 		_ = g.Wait()
 	}
-	if len(forget) > 0 {
-		e := newEdit()
-		e.forget = forget
-		if err := w.submit(ctx, e); err != nil {
-			if ctx.Err() == nil {
-				w.log.Warn("gc: forgetting deleted generations failed; will retry", zap.Error(err))
-			}
-			more = false // the next pass would only repeat this one
-		}
-		w.gcDeleted.Add(int64(len(forget)))
-	} else {
-		more = false // every delete failed: wait for the next interval
-	}
-	if now.Before(c.nextScan) {
-		return more
-	}
-	c.nextScan = now.Add(w.opts.OrphanScanInterval)
-	w.gcDeleted.Add(int64(c.orphans(ctx)))
-	return more
+	return forget
 }
 
 // orphans lists the shard's generation blobs and deletes those of earlier

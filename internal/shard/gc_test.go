@@ -203,3 +203,58 @@ func TestGCDeletesInParallelOnlyWhenOneAtATimeFallsBehind(t *testing.T) {
 		})
 	}
 }
+
+// manyDeletes is a memstore with DeleteMany, as the local store has it,
+// counting the deletes each way and the largest DeleteMany.
+type manyDeletes struct {
+	*memstore.Store
+	mu              sync.Mutex
+	alone, together int
+	largest         int
+}
+
+func (m *manyDeletes) Delete(ctx context.Context, name string, opts blob.DeleteOptions) error {
+	m.mu.Lock()
+	m.alone++
+	m.mu.Unlock()
+	return m.Store.Delete(ctx, name, opts)
+}
+
+func (m *manyDeletes) DeleteMany(ctx context.Context, names []string) []error {
+	m.mu.Lock()
+	m.together += len(names)
+	m.largest = max(m.largest, len(names))
+	m.mu.Unlock()
+	errs := make([]error, len(names))
+	for i, n := range names {
+		errs[i] = m.Store.Delete(ctx, n, blob.DeleteOptions{})
+	}
+	return errs
+}
+
+// On a store whose deletes cost less issued together (the local store,
+// whose removals in one directory share one fsync), a pass issues its
+// deletes in one call, whatever the pace one at a time would keep.
+func TestGCDeletesTogetherWhereTheStoreGroupsThem(t *testing.T) {
+	store := &manyDeletes{Store: memstore.New()}
+	opts := mergeOptions(t)
+	opts.MergeInterval = time.Second // one at a time would keep up
+	opts.RetireGrace = 100 * time.Millisecond
+	w, err := Open(context.Background(), store, "s", opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Abort()
+	for i := range 60 {
+		if _, err := w.Append(context.Background(), entries(t, fmt.Sprint("a", i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, "GC to delete 60 retired generations", func() bool { return w.Stats().GCDeletedBlobs >= 60 })
+	store.mu.Lock()
+	defer store.mu.Unlock()
+	if store.alone != 0 || store.largest < 32 {
+		t.Fatalf("GC deleted %d alone, %d together (at most %d in one call); want all together, the first merge's 32 in one call",
+			store.alone, store.together, store.largest)
+	}
+}

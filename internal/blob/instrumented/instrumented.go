@@ -54,9 +54,32 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	return m
 }
 
-// New wraps next so that its operations are recorded in m.
-func New(next blob.Store, m *Metrics) *Store {
-	return &Store{next: next, ops: m.ops, duration: m.duration}
+// New wraps next so that its operations are recorded in m. The result is
+// a blob.ManyDeleter exactly when next is one.
+func New(next blob.Store, m *Metrics) blob.Store {
+	s := &Store{next: next, ops: m.ops, duration: m.duration}
+	if many, ok := next.(blob.ManyDeleter); ok {
+		return &manyStore{s, many}
+	}
+	return s
+}
+
+// manyStore is a Store over a blob.ManyDeleter.
+type manyStore struct {
+	*Store
+	many blob.ManyDeleter
+}
+
+// DeleteMany implements blob.ManyDeleter. Each name counts as one delete,
+// and each is recorded with the duration of the whole call, which is how
+// long its caller waited for it.
+func (s *manyStore) DeleteMany(ctx context.Context, names []string) []error {
+	start := time.Now()
+	errs := s.many.DeleteMany(ctx, names)
+	for _, err := range errs {
+		s.observe("delete", start, err)
+	}
+	return errs
 }
 
 // Outcome classifies err for the outcome label: "ok", the blob error class

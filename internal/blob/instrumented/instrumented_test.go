@@ -85,3 +85,41 @@ func TestOutcome(t *testing.T) {
 		}
 	}
 }
+
+// manyMem is a memstore with DeleteMany, as the local store has it.
+type manyMem struct{ *memstore.Store }
+
+func (m manyMem) DeleteMany(ctx context.Context, names []string) []error {
+	errs := make([]error, len(names))
+	for i, n := range names {
+		errs[i] = m.Delete(ctx, n, blob.DeleteOptions{})
+	}
+	return errs
+}
+
+// The wrapper is a blob.ManyDeleter exactly when its store is, so that the
+// collector finds DeleteMany through it; each name counts as one delete.
+func TestDeleteManyPassesThrough(t *testing.T) {
+	m := NewMetrics(prometheus.NewRegistry())
+	if _, ok := New(memstore.New(), m).(blob.ManyDeleter); ok {
+		t.Fatal("over a store without DeleteMany, the wrapper has it")
+	}
+	inner := manyMem{memstore.New()}
+	ctx := context.Background()
+	if _, err := inner.Put(ctx, "x", []byte("1"), blob.PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	s, ok := New(inner, m).(blob.ManyDeleter)
+	if !ok {
+		t.Fatal("over a store with DeleteMany, the wrapper lacks it")
+	}
+	errs := s.DeleteMany(ctx, []string{"x", "missing"})
+	if errs[0] != nil || !errors.Is(errs[1], blob.ErrNotFound) {
+		t.Fatalf("DeleteMany = %v", errs)
+	}
+	for outcome, want := range map[string]float64{"ok": 1, "not_found": 1} {
+		if got := testutil.ToFloat64(m.ops.WithLabelValues("delete", outcome)); got != want {
+			t.Errorf("ops{op=delete,outcome=%s} = %v, want %v", outcome, got, want)
+		}
+	}
+}

@@ -2,6 +2,7 @@ package localstore
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -36,14 +37,7 @@ func benchDeletes(b *testing.B, deleters int) {
 	s, syncs, done := openCountingBenchStore(b)
 	defer done()
 	ctx := context.Background()
-	data := make([]byte, 1024)
-	names := make([]string, b.N)
-	for i := range names {
-		names[i] = fmt.Sprintf("shards/s/_l/%016x", i+1)
-		if _, err := s.Put(ctx, names[i], data, blob.PutOptions{IfNoneMatch: true}); err != nil {
-			b.Fatal(err)
-		}
-	}
+	names := putLogPositions(b, s, b.N)
 	syncs.Store(0)
 	var next atomic.Int64
 	var ru0 syscall.Rusage
@@ -64,6 +58,50 @@ func benchDeletes(b *testing.B, deleters int) {
 	b.StopTimer()
 	cpu := cpuSince(&ru0)
 	b.ReportMetric(float64(cpu)/1e3/float64(b.N), "cpu-µs/op")
+	b.ReportMetric(float64(syncs.Load())/float64(b.N), "dirsyncs/op")
+}
+
+// BenchmarkCollectorPass measures the collector's passes over retired log
+// positions of one directory, 256 at most (the shard's maxDeletesPerPass):
+// one Delete at a time (mode=alone, what it did before DeleteMany) or one
+// DeleteMany per pass (mode=together). It reports the process's CPU and
+// the directory syncs per delete. Compare the modes with
+// benchstat -col /mode; put LOCALSTORE_BENCH_DIR on the disk to measure.
+//
+//	go test -run '^$' -bench CollectorPass -count 6 ./internal/blob/localstore
+func BenchmarkCollectorPass(b *testing.B) {
+	for _, mode := range []string{"alone", "together"} {
+		b.Run("mode="+mode, func(b *testing.B) { benchCollectorPass(b, mode == "together") })
+	}
+}
+
+func benchCollectorPass(b *testing.B, together bool) {
+	const pass = 256
+	s, syncs, done := openCountingBenchStore(b)
+	defer done()
+	ctx := context.Background()
+	names := putLogPositions(b, s, b.N)
+	syncs.Store(0)
+	var ru0 syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru0)
+	b.ResetTimer()
+	for len(names) > 0 {
+		chunk := names[:min(len(names), pass)]
+		names = names[len(chunk):]
+		if together {
+			if err := errors.Join(s.DeleteMany(ctx, chunk)...); err != nil {
+				b.Fatal(err)
+			}
+			continue
+		}
+		for _, n := range chunk {
+			if err := s.Delete(ctx, n, blob.DeleteOptions{}); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	b.StopTimer()
+	b.ReportMetric(float64(cpuSince(&ru0))/1e3/float64(b.N), "cpu-µs/op")
 	b.ReportMetric(float64(syncs.Load())/float64(b.N), "dirsyncs/op")
 }
 
@@ -128,4 +166,17 @@ func cpuSince(ru0 *syscall.Rusage) int64 {
 	var ru1 syscall.Rusage
 	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru1)
 	return ru1.Utime.Nano() + ru1.Stime.Nano() - ru0.Utime.Nano() - ru0.Stime.Nano()
+}
+
+// putLogPositions puts n log positions of one shard, 1 KiB each, and
+// returns their names.
+func putLogPositions(b *testing.B, s *Store, n int) []string {
+	names := make([]string, n)
+	for i := range names {
+		names[i] = fmt.Sprintf("shards/s/_l/%016x", i+1)
+		if _, err := s.Put(context.Background(), names[i], make([]byte, 1024), blob.PutOptions{IfNoneMatch: true}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	return names
 }

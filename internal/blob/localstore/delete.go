@@ -20,6 +20,11 @@ func (s *Store) Delete(ctx context.Context, name string, opts blob.DeleteOptions
 		return err
 	}
 	defer done()
+	return s.deleteEntered(ctx, name, path, opts)
+}
+
+// deleteEntered is Delete once the store is entered and path found.
+func (s *Store) deleteEntered(ctx context.Context, name, path string, opts blob.DeleteOptions) error {
 	mu := s.stripe(name)
 	mu.Lock()
 	removed, err := s.remove(ctx, mu, name, path, opts)
@@ -77,14 +82,20 @@ func (s *Store) remove(ctx context.Context, mu *sync.Mutex, name, path string, o
 	case opts.IfMatch != "" && opts.IfMatch != cur.ETag:
 		return false, blob.ErrConditionFailed
 	}
-	err = s.fs.Remove(path)
-	if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ENOTDIR) {
-		return false, blob.ErrNotFound
-	}
-	if err != nil {
+	if err := s.unlink(path); err != nil {
 		return false, err
 	}
 	return true, s.removalDurable(filepath.Dir(path))
+}
+
+// unlink removes the blob file at path, with blob.ErrNotFound when there
+// is none. The removal is not durable yet (see removalDurable).
+func (s *Store) unlink(path string) error {
+	err := s.fs.Remove(path)
+	if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ENOTDIR) {
+		return blob.ErrNotFound
+	}
+	return err
 }
 
 // removalDurable returns once the removal just made in dir is durable,

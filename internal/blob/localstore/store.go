@@ -406,11 +406,15 @@ func (s *Store) enter(ctx context.Context, op, name string) (func(), error) {
 }
 
 func (s *Store) stripe(name string) *sync.Mutex {
-	return &s.stripes[maphash.String(s.seed, name)%stripes]
+	return &s.stripes[s.stripeIndex(name)]
 }
 
 func newETag() blob.ETag {
 	var b [16]byte
 	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails (Go 1.24+)
 	return blob.ETag(hex.EncodeToString(b[:]))
+}
+
+func (s *Store) stripeIndex(name string) uint64 {
+	return maphash.String(s.seed, name) % stripes
 }

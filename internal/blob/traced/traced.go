@@ -10,6 +10,7 @@ package traced
 
 import (
 	"context"
+	"errors"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -27,9 +28,32 @@ type Store struct {
 
 var _ blob.Store = (*Store)(nil)
 
-// New wraps next; its spans come from tp.
-func New(next blob.Store, tp trace.TracerProvider) *Store {
-	return &Store{next: next, tracer: tp.Tracer("github.com/rolloutd/rolloutd/internal/blob")}
+// New wraps next; its spans come from tp. The result is a
+// blob.ManyDeleter exactly when next is one.
+func New(next blob.Store, tp trace.TracerProvider) blob.Store {
+	s := &Store{next: next, tracer: tp.Tracer("github.com/rolloutd/rolloutd/internal/blob")}
+	if many, ok := next.(blob.ManyDeleter); ok {
+		return &manyStore{s, many}
+	}
+	return s
+}
+
+// manyStore is a Store over a blob.ManyDeleter.
+type manyStore struct {
+	*Store
+	many blob.ManyDeleter
+}
+
+// DeleteMany implements blob.ManyDeleter, as one span named by the first
+// name; it ends with the first error, if any.
+func (s *manyStore) DeleteMany(ctx context.Context, names []string) []error {
+	if len(names) == 0 {
+		return nil
+	}
+	ctx, span := s.start(ctx, "delete_many", names[0])
+	errs := s.many.DeleteMany(ctx, names)
+	end(span, errors.Join(errs...))
+	return errs
 }
 
 // start begins the span of op on name, if ctx carries a sampled span to

@@ -24,7 +24,7 @@ func recorder(t *testing.T) (*tracetest.SpanRecorder, *sdktrace.TracerProvider) 
 // inside a sampled span so that every call is traced.
 func TestConformance(t *testing.T) {
 	_, tp := recorder(t)
-	blobtest.Run(t, func(t *testing.T) blob.Store { return &sampledCtx{New(memstore.New(), tp), tp} })
+	blobtest.Run(t, func(t *testing.T) blob.Store { return &sampledCtx{New(memstore.New(), tp).(*Store), tp} })
 }
 
 // Each call under a sampled span gets a child span named by its kind with
