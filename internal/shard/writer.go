@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	mrand "math/rand/v2"
 	"runtime"
 	"time"
 
@@ -43,7 +44,8 @@ func Open(ctx context.Context, store blob.Store, shard string, opts Options) (*W
 	w.merger = merger{w: w, kick: make(chan struct{}, 1), done: make(chan struct{})}
 	w.collector = collector{w: w, done: make(chan struct{})}
 	w.checkpointer = checkpointer{w: w, kick: make(chan struct{}, 1), retime: make(chan struct{}, 1), closing: make(chan struct{}), done: make(chan struct{})}
-	for {
+	for lost := 0; ; lost++ {
+		start := opts.Clock.Now()
 		if err := w.claim(ctx); err != nil {
 			return nil, err
 		}
@@ -54,7 +56,15 @@ func Open(ctx context.Context, store blob.Store, shard string, opts Options) (*W
 		if !errors.Is(err, errReclaim) {
 			return nil, err
 		}
-		// A higher epoch claimed the shard meanwhile: claim after it.
+		// A higher epoch claimed the shard meanwhile: claim after it, once
+		// it has had time to finish opening. Claiming at once, concurrent
+		// opens outbid each other for ever: each one's fence sends the
+		// others back to claim, and each round is longer than the last,
+		// as every probe reads the fences before it. So the pause grows
+		// with the attempt's own length, not from a fixed cap.
+		if err := reclaimPause(ctx, opts, opts.Clock.Now().Sub(start), lost); err != nil {
+			return nil, fmt.Errorf("open shard %q: %w", shard, err)
+		}
 	}
 	w.joinPresence()
 	w.log = opts.Logger.With(zap.String("shard", shard), zap.Uint64("epoch", w.epoch))
@@ -75,6 +85,19 @@ func Open(ctx context.Context, store blob.Store, shard string, opts Options) (*W
 	h := &Writer{w: w}
 	runtime.AddCleanup(h, func(w *writer) { w.dropped() }, w)
 	return h, nil
+}
+
+// reclaimPause waits before a writer that lost its open claims again: a
+// jittered wait of about took, the lost attempt's length (at least
+// RetryBackoff), doubled for each attempt lost before, up to 64 times.
+func reclaimPause(ctx context.Context, opts Options, took time.Duration, lost int) error {
+	d := max(took, opts.RetryBackoff) << min(lost, 6)
+	select {
+	case <-opts.Clock.After(d/2 + mrand.N(d/2+1)):
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 func newWriterID() string {
