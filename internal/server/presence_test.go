@@ -36,4 +36,7 @@ func TestPresenceBudgetIsSharedAndExported(t *testing.T) {
 	if err != nil || held <= 0 || held > budget {
 		t.Fatalf("rolloutd_presence_bytes %s, want some, at most the budget %d, held by 8 writers", m[1], budget)
 	}
+	if !regexp.MustCompile(`(?m)^rolloutd_presence_sheds_total \d+$`).MatchString(rec.Body.String()) {
+		t.Fatal("/metrics lacks rolloutd_presence_sheds_total, unlabelled")
+	}
 }

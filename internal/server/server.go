@@ -174,6 +174,9 @@ func (s *Server) registerMetrics(reg prometheus.Registerer, cache *shard.BlobCac
 		newGaugeFunc("rolloutd_presence_bytes",
 			"Bytes that shard writers hold to answer appends' id look-ups from memory, at most --presence-budget-bytes.",
 			func() float64 { return float64(s.cfg.Writer.Presence.Bytes()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "rolloutd_presence_sheds_total",
+			Help: "Times a shard writer's in-memory id look-ups were dropped to make room in --presence-budget-bytes for another's; growing steadily, the shards appended to do not fit."},
+			func() float64 { return float64(s.cfg.Writer.Presence.Sheds()) }),
 	}
 	all := append(append([]prometheus.Collector{}, s.metrics.collectors...), gauges...)
 	all = append(append(all, s.guard.collectors()...), s.admission.collectors()...)
