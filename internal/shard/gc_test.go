@@ -179,19 +179,7 @@ func TestGCDeletesInParallelOnlyWhenOneAtATimeFallsBehind(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			store, maxFlight := slowDeletes(memstore.New(), 2*time.Millisecond)
-			opts := mergeOptions(t)
-			opts.MergeInterval = tc.interval
-			opts.RetireGrace = 100 * time.Millisecond
-			w, err := Open(context.Background(), store, "s", opts)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer w.Abort()
-			for i := range 60 {
-				if _, err := w.Append(context.Background(), entries(t, fmt.Sprint("a", i))); err != nil {
-					t.Fatal(err)
-				}
-			}
+			w := appendSixtyToRetire(t, store, tc.interval)
 			// Every batch: under protocol v2 the first merge retires 32 at
 			// once, which the first pass deletes before any delete was
 			// timed, hence one at a time; the pace shows in the next pass.
@@ -237,19 +225,7 @@ func (m *manyDeletes) DeleteMany(ctx context.Context, names []string) []error {
 // deletes in one call, whatever the pace one at a time would keep.
 func TestGCDeletesTogetherWhereTheStoreGroupsThem(t *testing.T) {
 	store := &manyDeletes{Store: memstore.New()}
-	opts := mergeOptions(t)
-	opts.MergeInterval = time.Second // one at a time would keep up
-	opts.RetireGrace = 100 * time.Millisecond
-	w, err := Open(context.Background(), store, "s", opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer w.Abort()
-	for i := range 60 {
-		if _, err := w.Append(context.Background(), entries(t, fmt.Sprint("a", i))); err != nil {
-			t.Fatal(err)
-		}
-	}
+	w := appendSixtyToRetire(t, store, time.Second) // one at a time would keep up
 	waitFor(t, "GC to delete 60 retired generations", func() bool { return w.Stats().GCDeletedBlobs >= 60 })
 	store.mu.Lock()
 	defer store.mu.Unlock()
@@ -257,4 +233,25 @@ func TestGCDeletesTogetherWhereTheStoreGroupsThem(t *testing.T) {
 		t.Fatalf("GC deleted %d alone, %d together (at most %d in one call); want all together, the first merge's 32 in one call",
 			store.alone, store.together, store.largest)
 	}
+}
+
+// appendSixtyToRetire opens shard "s" on store, merging every interval
+// and deleting what merges retire 100 ms later, and appends 60 batches,
+// which merges then retire. The writer is aborted when the test ends.
+func appendSixtyToRetire(t *testing.T, store blob.Store, interval time.Duration) *Writer {
+	t.Helper()
+	opts := mergeOptions(t)
+	opts.MergeInterval = interval
+	opts.RetireGrace = 100 * time.Millisecond
+	w, err := Open(context.Background(), store, "s", opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(w.Abort)
+	for i := range 60 {
+		if _, err := w.Append(context.Background(), entries(t, fmt.Sprint("a", i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return w
 }

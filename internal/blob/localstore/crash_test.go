@@ -63,14 +63,7 @@ type crashPoint struct {
 // every step.
 func crashWorkload(t *testing.T, writers, rounds int, opts ...Option) ([]crashPoint, int) {
 	t.Helper()
-	mem := vfs.NewStrictMem()
-	// The data directory exists, durably, as an operator made it.
-	if err := mem.MkdirAll("/data", 0o750); err != nil {
-		t.Fatal(err)
-	}
-	if err := mem.SyncFS("/"); err != nil {
-		t.Fatal(err)
-	}
+	mem := durableDataDir(t)
 	obs := &groups{}
 	s := openOn(t, mem, append(opts, WithGroupObserver(obs.observe))...)
 	var (

@@ -103,13 +103,7 @@ func TestDeleteManySyncsEachDirectoryOnce(t *testing.T) {
 // back. It returns the first violation and the steps checked.
 func deleteManyCrash(t *testing.T, opts ...Option) (error, int) {
 	t.Helper()
-	mem := vfs.NewStrictMem()
-	if err := mem.MkdirAll("/data", 0o750); err != nil {
-		t.Fatal(err)
-	}
-	if err := mem.SyncFS("/"); err != nil {
-		t.Fatal(err)
-	}
+	mem := durableDataDir(t)
 	s := openOn(t, mem, opts...)
 	var names []string
 	for i := range 12 {

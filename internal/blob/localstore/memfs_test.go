@@ -19,6 +19,21 @@ func openOn(t *testing.T, fsys vfs.FS, opts ...Option) *Store {
 	return s
 }
 
+// durableDataDir returns a strict in-memory file system on which the data
+// directory /data exists, durably, as an operator made it: what the crash
+// tests start from.
+func durableDataDir(t *testing.T) *vfs.MemFS {
+	t.Helper()
+	mem := vfs.NewStrictMem()
+	if err := mem.MkdirAll("/data", 0o750); err != nil {
+		t.Fatal(err)
+	}
+	if err := mem.SyncFS("/"); err != nil {
+		t.Fatal(err)
+	}
+	return mem
+}
+
 // TestConformanceOnStrictMem runs the conformance suite on the strict
 // in-memory file system the crash tests use, so that they test the store
 // as it runs on disk.

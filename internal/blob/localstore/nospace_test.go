@@ -59,14 +59,7 @@ func testPutFaults(t *testing.T, temp Option) {
 		{"EIO at the directory fsync after link", vfs.OpSyncDir, syscall.EIO, "/blobs", true, inDoubtFailed},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			mem := vfs.NewStrictMem()
-			// The data directory exists, durably, as an operator made it.
-			if err := mem.MkdirAll("/data", 0o750); err != nil {
-				t.Fatal(err)
-			}
-			if err := mem.SyncFS("/"); err != nil {
-				t.Fatal(err)
-			}
+			mem := durableDataDir(t)
 			fsys := vfs.NewFaulty(mem)
 			s := openOn(t, fsys, temp)
 			ctx := contextTODO()

@@ -135,13 +135,7 @@ type deleteCrashPoint struct {
 func deleteCrashWorkload(t *testing.T, opts ...Option) ([]deleteCrashPoint, []string, uint64) {
 	t.Helper()
 	const deleters, each = 4, 4
-	mem := vfs.NewStrictMem()
-	if err := mem.MkdirAll("/data", 0o750); err != nil {
-		t.Fatal(err)
-	}
-	if err := mem.SyncFS("/"); err != nil {
-		t.Fatal(err)
-	}
+	mem := durableDataDir(t)
 	s := openOn(t, mem, opts...)
 	var names []string
 	for i := range deleters * each {
