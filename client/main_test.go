@@ -9,7 +9,10 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest"
+	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -50,12 +53,30 @@ func startServer(t *testing.T, args ...string) *server {
 // the test ends.
 func startOn(t *testing.T, dir string, args ...string) *server {
 	t.Helper()
+	return startWith(t, dir, nil, args...)
+}
+
+// startObserved is startOn, and also records the server's log lines in
+// the returned logs, for tests that read what it logged.
+func startObserved(t *testing.T, dir string, args ...string) (*server, *observer.ObservedLogs) {
+	t.Helper()
+	core, logs := observer.New(zap.InfoLevel)
+	return startWith(t, dir, func(cfg *rserver.Config) {
+		cfg.Logger = zap.New(zapcore.NewTee(cfg.Logger.Core(), core))
+	}, args...), logs
+}
+
+func startWith(t *testing.T, dir string, configure func(*rserver.Config), args ...string) *server {
+	t.Helper()
 	store, err := localstore.Open(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
 	cfg, addr := serverConfig(t, args)
 	cfg.Store = store
+	if configure != nil {
+		configure(&cfg)
+	}
 	srv, err := rserver.New(cfg)
 	if err != nil {
 		t.Fatal(err)
