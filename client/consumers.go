@@ -8,7 +8,7 @@ import (
 )
 
 // Consumers: the stored positions of a named consumer of a shard prefix
-// (docs/api.md, "Consumers"). A consumer is (prefix, name); its positions
+// (README.md, "Consumers: stored positions"). A consumer is (prefix, name); its positions
 // never move backwards but by ResetConsumer.
 
 // CommitConsumer stores positions (shard -> cursor processed up to) for the

@@ -20,7 +20,7 @@ import (
 )
 
 // rolloutd admin consumers: the stored positions of named consumers
-// (docs/api.md, "Consumers"), listed, described, reset and deleted.
+// (README.md, "Consumers: stored positions"), listed, described, reset and deleted.
 
 // consumerCommands are admin consumers' commands, in usage order.
 var consumerCommands = []*consumerCommand{
