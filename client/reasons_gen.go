@@ -28,4 +28,6 @@ const (
 	ReasonSeqMismatch = "SEQ_MISMATCH"
 	// ReasonStoreFull is rolloutv1.ErrorReason_STORE_FULL.
 	ReasonStoreFull = "STORE_FULL"
+	// ReasonConsumerReset is rolloutv1.ErrorReason_CONSUMER_RESET.
+	ReasonConsumerReset = "CONSUMER_RESET"
 )

@@ -128,21 +128,30 @@ const (
 	// once an operator frees space, with no restart; until then a resend meets
 	// the same answer, so the clients do not resend it by themselves.
 	ErrorReason_STORE_FULL ErrorReason = 9
+	// CommitConsumer named a consumer generation older than the consumer's:
+	// the consumer was reset (ResetConsumer) after the subscription whose
+	// positions these are started. Code FAILED_PRECONDITION. The ErrorInfo
+	// metadata "generation" holds the consumer's generation, in decimal.
+	//
+	// Nothing was stored. Do not resend: start a new subscription from the
+	// consumer (it starts at the reset positions) and commit its positions.
+	ErrorReason_CONSUMER_RESET ErrorReason = 10
 )
 
 // Enum value maps for ErrorReason.
 var (
 	ErrorReason_name = map[int32]string{
-		0: "ERROR_REASON_UNSPECIFIED",
-		1: "OUTCOME_UNKNOWN",
-		2: "NOT_COMMITTED",
-		3: "BACKPRESSURE",
-		4: "RATE_LIMITED",
-		5: "TOO_LARGE",
-		6: "SCAN_INTERRUPTED",
-		7: "SHARD_DELETED",
-		8: "SEQ_MISMATCH",
-		9: "STORE_FULL",
+		0:  "ERROR_REASON_UNSPECIFIED",
+		1:  "OUTCOME_UNKNOWN",
+		2:  "NOT_COMMITTED",
+		3:  "BACKPRESSURE",
+		4:  "RATE_LIMITED",
+		5:  "TOO_LARGE",
+		6:  "SCAN_INTERRUPTED",
+		7:  "SHARD_DELETED",
+		8:  "SEQ_MISMATCH",
+		9:  "STORE_FULL",
+		10: "CONSUMER_RESET",
 	}
 	ErrorReason_value = map[string]int32{
 		"ERROR_REASON_UNSPECIFIED": 0,
@@ -155,6 +164,7 @@ var (
 		"SHARD_DELETED":            7,
 		"SEQ_MISMATCH":             8,
 		"STORE_FULL":               9,
+		"CONSUMER_RESET":           10,
 	}
 )
 
@@ -190,7 +200,7 @@ var File_rollout_v1_error_reason_proto protoreflect.FileDescriptor
 const file_rollout_v1_error_reason_proto_rawDesc = "" +
 	"\n" +
 	"\x1drollout/v1/error_reason.proto\x12\n" +
-	"rollout.v1*\xd1\x01\n" +
+	"rollout.v1*\xe5\x01\n" +
 	"\vErrorReason\x12\x1c\n" +
 	"\x18ERROR_REASON_UNSPECIFIED\x10\x00\x12\x13\n" +
 	"\x0fOUTCOME_UNKNOWN\x10\x01\x12\x11\n" +
@@ -202,7 +212,9 @@ const file_rollout_v1_error_reason_proto_rawDesc = "" +
 	"\rSHARD_DELETED\x10\a\x12\x10\n" +
 	"\fSEQ_MISMATCH\x10\b\x12\x0e\n" +
 	"\n" +
-	"STORE_FULL\x10\tB7Z5github.com/rolloutd/rolloutd/gen/rollout/v1;rolloutv1b\x06proto3"
+	"STORE_FULL\x10\t\x12\x12\n" +
+	"\x0eCONSUMER_RESET\x10\n" +
+	"B7Z5github.com/rolloutd/rolloutd/gen/rollout/v1;rolloutv1b\x06proto3"
 
 var (
 	file_rollout_v1_error_reason_proto_rawDescOnce sync.Once

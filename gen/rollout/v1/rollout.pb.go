@@ -97,6 +97,68 @@ func (Role) EnumDescriptor() ([]byte, []int) {
 	return file_rollout_v1_rollout_proto_rawDescGZIP(), []int{0}
 }
 
+// SubscribeStart says where a subscription starts reading each shard.
+type SubscribeStart int32
+
+const (
+	// The named consumer's stored positions when the consumer exists;
+	// otherwise SUBSCRIBE_START_EARLIEST.
+	SubscribeStart_SUBSCRIBE_START_UNSPECIFIED SubscribeStart = 0
+	// Every shard from its first record.
+	SubscribeStart_SUBSCRIBE_START_EARLIEST SubscribeStart = 1
+	// Only records committed after the subscription started: each shard that
+	// exists then is read after its last seq at that moment. Shards created
+	// later are read from their first record.
+	SubscribeStart_SUBSCRIBE_START_LATEST SubscribeStart = 2
+	// The named consumer's stored positions; NOT_FOUND when it does not
+	// exist. A shard the consumer has no position for is read from its first
+	// record.
+	SubscribeStart_SUBSCRIBE_START_CONSUMER SubscribeStart = 3
+)
+
+// Enum value maps for SubscribeStart.
+var (
+	SubscribeStart_name = map[int32]string{
+		0: "SUBSCRIBE_START_UNSPECIFIED",
+		1: "SUBSCRIBE_START_EARLIEST",
+		2: "SUBSCRIBE_START_LATEST",
+		3: "SUBSCRIBE_START_CONSUMER",
+	}
+	SubscribeStart_value = map[string]int32{
+		"SUBSCRIBE_START_UNSPECIFIED": 0,
+		"SUBSCRIBE_START_EARLIEST":    1,
+		"SUBSCRIBE_START_LATEST":      2,
+		"SUBSCRIBE_START_CONSUMER":    3,
+	}
+)
+
+func (x SubscribeStart) Enum() *SubscribeStart {
+	p := new(SubscribeStart)
+	*p = x
+	return p
+}
+
+func (x SubscribeStart) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (SubscribeStart) Descriptor() protoreflect.EnumDescriptor {
+	return file_rollout_v1_rollout_proto_enumTypes[1].Descriptor()
+}
+
+func (SubscribeStart) Type() protoreflect.EnumType {
+	return &file_rollout_v1_rollout_proto_enumTypes[1]
+}
+
+func (x SubscribeStart) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use SubscribeStart.Descriptor instead.
+func (SubscribeStart) EnumDescriptor() ([]byte, []int) {
+	return file_rollout_v1_rollout_proto_rawDescGZIP(), []int{1}
+}
+
 // AppendRequest is a batch of records for one shard.
 type AppendRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1698,6 +1760,931 @@ func (x *DeleteShardResponse) GetIncarnation() uint64 {
 	return 0
 }
 
+// SubscribeRequest selects the shards and records of a subscription.
+type SubscribeRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The shards to read, on whole '/'-separated segments as in
+	// ListShardsRequest.prefix: "exp-42" covers "exp-42" and
+	// "exp-42/actor-7", never "exp-420". Empty covers every shard.
+	Prefix string `protobuf:"bytes,1,opt,name=prefix,proto3" json:"prefix,omitempty"`
+	// Where to start each shard (see SubscribeStart). positions, when it
+	// names a shard, overrides it for that shard.
+	Start SubscribeStart `protobuf:"varint,2,opt,name=start,proto3,enum=rollout.v1.SubscribeStart" json:"start,omitempty"`
+	// The consumer whose stored positions to start from: 1-63 characters of
+	// [a-z0-9._-] starting with a letter or digit. Consumers are named
+	// within their prefix: the same name under two prefixes is two
+	// consumers. Optional.
+	Consumer string `protobuf:"bytes,3,opt,name=consumer,proto3" json:"consumer,omitempty"`
+	// Per-shard cursors to resume from (shard -> the cursor last received
+	// for it). A client resuming a broken stream sends the cursors it
+	// received, and misses and repeats nothing. Shards not under prefix are
+	// INVALID_ARGUMENT.
+	Positions map[string]uint64 `protobuf:"bytes,4,rep,name=positions,proto3" json:"positions,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	// Splits the shards between members: member i of members n (0 <= i < n)
+	// reads the shards whose rendezvous hash of the shard name picks i, a
+	// stable share, so that changing n moves few shards. 0 or 1 members
+	// read every shard.
+	Member uint32 `protobuf:"varint,5,opt,name=member,proto3" json:"member,omitempty"`
+	// How many members share the prefix's shards (see member).
+	Members uint32 `protobuf:"varint,6,opt,name=members,proto3" json:"members,omitempty"`
+	// When set, only records of this rollout are delivered (as in
+	// ScanRequest).
+	RolloutId string `protobuf:"bytes,7,opt,name=rollout_id,json=rolloutId,proto3" json:"rollout_id,omitempty"`
+	// When set, only records whose include_in_training equals it are
+	// delivered.
+	IncludeInTraining *bool `protobuf:"varint,8,opt,name=include_in_training,json=includeInTraining,proto3,oneof" json:"include_in_training,omitempty"`
+	// When not ROLE_UNSPECIFIED, only records with this role are delivered.
+	Role Role `protobuf:"varint,9,opt,name=role,proto3,enum=rollout.v1.Role" json:"role,omitempty"`
+	// Top-level Record fields to deliver, as in ScanRequest.fields; id and
+	// seq are always delivered.
+	Fields        *fieldmaskpb.FieldMask `protobuf:"bytes,10,opt,name=fields,proto3" json:"fields,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SubscribeRequest) Reset() {
+	*x = SubscribeRequest{}
+	mi := &file_rollout_v1_rollout_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SubscribeRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SubscribeRequest) ProtoMessage() {}
+
+func (x *SubscribeRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_rollout_v1_rollout_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SubscribeRequest.ProtoReflect.Descriptor instead.
+func (*SubscribeRequest) Descriptor() ([]byte, []int) {
+	return file_rollout_v1_rollout_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *SubscribeRequest) GetPrefix() string {
+	if x != nil {
+		return x.Prefix
+	}
+	return ""
+}
+
+func (x *SubscribeRequest) GetStart() SubscribeStart {
+	if x != nil {
+		return x.Start
+	}
+	return SubscribeStart_SUBSCRIBE_START_UNSPECIFIED
+}
+
+func (x *SubscribeRequest) GetConsumer() string {
+	if x != nil {
+		return x.Consumer
+	}
+	return ""
+}
+
+func (x *SubscribeRequest) GetPositions() map[string]uint64 {
+	if x != nil {
+		return x.Positions
+	}
+	return nil
+}
+
+func (x *SubscribeRequest) GetMember() uint32 {
+	if x != nil {
+		return x.Member
+	}
+	return 0
+}
+
+func (x *SubscribeRequest) GetMembers() uint32 {
+	if x != nil {
+		return x.Members
+	}
+	return 0
+}
+
+func (x *SubscribeRequest) GetRolloutId() string {
+	if x != nil {
+		return x.RolloutId
+	}
+	return ""
+}
+
+func (x *SubscribeRequest) GetIncludeInTraining() bool {
+	if x != nil && x.IncludeInTraining != nil {
+		return *x.IncludeInTraining
+	}
+	return false
+}
+
+func (x *SubscribeRequest) GetRole() Role {
+	if x != nil {
+		return x.Role
+	}
+	return Role_ROLE_UNSPECIFIED
+}
+
+func (x *SubscribeRequest) GetFields() *fieldmaskpb.FieldMask {
+	if x != nil {
+		return x.Fields
+	}
+	return nil
+}
+
+// SubscribeResponse is one shard's batch of records, or a note about the
+// subscription or a shard.
+type SubscribeResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The shard the records and cursor are of.
+	Shard string `protobuf:"bytes,1,opt,name=shard,proto3" json:"shard,omitempty"`
+	// The records, in increasing seq order, possibly none when every record
+	// passed over was filtered out.
+	Records []*Record `protobuf:"bytes,2,rep,name=records,proto3" json:"records,omitempty"`
+	// Resume point for shard: every record of it with seq <= cursor has been
+	// delivered or filtered out. Pass it in SubscribeRequest.positions, or
+	// commit it (CommitConsumer), to continue after it.
+	Cursor uint64 `protobuf:"varint,3,opt,name=cursor,proto3" json:"cursor,omitempty"`
+	// The shard was deleted. Its records that were not delivered are gone.
+	// The subscription goes on watching the name: a shard appended to
+	// after its delete continues with seqs above every deleted one, so its
+	// new records come after cursor.
+	ShardDeleted bool `protobuf:"varint,4,opt,name=shard_deleted,json=shardDeleted,proto3" json:"shard_deleted,omitempty"`
+	// Set on the stream's first message only, sent once the subscription's
+	// starting positions are fixed: what is committed after it is delivered.
+	Started       *SubscribeStarted `protobuf:"bytes,5,opt,name=started,proto3" json:"started,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SubscribeResponse) Reset() {
+	*x = SubscribeResponse{}
+	mi := &file_rollout_v1_rollout_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SubscribeResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SubscribeResponse) ProtoMessage() {}
+
+func (x *SubscribeResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_rollout_v1_rollout_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SubscribeResponse.ProtoReflect.Descriptor instead.
+func (*SubscribeResponse) Descriptor() ([]byte, []int) {
+	return file_rollout_v1_rollout_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *SubscribeResponse) GetShard() string {
+	if x != nil {
+		return x.Shard
+	}
+	return ""
+}
+
+func (x *SubscribeResponse) GetRecords() []*Record {
+	if x != nil {
+		return x.Records
+	}
+	return nil
+}
+
+func (x *SubscribeResponse) GetCursor() uint64 {
+	if x != nil {
+		return x.Cursor
+	}
+	return 0
+}
+
+func (x *SubscribeResponse) GetShardDeleted() bool {
+	if x != nil {
+		return x.ShardDeleted
+	}
+	return false
+}
+
+func (x *SubscribeResponse) GetStarted() *SubscribeStarted {
+	if x != nil {
+		return x.Started
+	}
+	return nil
+}
+
+// SubscribeStarted opens a subscription's stream.
+type SubscribeStarted struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The generation of the named consumer whose positions the subscription
+	// started from; 0 without a consumer. Pass it in
+	// CommitConsumerRequest.generation so that a commit after a reset is
+	// refused instead of undoing it.
+	ConsumerGeneration uint64 `protobuf:"varint,1,opt,name=consumer_generation,json=consumerGeneration,proto3" json:"consumer_generation,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
+}
+
+func (x *SubscribeStarted) Reset() {
+	*x = SubscribeStarted{}
+	mi := &file_rollout_v1_rollout_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SubscribeStarted) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SubscribeStarted) ProtoMessage() {}
+
+func (x *SubscribeStarted) ProtoReflect() protoreflect.Message {
+	mi := &file_rollout_v1_rollout_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SubscribeStarted.ProtoReflect.Descriptor instead.
+func (*SubscribeStarted) Descriptor() ([]byte, []int) {
+	return file_rollout_v1_rollout_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *SubscribeStarted) GetConsumerGeneration() uint64 {
+	if x != nil {
+		return x.ConsumerGeneration
+	}
+	return 0
+}
+
+// CommitConsumerRequest stores positions of a consumer.
+type CommitConsumerRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The consumer's prefix (as SubscribeRequest.prefix).
+	Prefix string `protobuf:"bytes,1,opt,name=prefix,proto3" json:"prefix,omitempty"`
+	// The consumer's name (grammar as SubscribeRequest.consumer).
+	Consumer string `protobuf:"bytes,2,opt,name=consumer,proto3" json:"consumer,omitempty"`
+	// Shard -> cursor processed up to. Each shard must lie under prefix. A
+	// cursor below the stored one leaves the stored one.
+	Positions map[string]uint64 `protobuf:"bytes,3,rep,name=positions,proto3" json:"positions,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	// When non-zero, the consumer generation these positions belong to
+	// (SubscribeStarted.consumer_generation): after a reset it is older than
+	// the consumer's, and the commit is refused (FAILED_PRECONDITION,
+	// reason CONSUMER_RESET) and stores nothing.
+	Generation    uint64 `protobuf:"varint,4,opt,name=generation,proto3" json:"generation,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CommitConsumerRequest) Reset() {
+	*x = CommitConsumerRequest{}
+	mi := &file_rollout_v1_rollout_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CommitConsumerRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CommitConsumerRequest) ProtoMessage() {}
+
+func (x *CommitConsumerRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_rollout_v1_rollout_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CommitConsumerRequest.ProtoReflect.Descriptor instead.
+func (*CommitConsumerRequest) Descriptor() ([]byte, []int) {
+	return file_rollout_v1_rollout_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *CommitConsumerRequest) GetPrefix() string {
+	if x != nil {
+		return x.Prefix
+	}
+	return ""
+}
+
+func (x *CommitConsumerRequest) GetConsumer() string {
+	if x != nil {
+		return x.Consumer
+	}
+	return ""
+}
+
+func (x *CommitConsumerRequest) GetPositions() map[string]uint64 {
+	if x != nil {
+		return x.Positions
+	}
+	return nil
+}
+
+func (x *CommitConsumerRequest) GetGeneration() uint64 {
+	if x != nil {
+		return x.Generation
+	}
+	return 0
+}
+
+// CommitConsumerResponse acknowledges a durable commit.
+type CommitConsumerResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The consumer's generation.
+	Generation    uint64 `protobuf:"varint,1,opt,name=generation,proto3" json:"generation,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CommitConsumerResponse) Reset() {
+	*x = CommitConsumerResponse{}
+	mi := &file_rollout_v1_rollout_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CommitConsumerResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CommitConsumerResponse) ProtoMessage() {}
+
+func (x *CommitConsumerResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_rollout_v1_rollout_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CommitConsumerResponse.ProtoReflect.Descriptor instead.
+func (*CommitConsumerResponse) Descriptor() ([]byte, []int) {
+	return file_rollout_v1_rollout_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *CommitConsumerResponse) GetGeneration() uint64 {
+	if x != nil {
+		return x.Generation
+	}
+	return 0
+}
+
+// DescribeConsumerRequest names a consumer.
+type DescribeConsumerRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The consumer's prefix (as SubscribeRequest.prefix).
+	Prefix string `protobuf:"bytes,1,opt,name=prefix,proto3" json:"prefix,omitempty"`
+	// The consumer's name.
+	Consumer string `protobuf:"bytes,2,opt,name=consumer,proto3" json:"consumer,omitempty"`
+	// Include the per-shard positions (a consumer of many shards has many).
+	IncludePositions bool `protobuf:"varint,3,opt,name=include_positions,json=includePositions,proto3" json:"include_positions,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *DescribeConsumerRequest) Reset() {
+	*x = DescribeConsumerRequest{}
+	mi := &file_rollout_v1_rollout_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DescribeConsumerRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DescribeConsumerRequest) ProtoMessage() {}
+
+func (x *DescribeConsumerRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_rollout_v1_rollout_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DescribeConsumerRequest.ProtoReflect.Descriptor instead.
+func (*DescribeConsumerRequest) Descriptor() ([]byte, []int) {
+	return file_rollout_v1_rollout_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *DescribeConsumerRequest) GetPrefix() string {
+	if x != nil {
+		return x.Prefix
+	}
+	return ""
+}
+
+func (x *DescribeConsumerRequest) GetConsumer() string {
+	if x != nil {
+		return x.Consumer
+	}
+	return ""
+}
+
+func (x *DescribeConsumerRequest) GetIncludePositions() bool {
+	if x != nil {
+		return x.IncludePositions
+	}
+	return false
+}
+
+// ConsumerInfo describes a consumer.
+type ConsumerInfo struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The consumer's prefix.
+	Prefix string `protobuf:"bytes,1,opt,name=prefix,proto3" json:"prefix,omitempty"`
+	// The consumer's name.
+	Consumer string `protobuf:"bytes,2,opt,name=consumer,proto3" json:"consumer,omitempty"`
+	// Starts at 1 and grows with each ResetConsumer.
+	Generation uint64 `protobuf:"varint,3,opt,name=generation,proto3" json:"generation,omitempty"`
+	// Shard -> stored cursor, with DescribeConsumerRequest.include_positions
+	// and in ResetConsumerResponse.
+	Positions map[string]uint64 `protobuf:"bytes,4,rep,name=positions,proto3" json:"positions,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	// How many shards have a stored position.
+	Shards uint32 `protobuf:"varint,5,opt,name=shards,proto3" json:"shards,omitempty"`
+	// Records committed to the shards under prefix and not yet past the
+	// consumer's positions (a shard without a position counts all its
+	// records), from the shards' last seqs as this instance knows them.
+	LagRecords uint64 `protobuf:"varint,6,opt,name=lag_records,json=lagRecords,proto3" json:"lag_records,omitempty"`
+	// Shards under prefix whose last seq is above the consumer's position.
+	LaggingShards uint32 `protobuf:"varint,7,opt,name=lagging_shards,json=laggingShards,proto3" json:"lagging_shards,omitempty"`
+	// When the consumer was first committed.
+	CreatedAt *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
+	// When its positions last changed (a commit, or a reset).
+	UpdatedAt     *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=updated_at,json=updatedAt,proto3" json:"updated_at,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ConsumerInfo) Reset() {
+	*x = ConsumerInfo{}
+	mi := &file_rollout_v1_rollout_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ConsumerInfo) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ConsumerInfo) ProtoMessage() {}
+
+func (x *ConsumerInfo) ProtoReflect() protoreflect.Message {
+	mi := &file_rollout_v1_rollout_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ConsumerInfo.ProtoReflect.Descriptor instead.
+func (*ConsumerInfo) Descriptor() ([]byte, []int) {
+	return file_rollout_v1_rollout_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *ConsumerInfo) GetPrefix() string {
+	if x != nil {
+		return x.Prefix
+	}
+	return ""
+}
+
+func (x *ConsumerInfo) GetConsumer() string {
+	if x != nil {
+		return x.Consumer
+	}
+	return ""
+}
+
+func (x *ConsumerInfo) GetGeneration() uint64 {
+	if x != nil {
+		return x.Generation
+	}
+	return 0
+}
+
+func (x *ConsumerInfo) GetPositions() map[string]uint64 {
+	if x != nil {
+		return x.Positions
+	}
+	return nil
+}
+
+func (x *ConsumerInfo) GetShards() uint32 {
+	if x != nil {
+		return x.Shards
+	}
+	return 0
+}
+
+func (x *ConsumerInfo) GetLagRecords() uint64 {
+	if x != nil {
+		return x.LagRecords
+	}
+	return 0
+}
+
+func (x *ConsumerInfo) GetLaggingShards() uint32 {
+	if x != nil {
+		return x.LaggingShards
+	}
+	return 0
+}
+
+func (x *ConsumerInfo) GetCreatedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CreatedAt
+	}
+	return nil
+}
+
+func (x *ConsumerInfo) GetUpdatedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.UpdatedAt
+	}
+	return nil
+}
+
+// ListConsumersRequest selects consumers to list.
+type ListConsumersRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Lists the consumers whose prefix lies under this one (on whole
+	// segments); empty lists every consumer.
+	Prefix string `protobuf:"bytes,1,opt,name=prefix,proto3" json:"prefix,omitempty"`
+	// At most this many consumers per page, as ListShardsRequest.page_size.
+	PageSize int32 `protobuf:"varint,2,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// The next_page_token of the previous page, with the same prefix; empty
+	// for the first page. Opaque.
+	PageToken     string `protobuf:"bytes,3,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListConsumersRequest) Reset() {
+	*x = ListConsumersRequest{}
+	mi := &file_rollout_v1_rollout_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListConsumersRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListConsumersRequest) ProtoMessage() {}
+
+func (x *ListConsumersRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_rollout_v1_rollout_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListConsumersRequest.ProtoReflect.Descriptor instead.
+func (*ListConsumersRequest) Descriptor() ([]byte, []int) {
+	return file_rollout_v1_rollout_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *ListConsumersRequest) GetPrefix() string {
+	if x != nil {
+		return x.Prefix
+	}
+	return ""
+}
+
+func (x *ListConsumersRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *ListConsumersRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
+// ListConsumersResponse is one page of consumers.
+type ListConsumersResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Without positions and lag.
+	Consumers []*ConsumerInfo `protobuf:"bytes,1,rep,name=consumers,proto3" json:"consumers,omitempty"`
+	// Pass as page_token to get the next page; empty on the last page.
+	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListConsumersResponse) Reset() {
+	*x = ListConsumersResponse{}
+	mi := &file_rollout_v1_rollout_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListConsumersResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListConsumersResponse) ProtoMessage() {}
+
+func (x *ListConsumersResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_rollout_v1_rollout_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListConsumersResponse.ProtoReflect.Descriptor instead.
+func (*ListConsumersResponse) Descriptor() ([]byte, []int) {
+	return file_rollout_v1_rollout_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *ListConsumersResponse) GetConsumers() []*ConsumerInfo {
+	if x != nil {
+		return x.Consumers
+	}
+	return nil
+}
+
+func (x *ListConsumersResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
+}
+
+// ResetConsumerRequest moves a consumer's positions.
+type ResetConsumerRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The consumer's prefix.
+	Prefix string `protobuf:"bytes,1,opt,name=prefix,proto3" json:"prefix,omitempty"`
+	// The consumer's name. A consumer that does not exist is created.
+	Consumer string `protobuf:"bytes,2,opt,name=consumer,proto3" json:"consumer,omitempty"`
+	// SUBSCRIBE_START_EARLIEST drops every position (each shard is read
+	// from its first record); SUBSCRIBE_START_LATEST sets each shard's
+	// position to its last seq now. Unspecified with positions set: exactly
+	// those positions, and no others.
+	To SubscribeStart `protobuf:"varint,3,opt,name=to,proto3,enum=rollout.v1.SubscribeStart" json:"to,omitempty"`
+	// The positions to set (shard -> cursor), each shard under prefix;
+	// only with `to` unspecified.
+	Positions     map[string]uint64 `protobuf:"bytes,4,rep,name=positions,proto3" json:"positions,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResetConsumerRequest) Reset() {
+	*x = ResetConsumerRequest{}
+	mi := &file_rollout_v1_rollout_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResetConsumerRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResetConsumerRequest) ProtoMessage() {}
+
+func (x *ResetConsumerRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_rollout_v1_rollout_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResetConsumerRequest.ProtoReflect.Descriptor instead.
+func (*ResetConsumerRequest) Descriptor() ([]byte, []int) {
+	return file_rollout_v1_rollout_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *ResetConsumerRequest) GetPrefix() string {
+	if x != nil {
+		return x.Prefix
+	}
+	return ""
+}
+
+func (x *ResetConsumerRequest) GetConsumer() string {
+	if x != nil {
+		return x.Consumer
+	}
+	return ""
+}
+
+func (x *ResetConsumerRequest) GetTo() SubscribeStart {
+	if x != nil {
+		return x.To
+	}
+	return SubscribeStart_SUBSCRIBE_START_UNSPECIFIED
+}
+
+func (x *ResetConsumerRequest) GetPositions() map[string]uint64 {
+	if x != nil {
+		return x.Positions
+	}
+	return nil
+}
+
+// ResetConsumerResponse is the consumer after the reset.
+type ResetConsumerResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The consumer, with its new generation and positions.
+	Consumer      *ConsumerInfo `protobuf:"bytes,1,opt,name=consumer,proto3" json:"consumer,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResetConsumerResponse) Reset() {
+	*x = ResetConsumerResponse{}
+	mi := &file_rollout_v1_rollout_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResetConsumerResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResetConsumerResponse) ProtoMessage() {}
+
+func (x *ResetConsumerResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_rollout_v1_rollout_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResetConsumerResponse.ProtoReflect.Descriptor instead.
+func (*ResetConsumerResponse) Descriptor() ([]byte, []int) {
+	return file_rollout_v1_rollout_proto_rawDescGZIP(), []int{29}
+}
+
+func (x *ResetConsumerResponse) GetConsumer() *ConsumerInfo {
+	if x != nil {
+		return x.Consumer
+	}
+	return nil
+}
+
+// DeleteConsumerRequest names the consumer to delete.
+type DeleteConsumerRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The consumer's prefix.
+	Prefix string `protobuf:"bytes,1,opt,name=prefix,proto3" json:"prefix,omitempty"`
+	// The consumer's name.
+	Consumer      string `protobuf:"bytes,2,opt,name=consumer,proto3" json:"consumer,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteConsumerRequest) Reset() {
+	*x = DeleteConsumerRequest{}
+	mi := &file_rollout_v1_rollout_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteConsumerRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteConsumerRequest) ProtoMessage() {}
+
+func (x *DeleteConsumerRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_rollout_v1_rollout_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteConsumerRequest.ProtoReflect.Descriptor instead.
+func (*DeleteConsumerRequest) Descriptor() ([]byte, []int) {
+	return file_rollout_v1_rollout_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *DeleteConsumerRequest) GetPrefix() string {
+	if x != nil {
+		return x.Prefix
+	}
+	return ""
+}
+
+func (x *DeleteConsumerRequest) GetConsumer() string {
+	if x != nil {
+		return x.Consumer
+	}
+	return ""
+}
+
+// DeleteConsumerResponse acknowledges a delete.
+type DeleteConsumerResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteConsumerResponse) Reset() {
+	*x = DeleteConsumerResponse{}
+	mi := &file_rollout_v1_rollout_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteConsumerResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteConsumerResponse) ProtoMessage() {}
+
+func (x *DeleteConsumerResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_rollout_v1_rollout_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteConsumerResponse.ProtoReflect.Descriptor instead.
+func (*DeleteConsumerResponse) Descriptor() ([]byte, []int) {
+	return file_rollout_v1_rollout_proto_rawDescGZIP(), []int{31}
+}
+
 var File_rollout_v1_rollout_proto protoreflect.FileDescriptor
 
 const file_rollout_v1_rollout_proto_rawDesc = "" +
@@ -1834,7 +2821,90 @@ const file_rollout_v1_rollout_proto_rawDesc = "" +
 	"\blast_seq\x18\x01 \x01(\x04R\alastSeq\x12\x18\n" +
 	"\arecords\x18\x02 \x01(\x04R\arecords\x12'\n" +
 	"\x0falready_deleted\x18\x03 \x01(\bR\x0ealreadyDeleted\x12 \n" +
-	"\vincarnation\x18\x04 \x01(\x04R\vincarnation*\x82\x01\n" +
+	"\vincarnation\x18\x04 \x01(\x04R\vincarnation\"\xf9\x03\n" +
+	"\x10SubscribeRequest\x12\x16\n" +
+	"\x06prefix\x18\x01 \x01(\tR\x06prefix\x120\n" +
+	"\x05start\x18\x02 \x01(\x0e2\x1a.rollout.v1.SubscribeStartR\x05start\x12\x1a\n" +
+	"\bconsumer\x18\x03 \x01(\tR\bconsumer\x12I\n" +
+	"\tpositions\x18\x04 \x03(\v2+.rollout.v1.SubscribeRequest.PositionsEntryR\tpositions\x12\x16\n" +
+	"\x06member\x18\x05 \x01(\rR\x06member\x12\x18\n" +
+	"\amembers\x18\x06 \x01(\rR\amembers\x12\x1d\n" +
+	"\n" +
+	"rollout_id\x18\a \x01(\tR\trolloutId\x123\n" +
+	"\x13include_in_training\x18\b \x01(\bH\x00R\x11includeInTraining\x88\x01\x01\x12$\n" +
+	"\x04role\x18\t \x01(\x0e2\x10.rollout.v1.RoleR\x04role\x122\n" +
+	"\x06fields\x18\n" +
+	" \x01(\v2\x1a.google.protobuf.FieldMaskR\x06fields\x1a<\n" +
+	"\x0ePositionsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\x04R\x05value:\x028\x01B\x16\n" +
+	"\x14_include_in_training\"\xcc\x01\n" +
+	"\x11SubscribeResponse\x12\x14\n" +
+	"\x05shard\x18\x01 \x01(\tR\x05shard\x12,\n" +
+	"\arecords\x18\x02 \x03(\v2\x12.rollout.v1.RecordR\arecords\x12\x16\n" +
+	"\x06cursor\x18\x03 \x01(\x04R\x06cursor\x12#\n" +
+	"\rshard_deleted\x18\x04 \x01(\bR\fshardDeleted\x126\n" +
+	"\astarted\x18\x05 \x01(\v2\x1c.rollout.v1.SubscribeStartedR\astarted\"C\n" +
+	"\x10SubscribeStarted\x12/\n" +
+	"\x13consumer_generation\x18\x01 \x01(\x04R\x12consumerGeneration\"\xf9\x01\n" +
+	"\x15CommitConsumerRequest\x12\x16\n" +
+	"\x06prefix\x18\x01 \x01(\tR\x06prefix\x12\x1a\n" +
+	"\bconsumer\x18\x02 \x01(\tR\bconsumer\x12N\n" +
+	"\tpositions\x18\x03 \x03(\v20.rollout.v1.CommitConsumerRequest.PositionsEntryR\tpositions\x12\x1e\n" +
+	"\n" +
+	"generation\x18\x04 \x01(\x04R\n" +
+	"generation\x1a<\n" +
+	"\x0ePositionsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\x04R\x05value:\x028\x01\"8\n" +
+	"\x16CommitConsumerResponse\x12\x1e\n" +
+	"\n" +
+	"generation\x18\x01 \x01(\x04R\n" +
+	"generation\"z\n" +
+	"\x17DescribeConsumerRequest\x12\x16\n" +
+	"\x06prefix\x18\x01 \x01(\tR\x06prefix\x12\x1a\n" +
+	"\bconsumer\x18\x02 \x01(\tR\bconsumer\x12+\n" +
+	"\x11include_positions\x18\x03 \x01(\bR\x10includePositions\"\xbd\x03\n" +
+	"\fConsumerInfo\x12\x16\n" +
+	"\x06prefix\x18\x01 \x01(\tR\x06prefix\x12\x1a\n" +
+	"\bconsumer\x18\x02 \x01(\tR\bconsumer\x12\x1e\n" +
+	"\n" +
+	"generation\x18\x03 \x01(\x04R\n" +
+	"generation\x12E\n" +
+	"\tpositions\x18\x04 \x03(\v2'.rollout.v1.ConsumerInfo.PositionsEntryR\tpositions\x12\x16\n" +
+	"\x06shards\x18\x05 \x01(\rR\x06shards\x12\x1f\n" +
+	"\vlag_records\x18\x06 \x01(\x04R\n" +
+	"lagRecords\x12%\n" +
+	"\x0elagging_shards\x18\a \x01(\rR\rlaggingShards\x129\n" +
+	"\n" +
+	"created_at\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x129\n" +
+	"\n" +
+	"updated_at\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\tupdatedAt\x1a<\n" +
+	"\x0ePositionsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\x04R\x05value:\x028\x01\"j\n" +
+	"\x14ListConsumersRequest\x12\x16\n" +
+	"\x06prefix\x18\x01 \x01(\tR\x06prefix\x12\x1b\n" +
+	"\tpage_size\x18\x02 \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x03 \x01(\tR\tpageToken\"w\n" +
+	"\x15ListConsumersResponse\x126\n" +
+	"\tconsumers\x18\x01 \x03(\v2\x18.rollout.v1.ConsumerInfoR\tconsumers\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\x83\x02\n" +
+	"\x14ResetConsumerRequest\x12\x16\n" +
+	"\x06prefix\x18\x01 \x01(\tR\x06prefix\x12\x1a\n" +
+	"\bconsumer\x18\x02 \x01(\tR\bconsumer\x12*\n" +
+	"\x02to\x18\x03 \x01(\x0e2\x1a.rollout.v1.SubscribeStartR\x02to\x12M\n" +
+	"\tpositions\x18\x04 \x03(\v2/.rollout.v1.ResetConsumerRequest.PositionsEntryR\tpositions\x1a<\n" +
+	"\x0ePositionsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\x04R\x05value:\x028\x01\"M\n" +
+	"\x15ResetConsumerResponse\x124\n" +
+	"\bconsumer\x18\x01 \x01(\v2\x18.rollout.v1.ConsumerInfoR\bconsumer\"K\n" +
+	"\x15DeleteConsumerRequest\x12\x16\n" +
+	"\x06prefix\x18\x01 \x01(\tR\x06prefix\x12\x1a\n" +
+	"\bconsumer\x18\x02 \x01(\tR\bconsumer\"\x18\n" +
+	"\x16DeleteConsumerResponse*\x82\x01\n" +
 	"\x04Role\x12\x14\n" +
 	"\x10ROLE_UNSPECIFIED\x10\x00\x12\x0f\n" +
 	"\vROLE_SYSTEM\x10\x01\x12\r\n" +
@@ -1843,7 +2913,12 @@ const file_rollout_v1_rollout_proto_rawDesc = "" +
 	"\tROLE_TOOL\x10\x04\x12\x0e\n" +
 	"\n" +
 	"ROLE_GRADE\x10\x05\x12\x11\n" +
-	"\rROLE_ARTIFACT\x10\x062\xf4\x03\n" +
+	"\rROLE_ARTIFACT\x10\x06*\x89\x01\n" +
+	"\x0eSubscribeStart\x12\x1f\n" +
+	"\x1bSUBSCRIBE_START_UNSPECIFIED\x10\x00\x12\x1c\n" +
+	"\x18SUBSCRIBE_START_EARLIEST\x10\x01\x12\x1a\n" +
+	"\x16SUBSCRIBE_START_LATEST\x10\x02\x12\x1c\n" +
+	"\x18SUBSCRIBE_START_CONSUMER\x10\x032\xf1\a\n" +
 	"\x0eRolloutService\x12?\n" +
 	"\x06Append\x12\x19.rollout.v1.AppendRequest\x1a\x1a.rollout.v1.AppendResponse\x126\n" +
 	"\x03Get\x12\x16.rollout.v1.GetRequest\x1a\x17.rollout.v1.GetResponse\x12;\n" +
@@ -1852,7 +2927,13 @@ const file_rollout_v1_rollout_proto_rawDesc = "" +
 	"ListShards\x12\x1d.rollout.v1.ListShardsRequest\x1a\x1e.rollout.v1.ListShardsResponse\x12H\n" +
 	"\rDescribeShard\x12 .rollout.v1.DescribeShardRequest\x1a\x15.rollout.v1.ShardInfo\x12E\n" +
 	"\bBatchGet\x12\x1b.rollout.v1.BatchGetRequest\x1a\x1c.rollout.v1.BatchGetResponse\x12N\n" +
-	"\vDeleteShard\x12\x1e.rollout.v1.DeleteShardRequest\x1a\x1f.rollout.v1.DeleteShardResponseB7Z5github.com/rolloutd/rolloutd/gen/rollout/v1;rolloutv1b\x06proto3"
+	"\vDeleteShard\x12\x1e.rollout.v1.DeleteShardRequest\x1a\x1f.rollout.v1.DeleteShardResponse\x12J\n" +
+	"\tSubscribe\x12\x1c.rollout.v1.SubscribeRequest\x1a\x1d.rollout.v1.SubscribeResponse0\x01\x12W\n" +
+	"\x0eCommitConsumer\x12!.rollout.v1.CommitConsumerRequest\x1a\".rollout.v1.CommitConsumerResponse\x12Q\n" +
+	"\x10DescribeConsumer\x12#.rollout.v1.DescribeConsumerRequest\x1a\x18.rollout.v1.ConsumerInfo\x12T\n" +
+	"\rListConsumers\x12 .rollout.v1.ListConsumersRequest\x1a!.rollout.v1.ListConsumersResponse\x12T\n" +
+	"\rResetConsumer\x12 .rollout.v1.ResetConsumerRequest\x1a!.rollout.v1.ResetConsumerResponse\x12W\n" +
+	"\x0eDeleteConsumer\x12!.rollout.v1.DeleteConsumerRequest\x1a\".rollout.v1.DeleteConsumerResponseB7Z5github.com/rolloutd/rolloutd/gen/rollout/v1;rolloutv1b\x06proto3"
 
 var (
 	file_rollout_v1_rollout_proto_rawDescOnce sync.Once
@@ -1866,71 +2947,115 @@ func file_rollout_v1_rollout_proto_rawDescGZIP() []byte {
 	return file_rollout_v1_rollout_proto_rawDescData
 }
 
-var file_rollout_v1_rollout_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_rollout_v1_rollout_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
+var file_rollout_v1_rollout_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
+var file_rollout_v1_rollout_proto_msgTypes = make([]protoimpl.MessageInfo, 37)
 var file_rollout_v1_rollout_proto_goTypes = []any{
-	(Role)(0),                     // 0: rollout.v1.Role
-	(*AppendRequest)(nil),         // 1: rollout.v1.AppendRequest
-	(*AppendResponse)(nil),        // 2: rollout.v1.AppendResponse
-	(*AppendResult)(nil),          // 3: rollout.v1.AppendResult
-	(*GetRequest)(nil),            // 4: rollout.v1.GetRequest
-	(*GetResponse)(nil),           // 5: rollout.v1.GetResponse
-	(*Relationship)(nil),          // 6: rollout.v1.Relationship
-	(*Record)(nil),                // 7: rollout.v1.Record
-	(*ScanRequest)(nil),           // 8: rollout.v1.ScanRequest
-	(*ScanResponse)(nil),          // 9: rollout.v1.ScanResponse
-	(*ListShardsRequest)(nil),     // 10: rollout.v1.ListShardsRequest
-	(*ListShardsResponse)(nil),    // 11: rollout.v1.ListShardsResponse
-	(*ListedShard)(nil),           // 12: rollout.v1.ListedShard
-	(*DescribeShardRequest)(nil),  // 13: rollout.v1.DescribeShardRequest
-	(*ShardInfo)(nil),             // 14: rollout.v1.ShardInfo
-	(*BatchGetRequest)(nil),       // 15: rollout.v1.BatchGetRequest
-	(*BatchGetResponse)(nil),      // 16: rollout.v1.BatchGetResponse
-	(*BatchGetResult)(nil),        // 17: rollout.v1.BatchGetResult
-	(*DeleteShardRequest)(nil),    // 18: rollout.v1.DeleteShardRequest
-	(*DeleteShardResponse)(nil),   // 19: rollout.v1.DeleteShardResponse
-	nil,                           // 20: rollout.v1.Record.MetadataEntry
-	(*timestamppb.Timestamp)(nil), // 21: google.protobuf.Timestamp
-	(*fieldmaskpb.FieldMask)(nil), // 22: google.protobuf.FieldMask
+	(Role)(0),                       // 0: rollout.v1.Role
+	(SubscribeStart)(0),             // 1: rollout.v1.SubscribeStart
+	(*AppendRequest)(nil),           // 2: rollout.v1.AppendRequest
+	(*AppendResponse)(nil),          // 3: rollout.v1.AppendResponse
+	(*AppendResult)(nil),            // 4: rollout.v1.AppendResult
+	(*GetRequest)(nil),              // 5: rollout.v1.GetRequest
+	(*GetResponse)(nil),             // 6: rollout.v1.GetResponse
+	(*Relationship)(nil),            // 7: rollout.v1.Relationship
+	(*Record)(nil),                  // 8: rollout.v1.Record
+	(*ScanRequest)(nil),             // 9: rollout.v1.ScanRequest
+	(*ScanResponse)(nil),            // 10: rollout.v1.ScanResponse
+	(*ListShardsRequest)(nil),       // 11: rollout.v1.ListShardsRequest
+	(*ListShardsResponse)(nil),      // 12: rollout.v1.ListShardsResponse
+	(*ListedShard)(nil),             // 13: rollout.v1.ListedShard
+	(*DescribeShardRequest)(nil),    // 14: rollout.v1.DescribeShardRequest
+	(*ShardInfo)(nil),               // 15: rollout.v1.ShardInfo
+	(*BatchGetRequest)(nil),         // 16: rollout.v1.BatchGetRequest
+	(*BatchGetResponse)(nil),        // 17: rollout.v1.BatchGetResponse
+	(*BatchGetResult)(nil),          // 18: rollout.v1.BatchGetResult
+	(*DeleteShardRequest)(nil),      // 19: rollout.v1.DeleteShardRequest
+	(*DeleteShardResponse)(nil),     // 20: rollout.v1.DeleteShardResponse
+	(*SubscribeRequest)(nil),        // 21: rollout.v1.SubscribeRequest
+	(*SubscribeResponse)(nil),       // 22: rollout.v1.SubscribeResponse
+	(*SubscribeStarted)(nil),        // 23: rollout.v1.SubscribeStarted
+	(*CommitConsumerRequest)(nil),   // 24: rollout.v1.CommitConsumerRequest
+	(*CommitConsumerResponse)(nil),  // 25: rollout.v1.CommitConsumerResponse
+	(*DescribeConsumerRequest)(nil), // 26: rollout.v1.DescribeConsumerRequest
+	(*ConsumerInfo)(nil),            // 27: rollout.v1.ConsumerInfo
+	(*ListConsumersRequest)(nil),    // 28: rollout.v1.ListConsumersRequest
+	(*ListConsumersResponse)(nil),   // 29: rollout.v1.ListConsumersResponse
+	(*ResetConsumerRequest)(nil),    // 30: rollout.v1.ResetConsumerRequest
+	(*ResetConsumerResponse)(nil),   // 31: rollout.v1.ResetConsumerResponse
+	(*DeleteConsumerRequest)(nil),   // 32: rollout.v1.DeleteConsumerRequest
+	(*DeleteConsumerResponse)(nil),  // 33: rollout.v1.DeleteConsumerResponse
+	nil,                             // 34: rollout.v1.Record.MetadataEntry
+	nil,                             // 35: rollout.v1.SubscribeRequest.PositionsEntry
+	nil,                             // 36: rollout.v1.CommitConsumerRequest.PositionsEntry
+	nil,                             // 37: rollout.v1.ConsumerInfo.PositionsEntry
+	nil,                             // 38: rollout.v1.ResetConsumerRequest.PositionsEntry
+	(*timestamppb.Timestamp)(nil),   // 39: google.protobuf.Timestamp
+	(*fieldmaskpb.FieldMask)(nil),   // 40: google.protobuf.FieldMask
 }
 var file_rollout_v1_rollout_proto_depIdxs = []int32{
-	7,  // 0: rollout.v1.AppendRequest.records:type_name -> rollout.v1.Record
-	3,  // 1: rollout.v1.AppendResponse.results:type_name -> rollout.v1.AppendResult
-	7,  // 2: rollout.v1.GetResponse.record:type_name -> rollout.v1.Record
+	8,  // 0: rollout.v1.AppendRequest.records:type_name -> rollout.v1.Record
+	4,  // 1: rollout.v1.AppendResponse.results:type_name -> rollout.v1.AppendResult
+	8,  // 2: rollout.v1.GetResponse.record:type_name -> rollout.v1.Record
 	0,  // 3: rollout.v1.Record.role:type_name -> rollout.v1.Role
-	21, // 4: rollout.v1.Record.created_at:type_name -> google.protobuf.Timestamp
-	6,  // 5: rollout.v1.Record.relationships:type_name -> rollout.v1.Relationship
-	20, // 6: rollout.v1.Record.metadata:type_name -> rollout.v1.Record.MetadataEntry
+	39, // 4: rollout.v1.Record.created_at:type_name -> google.protobuf.Timestamp
+	7,  // 5: rollout.v1.Record.relationships:type_name -> rollout.v1.Relationship
+	34, // 6: rollout.v1.Record.metadata:type_name -> rollout.v1.Record.MetadataEntry
 	0,  // 7: rollout.v1.ScanRequest.role:type_name -> rollout.v1.Role
-	22, // 8: rollout.v1.ScanRequest.fields:type_name -> google.protobuf.FieldMask
-	7,  // 9: rollout.v1.ScanResponse.records:type_name -> rollout.v1.Record
-	12, // 10: rollout.v1.ListShardsResponse.shards:type_name -> rollout.v1.ListedShard
-	14, // 11: rollout.v1.ListedShard.summary:type_name -> rollout.v1.ShardInfo
-	21, // 12: rollout.v1.ShardInfo.created_at:type_name -> google.protobuf.Timestamp
-	21, // 13: rollout.v1.ShardInfo.last_commit_at:type_name -> google.protobuf.Timestamp
-	21, // 14: rollout.v1.ShardInfo.deleted_at:type_name -> google.protobuf.Timestamp
-	22, // 15: rollout.v1.BatchGetRequest.fields:type_name -> google.protobuf.FieldMask
-	17, // 16: rollout.v1.BatchGetResponse.results:type_name -> rollout.v1.BatchGetResult
-	7,  // 17: rollout.v1.BatchGetResult.record:type_name -> rollout.v1.Record
-	1,  // 18: rollout.v1.RolloutService.Append:input_type -> rollout.v1.AppendRequest
-	4,  // 19: rollout.v1.RolloutService.Get:input_type -> rollout.v1.GetRequest
-	8,  // 20: rollout.v1.RolloutService.Scan:input_type -> rollout.v1.ScanRequest
-	10, // 21: rollout.v1.RolloutService.ListShards:input_type -> rollout.v1.ListShardsRequest
-	13, // 22: rollout.v1.RolloutService.DescribeShard:input_type -> rollout.v1.DescribeShardRequest
-	15, // 23: rollout.v1.RolloutService.BatchGet:input_type -> rollout.v1.BatchGetRequest
-	18, // 24: rollout.v1.RolloutService.DeleteShard:input_type -> rollout.v1.DeleteShardRequest
-	2,  // 25: rollout.v1.RolloutService.Append:output_type -> rollout.v1.AppendResponse
-	5,  // 26: rollout.v1.RolloutService.Get:output_type -> rollout.v1.GetResponse
-	9,  // 27: rollout.v1.RolloutService.Scan:output_type -> rollout.v1.ScanResponse
-	11, // 28: rollout.v1.RolloutService.ListShards:output_type -> rollout.v1.ListShardsResponse
-	14, // 29: rollout.v1.RolloutService.DescribeShard:output_type -> rollout.v1.ShardInfo
-	16, // 30: rollout.v1.RolloutService.BatchGet:output_type -> rollout.v1.BatchGetResponse
-	19, // 31: rollout.v1.RolloutService.DeleteShard:output_type -> rollout.v1.DeleteShardResponse
-	25, // [25:32] is the sub-list for method output_type
-	18, // [18:25] is the sub-list for method input_type
-	18, // [18:18] is the sub-list for extension type_name
-	18, // [18:18] is the sub-list for extension extendee
-	0,  // [0:18] is the sub-list for field type_name
+	40, // 8: rollout.v1.ScanRequest.fields:type_name -> google.protobuf.FieldMask
+	8,  // 9: rollout.v1.ScanResponse.records:type_name -> rollout.v1.Record
+	13, // 10: rollout.v1.ListShardsResponse.shards:type_name -> rollout.v1.ListedShard
+	15, // 11: rollout.v1.ListedShard.summary:type_name -> rollout.v1.ShardInfo
+	39, // 12: rollout.v1.ShardInfo.created_at:type_name -> google.protobuf.Timestamp
+	39, // 13: rollout.v1.ShardInfo.last_commit_at:type_name -> google.protobuf.Timestamp
+	39, // 14: rollout.v1.ShardInfo.deleted_at:type_name -> google.protobuf.Timestamp
+	40, // 15: rollout.v1.BatchGetRequest.fields:type_name -> google.protobuf.FieldMask
+	18, // 16: rollout.v1.BatchGetResponse.results:type_name -> rollout.v1.BatchGetResult
+	8,  // 17: rollout.v1.BatchGetResult.record:type_name -> rollout.v1.Record
+	1,  // 18: rollout.v1.SubscribeRequest.start:type_name -> rollout.v1.SubscribeStart
+	35, // 19: rollout.v1.SubscribeRequest.positions:type_name -> rollout.v1.SubscribeRequest.PositionsEntry
+	0,  // 20: rollout.v1.SubscribeRequest.role:type_name -> rollout.v1.Role
+	40, // 21: rollout.v1.SubscribeRequest.fields:type_name -> google.protobuf.FieldMask
+	8,  // 22: rollout.v1.SubscribeResponse.records:type_name -> rollout.v1.Record
+	23, // 23: rollout.v1.SubscribeResponse.started:type_name -> rollout.v1.SubscribeStarted
+	36, // 24: rollout.v1.CommitConsumerRequest.positions:type_name -> rollout.v1.CommitConsumerRequest.PositionsEntry
+	37, // 25: rollout.v1.ConsumerInfo.positions:type_name -> rollout.v1.ConsumerInfo.PositionsEntry
+	39, // 26: rollout.v1.ConsumerInfo.created_at:type_name -> google.protobuf.Timestamp
+	39, // 27: rollout.v1.ConsumerInfo.updated_at:type_name -> google.protobuf.Timestamp
+	27, // 28: rollout.v1.ListConsumersResponse.consumers:type_name -> rollout.v1.ConsumerInfo
+	1,  // 29: rollout.v1.ResetConsumerRequest.to:type_name -> rollout.v1.SubscribeStart
+	38, // 30: rollout.v1.ResetConsumerRequest.positions:type_name -> rollout.v1.ResetConsumerRequest.PositionsEntry
+	27, // 31: rollout.v1.ResetConsumerResponse.consumer:type_name -> rollout.v1.ConsumerInfo
+	2,  // 32: rollout.v1.RolloutService.Append:input_type -> rollout.v1.AppendRequest
+	5,  // 33: rollout.v1.RolloutService.Get:input_type -> rollout.v1.GetRequest
+	9,  // 34: rollout.v1.RolloutService.Scan:input_type -> rollout.v1.ScanRequest
+	11, // 35: rollout.v1.RolloutService.ListShards:input_type -> rollout.v1.ListShardsRequest
+	14, // 36: rollout.v1.RolloutService.DescribeShard:input_type -> rollout.v1.DescribeShardRequest
+	16, // 37: rollout.v1.RolloutService.BatchGet:input_type -> rollout.v1.BatchGetRequest
+	19, // 38: rollout.v1.RolloutService.DeleteShard:input_type -> rollout.v1.DeleteShardRequest
+	21, // 39: rollout.v1.RolloutService.Subscribe:input_type -> rollout.v1.SubscribeRequest
+	24, // 40: rollout.v1.RolloutService.CommitConsumer:input_type -> rollout.v1.CommitConsumerRequest
+	26, // 41: rollout.v1.RolloutService.DescribeConsumer:input_type -> rollout.v1.DescribeConsumerRequest
+	28, // 42: rollout.v1.RolloutService.ListConsumers:input_type -> rollout.v1.ListConsumersRequest
+	30, // 43: rollout.v1.RolloutService.ResetConsumer:input_type -> rollout.v1.ResetConsumerRequest
+	32, // 44: rollout.v1.RolloutService.DeleteConsumer:input_type -> rollout.v1.DeleteConsumerRequest
+	3,  // 45: rollout.v1.RolloutService.Append:output_type -> rollout.v1.AppendResponse
+	6,  // 46: rollout.v1.RolloutService.Get:output_type -> rollout.v1.GetResponse
+	10, // 47: rollout.v1.RolloutService.Scan:output_type -> rollout.v1.ScanResponse
+	12, // 48: rollout.v1.RolloutService.ListShards:output_type -> rollout.v1.ListShardsResponse
+	15, // 49: rollout.v1.RolloutService.DescribeShard:output_type -> rollout.v1.ShardInfo
+	17, // 50: rollout.v1.RolloutService.BatchGet:output_type -> rollout.v1.BatchGetResponse
+	20, // 51: rollout.v1.RolloutService.DeleteShard:output_type -> rollout.v1.DeleteShardResponse
+	22, // 52: rollout.v1.RolloutService.Subscribe:output_type -> rollout.v1.SubscribeResponse
+	25, // 53: rollout.v1.RolloutService.CommitConsumer:output_type -> rollout.v1.CommitConsumerResponse
+	27, // 54: rollout.v1.RolloutService.DescribeConsumer:output_type -> rollout.v1.ConsumerInfo
+	29, // 55: rollout.v1.RolloutService.ListConsumers:output_type -> rollout.v1.ListConsumersResponse
+	31, // 56: rollout.v1.RolloutService.ResetConsumer:output_type -> rollout.v1.ResetConsumerResponse
+	33, // 57: rollout.v1.RolloutService.DeleteConsumer:output_type -> rollout.v1.DeleteConsumerResponse
+	45, // [45:58] is the sub-list for method output_type
+	32, // [32:45] is the sub-list for method input_type
+	32, // [32:32] is the sub-list for extension type_name
+	32, // [32:32] is the sub-list for extension extendee
+	0,  // [0:32] is the sub-list for field type_name
 }
 
 func init() { file_rollout_v1_rollout_proto_init() }
@@ -1946,13 +3071,14 @@ func file_rollout_v1_rollout_proto_init() {
 		(*BatchGetResult_OverLimit)(nil),
 	}
 	file_rollout_v1_rollout_proto_msgTypes[17].OneofWrappers = []any{}
+	file_rollout_v1_rollout_proto_msgTypes[19].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_rollout_v1_rollout_proto_rawDesc), len(file_rollout_v1_rollout_proto_rawDesc)),
-			NumEnums:      1,
-			NumMessages:   20,
+			NumEnums:      2,
+			NumMessages:   37,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -23,13 +23,19 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	RolloutService_Append_FullMethodName        = "/rollout.v1.RolloutService/Append"
-	RolloutService_Get_FullMethodName           = "/rollout.v1.RolloutService/Get"
-	RolloutService_Scan_FullMethodName          = "/rollout.v1.RolloutService/Scan"
-	RolloutService_ListShards_FullMethodName    = "/rollout.v1.RolloutService/ListShards"
-	RolloutService_DescribeShard_FullMethodName = "/rollout.v1.RolloutService/DescribeShard"
-	RolloutService_BatchGet_FullMethodName      = "/rollout.v1.RolloutService/BatchGet"
-	RolloutService_DeleteShard_FullMethodName   = "/rollout.v1.RolloutService/DeleteShard"
+	RolloutService_Append_FullMethodName           = "/rollout.v1.RolloutService/Append"
+	RolloutService_Get_FullMethodName              = "/rollout.v1.RolloutService/Get"
+	RolloutService_Scan_FullMethodName             = "/rollout.v1.RolloutService/Scan"
+	RolloutService_ListShards_FullMethodName       = "/rollout.v1.RolloutService/ListShards"
+	RolloutService_DescribeShard_FullMethodName    = "/rollout.v1.RolloutService/DescribeShard"
+	RolloutService_BatchGet_FullMethodName         = "/rollout.v1.RolloutService/BatchGet"
+	RolloutService_DeleteShard_FullMethodName      = "/rollout.v1.RolloutService/DeleteShard"
+	RolloutService_Subscribe_FullMethodName        = "/rollout.v1.RolloutService/Subscribe"
+	RolloutService_CommitConsumer_FullMethodName   = "/rollout.v1.RolloutService/CommitConsumer"
+	RolloutService_DescribeConsumer_FullMethodName = "/rollout.v1.RolloutService/DescribeConsumer"
+	RolloutService_ListConsumers_FullMethodName    = "/rollout.v1.RolloutService/ListConsumers"
+	RolloutService_ResetConsumer_FullMethodName    = "/rollout.v1.RolloutService/ResetConsumer"
+	RolloutService_DeleteConsumer_FullMethodName   = "/rollout.v1.RolloutService/DeleteConsumer"
 )
 
 // RolloutServiceClient is the client API for RolloutService service.
@@ -81,6 +87,41 @@ type RolloutServiceClient interface {
 	// its storage and succeeds. Authorization verb "delete", which no other
 	// verb implies.
 	DeleteShard(ctx context.Context, in *DeleteShardRequest, opts ...grpc.CallOption) (*DeleteShardResponse, error)
+	// Subscribe streams the records of every shard under a prefix: the
+	// shards that exist and those created while it runs, each shard's
+	// records in seq order, acknowledged records only. Each message carries
+	// one shard's records and the cursor to resume that shard from; shards
+	// interleave. It runs until the client cancels it or the server shuts
+	// down (UNAVAILABLE, reason SCAN_INTERRUPTED): resume with positions set
+	// to the cursors received. Any instance serves any prefix. Authorization
+	// verb "scan" on the whole prefix.
+	Subscribe(ctx context.Context, in *SubscribeRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[SubscribeResponse], error)
+	// CommitConsumer stores a consumer's positions: for each shard, the
+	// cursor up to which the consumer has processed it. A stored position
+	// never moves backwards: a commit of a lower cursor than the stored one
+	// keeps the stored one, so members committing concurrently never lose
+	// each other's progress. Idempotent; cheap enough to call every second.
+	// The consumer is created by its first commit. Authorization verb
+	// "consume" on the consumer's prefix.
+	CommitConsumer(ctx context.Context, in *CommitConsumerRequest, opts ...grpc.CallOption) (*CommitConsumerResponse, error)
+	// DescribeConsumer returns a consumer's positions and lag. A consumer
+	// never committed, or deleted, is NOT_FOUND. Authorization verb "scan"
+	// on the consumer's prefix.
+	DescribeConsumer(ctx context.Context, in *DescribeConsumerRequest, opts ...grpc.CallOption) (*ConsumerInfo, error)
+	// ListConsumers lists the consumers whose prefix lies under a prefix, a
+	// page at a time, without their positions. Only consumers whose prefix
+	// the caller may scan are listed.
+	ListConsumers(ctx context.Context, in *ListConsumersRequest, opts ...grpc.CallOption) (*ListConsumersResponse, error)
+	// ResetConsumer moves a consumer's positions explicitly, backwards
+	// included, and starts a new generation of it: commits made for an
+	// older generation are refused afterwards (FAILED_PRECONDITION, reason
+	// CONSUMER_RESET), so a member still running on the old positions
+	// cannot undo the reset. Authorization verb "consume".
+	ResetConsumer(ctx context.Context, in *ResetConsumerRequest, opts ...grpc.CallOption) (*ResetConsumerResponse, error)
+	// DeleteConsumer deletes a consumer and its positions. Deleting a
+	// consumer that does not exist is NOT_FOUND. Authorization verb
+	// "consume".
+	DeleteConsumer(ctx context.Context, in *DeleteConsumerRequest, opts ...grpc.CallOption) (*DeleteConsumerResponse, error)
 }
 
 type rolloutServiceClient struct {
@@ -170,6 +211,75 @@ func (c *rolloutServiceClient) DeleteShard(ctx context.Context, in *DeleteShardR
 	return out, nil
 }
 
+func (c *rolloutServiceClient) Subscribe(ctx context.Context, in *SubscribeRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[SubscribeResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &RolloutService_ServiceDesc.Streams[1], RolloutService_Subscribe_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[SubscribeRequest, SubscribeResponse]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type RolloutService_SubscribeClient = grpc.ServerStreamingClient[SubscribeResponse]
+
+func (c *rolloutServiceClient) CommitConsumer(ctx context.Context, in *CommitConsumerRequest, opts ...grpc.CallOption) (*CommitConsumerResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CommitConsumerResponse)
+	err := c.cc.Invoke(ctx, RolloutService_CommitConsumer_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *rolloutServiceClient) DescribeConsumer(ctx context.Context, in *DescribeConsumerRequest, opts ...grpc.CallOption) (*ConsumerInfo, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ConsumerInfo)
+	err := c.cc.Invoke(ctx, RolloutService_DescribeConsumer_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *rolloutServiceClient) ListConsumers(ctx context.Context, in *ListConsumersRequest, opts ...grpc.CallOption) (*ListConsumersResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListConsumersResponse)
+	err := c.cc.Invoke(ctx, RolloutService_ListConsumers_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *rolloutServiceClient) ResetConsumer(ctx context.Context, in *ResetConsumerRequest, opts ...grpc.CallOption) (*ResetConsumerResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ResetConsumerResponse)
+	err := c.cc.Invoke(ctx, RolloutService_ResetConsumer_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *rolloutServiceClient) DeleteConsumer(ctx context.Context, in *DeleteConsumerRequest, opts ...grpc.CallOption) (*DeleteConsumerResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(DeleteConsumerResponse)
+	err := c.cc.Invoke(ctx, RolloutService_DeleteConsumer_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // RolloutServiceServer is the server API for RolloutService service.
 // All implementations must embed UnimplementedRolloutServiceServer
 // for forward compatibility.
@@ -219,6 +329,41 @@ type RolloutServiceServer interface {
 	// its storage and succeeds. Authorization verb "delete", which no other
 	// verb implies.
 	DeleteShard(context.Context, *DeleteShardRequest) (*DeleteShardResponse, error)
+	// Subscribe streams the records of every shard under a prefix: the
+	// shards that exist and those created while it runs, each shard's
+	// records in seq order, acknowledged records only. Each message carries
+	// one shard's records and the cursor to resume that shard from; shards
+	// interleave. It runs until the client cancels it or the server shuts
+	// down (UNAVAILABLE, reason SCAN_INTERRUPTED): resume with positions set
+	// to the cursors received. Any instance serves any prefix. Authorization
+	// verb "scan" on the whole prefix.
+	Subscribe(*SubscribeRequest, grpc.ServerStreamingServer[SubscribeResponse]) error
+	// CommitConsumer stores a consumer's positions: for each shard, the
+	// cursor up to which the consumer has processed it. A stored position
+	// never moves backwards: a commit of a lower cursor than the stored one
+	// keeps the stored one, so members committing concurrently never lose
+	// each other's progress. Idempotent; cheap enough to call every second.
+	// The consumer is created by its first commit. Authorization verb
+	// "consume" on the consumer's prefix.
+	CommitConsumer(context.Context, *CommitConsumerRequest) (*CommitConsumerResponse, error)
+	// DescribeConsumer returns a consumer's positions and lag. A consumer
+	// never committed, or deleted, is NOT_FOUND. Authorization verb "scan"
+	// on the consumer's prefix.
+	DescribeConsumer(context.Context, *DescribeConsumerRequest) (*ConsumerInfo, error)
+	// ListConsumers lists the consumers whose prefix lies under a prefix, a
+	// page at a time, without their positions. Only consumers whose prefix
+	// the caller may scan are listed.
+	ListConsumers(context.Context, *ListConsumersRequest) (*ListConsumersResponse, error)
+	// ResetConsumer moves a consumer's positions explicitly, backwards
+	// included, and starts a new generation of it: commits made for an
+	// older generation are refused afterwards (FAILED_PRECONDITION, reason
+	// CONSUMER_RESET), so a member still running on the old positions
+	// cannot undo the reset. Authorization verb "consume".
+	ResetConsumer(context.Context, *ResetConsumerRequest) (*ResetConsumerResponse, error)
+	// DeleteConsumer deletes a consumer and its positions. Deleting a
+	// consumer that does not exist is NOT_FOUND. Authorization verb
+	// "consume".
+	DeleteConsumer(context.Context, *DeleteConsumerRequest) (*DeleteConsumerResponse, error)
 	mustEmbedUnimplementedRolloutServiceServer()
 }
 
@@ -249,6 +394,24 @@ func (UnimplementedRolloutServiceServer) BatchGet(context.Context, *BatchGetRequ
 }
 func (UnimplementedRolloutServiceServer) DeleteShard(context.Context, *DeleteShardRequest) (*DeleteShardResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method DeleteShard not implemented")
+}
+func (UnimplementedRolloutServiceServer) Subscribe(*SubscribeRequest, grpc.ServerStreamingServer[SubscribeResponse]) error {
+	return status.Error(codes.Unimplemented, "method Subscribe not implemented")
+}
+func (UnimplementedRolloutServiceServer) CommitConsumer(context.Context, *CommitConsumerRequest) (*CommitConsumerResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method CommitConsumer not implemented")
+}
+func (UnimplementedRolloutServiceServer) DescribeConsumer(context.Context, *DescribeConsumerRequest) (*ConsumerInfo, error) {
+	return nil, status.Error(codes.Unimplemented, "method DescribeConsumer not implemented")
+}
+func (UnimplementedRolloutServiceServer) ListConsumers(context.Context, *ListConsumersRequest) (*ListConsumersResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListConsumers not implemented")
+}
+func (UnimplementedRolloutServiceServer) ResetConsumer(context.Context, *ResetConsumerRequest) (*ResetConsumerResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ResetConsumer not implemented")
+}
+func (UnimplementedRolloutServiceServer) DeleteConsumer(context.Context, *DeleteConsumerRequest) (*DeleteConsumerResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method DeleteConsumer not implemented")
 }
 func (UnimplementedRolloutServiceServer) mustEmbedUnimplementedRolloutServiceServer() {}
 func (UnimplementedRolloutServiceServer) testEmbeddedByValue()                        {}
@@ -390,6 +553,107 @@ func _RolloutService_DeleteShard_Handler(srv interface{}, ctx context.Context, d
 	return interceptor(ctx, in, info, handler)
 }
 
+func _RolloutService_Subscribe_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(SubscribeRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(RolloutServiceServer).Subscribe(m, &grpc.GenericServerStream[SubscribeRequest, SubscribeResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type RolloutService_SubscribeServer = grpc.ServerStreamingServer[SubscribeResponse]
+
+func _RolloutService_CommitConsumer_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CommitConsumerRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(RolloutServiceServer).CommitConsumer(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: RolloutService_CommitConsumer_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(RolloutServiceServer).CommitConsumer(ctx, req.(*CommitConsumerRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _RolloutService_DescribeConsumer_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DescribeConsumerRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(RolloutServiceServer).DescribeConsumer(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: RolloutService_DescribeConsumer_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(RolloutServiceServer).DescribeConsumer(ctx, req.(*DescribeConsumerRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _RolloutService_ListConsumers_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListConsumersRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(RolloutServiceServer).ListConsumers(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: RolloutService_ListConsumers_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(RolloutServiceServer).ListConsumers(ctx, req.(*ListConsumersRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _RolloutService_ResetConsumer_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ResetConsumerRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(RolloutServiceServer).ResetConsumer(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: RolloutService_ResetConsumer_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(RolloutServiceServer).ResetConsumer(ctx, req.(*ResetConsumerRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _RolloutService_DeleteConsumer_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DeleteConsumerRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(RolloutServiceServer).DeleteConsumer(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: RolloutService_DeleteConsumer_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(RolloutServiceServer).DeleteConsumer(ctx, req.(*DeleteConsumerRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // RolloutService_ServiceDesc is the grpc.ServiceDesc for RolloutService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -421,11 +685,36 @@ var RolloutService_ServiceDesc = grpc.ServiceDesc{
 			MethodName: "DeleteShard",
 			Handler:    _RolloutService_DeleteShard_Handler,
 		},
+		{
+			MethodName: "CommitConsumer",
+			Handler:    _RolloutService_CommitConsumer_Handler,
+		},
+		{
+			MethodName: "DescribeConsumer",
+			Handler:    _RolloutService_DescribeConsumer_Handler,
+		},
+		{
+			MethodName: "ListConsumers",
+			Handler:    _RolloutService_ListConsumers_Handler,
+		},
+		{
+			MethodName: "ResetConsumer",
+			Handler:    _RolloutService_ResetConsumer_Handler,
+		},
+		{
+			MethodName: "DeleteConsumer",
+			Handler:    _RolloutService_DeleteConsumer_Handler,
+		},
 	},
 	Streams: []grpc.StreamDesc{
 		{
 			StreamName:    "Scan",
 			Handler:       _RolloutService_Scan_Handler,
+			ServerStreams: true,
+		},
+		{
+			StreamName:    "Subscribe",
+			Handler:       _RolloutService_Subscribe_Handler,
 			ServerStreams: true,
 		},
 	},

@@ -13,7 +13,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1drollout/v1/error_reason.proto\x12\nrollout.v1*\xd1\x01\n\x0b\x45rrorReason\x12\x1c\n\x18\x45RROR_REASON_UNSPECIFIED\x10\x00\x12\x13\n\x0fOUTCOME_UNKNOWN\x10\x01\x12\x11\n\rNOT_COMMITTED\x10\x02\x12\x10\n\x0c\x42\x41\x43KPRESSURE\x10\x03\x12\x10\n\x0cRATE_LIMITED\x10\x04\x12\r\n\tTOO_LARGE\x10\x05\x12\x14\n\x10SCAN_INTERRUPTED\x10\x06\x12\x11\n\rSHARD_DELETED\x10\x07\x12\x10\n\x0cSEQ_MISMATCH\x10\x08\x12\x0e\n\nSTORE_FULL\x10\tB7Z5github.com/rolloutd/rolloutd/gen/rollout/v1;rolloutv1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1drollout/v1/error_reason.proto\x12\nrollout.v1*\xe5\x01\n\x0b\x45rrorReason\x12\x1c\n\x18\x45RROR_REASON_UNSPECIFIED\x10\x00\x12\x13\n\x0fOUTCOME_UNKNOWN\x10\x01\x12\x11\n\rNOT_COMMITTED\x10\x02\x12\x10\n\x0c\x42\x41\x43KPRESSURE\x10\x03\x12\x10\n\x0cRATE_LIMITED\x10\x04\x12\r\n\tTOO_LARGE\x10\x05\x12\x14\n\x10SCAN_INTERRUPTED\x10\x06\x12\x11\n\rSHARD_DELETED\x10\x07\x12\x10\n\x0cSEQ_MISMATCH\x10\x08\x12\x0e\n\nSTORE_FULL\x10\t\x12\x12\n\x0e\x43ONSUMER_RESET\x10\nB7Z5github.com/rolloutd/rolloutd/gen/rollout/v1;rolloutv1b\x06proto3')
 
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, globals())
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'rolloutd._proto.rollout.v1.error_reason_pb2', globals())
@@ -22,5 +22,5 @@ if _descriptor._USE_C_DESCRIPTORS == False:
   DESCRIPTOR._options = None
   DESCRIPTOR._serialized_options = b'Z5github.com/rolloutd/rolloutd/gen/rollout/v1;rolloutv1'
   _ERRORREASON._serialized_start=46
-  _ERRORREASON._serialized_end=255
+  _ERRORREASON._serialized_end=275
 # @@protoc_insertion_point(module_scope)

@@ -3,6 +3,7 @@ from google.protobuf import descriptor as _descriptor
 from typing import ClassVar as _ClassVar
 
 BACKPRESSURE: ErrorReason
+CONSUMER_RESET: ErrorReason
 DESCRIPTOR: _descriptor.FileDescriptor
 ERROR_REASON_UNSPECIFIED: ErrorReason
 NOT_COMMITTED: ErrorReason

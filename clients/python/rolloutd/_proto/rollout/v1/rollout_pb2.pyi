@@ -14,6 +14,10 @@ ROLE_SYSTEM: Role
 ROLE_TOOL: Role
 ROLE_UNSPECIFIED: Role
 ROLE_USER: Role
+SUBSCRIBE_START_CONSUMER: SubscribeStart
+SUBSCRIBE_START_EARLIEST: SubscribeStart
+SUBSCRIBE_START_LATEST: SubscribeStart
+SUBSCRIBE_START_UNSPECIFIED: SubscribeStart
 
 class AppendRequest(_message.Message):
     __slots__ = ["records", "request_id", "shard"]
@@ -73,6 +77,72 @@ class BatchGetResult(_message.Message):
     record: Record
     def __init__(self, id: _Optional[str] = ..., record: _Optional[_Union[Record, _Mapping]] = ..., not_found: bool = ..., over_limit: bool = ...) -> None: ...
 
+class CommitConsumerRequest(_message.Message):
+    __slots__ = ["consumer", "generation", "positions", "prefix"]
+    class PositionsEntry(_message.Message):
+        __slots__ = ["key", "value"]
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: int
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
+    CONSUMER_FIELD_NUMBER: _ClassVar[int]
+    GENERATION_FIELD_NUMBER: _ClassVar[int]
+    POSITIONS_FIELD_NUMBER: _ClassVar[int]
+    PREFIX_FIELD_NUMBER: _ClassVar[int]
+    consumer: str
+    generation: int
+    positions: _containers.ScalarMap[str, int]
+    prefix: str
+    def __init__(self, prefix: _Optional[str] = ..., consumer: _Optional[str] = ..., positions: _Optional[_Mapping[str, int]] = ..., generation: _Optional[int] = ...) -> None: ...
+
+class CommitConsumerResponse(_message.Message):
+    __slots__ = ["generation"]
+    GENERATION_FIELD_NUMBER: _ClassVar[int]
+    generation: int
+    def __init__(self, generation: _Optional[int] = ...) -> None: ...
+
+class ConsumerInfo(_message.Message):
+    __slots__ = ["consumer", "created_at", "generation", "lag_records", "lagging_shards", "positions", "prefix", "shards", "updated_at"]
+    class PositionsEntry(_message.Message):
+        __slots__ = ["key", "value"]
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: int
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
+    CONSUMER_FIELD_NUMBER: _ClassVar[int]
+    CREATED_AT_FIELD_NUMBER: _ClassVar[int]
+    GENERATION_FIELD_NUMBER: _ClassVar[int]
+    LAGGING_SHARDS_FIELD_NUMBER: _ClassVar[int]
+    LAG_RECORDS_FIELD_NUMBER: _ClassVar[int]
+    POSITIONS_FIELD_NUMBER: _ClassVar[int]
+    PREFIX_FIELD_NUMBER: _ClassVar[int]
+    SHARDS_FIELD_NUMBER: _ClassVar[int]
+    UPDATED_AT_FIELD_NUMBER: _ClassVar[int]
+    consumer: str
+    created_at: _timestamp_pb2.Timestamp
+    generation: int
+    lag_records: int
+    lagging_shards: int
+    positions: _containers.ScalarMap[str, int]
+    prefix: str
+    shards: int
+    updated_at: _timestamp_pb2.Timestamp
+    def __init__(self, prefix: _Optional[str] = ..., consumer: _Optional[str] = ..., generation: _Optional[int] = ..., positions: _Optional[_Mapping[str, int]] = ..., shards: _Optional[int] = ..., lag_records: _Optional[int] = ..., lagging_shards: _Optional[int] = ..., created_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., updated_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+
+class DeleteConsumerRequest(_message.Message):
+    __slots__ = ["consumer", "prefix"]
+    CONSUMER_FIELD_NUMBER: _ClassVar[int]
+    PREFIX_FIELD_NUMBER: _ClassVar[int]
+    consumer: str
+    prefix: str
+    def __init__(self, prefix: _Optional[str] = ..., consumer: _Optional[str] = ...) -> None: ...
+
+class DeleteConsumerResponse(_message.Message):
+    __slots__ = []
+    def __init__(self) -> None: ...
+
 class DeleteShardRequest(_message.Message):
     __slots__ = ["expected_last_seq", "shard"]
     EXPECTED_LAST_SEQ_FIELD_NUMBER: _ClassVar[int]
@@ -93,6 +163,16 @@ class DeleteShardResponse(_message.Message):
     records: int
     def __init__(self, last_seq: _Optional[int] = ..., records: _Optional[int] = ..., already_deleted: bool = ..., incarnation: _Optional[int] = ...) -> None: ...
 
+class DescribeConsumerRequest(_message.Message):
+    __slots__ = ["consumer", "include_positions", "prefix"]
+    CONSUMER_FIELD_NUMBER: _ClassVar[int]
+    INCLUDE_POSITIONS_FIELD_NUMBER: _ClassVar[int]
+    PREFIX_FIELD_NUMBER: _ClassVar[int]
+    consumer: str
+    include_positions: bool
+    prefix: str
+    def __init__(self, prefix: _Optional[str] = ..., consumer: _Optional[str] = ..., include_positions: bool = ...) -> None: ...
+
 class DescribeShardRequest(_message.Message):
     __slots__ = ["shard"]
     SHARD_FIELD_NUMBER: _ClassVar[int]
@@ -112,6 +192,24 @@ class GetResponse(_message.Message):
     RECORD_FIELD_NUMBER: _ClassVar[int]
     record: Record
     def __init__(self, record: _Optional[_Union[Record, _Mapping]] = ...) -> None: ...
+
+class ListConsumersRequest(_message.Message):
+    __slots__ = ["page_size", "page_token", "prefix"]
+    PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    PREFIX_FIELD_NUMBER: _ClassVar[int]
+    page_size: int
+    page_token: str
+    prefix: str
+    def __init__(self, prefix: _Optional[str] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
+
+class ListConsumersResponse(_message.Message):
+    __slots__ = ["consumers", "next_page_token"]
+    CONSUMERS_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    consumers: _containers.RepeatedCompositeFieldContainer[ConsumerInfo]
+    next_page_token: str
+    def __init__(self, consumers: _Optional[_Iterable[_Union[ConsumerInfo, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
 
 class ListShardsRequest(_message.Message):
     __slots__ = ["include_summary", "page_size", "page_token", "prefix"]
@@ -212,6 +310,31 @@ class Relationship(_message.Message):
     weight: float
     def __init__(self, target_id: _Optional[str] = ..., relation: _Optional[str] = ..., weight: _Optional[float] = ...) -> None: ...
 
+class ResetConsumerRequest(_message.Message):
+    __slots__ = ["consumer", "positions", "prefix", "to"]
+    class PositionsEntry(_message.Message):
+        __slots__ = ["key", "value"]
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: int
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
+    CONSUMER_FIELD_NUMBER: _ClassVar[int]
+    POSITIONS_FIELD_NUMBER: _ClassVar[int]
+    PREFIX_FIELD_NUMBER: _ClassVar[int]
+    TO_FIELD_NUMBER: _ClassVar[int]
+    consumer: str
+    positions: _containers.ScalarMap[str, int]
+    prefix: str
+    to: SubscribeStart
+    def __init__(self, prefix: _Optional[str] = ..., consumer: _Optional[str] = ..., to: _Optional[_Union[SubscribeStart, str]] = ..., positions: _Optional[_Mapping[str, int]] = ...) -> None: ...
+
+class ResetConsumerResponse(_message.Message):
+    __slots__ = ["consumer"]
+    CONSUMER_FIELD_NUMBER: _ClassVar[int]
+    consumer: ConsumerInfo
+    def __init__(self, consumer: _Optional[_Union[ConsumerInfo, _Mapping]] = ...) -> None: ...
+
 class ScanRequest(_message.Message):
     __slots__ = ["after_seq", "fields", "follow", "include_in_training", "limit", "role", "rollout_id", "shard"]
     AFTER_SEQ_FIELD_NUMBER: _ClassVar[int]
@@ -272,5 +395,59 @@ class ShardInfo(_message.Message):
     writer_here: bool
     def __init__(self, shard: _Optional[str] = ..., records: _Optional[int] = ..., bytes: _Optional[int] = ..., generations: _Optional[int] = ..., first_seq: _Optional[int] = ..., last_seq: _Optional[int] = ..., epoch: _Optional[int] = ..., format_version: _Optional[int] = ..., writer_here: bool = ..., created_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., last_commit_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., incarnation: _Optional[int] = ..., deleted: bool = ..., deleted_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
+class SubscribeRequest(_message.Message):
+    __slots__ = ["consumer", "fields", "include_in_training", "member", "members", "positions", "prefix", "role", "rollout_id", "start"]
+    class PositionsEntry(_message.Message):
+        __slots__ = ["key", "value"]
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: int
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
+    CONSUMER_FIELD_NUMBER: _ClassVar[int]
+    FIELDS_FIELD_NUMBER: _ClassVar[int]
+    INCLUDE_IN_TRAINING_FIELD_NUMBER: _ClassVar[int]
+    MEMBERS_FIELD_NUMBER: _ClassVar[int]
+    MEMBER_FIELD_NUMBER: _ClassVar[int]
+    POSITIONS_FIELD_NUMBER: _ClassVar[int]
+    PREFIX_FIELD_NUMBER: _ClassVar[int]
+    ROLE_FIELD_NUMBER: _ClassVar[int]
+    ROLLOUT_ID_FIELD_NUMBER: _ClassVar[int]
+    START_FIELD_NUMBER: _ClassVar[int]
+    consumer: str
+    fields: _field_mask_pb2.FieldMask
+    include_in_training: bool
+    member: int
+    members: int
+    positions: _containers.ScalarMap[str, int]
+    prefix: str
+    role: Role
+    rollout_id: str
+    start: SubscribeStart
+    def __init__(self, prefix: _Optional[str] = ..., start: _Optional[_Union[SubscribeStart, str]] = ..., consumer: _Optional[str] = ..., positions: _Optional[_Mapping[str, int]] = ..., member: _Optional[int] = ..., members: _Optional[int] = ..., rollout_id: _Optional[str] = ..., include_in_training: bool = ..., role: _Optional[_Union[Role, str]] = ..., fields: _Optional[_Union[_field_mask_pb2.FieldMask, _Mapping]] = ...) -> None: ...
+
+class SubscribeResponse(_message.Message):
+    __slots__ = ["cursor", "records", "shard", "shard_deleted", "started"]
+    CURSOR_FIELD_NUMBER: _ClassVar[int]
+    RECORDS_FIELD_NUMBER: _ClassVar[int]
+    SHARD_DELETED_FIELD_NUMBER: _ClassVar[int]
+    SHARD_FIELD_NUMBER: _ClassVar[int]
+    STARTED_FIELD_NUMBER: _ClassVar[int]
+    cursor: int
+    records: _containers.RepeatedCompositeFieldContainer[Record]
+    shard: str
+    shard_deleted: bool
+    started: SubscribeStarted
+    def __init__(self, shard: _Optional[str] = ..., records: _Optional[_Iterable[_Union[Record, _Mapping]]] = ..., cursor: _Optional[int] = ..., shard_deleted: bool = ..., started: _Optional[_Union[SubscribeStarted, _Mapping]] = ...) -> None: ...
+
+class SubscribeStarted(_message.Message):
+    __slots__ = ["consumer_generation"]
+    CONSUMER_GENERATION_FIELD_NUMBER: _ClassVar[int]
+    consumer_generation: int
+    def __init__(self, consumer_generation: _Optional[int] = ...) -> None: ...
+
 class Role(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = []
+
+class SubscribeStart(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = []

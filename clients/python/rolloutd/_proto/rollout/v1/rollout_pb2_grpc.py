@@ -64,6 +64,36 @@ class RolloutServiceStub(object):
                 request_serializer=rollout_dot_v1_dot_rollout__pb2.DeleteShardRequest.SerializeToString,
                 response_deserializer=rollout_dot_v1_dot_rollout__pb2.DeleteShardResponse.FromString,
                 )
+        self.Subscribe = channel.unary_stream(
+                '/rollout.v1.RolloutService/Subscribe',
+                request_serializer=rollout_dot_v1_dot_rollout__pb2.SubscribeRequest.SerializeToString,
+                response_deserializer=rollout_dot_v1_dot_rollout__pb2.SubscribeResponse.FromString,
+                )
+        self.CommitConsumer = channel.unary_unary(
+                '/rollout.v1.RolloutService/CommitConsumer',
+                request_serializer=rollout_dot_v1_dot_rollout__pb2.CommitConsumerRequest.SerializeToString,
+                response_deserializer=rollout_dot_v1_dot_rollout__pb2.CommitConsumerResponse.FromString,
+                )
+        self.DescribeConsumer = channel.unary_unary(
+                '/rollout.v1.RolloutService/DescribeConsumer',
+                request_serializer=rollout_dot_v1_dot_rollout__pb2.DescribeConsumerRequest.SerializeToString,
+                response_deserializer=rollout_dot_v1_dot_rollout__pb2.ConsumerInfo.FromString,
+                )
+        self.ListConsumers = channel.unary_unary(
+                '/rollout.v1.RolloutService/ListConsumers',
+                request_serializer=rollout_dot_v1_dot_rollout__pb2.ListConsumersRequest.SerializeToString,
+                response_deserializer=rollout_dot_v1_dot_rollout__pb2.ListConsumersResponse.FromString,
+                )
+        self.ResetConsumer = channel.unary_unary(
+                '/rollout.v1.RolloutService/ResetConsumer',
+                request_serializer=rollout_dot_v1_dot_rollout__pb2.ResetConsumerRequest.SerializeToString,
+                response_deserializer=rollout_dot_v1_dot_rollout__pb2.ResetConsumerResponse.FromString,
+                )
+        self.DeleteConsumer = channel.unary_unary(
+                '/rollout.v1.RolloutService/DeleteConsumer',
+                request_serializer=rollout_dot_v1_dot_rollout__pb2.DeleteConsumerRequest.SerializeToString,
+                response_deserializer=rollout_dot_v1_dot_rollout__pb2.DeleteConsumerResponse.FromString,
+                )
 
 
 class RolloutServiceServicer(object):
@@ -160,6 +190,71 @@ class RolloutServiceServicer(object):
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Subscribe(self, request, context):
+        """Subscribe streams the records of every shard under a prefix: the
+        shards that exist and those created while it runs, each shard's
+        records in seq order, acknowledged records only. Each message carries
+        one shard's records and the cursor to resume that shard from; shards
+        interleave. It runs until the client cancels it or the server shuts
+        down (UNAVAILABLE, reason SCAN_INTERRUPTED): resume with positions set
+        to the cursors received. Any instance serves any prefix. Authorization
+        verb "scan" on the whole prefix.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def CommitConsumer(self, request, context):
+        """CommitConsumer stores a consumer's positions: for each shard, the
+        cursor up to which the consumer has processed it. A stored position
+        never moves backwards: a commit of a lower cursor than the stored one
+        keeps the stored one, so members committing concurrently never lose
+        each other's progress. Idempotent; cheap enough to call every second.
+        The consumer is created by its first commit. Authorization verb
+        "consume" on the consumer's prefix.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DescribeConsumer(self, request, context):
+        """DescribeConsumer returns a consumer's positions and lag. A consumer
+        never committed, or deleted, is NOT_FOUND. Authorization verb "scan"
+        on the consumer's prefix.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListConsumers(self, request, context):
+        """ListConsumers lists the consumers whose prefix lies under a prefix, a
+        page at a time, without their positions. Only consumers whose prefix
+        the caller may scan are listed.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ResetConsumer(self, request, context):
+        """ResetConsumer moves a consumer's positions explicitly, backwards
+        included, and starts a new generation of it: commits made for an
+        older generation are refused afterwards (FAILED_PRECONDITION, reason
+        CONSUMER_RESET), so a member still running on the old positions
+        cannot undo the reset. Authorization verb "consume".
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DeleteConsumer(self, request, context):
+        """DeleteConsumer deletes a consumer and its positions. Deleting a
+        consumer that does not exist is NOT_FOUND. Authorization verb
+        "consume".
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_RolloutServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -197,6 +292,36 @@ def add_RolloutServiceServicer_to_server(servicer, server):
                     servicer.DeleteShard,
                     request_deserializer=rollout_dot_v1_dot_rollout__pb2.DeleteShardRequest.FromString,
                     response_serializer=rollout_dot_v1_dot_rollout__pb2.DeleteShardResponse.SerializeToString,
+            ),
+            'Subscribe': grpc.unary_stream_rpc_method_handler(
+                    servicer.Subscribe,
+                    request_deserializer=rollout_dot_v1_dot_rollout__pb2.SubscribeRequest.FromString,
+                    response_serializer=rollout_dot_v1_dot_rollout__pb2.SubscribeResponse.SerializeToString,
+            ),
+            'CommitConsumer': grpc.unary_unary_rpc_method_handler(
+                    servicer.CommitConsumer,
+                    request_deserializer=rollout_dot_v1_dot_rollout__pb2.CommitConsumerRequest.FromString,
+                    response_serializer=rollout_dot_v1_dot_rollout__pb2.CommitConsumerResponse.SerializeToString,
+            ),
+            'DescribeConsumer': grpc.unary_unary_rpc_method_handler(
+                    servicer.DescribeConsumer,
+                    request_deserializer=rollout_dot_v1_dot_rollout__pb2.DescribeConsumerRequest.FromString,
+                    response_serializer=rollout_dot_v1_dot_rollout__pb2.ConsumerInfo.SerializeToString,
+            ),
+            'ListConsumers': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListConsumers,
+                    request_deserializer=rollout_dot_v1_dot_rollout__pb2.ListConsumersRequest.FromString,
+                    response_serializer=rollout_dot_v1_dot_rollout__pb2.ListConsumersResponse.SerializeToString,
+            ),
+            'ResetConsumer': grpc.unary_unary_rpc_method_handler(
+                    servicer.ResetConsumer,
+                    request_deserializer=rollout_dot_v1_dot_rollout__pb2.ResetConsumerRequest.FromString,
+                    response_serializer=rollout_dot_v1_dot_rollout__pb2.ResetConsumerResponse.SerializeToString,
+            ),
+            'DeleteConsumer': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteConsumer,
+                    request_deserializer=rollout_dot_v1_dot_rollout__pb2.DeleteConsumerRequest.FromString,
+                    response_serializer=rollout_dot_v1_dot_rollout__pb2.DeleteConsumerResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -339,5 +464,107 @@ class RolloutService(object):
         return grpc.experimental.unary_unary(request, target, '/rollout.v1.RolloutService/DeleteShard',
             rollout_dot_v1_dot_rollout__pb2.DeleteShardRequest.SerializeToString,
             rollout_dot_v1_dot_rollout__pb2.DeleteShardResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def Subscribe(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(request, target, '/rollout.v1.RolloutService/Subscribe',
+            rollout_dot_v1_dot_rollout__pb2.SubscribeRequest.SerializeToString,
+            rollout_dot_v1_dot_rollout__pb2.SubscribeResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def CommitConsumer(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/rollout.v1.RolloutService/CommitConsumer',
+            rollout_dot_v1_dot_rollout__pb2.CommitConsumerRequest.SerializeToString,
+            rollout_dot_v1_dot_rollout__pb2.CommitConsumerResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def DescribeConsumer(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/rollout.v1.RolloutService/DescribeConsumer',
+            rollout_dot_v1_dot_rollout__pb2.DescribeConsumerRequest.SerializeToString,
+            rollout_dot_v1_dot_rollout__pb2.ConsumerInfo.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def ListConsumers(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/rollout.v1.RolloutService/ListConsumers',
+            rollout_dot_v1_dot_rollout__pb2.ListConsumersRequest.SerializeToString,
+            rollout_dot_v1_dot_rollout__pb2.ListConsumersResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def ResetConsumer(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/rollout.v1.RolloutService/ResetConsumer',
+            rollout_dot_v1_dot_rollout__pb2.ResetConsumerRequest.SerializeToString,
+            rollout_dot_v1_dot_rollout__pb2.ResetConsumerResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def DeleteConsumer(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/rollout.v1.RolloutService/DeleteConsumer',
+            rollout_dot_v1_dot_rollout__pb2.DeleteConsumerRequest.SerializeToString,
+            rollout_dot_v1_dot_rollout__pb2.DeleteConsumerResponse.FromString,
             options, channel_credentials,
             insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
