@@ -22,6 +22,7 @@ import (
 	"google.golang.org/grpc/reflection"
 
 	rolloutv1 "github.com/rolloutd/rolloutd/gen/rollout/v1"
+	"github.com/rolloutd/rolloutd/internal/consumer"
 	"github.com/rolloutd/rolloutd/internal/shard"
 	shardfollow "github.com/rolloutd/rolloutd/internal/shard/follow"
 	"github.com/rolloutd/rolloutd/internal/shard/subscribe"
@@ -130,16 +131,25 @@ func (s *Server) newService(cache *shard.BlobCache) *service {
 	s.follow = shardfollow.NewSet(svc.reader, shardfollow.Options{Notifier: notifier, Logger: cfg.Logger})
 	svc.follow = s.follow
 	// Subscriptions have a reader set of their own, whose idle readers
-	// park, and one watcher per prefix.
+	// park, and one watcher per prefix. They share the consumers' store:
+	// subscriptions start from the consumers' stored positions, and
+	// their shared readers know the shards' tails that the consumers' lag
+	// is computed from.
+	cons := consumer.New(countedStore{cfg.Store}, consumer.Options{Clock: cfg.Clock, Logger: cfg.Logger})
+	positions := cfg.ConsumerPositions
+	if positions == nil {
+		positions = consumerPositions(cons)
+	}
 	s.subscribe = subscribe.New(countedStore{cfg.Store}, svc.reader, subscribe.Options{
 		Notifier:          notifier,
 		WatchInterval:     cfg.SubscribeWatchInterval,
 		IdleAfter:         cfg.SubscribeIdleAfter,
-		ConsumerPositions: cfg.ConsumerPositions,
+		ConsumerPositions: positions,
 		Logger:            cfg.Logger,
 	})
 	svc.subscribe = s.subscribe
 	s.purger = shard.NewPurger(cfg.Store, 2, cfg.Logger)
+	svc.cons = consumers{store: cons, tails: s.subscribe}
 	svc.life = lifecycle{store: countedStore{cfg.Store}, listLimiter: cfg.ListLimiter, listTotal: cfg.ListTotalLimiter, summaries: make(chan struct{}, summarySlots), errLog: s.errLog, authz: cfg.Authorizer, purger: s.purger, log: cfg.Logger, batchGetBytes: cfg.BatchGetBytes}
 	return svc
 }
