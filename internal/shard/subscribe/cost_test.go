@@ -3,6 +3,7 @@ package subscribe
 import (
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -142,4 +143,32 @@ func TestIdleShardsCostAlmostNothing(t *testing.T) {
 		t.Errorf("a parked shard's record and a new shard's took %s, want about a listing interval (%s)", d, o.WatchInterval)
 	}
 	s.stop(t)
+}
+
+// A commit of a writer in this process reaches the subscription at once:
+// the Notifier wakes the shard's reader, parked or not, with no polling
+// and no listing (both are an hour here).
+func TestLocalCommitWakesTheReader(t *testing.T) {
+	v := newEnv(t, Options{PollMin: time.Hour, PollMax: time.Hour, WatchInterval: time.Hour, IdleAfter: 50 * time.Millisecond})
+	tail := v.appendN("w/a", 1, true)
+	s := v.subscribe(Request{Prefix: "w"})
+	s.reached(t, "w/a", tail)
+	var took []time.Duration
+	for i := range 10 {
+		if i == 5 {
+			// Parked from here on: idle longer than IdleAfter.
+			for v.e.Parked() != 1 {
+				time.Sleep(5 * time.Millisecond)
+			}
+		}
+		start := time.Now()
+		tail = v.appendN("w/a", 1, true)
+		s.reached(t, "w/a", tail)
+		took = append(took, time.Since(start))
+	}
+	slices.Sort(took)
+	t.Logf("commit to delivery, local writer: p50 %s, max %s", took[len(took)/2], took[len(took)-1])
+	if p50 := took[len(took)/2]; p50 > 100*time.Millisecond {
+		t.Errorf("commit to delivery p50 %s, want at most 100 ms", p50)
+	}
 }
