@@ -135,6 +135,9 @@ func (t *tail) run(ctx context.Context, at shard.Position) {
 	defer timer.Stop()
 	poll := o.PollMin
 	news := time.Now() // when a read last found records
+	if o.ParkAtStart {
+		news = time.Time{}
+	}
 	for {
 		var woken <-chan struct{}
 		if wait != nil {

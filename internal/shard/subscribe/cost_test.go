@@ -86,6 +86,20 @@ func TestIdleShardsCostAlmostNothing(t *testing.T) {
 	for n, tail := range tails {
 		s.reached(t, n, tail)
 	}
+	// Starting costs each idle shard a read up to its tail and its
+	// reader's first read, not IdleAfter of polling.
+	deadline := time.Now().Add(20 * time.Second)
+	for v.e.Parked() < shards {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d readers parked", v.e.Parked(), shards)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	_, _, started := v.ops.counts(idle)
+	t.Logf("starting cost %.1f reads per idle shard", float64(started)/(shards-active))
+	if perShard := float64(started) / (shards - active); perShard > 10 {
+		t.Errorf("starting cost %.1f reads per idle shard, want a read up to the tail and one more (at most 10)", perShard)
+	}
 	// The active shards' writers are another instance's: their readers
 	// poll, woken also by the listings.
 	stop := make(chan struct{})
@@ -110,7 +124,7 @@ func TestIdleShardsCostAlmostNothing(t *testing.T) {
 		}
 		appender.Wait()
 	}()
-	deadline := time.Now().Add(20 * time.Second)
+	deadline = time.Now().Add(20 * time.Second)
 	for v.e.Parked() < shards-active {
 		if time.Now().After(deadline) {
 			t.Fatalf("%d of %d idle shards' readers parked", v.e.Parked(), shards-active)
