@@ -70,16 +70,23 @@ const (
 	// readCall (Get, Scan) resends whatever is unavailable: a read
 	// changes nothing.
 	readCall
-	// deleteCall (DeleteShard without an expected last seq) resends only
-	// what certainly did not take effect: a resend of a delete that landed
-	// would delete the shard again if it was written in between, and
-	// nothing on the server can tell the two apart.
+	// deleteCall (DeleteShard without an expected last seq, and
+	// DeleteConsumer) resends only what certainly did not take effect: a
+	// resend of a delete that landed would delete the shard (or consumer)
+	// again if it was written in between, and nothing on the server can
+	// tell the two apart.
 	deleteCall
 	// conditionalDeleteCall (DeleteShard with an expected last seq)
 	// resends like a read: a resend cannot delete records appended since,
 	// which move the last seq (SEQ_MISMATCH), and a resend that finds its
 	// first attempt's tombstone answers already_deleted.
 	conditionalDeleteCall
+	// positionsCall (CommitConsumer, ResetConsumer) resends as a
+	// conditional delete does: a resend of a commit that landed stores
+	// nothing new, because a stored position never moves backwards, and
+	// a resend of a reset sets the same positions again, one generation
+	// later.
+	positionsCall
 )
 
 // mutates reports whether a call of kind may have changed the shard even
