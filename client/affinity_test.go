@@ -96,8 +96,9 @@ func (s *fakeServer) served() map[string]int {
 	return out
 }
 
-// startFake serves fake on a loopback port until the test ends.
-func startFake(t *testing.T, fake *fakeServer) string {
+// startFake serves fake (a fakeServer, or another) on a loopback port until
+// the test ends.
+func startFake(t *testing.T, fake rolloutv1.RolloutServiceServer) string {
 	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

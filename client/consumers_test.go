@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/rolloutd/rolloutd/client"
-	rolloutv1 "github.com/rolloutd/rolloutd/gen/rollout/v1"
 )
 
 // The consumer methods against the real binary: commits merge and never
@@ -17,21 +16,20 @@ func TestConsumers(t *testing.T) {
 	srv := startServer(t)
 	c := newClient(t, srv.GRPCAddr)
 	ctx := ctxFor(t, 60*time.Second)
-	if _, err := c.CommitConsumer(ctx, "exp", "t", map[string]uint64{"exp/a": 5}, 0); err != nil {
+	if err := c.CommitConsumer(ctx, "exp", "t", map[string]uint64{"exp/a": 5}, 0); err != nil {
 		t.Fatal(err)
 	}
-	resp, err := c.CommitConsumer(ctx, "exp", "t", map[string]uint64{"exp/a": 3, "exp/b": 1}, 1)
-	if err != nil || resp.GetGeneration() != 1 {
-		t.Fatalf("CommitConsumer = %v, %v", resp, err)
+	if err := c.CommitConsumer(ctx, "exp", "t", map[string]uint64{"exp/a": 3, "exp/b": 1}, 1); err != nil {
+		t.Fatalf("CommitConsumer for generation 1: %v", err)
 	}
 	info, err := c.DescribeConsumer(ctx, "exp", "t", true)
-	if err != nil || info.GetPositions()["exp/a"] != 5 || info.GetPositions()["exp/b"] != 1 {
+	if err != nil || info.GetGeneration() != 1 || info.GetPositions()["exp/a"] != 5 || info.GetPositions()["exp/b"] != 1 {
 		t.Fatalf("DescribeConsumer = %v, %v", info, err)
 	}
-	if _, err := c.ResetConsumer(ctx, &rolloutv1.ResetConsumerRequest{Prefix: "exp", Consumer: "t", To: rolloutv1.SubscribeStart_SUBSCRIBE_START_EARLIEST}); err != nil {
+	if _, err := c.ResetConsumer(ctx, "exp", "t", client.StartEarliest, nil); err != nil {
 		t.Fatal(err)
 	}
-	_, err = c.CommitConsumer(ctx, "exp", "t", map[string]uint64{"exp/a": 9}, 1)
+	err = c.CommitConsumer(ctx, "exp", "t", map[string]uint64{"exp/a": 9}, 1)
 	var ce *client.Error
 	if !errors.Is(err, client.ErrConsumerReset) || !errors.As(err, &ce) || ce.Metadata["generation"] != "2" {
 		t.Fatalf("a commit for generation 1 after a reset: %v, want ErrConsumerReset at generation 2", err)

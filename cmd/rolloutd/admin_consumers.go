@@ -229,22 +229,20 @@ func consumersDescribe(ctx context.Context, c *client.Client, a *consumerArgs) e
 
 func consumersReset(ctx context.Context, c *client.Client, a *consumerArgs) error {
 	what := "admin consumers reset " + label(a.prefix, a.name)
-	req := &rolloutv1.ResetConsumerRequest{Prefix: a.prefix, Consumer: a.name}
+	to := client.StartDefault // with positions: exactly those
 	switch {
 	case a.to != "" && len(a.set) > 0:
 		return fmt.Errorf("%s: give --to or --position, not both", what)
 	case a.to == "earliest":
-		req.To = rolloutv1.SubscribeStart_SUBSCRIBE_START_EARLIEST
+		to = client.StartEarliest
 	case a.to == "latest":
-		req.To = rolloutv1.SubscribeStart_SUBSCRIBE_START_LATEST
+		to = client.StartLatest
 	case a.to != "":
 		return fmt.Errorf("%s: --to %q: want earliest or latest", what, a.to)
 	case len(a.set) == 0:
 		return fmt.Errorf("%s: say where to: --to earliest, --to latest, or --position SHARD=SEQ (repeatable)", what)
-	default:
-		req.Positions = a.set
 	}
-	info, err := c.ResetConsumer(ctx, req)
+	info, err := c.ResetConsumer(ctx, a.prefix, a.name, to, a.set)
 	switch {
 	case errors.Is(err, client.ErrOutcomeUnknown):
 		return fmt.Errorf("%w; the reset may have taken effect: see rolloutd admin consumers describe %s --prefix %q", callError(what, err), a.name, a.prefix)
