@@ -153,7 +153,7 @@ def test_resume_at_another_generation_raises_consumer_reset():
     srv = FakeServer([ok], subscribes=[first_stream, repeating_stream(4)])
     try:
         with rolloutd.Client(srv.addr, retry=FAST) as c:
-            sub = c.subscribe("p", consumer="t", reconnect_timeout=5)
+            sub = c.subscribe("p", consumer="t", reconnect_timeout=5, timeout=10)
             with pytest.raises(rolloutd.ConsumerReset) as e:
                 for _ in sub:
                     pass
