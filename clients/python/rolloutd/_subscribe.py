@@ -14,7 +14,6 @@ from typing import Any, Deque, Dict, Optional, Sequence, Tuple
 import grpc
 
 from . import _calls, _core, _retry, errors
-from ._channel import SHARD_HEADER
 from ._proto.rollout.v1 import rollout_pb2
 from .types import Batch, Record
 
@@ -35,6 +34,9 @@ class Cursors:
     def __init__(self, positions: Dict[str, int], log: bool) -> None:
         self._lock = threading.Lock()
         self._positions = dict(positions)
+        # shard -> the cursor of the last deletion yielded, so that a
+        # resumed stream reporting it again is not a second deletion.
+        self._deleted: Dict[str, int] = {}
         self._log: Optional[Deque[Tuple[int, str, int]]] = collections.deque() if log else None
         #: The index of the last batch accepted (1 for the first).
         self.index = 0
@@ -57,10 +59,12 @@ class Cursors:
             if known is not None:
                 if records and records[0].seq <= known:
                     records = [r for r in records if r.seq > known]
-                if not records and cursor <= known and not deleted:
+                if not records and cursor <= known and (not deleted or self._deleted.get(shard) == cursor):
                     return None
                 cursor = max(cursor, known)
             self._positions[shard] = cursor
+            if deleted:
+                self._deleted[shard] = cursor
             self.index += 1
             if self._log is not None:
                 self._log.append((self.index, shard, cursor))
@@ -85,16 +89,18 @@ class Cursors:
             while self._log and self._log[0][0] <= self._committed:
                 self._log.popleft()
 
-    def started(self, generation: int, consumer: str, prefix: str) -> None:
-        """A stream started from the consumer at generation. Only the
+    def started(self, generation: int, consumer: str, prefix: str, from_consumer: bool) -> None:
+        """A stream started, reading the consumer at generation. Only the
         first fixes the generation: a resumed stream at another one means
-        the consumer was reset (or deleted) meanwhile, and the cursors held
-        here would undo that, so the subscription ends with ConsumerReset."""
+        the consumer was reset meanwhile, or deleted (0) when the stream
+        starts from the consumer's positions, and the cursors held here
+        would undo that, so the subscription ends with ConsumerReset (the
+        Go client's rule)."""
         with self._lock:
             if not self.generation:
                 self.generation = generation
                 return
-            if generation == self.generation:
+            if generation == self.generation or (generation == 0 and not from_consumer):
                 return
             mine = self.generation
         raise errors.ConsumerReset(
@@ -126,6 +132,9 @@ class SubscriptionCore:
         self._deadline = None if timeout is None else time.monotonic() + timeout
         self._reconnect_timeout = reconnect_timeout
         self._done = False
+        # Why the subscription ended, raised again by further reads: a
+        # commit refused as CONSUMER_RESET ends it, as in the Go client.
+        self._failed: Optional[errors.RolloutdError] = None
         # Whether the current stream sent its started message.
         self._started = False
         # A batch that came with the started message, read by open().
@@ -161,11 +170,13 @@ class SubscriptionCore:
             timeout = self._deadline - time.monotonic()
             if timeout <= 0:
                 raise errors.DeadlineExceeded("the subscription's deadline passed")
-        # Any instance serves any prefix; with affinity the prefix picks one.
+        # Any instance serves any prefix, so the call names no shard (no
+        # shard header, as the Go client); with affinity the prefix picks
+        # the pod.
         self._addr, self._stubs = self._client._pick(self.prefix)
         self._held = _core.hold(self, self._client._endpoints, self._stubs)
         self._started = False
-        return self._stubs.calls[_calls.SUBSCRIBE](req, timeout=timeout, metadata=((SHARD_HEADER, self.prefix),))
+        return self._stubs.calls[_calls.SUBSCRIBE](req, timeout=timeout)
 
     def _arrived(self, resp: rollout_pb2.SubscribeResponse) -> Optional[Batch]:
         """The batch resp carries, if it brings anything new. Raises
@@ -174,7 +185,8 @@ class SubscriptionCore:
         self._break = None
         if resp.HasField("started"):
             self._started = True
-            self._cursors.started(resp.started.consumer_generation, self._req.consumer, self.prefix)
+            from_consumer = self._req.start in (rollout_pb2.SUBSCRIBE_START_UNSPECIFIED, rollout_pb2.SUBSCRIBE_START_CONSUMER)
+            self._cursors.started(resp.started.consumer_generation, self._req.consumer, self.prefix, from_consumer)
         if not resp.shard:
             return None
         got = self._cursors.accept(resp.shard, resp.records, resp.cursor, resp.shard_deleted)
@@ -195,6 +207,16 @@ class SubscriptionCore:
         if not positions:
             return None
         return _calls.commit_consumer_request(self.prefix, self.consumer, positions, self._cursors.generation or 0)
+
+    def _commit_failed(self, err: BaseException) -> None:
+        """A commit raised err: a reset consumer ends the subscription,
+        whose cursors would otherwise undo the reset."""
+        if isinstance(err, errors.ConsumerReset):
+            self._failed = err
+            self.close()
+
+    def close(self) -> None:
+        raise NotImplementedError
 
     def _committed(self, upto: int, resp: rollout_pb2.CommitConsumerResponse) -> None:
         self._cursors.committed(upto)

@@ -409,6 +409,8 @@ class Subscription(_subscribe.SubscriptionCore, AsyncIterator[Batch]):
             held()
 
     async def __anext__(self) -> Batch:
+        if self._failed is not None:
+            raise self._failed
         if self._queued is not None:
             batch, self._queued = self._queued, None
             return batch
@@ -416,7 +418,8 @@ class Subscription(_subscribe.SubscriptionCore, AsyncIterator[Batch]):
             resp = await self._read()
             try:
                 batch = self._arrived(resp)
-            except BaseException:
+            except errors.RolloutdError as e:
+                self._failed = e
                 self.close()
                 raise
             if batch is not None:
@@ -430,7 +433,11 @@ class Subscription(_subscribe.SubscriptionCore, AsyncIterator[Batch]):
         req = self._commit_request(index)
         if req is None:
             return
-        resp = await self._client._unary(_calls.COMMIT_CONSUMER, self.prefix, req, None, _retry.consumer_write_retry)
+        try:
+            resp = await self._client._unary(_calls.COMMIT_CONSUMER, self.prefix, req, None, _retry.consumer_write_retry)
+        except errors.RolloutdError as e:
+            self._commit_failed(e)
+            raise
         self._committed(index, resp)
 
     async def _read(self) -> rollout_pb2.SubscribeResponse:

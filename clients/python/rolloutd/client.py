@@ -561,6 +561,8 @@ class Subscription(_subscribe.SubscriptionCore, Iterator[Batch]):
             held()
 
     def __next__(self) -> Batch:
+        if self._failed is not None:
+            raise self._failed
         if self._queued is not None:
             batch, self._queued = self._queued, None
             return batch
@@ -568,7 +570,8 @@ class Subscription(_subscribe.SubscriptionCore, Iterator[Batch]):
             resp = self._read()
             try:
                 batch = self._arrived(resp)
-            except BaseException:
+            except errors.RolloutdError as e:
+                self._failed = e
                 self.close()
                 raise
             if batch is not None:
@@ -578,7 +581,8 @@ class Subscription(_subscribe.SubscriptionCore, Iterator[Batch]):
         """Commits the positions of every batch yielded so far for the
         consumer (see :meth:`Client.commit_consumer`). Raises
         :class:`rolloutd.ConsumerReset` when the consumer was reset since
-        the subscription started, ValueError without a consumer. Safe from
+        the subscription started (which also ends the subscription: its
+        iteration raises it too), ValueError without a consumer. Safe from
         any thread."""
         self._commit_upto(self._cursors.index)
 
@@ -586,7 +590,11 @@ class Subscription(_subscribe.SubscriptionCore, Iterator[Batch]):
         req = self._commit_request(index)
         if req is None:
             return
-        resp = self._client._unary(_calls.COMMIT_CONSUMER, self.prefix, req, None, _retry.consumer_write_retry)
+        try:
+            resp = self._client._unary(_calls.COMMIT_CONSUMER, self.prefix, req, None, _retry.consumer_write_retry)
+        except errors.RolloutdError as e:
+            self._commit_failed(e)
+            raise
         self._committed(index, resp)
 
     def _read(self) -> rollout_pb2.SubscribeResponse:

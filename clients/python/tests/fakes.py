@@ -52,7 +52,8 @@ class FakeServer:
     """Answers Append attempt i with steps[i] (the last step repeats), Scan
     attempt i with scans[i] (likewise), Subscribe attempt i with
     subscribes[i] (likewise), CommitConsumer with the generation
-    commit_generation (recording the requests), and health Checks with
+    commit_generation, refusing an older one as CONSUMER_RESET (recording
+    the requests), and health Checks with
     check (SERVING)."""
 
     def __init__(self, steps: List[Step], scans: Optional[List[ScanStep]] = None, subscribes: Optional[List[SubscribeStep]] = None) -> None:
@@ -110,6 +111,8 @@ class FakeServer:
 
     def _commit(self, req: rollout_pb2.CommitConsumerRequest, context: grpc.ServicerContext) -> rollout_pb2.CommitConsumerResponse:
         self.commits.append(req)
+        if req.generation and req.generation < self.commit_generation:
+            status_error(context, grpc.StatusCode.FAILED_PRECONDITION, "consumer reset", reason="CONSUMER_RESET", metadata={"generation": str(self.commit_generation)})
         return rollout_pb2.CommitConsumerResponse(generation=self.commit_generation)
 
     def stop(self) -> None:

@@ -39,9 +39,11 @@ def test_cursors_track_each_shard_and_drop_repeats():
     assert (i, cursor) == (3, 1)
     # A cursor that moves without records (filtered out) is news.
     assert c.accept("p/b", [], 9, False)[2] == 9
-    # A deletion is always news, even at the same cursor.
+    # A deletion is news, even at the same cursor, but only once.
     assert c.accept("p/b", [], 9, True) is not None
-    assert c.positions() == {"p/a": 6, "p/b": 9}
+    assert c.accept("p/b", [], 9, True) is None
+    assert c.accept("p/b", [], 12, True) is not None
+    assert c.positions() == {"p/a": 6, "p/b": 12}
 
 
 def test_commit_covers_the_batches_up_to_it():
@@ -64,14 +66,18 @@ def test_commit_covers_the_batches_up_to_it():
 
 def test_generation_is_kept_across_resumes():
     c = Cursors({}, log=True)
-    c.started(0, "t", "p")  # the consumer did not exist yet
+    c.started(0, "t", "p", True)  # the consumer did not exist yet
     c.adopt(2)  # the first commit created it
     assert c.generation == 2
-    c.started(2, "t", "p")
+    c.started(2, "t", "p", True)
     with pytest.raises(rolloutd.ConsumerReset) as e:
-        c.started(3, "t", "p")
+        c.started(3, "t", "p", True)
     assert e.value.generation == 3 and e.value.reason == errors.CONSUMER_RESET
     assert isinstance(e.value, rolloutd.FailedPrecondition)
+    # Deleted: a reset when the stream starts from the consumer's positions.
+    with pytest.raises(rolloutd.ConsumerReset):
+        c.started(0, "t", "p", True)
+    c.started(0, "t", "p", False)  # from earliest or latest: its positions are not read
 
 
 def test_request_validation():
@@ -159,7 +165,8 @@ def test_resume_at_another_generation_raises_consumer_reset():
                     pass
             assert e.value.generation == 4
             assert sub.positions == {"p/a": 2, "p/b": 5}
-            assert list(sub) == []  # closed
+            with pytest.raises(rolloutd.ConsumerReset):  # it stays ended
+                next(sub)
     finally:
         srv.stop()
 
@@ -172,6 +179,23 @@ def test_commit_without_consumer_is_a_value_error():
                 assert sub.consumer_generation == 3
                 with pytest.raises(ValueError):
                     next(sub).commit()
+    finally:
+        srv.stop()
+
+
+def test_commit_refused_as_reset_ends_the_subscription():
+    srv = FakeServer([ok], subscribes=[first_stream])
+    try:
+        with rolloutd.Client(srv.addr, retry=FAST) as c:
+            sub = c.subscribe("p", consumer="t")
+            b = next(sub)
+            srv.commit_generation = 4  # reset meanwhile
+            with pytest.raises(rolloutd.ConsumerReset) as e:
+                b.commit()
+            assert e.value.generation == 4
+            with pytest.raises(rolloutd.ConsumerReset):
+                next(sub)
+        assert len(srv.commits) == 1, "a commit refused as CONSUMER_RESET was resent"
     finally:
         srv.stop()
 
