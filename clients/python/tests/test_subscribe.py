@@ -216,6 +216,12 @@ def test_consumer_calls(server, prefix):
         c.commit_consumer(prefix + "/a", "two", {prefix + "/a": 1})
         names = [(i.prefix, i.consumer) for i in c.all_consumers(prefix, page_size=1)]
         assert sorted(names) == [(prefix, "one"), (prefix + "/a", "two")]
+        info = c.reset_consumer(prefix, "one", positions={prefix + "/a": 1})
+        assert info.generation == 2 and info.positions == {prefix + "/a": 1}
+        with pytest.raises(rolloutd.ConsumerReset) as e:
+            c.commit_consumer(prefix, "one", {prefix + "/a": 2}, generation=1)
+        assert e.value.generation == 2
+        assert c.commit_consumer(prefix, "one", {prefix + "/a": 2}, generation=2) == 2
         c.delete_consumer(prefix, "one")
         with pytest.raises(rolloutd.NotFound):
             c.describe_consumer(prefix, "one")
