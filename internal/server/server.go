@@ -130,18 +130,22 @@ func (s *Server) newService(cache *shard.BlobCache) *service {
 	// instance's commits.
 	s.follow = shardfollow.NewSet(svc.reader, shardfollow.Options{Notifier: notifier, Logger: cfg.Logger})
 	svc.follow = s.follow
+	svc.cons = consumers{store: consumer.New(countedStore{cfg.Store}, consumer.Options{Clock: cfg.Clock, Logger: cfg.Logger})}
+	positions := cfg.ConsumerPositions
+	if positions == nil {
+		positions = svc.cons.positions
+	}
 	// Subscriptions have a reader set of their own, whose idle readers
 	// park, and one watcher per prefix.
 	s.subscribe = subscribe.New(countedStore{cfg.Store}, svc.reader, subscribe.Options{
 		Notifier:          notifier,
 		WatchInterval:     cfg.SubscribeWatchInterval,
 		IdleAfter:         cfg.SubscribeIdleAfter,
-		ConsumerPositions: cfg.ConsumerPositions,
+		ConsumerPositions: positions,
 		Logger:            cfg.Logger,
 	})
 	svc.subscribe = s.subscribe
 	s.purger = shard.NewPurger(cfg.Store, 2, cfg.Logger)
-	svc.cons = consumers{store: consumer.New(countedStore{cfg.Store}, consumer.Options{Clock: cfg.Clock, Logger: cfg.Logger})}
 	svc.life = lifecycle{store: countedStore{cfg.Store}, listLimiter: cfg.ListLimiter, listTotal: cfg.ListTotalLimiter, summaries: make(chan struct{}, summarySlots), errLog: s.errLog, authz: cfg.Authorizer, purger: s.purger, log: cfg.Logger, batchGetBytes: cfg.BatchGetBytes}
 	return svc
 }
