@@ -17,6 +17,7 @@ import pytest
 
 import rolloutd
 import rolloutd.aio
+from conftest import Server
 
 
 def wait_for(cond: Callable[[], bool], timeout: float = 20.0) -> bool:
@@ -65,6 +66,18 @@ def prefix() -> str:
     return "sub/" + uuid.uuid4().hex[:12]
 
 
+# New shards are found by listing the prefix every watch interval (5 s by
+# default); a short one keeps these tests fast.
+FAST_WATCH = ["--subscribe-watch-interval", "200ms"]
+
+
+@pytest.fixture(scope="module")
+def server(rolloutd_bin, tmp_path_factory):
+    s = Server(rolloutd_bin, str(tmp_path_factory.mktemp("store")), FAST_WATCH).start()
+    yield s
+    s.kill()
+
+
 def append(c: rolloutd.Client, shard: str, n: int, tag: str = "") -> List[int]:
     return [r.seq for r in c.append(shard, [{"content": "%s%d" % (tag, i), "rollout_id": "r"} for i in range(n)])]
 
@@ -101,7 +114,7 @@ def test_latest_delivers_only_what_comes_after_the_start(server, prefix):
 
 def test_resume_across_a_restart_repeats_and_misses_nothing(start_server, tmp_path, prefix):
     store = str(tmp_path / "store")
-    srv = start_server(store=store)
+    srv = start_server(store=store, args=FAST_WATCH)
     shards = [prefix + "/a", prefix + "/b"]
     with rolloutd.Client(srv.addr, timeout=30) as c:
         for s in shards:
@@ -114,7 +127,7 @@ def test_resume_across_a_restart_repeats_and_misses_nothing(start_server, tmp_pa
             writer = threading.Thread(target=lambda: append(c, shards[0], 1, "during"))
             writer.start()
             time.sleep(0.3)
-            start_server(store=store, addr=srv.addr)
+            start_server(store=store, addr=srv.addr, args=FAST_WATCH)
             writer.join(30)
             for s in shards:
                 append(c, s, 3, "after")
@@ -195,13 +208,12 @@ def test_members_split_the_shards(server, prefix):
     with rolloutd.Client(server.addr) as c:
         for s in shards:
             append(c, s, 1)
-        mine: List[set] = []
-        for m in range(3):
-            with c.subscribe(prefix, start="earliest", member=m, members=3) as sub:
-                got = Collector(sub)
-                time.sleep(1.0)
-                got.stop()
-            mine.append(set(got.seqs()))
+        members = [Collector(c.subscribe(prefix, start="earliest", member=m, members=3).open()) for m in range(3)]
+        assert wait_for(lambda: sum(m.count() for m in members) >= len(shards)), [m.seqs() for m in members]
+        time.sleep(0.3)  # nothing more may arrive
+        for m in members:
+            m.stop()
+        mine = [set(m.seqs()) for m in members]
     assert set().union(*mine) == set(shards)
     assert sum(len(m) for m in mine) == len(shards), "a shard was read by two members"
     assert all(mine), "a member got no shard of twelve"
@@ -234,7 +246,7 @@ def test_consumer_calls(server, prefix):
 @pytest.mark.asyncio
 async def test_aio_commit_and_resume_across_a_restart(start_server, tmp_path, prefix):
     store = str(tmp_path / "store")
-    srv = start_server(store=store)
+    srv = start_server(store=store, args=FAST_WATCH)
     a = prefix + "/a"
     async with rolloutd.aio.Client(srv.addr, timeout=30) as c:
         await c.append(a, [{"content": str(i)} for i in range(3)])
@@ -252,7 +264,7 @@ async def test_aio_commit_and_resume_across_a_restart(start_server, tmp_path, pr
                     break
                 await asyncio.sleep(0.02)
             assert await asyncio.get_running_loop().run_in_executor(None, srv.stop, signal.SIGTERM) == 0
-            start_server(store=store, addr=srv.addr)
+            start_server(store=store, addr=srv.addr, args=FAST_WATCH)
             await c.append(a, [{"content": str(i)} for i in range(2)])
             for _ in range(1000):
                 if len(seen) == 5:
