@@ -7,6 +7,7 @@ consumer calls. The asyncio client does the same in test_aio_* below."""
 from __future__ import annotations
 
 import asyncio
+import json
 import signal
 import threading
 import time
@@ -18,6 +19,13 @@ import pytest
 import rolloutd
 import rolloutd.aio
 from conftest import Server
+
+
+def log_entry(line: str) -> dict:
+    try:
+        return json.loads(line)
+    except ValueError:
+        return {}
 
 
 def wait_for(cond: Callable[[], bool], timeout: float = 20.0) -> bool:
@@ -127,7 +135,7 @@ def test_resume_across_a_restart_repeats_and_misses_nothing(start_server, tmp_pa
             writer = threading.Thread(target=lambda: append(c, shards[0], 1, "during"))
             writer.start()
             time.sleep(0.3)
-            start_server(store=store, addr=srv.addr, args=FAST_WATCH)
+            again = start_server(store=store, addr=srv.addr, args=FAST_WATCH)
             writer.join(30)
             for s in shards:
                 append(c, s, 3, "after")
@@ -139,6 +147,9 @@ def test_resume_across_a_restart_repeats_and_misses_nothing(start_server, tmp_pa
     contents = [r.content for b in got.batches if b.shard == shards[0] for r in b.records]
     assert contents == ["before%d" % i for i in range(5)] + ["during0"] + ["after%d" % i for i in range(3)]
     assert sub.reconnects >= 1
+    # It resumed from the cursors received, not from the start again.
+    resumed = [e for e in map(log_entry, again.log) if e.get("method") == "Subscribe" and e.get("msg") == "rpc started"]
+    assert resumed and resumed[0]["positions"] == 2, resumed
 
 
 def test_commit_then_a_new_subscription_resumes_after_it(server, prefix):
