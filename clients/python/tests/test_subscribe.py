@@ -118,6 +118,8 @@ def test_latest_delivers_only_what_comes_after_the_start(server, prefix):
             assert wait_for(lambda: got.count() == 2), got.seqs()
             got.stop()
     assert got.seqs() == {prefix + "/a": [4, 5]}
+    # The shard it started at its last seq was announced with that cursor.
+    assert got.batches[0].shard == prefix + "/a" and got.batches[0].records == [] and got.batches[0].cursor == 3
 
 
 def test_resume_across_a_restart_repeats_and_misses_nothing(start_server, tmp_path, prefix):
@@ -150,6 +152,35 @@ def test_resume_across_a_restart_repeats_and_misses_nothing(start_server, tmp_pa
     # It resumed from the cursors received, not from the start again.
     resumed = [e for e in map(log_entry, again.log) if e.get("method") == "Subscribe" and e.get("msg") == "rpc started"]
     assert resumed and resumed[0]["positions"] == 2, resumed
+
+
+def test_latest_resumes_a_shard_it_received_nothing_of(start_server, tmp_path, prefix):
+    """start="latest", then a break before a shard's first record: the
+    resumed subscription starts that shard at the cursor the first stream
+    announced, not at its last seq at the resume, so the record committed
+    during the break is delivered."""
+    store = str(tmp_path / "store")
+    srv = start_server(store=store, args=FAST_WATCH)
+    a, b = prefix + "/a", prefix + "/b"
+    # The subscription resumes after its first backoff (>= 0.5 s), long
+    # after the appends below that the restarted server takes at once.
+    slow = rolloutd.RetryPolicy(first_backoff=1.0, max_backoff=1.0)
+    with rolloutd.Client(srv.addr, timeout=30) as c, rolloutd.Client(srv.addr, timeout=30, retry=slow) as sc:
+        append(c, a, 3)
+        append(c, b, 3)
+        with sc.subscribe(prefix, start="latest", reconnect_timeout=30) as sub:
+            got = Collector(sub)
+            append(c, b, 1)
+            assert wait_for(lambda: got.count() == 1), got.seqs()
+            assert srv.stop(signal.SIGTERM) == 0
+            start_server(store=store, addr=srv.addr, args=FAST_WATCH)
+            append(c, a, 1, "during")
+            assert wait_for(lambda: sub.reconnects >= 1)
+            append(c, a, 1, "after")
+            assert wait_for(lambda: got.count() == 3), got.seqs()
+            time.sleep(0.3)
+            got.stop()
+    assert got.seqs() == {a: [4, 5], b: [4]}
 
 
 def test_commit_then_a_new_subscription_resumes_after_it(server, prefix):
