@@ -96,8 +96,8 @@ type Config struct {
 	// prefix's listing wakes it. Default 30 s.
 	SubscribeIdleAfter time.Duration
 	// ConsumerPositions loads a named consumer's stored positions for
-	// Subscribe; nil refuses subscriptions that name a consumer
-	// (FAILED_PRECONDITION).
+	// Subscribe; nil loads them from the consumers stored in Store (the
+	// consumer RPCs').
 	ConsumerPositions subscribe.ConsumerPositions
 
 	// Security and connection limits (guard.go, connlimits.go).

@@ -2,7 +2,6 @@ package server
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -323,18 +322,4 @@ func lagOf(positions map[string]uint64, tails map[string]tail) (records uint64, 
 		}
 	}
 	return records, shards
-}
-
-// positions loads a consumer's stored positions for a subscription that
-// starts from it (subscribe.ConsumerPositions): found is false when the
-// consumer does not exist.
-func (c consumers) positions(ctx context.Context, prefix, name string) (map[string]uint64, uint64, bool, error) {
-	got, err := c.store.Load(ctx, consumer.Key{Prefix: prefix, Name: name})
-	if errors.Is(err, consumer.ErrNotFound) {
-		return nil, 0, false, nil
-	}
-	if err != nil {
-		return nil, 0, false, err
-	}
-	return got.Positions, got.Generation, true, nil
 }

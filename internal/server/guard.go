@@ -15,7 +15,6 @@ import (
 
 	rolloutv1 "github.com/rolloutd/rolloutd/gen/rollout/v1"
 	"github.com/rolloutd/rolloutd/internal/authz"
-	"github.com/rolloutd/rolloutd/internal/validate"
 )
 
 // shardRequest is every RolloutService request: each names the one shard it
@@ -32,12 +31,12 @@ var (
 	_ shardRequest = (*rolloutv1.DeleteShardRequest)(nil)
 
 	_ prefixRequest = (*rolloutv1.ListShardsRequest)(nil)
+	_ prefixRequest = (*rolloutv1.SubscribeRequest)(nil)
 	_ prefixRequest = (*rolloutv1.CommitConsumerRequest)(nil)
 	_ prefixRequest = (*rolloutv1.DescribeConsumerRequest)(nil)
 	_ prefixRequest = (*rolloutv1.ListConsumersRequest)(nil)
 	_ prefixRequest = (*rolloutv1.ResetConsumerRequest)(nil)
 	_ prefixRequest = (*rolloutv1.DeleteConsumerRequest)(nil)
-	_ prefixRequest = (*rolloutv1.SubscribeRequest)(nil)
 )
 
 // rolloutPrefix prefixes the full method names of RolloutService.
@@ -57,6 +56,10 @@ var methodVerbs = map[string]authz.Verb{
 	rolloutPrefix + "DescribeShard": authz.Describe,
 	rolloutPrefix + "BatchGet":      authz.Get,
 	rolloutPrefix + "DeleteShard":   authz.Delete,
+	// Subscribe reads every shard under its prefix: the caller needs scan
+	// on the whole prefix (wholePrefix), re-checked while the stream is
+	// open.
+	rolloutPrefix + "Subscribe": authz.Scan,
 	// Consumers (consumers.go) are named by a prefix. Their verbs are
 	// checked on the whole prefix (wholePrefix), except ListConsumers',
 	// whose handler leaves out the consumers the caller may not scan.
@@ -65,28 +68,19 @@ var methodVerbs = map[string]authz.Verb{
 	rolloutPrefix + "DeleteConsumer":   authz.Consume,
 	rolloutPrefix + "DescribeConsumer": authz.Scan,
 	rolloutPrefix + "ListConsumers":    authz.Scan,
-	// Subscribe reads every shard under its prefix: the caller needs scan
-	// on the whole prefix (wholePrefixMethods).
-	rolloutPrefix + "Subscribe": authz.Scan,
 }
 
 // wholePrefix are the methods whose verb must be granted on the request's
 // whole prefix: a consumer's positions are those of every shard under it,
 // so team-a's grant cannot reset team-b's consumer, nor the consumer of
-// every shard (prefix "", which needs a grant of "*").
+// every shard (prefix "", which needs a grant of "*"); a subscription
+// reads every shard under its prefix.
 var wholePrefix = map[string]bool{
 	rolloutPrefix + "CommitConsumer":   true,
 	rolloutPrefix + "ResetConsumer":    true,
 	rolloutPrefix + "DeleteConsumer":   true,
 	rolloutPrefix + "DescribeConsumer": true,
-}
-
-// wholePrefixMethods are the methods whose request names a prefix and
-// acts on every shard under it: the guard allows them only when a grant
-// of the verb covers the prefix itself ("*" for the empty prefix), and
-// re-checks the prefix of an open stream on every reload.
-var wholePrefixMethods = map[string]bool{
-	rolloutPrefix + "Subscribe": true,
+	rolloutPrefix + "Subscribe":        true,
 }
 
 // prefixRequest is a request that names a shard prefix rather than one
@@ -204,9 +198,6 @@ func (g *guard) active(method string) (verb authz.Verb, check, ok bool) {
 // ctx. The error is a gRPC status.
 func (g *guard) check(ctx context.Context, method string, verb authz.Verb, msg any) error {
 	if pr, ok := msg.(prefixRequest); ok {
-		if wholePrefixMethods[method] {
-			return g.checkWhole(ctx, verb, pr)
-		}
 		return g.checkPrefix(ctx, verb, pr, wholePrefix[method])
 	}
 	r, ok := msg.(shardRequest)
@@ -421,48 +412,19 @@ func (g *guard) checkPrefix(ctx context.Context, verb authz.Verb, r prefixReques
 	return nil
 }
 
-// scopeOf is what a request that passed the guard acts on, as the guard
-// re-checks it: its shard, or the prefix (without a trailing '/') of a
-// request that acts on every shard under one.
+// scopeOf is what a stream's request that passed the guard acts on, as
+// the guard re-checks it: its shard, or the prefix (without a trailing
+// '/'; "*" for every shard) of a Subscribe, which acts on every shard
+// under it.
 func scopeOf(msg any) string {
 	if r, ok := msg.(shardRequest); ok {
 		return r.GetShard()
 	}
 	if r, ok := msg.(prefixRequest); ok {
-		return strings.TrimSuffix(r.GetPrefix(), "/")
+		if p := strings.TrimSuffix(r.GetPrefix(), "/"); p != "" {
+			return p
+		}
+		return authz.AllShards
 	}
 	return ""
-}
-
-// checkWhole decides a request that acts on every shard under its prefix
-// (Subscribe): the caller needs verb on the prefix itself, that is a
-// grant whose prefix covers it; only "*" covers the empty prefix. The
-// client CAs in force apply as to every call.
-func (g *guard) checkWhole(ctx context.Context, verb authz.Verb, r prefixRequest) error {
-	identity := peerIdentity(ctx)
-	scope := scopeOf(r)
-	if scope != "" {
-		if err := validate.Shard(scope); err != nil {
-			return toStatus(ctx, &validate.FieldError{Field: "prefix", Rule: "must be empty or a shard name", Detail: err.Error()})
-		}
-	}
-	if g.trust != nil {
-		if chain := peerChain(ctx); len(chain) > 0 {
-			if err := g.trust.verify(chain); err != nil {
-				g.denied.WithLabelValues(string(verb)).Inc()
-				return toStatus(ctx, untrusted(identity, err, false))
-			}
-		}
-	}
-	if g.authz != nil && !g.authz.Allows(identity, verb, scope) {
-		g.denied.WithLabelValues(string(verb)).Inc()
-		g.log.Info("rpc denied", clientString("identity", identity), zap.String("verb", string(verb)),
-			clientString("prefix", scope), zap.String("peer", peerAddr(ctx)))
-		if scope == "" {
-			scope = authz.AllShards
-		}
-		return toStatus(ctx, &authz.DeniedError{Identity: identity, Verb: verb, Shard: scope,
-			Hint: "a subscription needs a grant that covers its whole prefix"})
-	}
-	return nil
 }

@@ -130,13 +130,16 @@ func (s *Server) newService(cache *shard.BlobCache) *service {
 	// instance's commits.
 	s.follow = shardfollow.NewSet(svc.reader, shardfollow.Options{Notifier: notifier, Logger: cfg.Logger})
 	svc.follow = s.follow
-	svc.cons = consumers{store: consumer.New(countedStore{cfg.Store}, consumer.Options{Clock: cfg.Clock, Logger: cfg.Logger})}
+	// Subscriptions have a reader set of their own, whose idle readers
+	// park, and one watcher per prefix. They share the consumers' store:
+	// subscriptions start from the consumers' stored positions, and
+	// their shared readers know the shards' tails that the consumers' lag
+	// is computed from.
+	cons := consumer.New(countedStore{cfg.Store}, consumer.Options{Clock: cfg.Clock, Logger: cfg.Logger})
 	positions := cfg.ConsumerPositions
 	if positions == nil {
-		positions = svc.cons.positions
+		positions = consumerPositions(cons)
 	}
-	// Subscriptions have a reader set of their own, whose idle readers
-	// park, and one watcher per prefix.
 	s.subscribe = subscribe.New(countedStore{cfg.Store}, svc.reader, subscribe.Options{
 		Notifier:          notifier,
 		WatchInterval:     cfg.SubscribeWatchInterval,
@@ -146,6 +149,7 @@ func (s *Server) newService(cache *shard.BlobCache) *service {
 	})
 	svc.subscribe = s.subscribe
 	s.purger = shard.NewPurger(cfg.Store, 2, cfg.Logger)
+	svc.cons = consumers{store: cons, tails: s.subscribe}
 	svc.life = lifecycle{store: countedStore{cfg.Store}, listLimiter: cfg.ListLimiter, listTotal: cfg.ListTotalLimiter, summaries: make(chan struct{}, summarySlots), errLog: s.errLog, authz: cfg.Authorizer, purger: s.purger, log: cfg.Logger, batchGetBytes: cfg.BatchGetBytes}
 	return svc
 }

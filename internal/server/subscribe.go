@@ -11,6 +11,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	rolloutv1 "github.com/rolloutd/rolloutd/gen/rollout/v1"
+	"github.com/rolloutd/rolloutd/internal/consumer"
 	"github.com/rolloutd/rolloutd/internal/shard"
 	"github.com/rolloutd/rolloutd/internal/shard/subscribe"
 	"github.com/rolloutd/rolloutd/internal/validate"
@@ -162,4 +163,19 @@ func sendSubscribed(ctx context.Context, stream grpc.ServerStreamingServer[rollo
 		rc.abandon() // if the codec did not take it
 	}
 	return err
+}
+
+// consumerPositions loads consumers' positions from store for
+// subscriptions.
+func consumerPositions(store *consumer.Store) subscribe.ConsumerPositions {
+	return func(ctx context.Context, prefix, name string) (map[string]uint64, uint64, bool, error) {
+		c, err := store.Load(ctx, consumer.Key{Prefix: prefix, Name: name})
+		switch {
+		case errors.Is(err, consumer.ErrNotFound):
+			return nil, 0, false, nil
+		case err != nil:
+			return nil, 0, false, err
+		}
+		return c.Positions, c.Generation, true, nil
+	}
 }

@@ -162,10 +162,8 @@ func TestSubscribeDeliversThePrefix(t *testing.T) {
 	}
 }
 
-// Bad requests are INVALID_ARGUMENT, and a missing consumer with
-// START_CONSUMER NOT_FOUND. Nothing is started for them. (A server always
-// loads consumers from its consumer store, so the engine's "no consumers"
-// refusal cannot be reached through it.)
+// Bad requests are INVALID_ARGUMENT; a missing consumer with
+// START_CONSUMER is NOT_FOUND. Nothing is started for them.
 func TestSubscribeRejects(t *testing.T) {
 	cfg := subscribeConfig()
 	cfg.ConsumerPositions = func(_ context.Context, prefix, name string) (map[string]uint64, uint64, bool, error) {
@@ -219,6 +217,32 @@ func TestSubscribeFromConsumer(t *testing.T) {
 	}
 	if got := s.records["c/x"]; len(got) != 1 || got[0].GetId() != "3" {
 		t.Errorf("from the consumer's position 2: %v", got)
+	}
+}
+
+// A consumer committed through CommitConsumer starts a subscription that
+// names it, from its positions and with its generation.
+func TestSubscribeFromCommittedConsumer(t *testing.T) {
+	ts := startServer(t, subscribeConfig())
+	c := ts.client
+	tail := appendTo(t, c, "k/x", record("1"), record("2"), record("3"))
+	if _, err := c.CommitConsumer(context.Background(), &rolloutv1.CommitConsumerRequest{Prefix: "k", Consumer: "trainer", Positions: map[string]uint64{"k/x": 1}}); err != nil {
+		t.Fatal(err)
+	}
+	s := startSubscriber(t, c, &rolloutv1.SubscribeRequest{Prefix: "k", Consumer: "trainer", Start: rolloutv1.SubscribeStart_SUBSCRIBE_START_CONSUMER})
+	s.reached(t, "k/x", tail)
+	s.cancel()
+	s.end(t)
+	if g := s.msgs[0].GetStarted().GetConsumerGeneration(); g != 1 {
+		t.Errorf("started with generation %d, want 1", g)
+	}
+	if got := s.records["k/x"]; len(got) != 2 || got[0].GetId() != "2" {
+		t.Errorf("from the committed position 1: %v", got)
+	}
+	// The lag is computed from the tails the subscription's readers know.
+	info, err := c.DescribeConsumer(context.Background(), &rolloutv1.DescribeConsumerRequest{Prefix: "k", Consumer: "trainer"})
+	if err != nil || info.GetLagRecords() != tail-1 {
+		t.Errorf("DescribeConsumer: %v, %v; want lag %d", info, err, tail-1)
 	}
 }
 

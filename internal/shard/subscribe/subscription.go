@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/rolloutd/rolloutd/internal/blob"
+	"github.com/rolloutd/rolloutd/internal/consumer"
 	"github.com/rolloutd/rolloutd/internal/shard"
 	"github.com/rolloutd/rolloutd/internal/validate"
 )
@@ -65,25 +66,6 @@ type Message struct {
 	Deleted bool
 }
 
-// maxConsumerBytes bounds a consumer name.
-const maxConsumerBytes = 63
-
-// CheckConsumer checks a consumer name: 1-63 characters of [a-z0-9._-]
-// starting with a letter or digit.
-func CheckConsumer(field, name string) error {
-	if name == "" || len(name) > maxConsumerBytes {
-		return &validate.FieldError{Field: field, Rule: "must be 1 to 63 characters", Detail: fmt.Sprintf("got %d", len(name))}
-	}
-	for i := 0; i < len(name); i++ {
-		c := name[i]
-		lowerAlnum := 'a' <= c && c <= 'z' || '0' <= c && c <= '9'
-		if !lowerAlnum && (i == 0 || c != '.' && c != '_' && c != '-') {
-			return &validate.FieldError{Field: field, Rule: "must be [a-z0-9._-] starting with a letter or digit", Detail: fmt.Sprintf("byte %d is not", i)}
-		}
-	}
-	return nil
-}
-
 // check validates r; it returns r's prefix without a trailing '/'.
 func (r *Request) check() (string, error) {
 	prefix := strings.TrimSuffix(r.Prefix, "/")
@@ -96,7 +78,7 @@ func (r *Request) check() (string, error) {
 		return "", &validate.FieldError{Field: "start", Rule: "must be a SubscribeStart", Detail: fmt.Sprintf("got %d", r.Start)}
 	}
 	if r.Consumer != "" {
-		if err := CheckConsumer("consumer", r.Consumer); err != nil {
+		if err := consumer.ValidateName("consumer", r.Consumer); err != nil {
 			return "", err
 		}
 	} else if r.Start == StartConsumer {
