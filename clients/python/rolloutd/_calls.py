@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Any, Dict, Iterable, List, Optional, Sequence, Union
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Union
 
 from google.protobuf import field_mask_pb2
 
 from ._proto.rollout.v1 import rollout_pb2
 from ._proto.rolloutd_vendor.grpc.health.v1 import health_pb2
 from . import errors
-from .types import AppendResult, DeleteResult, ListedShard, Record, RecordLike, Role, ShardInfo, ShardPage, records_to_messages
+from .types import AppendResult, ConsumerInfo, ConsumerPage, DeleteResult, ListedShard, Record, RecordLike, Role, ShardInfo, ShardPage, records_to_messages
 
 APPEND = "/rollout.v1.RolloutService/Append"
 GET = "/rollout.v1.RolloutService/Get"
@@ -18,6 +18,12 @@ LIST_SHARDS = "/rollout.v1.RolloutService/ListShards"
 DESCRIBE_SHARD = "/rollout.v1.RolloutService/DescribeShard"
 BATCH_GET = "/rollout.v1.RolloutService/BatchGet"
 DELETE_SHARD = "/rollout.v1.RolloutService/DeleteShard"
+SUBSCRIBE = "/rollout.v1.RolloutService/Subscribe"
+COMMIT_CONSUMER = "/rollout.v1.RolloutService/CommitConsumer"
+DESCRIBE_CONSUMER = "/rollout.v1.RolloutService/DescribeConsumer"
+LIST_CONSUMERS = "/rollout.v1.RolloutService/ListConsumers"
+RESET_CONSUMER = "/rollout.v1.RolloutService/ResetConsumer"
+DELETE_CONSUMER = "/rollout.v1.RolloutService/DeleteConsumer"
 # Called by its real name; the vendored messages live in a private package.
 HEALTH_CHECK = "/grpc.health.v1.Health/Check"
 SERVICE_NAME = "rollout.v1.RolloutService"
@@ -30,14 +36,23 @@ SERIALIZERS = {
     DESCRIBE_SHARD: (rollout_pb2.DescribeShardRequest.SerializeToString, rollout_pb2.ShardInfo.FromString),
     BATCH_GET: (rollout_pb2.BatchGetRequest.SerializeToString, rollout_pb2.BatchGetResponse.FromString),
     DELETE_SHARD: (rollout_pb2.DeleteShardRequest.SerializeToString, rollout_pb2.DeleteShardResponse.FromString),
+    SUBSCRIBE: (rollout_pb2.SubscribeRequest.SerializeToString, rollout_pb2.SubscribeResponse.FromString),
+    COMMIT_CONSUMER: (rollout_pb2.CommitConsumerRequest.SerializeToString, rollout_pb2.CommitConsumerResponse.FromString),
+    DESCRIBE_CONSUMER: (rollout_pb2.DescribeConsumerRequest.SerializeToString, rollout_pb2.ConsumerInfo.FromString),
+    LIST_CONSUMERS: (rollout_pb2.ListConsumersRequest.SerializeToString, rollout_pb2.ListConsumersResponse.FromString),
+    RESET_CONSUMER: (rollout_pb2.ResetConsumerRequest.SerializeToString, rollout_pb2.ResetConsumerResponse.FromString),
+    DELETE_CONSUMER: (rollout_pb2.DeleteConsumerRequest.SerializeToString, rollout_pb2.DeleteConsumerResponse.FromString),
     HEALTH_CHECK: (health_pb2.HealthCheckRequest.SerializeToString, health_pb2.HealthCheckResponse.FromString),
 }
+
+
+_STREAMS = (SCAN, SUBSCRIBE)
 
 
 def multi_callables(channel: Any) -> Dict[str, Any]:
     """The channel's callable of each method (grpc's or grpc.aio's)."""
     return {
-        m: (channel.unary_stream if m == SCAN else channel.unary_unary)(m, request_serializer=s, response_deserializer=d)
+        m: (channel.unary_stream if m in _STREAMS else channel.unary_unary)(m, request_serializer=s, response_deserializer=d)
         for m, (s, d) in SERIALIZERS.items()
     }
 
@@ -140,6 +155,20 @@ def delete_result(resp: rollout_pb2.DeleteShardResponse) -> DeleteResult:
     return DeleteResult(resp.last_seq, resp.records, resp.already_deleted, resp.incarnation)
 
 
+def _filters(req: Any, rollout_id: Optional[str], role: Union[None, Role, int, str], include_in_training: Optional[bool], fields: Optional[Sequence[str]]) -> None:
+    """Sets Scan's filters and field mask, which Subscribe shares."""
+    if rollout_id:
+        req.rollout_id = rollout_id
+    if role is not None:
+        req.role = Role.parse(role)
+    if include_in_training is not None:
+        req.include_in_training = include_in_training
+    if fields:
+        if isinstance(fields, str):
+            raise TypeError("fields: want a list of field names, got a str")
+        req.fields.CopyFrom(field_mask_pb2.FieldMask(paths=list(fields)))
+
+
 def scan_request(
     shard: str,
     *,
@@ -156,14 +185,92 @@ def scan_request(
     if limit < 0:
         raise ValueError("limit: must be >= 0 (0 means no limit)")
     req = rollout_pb2.ScanRequest(shard=shard, after_seq=after_seq, follow=follow, limit=limit)
-    if rollout_id:
-        req.rollout_id = rollout_id
-    if role is not None:
-        req.role = Role.parse(role)
-    if include_in_training is not None:
-        req.include_in_training = include_in_training
-    if fields:
-        if isinstance(fields, str):
-            raise TypeError("fields: want a list of field names, got a str")
-        req.fields.CopyFrom(field_mask_pb2.FieldMask(paths=list(fields)))
+    _filters(req, rollout_id, role, include_in_training, fields)
     return req
+
+
+#: subscribe's and reset_consumer's start names, and their SubscribeStart.
+STARTS = {
+    None: rollout_pb2.SUBSCRIBE_START_UNSPECIFIED,
+    "earliest": rollout_pb2.SUBSCRIBE_START_EARLIEST,
+    "latest": rollout_pb2.SUBSCRIBE_START_LATEST,
+    "consumer": rollout_pb2.SUBSCRIBE_START_CONSUMER,
+}
+
+
+def subscribe_start(start: Optional[str], field: str = "start") -> int:
+    try:
+        return STARTS[start]
+    except (KeyError, TypeError):
+        raise ValueError("%s %r: want 'earliest', 'latest', 'consumer' or None" % (field, start)) from None
+
+
+def positions_map(positions: Optional[Mapping[str, int]], field: str = "positions") -> Dict[str, int]:
+    """A copy of a shard -> cursor map, checked."""
+    if positions is None:
+        return {}
+    if not isinstance(positions, Mapping):
+        raise TypeError("%s: want a dict of shard -> cursor, got %s" % (field, type(positions).__name__))
+    out = {}
+    for shard, cursor in positions.items():
+        if not isinstance(shard, str):
+            raise TypeError("%s: shard %r is not a str" % (field, shard))
+        if isinstance(cursor, bool) or not isinstance(cursor, int) or cursor < 0:
+            raise ValueError("%s[%r]: want a cursor (an int >= 0), got %r" % (field, shard, cursor))
+        out[shard] = cursor
+    return out
+
+
+def subscribe_request(
+    prefix: str,
+    *,
+    consumer: Optional[str],
+    start: Optional[str],
+    member: int,
+    members: int,
+    positions: Optional[Mapping[str, int]],
+    rollout_id: Optional[str],
+    role: Union[None, Role, int, str],
+    include_in_training: Optional[bool],
+    fields: Optional[Sequence[str]],
+) -> rollout_pb2.SubscribeRequest:
+    if isinstance(members, bool) or not isinstance(members, int) or members < 1:
+        raise ValueError("members: want an int >= 1, got %r" % (members,))
+    if isinstance(member, bool) or not isinstance(member, int) or not 0 <= member < members:
+        raise ValueError("member: want 0 <= member < members (%d), got %r" % (members, member))
+    if start == "consumer" and not consumer:
+        raise ValueError("start='consumer' needs a consumer name")
+    req = rollout_pb2.SubscribeRequest(prefix=prefix, start=subscribe_start(start), consumer=consumer or "", member=member, members=members)
+    req.positions.update(positions_map(positions))
+    _filters(req, rollout_id, role, include_in_training, fields)
+    return req
+
+
+def commit_consumer_request(prefix: str, consumer: str, positions: Mapping[str, int], generation: int) -> rollout_pb2.CommitConsumerRequest:
+    if not consumer:
+        raise ValueError("consumer: give the consumer's name")
+    req = rollout_pb2.CommitConsumerRequest(prefix=prefix, consumer=consumer, generation=generation)
+    req.positions.update(positions_map(positions))
+    return req
+
+
+def reset_consumer_request(prefix: str, consumer: str, to: Optional[str], positions: Optional[Mapping[str, int]]) -> rollout_pb2.ResetConsumerRequest:
+    if not consumer:
+        raise ValueError("consumer: give the consumer's name")
+    if to not in (None, "earliest", "latest"):
+        raise ValueError("to %r: want 'earliest', 'latest' or None (with positions)" % (to,))
+    if (to is None) == (positions is None):
+        raise ValueError("reset_consumer: give either to ('earliest' or 'latest') or positions")
+    req = rollout_pb2.ResetConsumerRequest(prefix=prefix, consumer=consumer, to=subscribe_start(to, "to"))
+    req.positions.update(positions_map(positions))
+    return req
+
+
+def list_consumers_request(prefix: str, page_size: int, page_token: str) -> rollout_pb2.ListConsumersRequest:
+    if page_size < 0:
+        raise ValueError("page_size: must be >= 0 (0 means the server's default)")
+    return rollout_pb2.ListConsumersRequest(prefix=prefix, page_size=page_size, page_token=page_token)
+
+
+def consumer_page(resp: rollout_pb2.ListConsumersResponse) -> ConsumerPage:
+    return ConsumerPage([ConsumerInfo.from_message(c) for c in resp.consumers], resp.next_page_token)

@@ -117,6 +117,12 @@ class ClientCore:
         req = _calls.scan_request(shard, **filters)
         return req, timeout, self._timeout if reconnect_timeout is None else reconnect_timeout
 
+    def _subscribe_args(self, prefix: str, timeout: Optional[float], reconnect_timeout: Optional[float], **options: Any) -> Tuple[rollout_pb2.SubscribeRequest, Optional[float], float]:
+        """The arguments of a Subscription, as _scan_args's."""
+        self._check_open()
+        req = _calls.subscribe_request(prefix, **options)
+        return req, timeout, self._timeout if reconnect_timeout is None else reconnect_timeout
+
 
 class Attempts:
     """The attempts of one unary call: its budget, and what a failed

@@ -129,6 +129,15 @@ def conditional_delete_retry(err: errors.RolloutdError) -> bool:
     return delete_retry(err) or read_retry(err)
 
 
+def consumer_write_retry(err: errors.RolloutdError) -> bool:
+    """Whether a commit_consumer or reset_consumer that failed with err is
+    worth resending: what append_retry resends. A commit is idempotent (a
+    stored position never moves backwards), and a reset to given positions
+    sets the same ones again (its generation grows once more). A commit
+    refused with CONSUMER_RESET is never resent."""
+    return append_retry(err)
+
+
 def scan_resumable(err: errors.RolloutdError) -> bool:
     """Whether a Scan stream that ended with err can be resumed from its
     cursor: SCAN_INTERRUPTED whatever its code (the server names its

@@ -5,6 +5,10 @@
         await client.append("exp-1/actor-0", [{"role": "assistant", "content": "4"}])
         async for record in client.scan("exp-1/actor-0"):
             print(record.seq, record.content)
+        async with client.subscribe("exp-1", consumer="trainer") as sub:
+            async for batch in sub:
+                train(batch.records)
+                await batch.commit()
 
 Create it inside the event loop that uses it (grpc.aio channels belong to
 one loop). Retries, timeouts, errors, types and affinity are those of the
@@ -15,12 +19,12 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from typing import Any, AsyncIterator, Callable, Iterable, List, Optional, Sequence, Set, Union
+from typing import Any, AsyncIterator, Callable, Iterable, List, Mapping, Optional, Sequence, Set, Union
 
 import grpc
 import grpc.aio
 
-from . import _calls, _core, _retry, errors
+from . import _calls, _core, _retry, _subscribe, errors
 # The public names this module imported before its shared logic moved to
 # _core (Client's __init__ among it) stay importable from here.
 from ._channel import DEFAULT_MAX_MESSAGE_BYTES, SHARD_HEADER, TLS  # noqa: F401
@@ -29,9 +33,9 @@ from ._proto.rolloutd_vendor.grpc.health.v1 import health_pb2
 from ._retry import DEFAULT_RETRY, RetryPolicy  # noqa: F401
 from .affinity import Affinity, Endpoints  # noqa: F401
 from .client import DEFAULT_ATTEMPT_TIMEOUT, DEFAULT_TIMEOUT  # noqa: F401
-from .types import AppendResult, DeleteResult, HealthStatus, ListedShard, Record, RecordLike, Role, ShardInfo, ShardPage
+from .types import AppendResult, Batch, ConsumerInfo, ConsumerPage, DeleteResult, HealthStatus, ListedShard, Record, RecordLike, Role, ShardInfo, ShardPage
 
-__all__ = ["Client", "Scan"]
+__all__ = ["Client", "Scan", "Subscription"]
 
 
 class _Stubs:
@@ -219,6 +223,66 @@ class Client(_core.ClientCore):
             role=role, include_in_training=include_in_training, fields=fields,
         ))
 
+    def subscribe(
+        self,
+        prefix: str,
+        *,
+        consumer: Optional[str] = None,
+        start: Optional[str] = None,
+        member: int = 0,
+        members: int = 1,
+        positions: Optional[Mapping[str, int]] = None,
+        rollout_id: Optional[str] = None,
+        role: Union[None, Role, int, str] = None,
+        include_in_training: Optional[bool] = None,
+        fields: Optional[Sequence[str]] = None,
+        timeout: Optional[float] = None,
+        reconnect_timeout: Optional[float] = None,
+    ) -> "Subscription":
+        """See :meth:`rolloutd.Client.subscribe`; returns an async iterator
+        of :class:`Batch` (``async for batch in client.subscribe(...)``),
+        also an async context manager, whose commits are awaited."""
+        return Subscription(self, *self._subscribe_args(
+            prefix, timeout, reconnect_timeout, consumer=consumer, start=start, member=member, members=members,
+            positions=positions, rollout_id=rollout_id, role=role, include_in_training=include_in_training, fields=fields,
+        ))
+
+    async def commit_consumer(self, prefix: str, consumer: str, positions: Mapping[str, int], *, generation: int = 0, timeout: Optional[float] = None) -> int:
+        """See :meth:`rolloutd.Client.commit_consumer`."""
+        req = _calls.commit_consumer_request(prefix, consumer, positions, generation)
+        return int((await self._unary(_calls.COMMIT_CONSUMER, prefix, req, timeout, _retry.consumer_write_retry)).generation)
+
+    async def describe_consumer(self, prefix: str, consumer: str, *, include_positions: bool = False, timeout: Optional[float] = None) -> ConsumerInfo:
+        """See :meth:`rolloutd.Client.describe_consumer`."""
+        req = rollout_pb2.DescribeConsumerRequest(prefix=prefix, consumer=consumer, include_positions=include_positions)
+        return ConsumerInfo.from_message(await self._unary(_calls.DESCRIBE_CONSUMER, prefix, req, timeout, _retry.read_retry))
+
+    async def list_consumers(self, prefix: str = "", *, page_size: int = 0, page_token: str = "", timeout: Optional[float] = None) -> ConsumerPage:
+        """See :meth:`rolloutd.Client.list_consumers`."""
+        req = _calls.list_consumers_request(prefix, page_size, page_token)
+        return _calls.consumer_page(await self._unary(_calls.LIST_CONSUMERS, prefix, req, timeout, _retry.read_retry))
+
+    async def all_consumers(self, prefix: str = "", *, page_size: int = 0, timeout: Optional[float] = None) -> AsyncIterator[ConsumerInfo]:
+        """See :meth:`rolloutd.Client.all_consumers`; an async iterator."""
+        token = ""
+        while True:
+            page = await self.list_consumers(prefix, page_size=page_size, page_token=token, timeout=timeout)
+            for c in page.consumers:
+                yield c
+            if not page.next_page_token:
+                return
+            token = page.next_page_token
+
+    async def reset_consumer(self, prefix: str, consumer: str, *, to: Optional[str] = None, positions: Optional[Mapping[str, int]] = None, timeout: Optional[float] = None) -> ConsumerInfo:
+        """See :meth:`rolloutd.Client.reset_consumer`."""
+        req = _calls.reset_consumer_request(prefix, consumer, to, positions)
+        return ConsumerInfo.from_message((await self._unary(_calls.RESET_CONSUMER, prefix, req, timeout, _retry.consumer_write_retry)).consumer)
+
+    async def delete_consumer(self, prefix: str, consumer: str, *, timeout: Optional[float] = None) -> None:
+        """See :meth:`rolloutd.Client.delete_consumer`."""
+        req = rollout_pb2.DeleteConsumerRequest(prefix=prefix, consumer=consumer)
+        await self._unary(_calls.DELETE_CONSUMER, prefix, req, timeout, _retry.delete_retry, mutates=True)
+
 
 class Scan(_core.ScanCore, AsyncIterator[Record]):
     """The async iterator ``Client.scan`` returns; ``cursor`` means what
@@ -295,3 +359,117 @@ class Scan(_core.ScanCore, AsyncIterator[Record]):
         if wait is None:
             raise self._give_up(err, (await self._client._connected(self._stubs)) if transport else None) from e
         await self._client._pause(self._stubs, wait, transport)
+
+
+class Subscription(_subscribe.SubscriptionCore, AsyncIterator[Batch]):
+    """The async iterator ``Client.subscribe`` returns; its attributes are
+    :class:`rolloutd.Subscription`'s. ``async with`` opens the stream and
+    waits until the server fixed its starting positions, and closes it on
+    exit; ``await sub.commit()`` and ``await batch.commit()`` commit.
+    ``await sub.aclose()`` (or ``sub.close()``) ends the iteration."""
+
+    def __init__(self, client: Client, req: rollout_pb2.SubscribeRequest, timeout: Optional[float], reconnect_timeout: float) -> None:
+        super().__init__(client, req, timeout, reconnect_timeout)
+        self._call: Any = None
+
+    def __aiter__(self) -> "Subscription":
+        return self
+
+    async def __aenter__(self) -> "Subscription":
+        return await self.open()
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.aclose()
+
+    async def open(self) -> "Subscription":
+        """See :meth:`rolloutd.Subscription.open`."""
+        try:
+            while not self._started:
+                batch = self._arrived(await self._read())
+                if batch is not None:
+                    self._queued = batch
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def close(self) -> None:
+        """Cancels the stream; the iteration then ends."""
+        self._done = True
+        if self._call is not None:
+            self._call.cancel()
+        self._let_go()
+
+    async def aclose(self) -> None:
+        self.close()
+
+    def _let_go(self) -> None:
+        held, self._held = self._held, None
+        if held is not None:
+            held()
+
+    async def __anext__(self) -> Batch:
+        if self._failed is not None:
+            raise self._failed
+        if self._queued is not None:
+            batch, self._queued = self._queued, None
+            return batch
+        while True:
+            resp = await self._read()
+            try:
+                batch = self._arrived(resp)
+            except errors.RolloutdError as e:
+                self._failed = e
+                self.close()
+                raise
+            if batch is not None:
+                return batch
+
+    async def commit(self) -> None:
+        """See :meth:`rolloutd.Subscription.commit`."""
+        await self._commit_upto(self._cursors.index)
+
+    async def _commit_upto(self, index: int) -> None:
+        req = self._commit_request(index)
+        if req is None:
+            return
+        try:
+            resp = await self._client._unary(_calls.COMMIT_CONSUMER, self.prefix, req, None, _retry.consumer_write_retry)
+        except errors.RolloutdError as e:
+            self._commit_failed(e)
+            raise
+        self._committed(index, resp)
+
+    async def _read(self) -> rollout_pb2.SubscribeResponse:
+        """See rolloutd.Subscription._read."""
+        while True:
+            if self._done:
+                raise StopAsyncIteration
+            if self._call is None:
+                self._call = self._open()
+            try:
+                resp = await self._call.read()
+            except asyncio.CancelledError:
+                if self._done:
+                    self._let_go()
+                    raise StopAsyncIteration from None
+                raise
+            except grpc.RpcError as e:
+                self._call = None
+                try:
+                    if self._done:
+                        raise StopAsyncIteration from None
+                    err, transport, wait = self._broke(e)
+                    if wait is None:
+                        raise self._give_up(err, (await self._client._connected(self._stubs)) if transport else None) from e
+                    await self._client._pause(self._stubs, wait, transport)
+                finally:
+                    self._let_go()
+                self.reconnects += 1
+                continue
+            if resp is grpc.aio.EOF:
+                self._call = None
+                self._done = True
+                self._let_go()
+                raise StopAsyncIteration
+            return resp

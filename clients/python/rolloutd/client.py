@@ -5,11 +5,11 @@ from __future__ import annotations
 import threading
 import time
 import uuid
-from typing import Any, Callable, Iterable, Iterator, List, Optional, Sequence, Union
+from typing import Any, Callable, Iterable, Iterator, List, Mapping, Optional, Sequence, Union
 
 import grpc
 
-from . import _calls, _core, _retry, errors
+from . import _calls, _core, _retry, _subscribe, errors
 # The public names this module imported before its shared logic moved to
 # _core (Client's __init__ among it) stay importable from here.
 from ._channel import DEFAULT_MAX_MESSAGE_BYTES, SHARD_HEADER, TLS  # noqa: F401
@@ -17,9 +17,9 @@ from ._proto.rollout.v1 import rollout_pb2
 from ._proto.rolloutd_vendor.grpc.health.v1 import health_pb2
 from ._retry import DEFAULT_RETRY, RetryPolicy  # noqa: F401
 from .affinity import Affinity, Endpoints  # noqa: F401
-from .types import AppendResult, DeleteResult, HealthStatus, ListedShard, Record, RecordLike, Role, ShardInfo, ShardPage
+from .types import AppendResult, Batch, ConsumerInfo, ConsumerPage, DeleteResult, HealthStatus, ListedShard, Record, RecordLike, Role, ShardInfo, ShardPage
 
-__all__ = ["Client", "Scan"]
+__all__ = ["Client", "Scan", "Subscription"]
 
 # The policy's defaults live in _retry (docs/clients.md); these names stay
 # importable from here.
@@ -293,6 +293,128 @@ class Client(_core.ClientCore):
             role=role, include_in_training=include_in_training, fields=fields,
         ))
 
+    def subscribe(
+        self,
+        prefix: str,
+        *,
+        consumer: Optional[str] = None,
+        start: Optional[str] = None,
+        member: int = 0,
+        members: int = 1,
+        positions: Optional[Mapping[str, int]] = None,
+        rollout_id: Optional[str] = None,
+        role: Union[None, Role, int, str] = None,
+        include_in_training: Optional[bool] = None,
+        fields: Optional[Sequence[str]] = None,
+        timeout: Optional[float] = None,
+        reconnect_timeout: Optional[float] = None,
+    ) -> "Subscription":
+        """Subscribes to every shard under prefix: those that exist and
+        those created while it runs, each shard's records in seq order.
+
+        Returns a :class:`Subscription`, an iterator of :class:`Batch`
+        (one shard's records, its ``cursor`` and ``deleted``); shards
+        interleave. It runs until closed.
+
+        Args:
+            prefix: the shards to read, on whole '/'-separated segments
+                ("exp-42" covers "exp-42/actor-7", never "exp-420"); ""
+                covers every shard. Authorization verb "scan".
+            consumer: a consumer name under prefix whose stored positions
+                to start from, and to commit to (``batch.commit()``).
+            start: where each shard starts: "earliest" (its first record),
+                "latest" (only what is committed after the subscription
+                started), "consumer" (the consumer's stored positions;
+                NotFound when it has none), or None: the consumer's
+                positions when it exists, else earliest.
+            member, members: this is member ``member`` of ``members``
+                sharing the prefix's shards: each reads a stable share
+                (rendezvous hashing of the shard name), so ranks of a
+                trainer read disjoint shards with no coordinator. While
+                members disagree about ``members``, a shard may be read by
+                two or by none for a while, never skipped: positions are
+                per shard.
+            positions: shard -> cursor to start after, overriding start
+                for those shards (a :attr:`Subscription.positions` saved
+                earlier).
+            rollout_id, role, include_in_training, fields: scan's filters
+                and field mask.
+            timeout: bounds the whole subscription (default: none).
+            reconnect_timeout: how long to keep resuming after a break
+                (default: the client's timeout).
+
+        When the stream breaks (a server restart, a lost connection) the
+        subscription resubscribes with the same options and the cursors
+        received so far, so it repeats and misses nothing, within the retry
+        policy (docs/clients.md), as :meth:`scan` does. If the consumer
+        turns out reset or deleted meanwhile, it raises
+        :class:`rolloutd.ConsumerReset` instead. With a consumer, commit
+        after processing (``batch.commit()`` or ``sub.commit()``): a new
+        subscription then starts after the committed positions, and
+        delivers again at most what was not committed (at-least-once).
+        """
+        return Subscription(self, *self._subscribe_args(
+            prefix, timeout, reconnect_timeout, consumer=consumer, start=start, member=member, members=members,
+            positions=positions, rollout_id=rollout_id, role=role, include_in_training=include_in_training, fields=fields,
+        ))
+
+    def commit_consumer(self, prefix: str, consumer: str, positions: Mapping[str, int], *, generation: int = 0, timeout: Optional[float] = None) -> int:
+        """Stores a consumer's positions (shard -> cursor processed up to;
+        each shard under prefix) and returns the consumer's generation. A
+        position never moves backwards: a lower cursor than the stored one
+        keeps the stored one, so members committing concurrently never lose
+        each other's progress. The first commit creates the consumer. With
+        generation (:attr:`Subscription.consumer_generation`) the commit is
+        refused with :class:`rolloutd.ConsumerReset` once the consumer was
+        reset since. Idempotent, so resent like an append; authorization
+        verb "consume". A subscription's ``commit()`` calls this."""
+        req = _calls.commit_consumer_request(prefix, consumer, positions, generation)
+        return int(self._unary(_calls.COMMIT_CONSUMER, prefix, req, timeout, _retry.consumer_write_retry).generation)
+
+    def describe_consumer(self, prefix: str, consumer: str, *, include_positions: bool = False, timeout: Optional[float] = None) -> ConsumerInfo:
+        """Returns the consumer's :class:`ConsumerInfo`: generation, lag,
+        and with include_positions its positions. NotFound when it was never
+        committed, or was deleted."""
+        req = rollout_pb2.DescribeConsumerRequest(prefix=prefix, consumer=consumer, include_positions=include_positions)
+        return ConsumerInfo.from_message(self._unary(_calls.DESCRIBE_CONSUMER, prefix, req, timeout, _retry.read_retry))
+
+    def list_consumers(self, prefix: str = "", *, page_size: int = 0, page_token: str = "", timeout: Optional[float] = None) -> ConsumerPage:
+        """Returns one page of the consumers whose prefix lies under prefix
+        (whole segments; "" lists all) that the caller may scan, without
+        positions and lag. :meth:`all_consumers` iterates over every page."""
+        req = _calls.list_consumers_request(prefix, page_size, page_token)
+        return _calls.consumer_page(self._unary(_calls.LIST_CONSUMERS, prefix, req, timeout, _retry.read_retry))
+
+    def all_consumers(self, prefix: str = "", *, page_size: int = 0, timeout: Optional[float] = None) -> Iterator[ConsumerInfo]:
+        """Iterates over every consumer under prefix (see list_consumers)."""
+        token = ""
+        while True:
+            page = self.list_consumers(prefix, page_size=page_size, page_token=token, timeout=timeout)
+            yield from page.consumers
+            if not page.next_page_token:
+                return
+            token = page.next_page_token
+
+    def reset_consumer(self, prefix: str, consumer: str, *, to: Optional[str] = None, positions: Optional[Mapping[str, int]] = None, timeout: Optional[float] = None) -> ConsumerInfo:
+        """Moves a consumer's positions, backwards included, and starts a
+        new generation of it (creating it if need be): to="earliest" drops
+        every position, to="latest" sets each shard's to its last seq now,
+        or positions sets exactly those. Subscriptions and commits of the
+        older generation then fail with :class:`rolloutd.ConsumerReset`, so
+        a member still running cannot undo the reset. Returns the consumer
+        with its new generation and positions. Authorization verb
+        "consume"."""
+        req = _calls.reset_consumer_request(prefix, consumer, to, positions)
+        return ConsumerInfo.from_message(self._unary(_calls.RESET_CONSUMER, prefix, req, timeout, _retry.consumer_write_retry).consumer)
+
+    def delete_consumer(self, prefix: str, consumer: str, *, timeout: Optional[float] = None) -> None:
+        """Deletes a consumer and its positions; NotFound when it does not
+        exist. Resent only when it certainly did not take effect (as
+        delete_shard without expected_last_seq): after a lost answer it
+        raises with ``may_have_taken_effect`` set."""
+        req = rollout_pb2.DeleteConsumerRequest(prefix=prefix, consumer=consumer)
+        self._unary(_calls.DELETE_CONSUMER, prefix, req, timeout, _retry.delete_retry, mutates=True)
+
 
 class Scan(_core.ScanCore, Iterator[Record]):
     """The iterator ``Client.scan`` returns.
@@ -383,3 +505,125 @@ class Scan(_core.ScanCore, Iterator[Record]):
         if wait is None:
             raise self._give_up(err, (self._client._connected(self._stubs)) if transport else None) from e
         self._client._pause(self._stubs, wait, transport)
+
+
+class Subscription(_subscribe.SubscriptionCore, Iterator[Batch]):
+    """The iterator ``Client.subscribe`` returns: ``for batch in sub``.
+
+    ``positions`` holds each shard's cursor received so far, and
+    ``consumer_generation`` the consumer generation it started from.
+    ``commit()`` (or a batch's ``commit()``) stores the positions for the
+    consumer. Used as a context manager, it opens the stream on entry and
+    waits until the server fixed its starting positions (with
+    start="latest", what is committed from then on is delivered), and
+    closes it on exit. ``close()`` ends the iteration, from any thread.
+    """
+
+    def __init__(self, client: Client, req: rollout_pb2.SubscribeRequest, timeout: Optional[float], reconnect_timeout: float) -> None:
+        super().__init__(client, req, timeout, reconnect_timeout)
+        self._stream: Any = None
+        self._lock = threading.Lock()
+
+    def __iter__(self) -> "Subscription":
+        return self
+
+    def __enter__(self) -> "Subscription":
+        return self.open()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def open(self) -> "Subscription":
+        """Starts the stream, if it has not started, and waits for the
+        server to fix its starting positions. Returns self."""
+        try:
+            while not self._started:
+                batch = self._arrived(self._read())
+                if batch is not None:
+                    self._queued = batch
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def close(self) -> None:
+        """Cancels the stream; the iteration then ends. Safe from any thread."""
+        with self._lock:
+            self._done = True
+            if self._stream is not None:
+                self._stream.cancel()
+        self._let_go()
+
+    def _let_go(self) -> None:
+        with self._lock:
+            held, self._held = self._held, None
+        if held is not None:
+            held()
+
+    def __next__(self) -> Batch:
+        if self._failed is not None:
+            raise self._failed
+        if self._queued is not None:
+            batch, self._queued = self._queued, None
+            return batch
+        while True:
+            resp = self._read()
+            try:
+                batch = self._arrived(resp)
+            except errors.RolloutdError as e:
+                self._failed = e
+                self.close()
+                raise
+            if batch is not None:
+                return batch
+
+    def commit(self) -> None:
+        """Commits the positions of every batch yielded so far for the
+        consumer (see :meth:`Client.commit_consumer`). Raises
+        :class:`rolloutd.ConsumerReset` when the consumer was reset since
+        the subscription started (which also ends the subscription: its
+        iteration raises it too), ValueError without a consumer. Safe from
+        any thread."""
+        self._commit_upto(self._cursors.index)
+
+    def _commit_upto(self, index: int) -> None:
+        req = self._commit_request(index)
+        if req is None:
+            return
+        try:
+            resp = self._client._unary(_calls.COMMIT_CONSUMER, self.prefix, req, None, _retry.consumer_write_retry)
+        except errors.RolloutdError as e:
+            self._commit_failed(e)
+            raise
+        self._committed(index, resp)
+
+    def _read(self) -> rollout_pb2.SubscribeResponse:
+        """The stream's next message, reopening it from the positions
+        received when it breaks in a way a new Subscribe gets past."""
+        while True:
+            with self._lock:
+                if self._done:
+                    raise StopIteration
+                if self._stream is None:
+                    self._stream = self._open()
+                stream = self._stream
+            try:
+                return next(stream)
+            except StopIteration:
+                self._done = True
+                self._let_go()
+                raise
+            except grpc.RpcError as e:
+                with self._lock:
+                    self._stream = None
+                    closed = self._done  # by close()
+                try:
+                    if closed:
+                        raise StopIteration from None
+                    err, transport, wait = self._broke(e)
+                    if wait is None:
+                        raise self._give_up(err, (self._client._connected(self._stubs)) if transport else None) from e
+                    self._client._pause(self._stubs, wait, transport)
+                finally:
+                    self._let_go()
+                self.reconnects += 1

@@ -63,14 +63,14 @@ SEQ_MISMATCH = _REASONS.Name(error_reason_pb2.SEQ_MISMATCH)
 #: The server's storage is out of space; the append was not stored. Appends
 #: succeed again once an operator frees space, so it is not resent.
 STORE_FULL = _REASONS.Name(error_reason_pb2.STORE_FULL)
-#: A consumer commit for a generation older than the consumer's: it was reset
-#: since; nothing was stored. Start again from the consumer.
+#: A consumer commit named a generation older than the consumer's: it was
+#: reset since the subscription started. Nothing was stored; never resent.
 CONSUMER_RESET = _REASONS.Name(error_reason_pb2.CONSUMER_RESET)
 #: The ErrorInfo metadata key of a Scan's resume cursor.
 RESUME_AFTER_SEQ = "resume_after_seq"
 #: The ErrorInfo metadata key of SEQ_MISMATCH's current last seq.
 LAST_SEQ = "last_seq"
-#: The ErrorInfo metadata key of CONSUMER_RESET's current consumer generation.
+#: The ErrorInfo metadata key of CONSUMER_RESET's current generation.
 GENERATION = "generation"
 
 _STATUS_DETAILS_KEY = "grpc-status-details-bin"
@@ -257,11 +257,18 @@ class SeqMismatch(FailedPrecondition):
 
 
 class ConsumerReset(FailedPrecondition):
-    """FAILED_PRECONDITION with reason CONSUMER_RESET: a consumer commit named
-    a generation older than the consumer's, which was reset since the
-    subscription whose positions these are started; nothing was stored.
-    Start a new subscription from the consumer and commit its positions.
-    ``generation`` is the consumer's (0: it was deleted)."""
+    """FAILED_PRECONDITION with reason CONSUMER_RESET: the consumer was
+    reset (``reset_consumer``) after the subscription whose positions these
+    are started, so its commit was refused and stored nothing. A
+    subscription also raises it when, resuming after a break, it finds the
+    consumer at another generation than the one it started from. Do not
+    resend: start a new subscription from the consumer (it starts at the
+    reset positions). ``generation`` is the consumer's, when known."""
+
+    def __init__(self, message: str, **kw: object) -> None:
+        kw.setdefault("code", grpc.StatusCode.FAILED_PRECONDITION)
+        kw.setdefault("reason", CONSUMER_RESET)
+        super().__init__(message, **kw)  # type: ignore[arg-type]
 
     @property
     def generation(self) -> Optional[int]:

@@ -18,7 +18,7 @@ from __future__ import annotations
 import datetime as _dt
 import enum
 from dataclasses import dataclass
-from typing import Any, Dict, Iterable, List, Mapping, Optional, Union
+from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Union
 
 from google.protobuf import timestamp_pb2
 
@@ -26,7 +26,7 @@ from ._proto.rollout.v1 import rollout_pb2
 
 __all__ = [
     "Role", "Relationship", "Record", "AppendResult", "HealthStatus", "RecordLike", "to_message",
-    "ShardInfo", "ListedShard", "ShardPage", "DeleteResult",
+    "ShardInfo", "ListedShard", "ShardPage", "DeleteResult", "Batch", "ConsumerInfo", "ConsumerPage",
 ]
 
 _EPOCH = _dt.datetime(1970, 1, 1, tzinfo=_dt.timezone.utc)
@@ -195,6 +195,83 @@ class DeleteResult:
     records: int
     already_deleted: bool
     incarnation: int
+
+
+@dataclass(frozen=True)
+class ConsumerInfo:
+    """A consumer (``rollout.v1.ConsumerInfo``): its stored positions
+    (shard -> cursor; only from ``describe_consumer(include_positions=True)``
+    and ``reset_consumer``), its generation (1, and one more per reset),
+    and its lag: ``lag_records`` committed to the shards under its prefix
+    and not yet past its positions, over ``lagging_shards`` shards, from
+    the shards' last seqs as the answering instance knows them. A listing
+    leaves out positions and lag."""
+
+    prefix: str
+    consumer: str
+    generation: int
+    positions: Dict[str, int]
+    shards: int
+    lag_records: int
+    lagging_shards: int
+    created_at: Optional[_dt.datetime]
+    updated_at: Optional[_dt.datetime]
+
+    @classmethod
+    def from_message(cls, m: "rollout_pb2.ConsumerInfo") -> "ConsumerInfo":
+        return cls(
+            prefix=m.prefix, consumer=m.consumer, generation=m.generation, positions=dict(m.positions),
+            shards=m.shards, lag_records=m.lag_records, lagging_shards=m.lagging_shards,
+            created_at=_time(m, "created_at"), updated_at=_time(m, "updated_at"),
+        )
+
+
+@dataclass(frozen=True)
+class ConsumerPage:
+    """One page of ``list_consumers``: pass ``next_page_token`` as
+    page_token for the next; it is empty on the last page."""
+
+    consumers: List[ConsumerInfo]
+    next_page_token: str
+
+
+class Batch:
+    """One shard's records from a subscription, in seq order.
+
+    ``cursor`` is the shard's resume point: every record of it up to
+    ``cursor`` was delivered (in this batch or an earlier one) or filtered
+    out. ``records`` may be empty when the filters skipped every record.
+    ``deleted`` says the shard was deleted: its records not delivered are
+    gone, and records appended to it later come after ``cursor``.
+
+    ``commit()`` stores, for the subscription's consumer, the positions of
+    every batch the subscription yielded up to and including this one
+    (``await batch.commit()`` in ``rolloutd.aio``). Commit after processing
+    a batch: a restart then resumes after it, and at most the batches
+    processed since the last commit are delivered again.
+    """
+
+    __slots__ = ("shard", "records", "cursor", "deleted", "_commit")
+
+    def __init__(self, shard: str, records: List["Record"], cursor: int, deleted: bool, commit: Callable[[], Any]) -> None:
+        self.shard = shard
+        self.records = records
+        self.cursor = cursor
+        self.deleted = deleted
+        self._commit = commit
+
+    def commit(self) -> Any:
+        """Commits the positions up to this batch; see the class."""
+        return self._commit()
+
+    def __len__(self) -> int:
+        return len(self.records)
+
+    def __iter__(self) -> Any:
+        return iter(self.records)
+
+    def __repr__(self) -> str:
+        return "Batch(shard=%r, records=%d, cursor=%d%s)" % (self.shard, len(self.records), self.cursor, ", deleted" if self.deleted else "")
 
 
 def _optional_float(msg: Any, name: str) -> Optional[float]:

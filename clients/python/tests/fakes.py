@@ -41,6 +41,7 @@ def status_error(context: grpc.ServicerContext, code: grpc.StatusCode, message: 
 
 Step = Callable[[rollout_pb2.AppendRequest, grpc.ServicerContext], rollout_pb2.AppendResponse]
 ScanStep = Callable[[rollout_pb2.ScanRequest, grpc.ServicerContext], Iterator[rollout_pb2.ScanResponse]]
+SubscribeStep = Callable[[rollout_pb2.SubscribeRequest, grpc.ServicerContext], Iterator[rollout_pb2.SubscribeResponse]]
 
 
 def ok(req: rollout_pb2.AppendRequest, context: grpc.ServicerContext) -> rollout_pb2.AppendResponse:
@@ -49,12 +50,19 @@ def ok(req: rollout_pb2.AppendRequest, context: grpc.ServicerContext) -> rollout
 
 class FakeServer:
     """Answers Append attempt i with steps[i] (the last step repeats), Scan
-    attempt i with scans[i] (likewise), and health Checks with check
-    (SERVING)."""
+    attempt i with scans[i] (likewise), Subscribe attempt i with
+    subscribes[i] (likewise), CommitConsumer with the generation
+    commit_generation, refusing an older one as CONSUMER_RESET (recording
+    the requests), and health Checks with
+    check (SERVING)."""
 
-    def __init__(self, steps: List[Step], scans: Optional[List[ScanStep]] = None) -> None:
+    def __init__(self, steps: List[Step], scans: Optional[List[ScanStep]] = None, subscribes: Optional[List[SubscribeStep]] = None) -> None:
         self.steps = steps
         self.scans = scans or []
+        self.subscribes = subscribes or []
+        self.subscribe_requests: List[rollout_pb2.SubscribeRequest] = []
+        self.commits: List[rollout_pb2.CommitConsumerRequest] = []
+        self.commit_generation = 1
         self.scan_requests: List[rollout_pb2.ScanRequest] = []
         self.scan_times: List[float] = []
         #: Answers health Checks: a HealthCheckResponse status.
@@ -68,6 +76,8 @@ class FakeServer:
             {
                 "Append": grpc.unary_unary_rpc_method_handler(self._append, rollout_pb2.AppendRequest.FromString, rollout_pb2.AppendResponse.SerializeToString),
                 "Scan": grpc.unary_stream_rpc_method_handler(self._scan, rollout_pb2.ScanRequest.FromString, rollout_pb2.ScanResponse.SerializeToString),
+                "Subscribe": grpc.unary_stream_rpc_method_handler(self._subscribe, rollout_pb2.SubscribeRequest.FromString, rollout_pb2.SubscribeResponse.SerializeToString),
+                "CommitConsumer": grpc.unary_unary_rpc_method_handler(self._commit, rollout_pb2.CommitConsumerRequest.FromString, rollout_pb2.CommitConsumerResponse.SerializeToString),
             },
         )
         health = grpc.method_handlers_generic_handler(
@@ -93,6 +103,17 @@ class FakeServer:
         self.scan_requests.append(req)
         self.scan_times.append(time.monotonic())
         return self.scans[min(i, len(self.scans) - 1)](req, context)
+
+    def _subscribe(self, req: rollout_pb2.SubscribeRequest, context: grpc.ServicerContext) -> Iterator[rollout_pb2.SubscribeResponse]:
+        i = len(self.subscribe_requests)
+        self.subscribe_requests.append(req)
+        return self.subscribes[min(i, len(self.subscribes) - 1)](req, context)
+
+    def _commit(self, req: rollout_pb2.CommitConsumerRequest, context: grpc.ServicerContext) -> rollout_pb2.CommitConsumerResponse:
+        self.commits.append(req)
+        if req.generation and req.generation < self.commit_generation:
+            status_error(context, grpc.StatusCode.FAILED_PRECONDITION, "consumer reset", reason="CONSUMER_RESET", metadata={"generation": str(self.commit_generation)})
+        return rollout_pb2.CommitConsumerResponse(generation=self.commit_generation)
 
     def stop(self) -> None:
         self._server.stop(0)

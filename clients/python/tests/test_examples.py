@@ -29,11 +29,29 @@ def test_quick_start_runs(server):
 
 
 def test_worker_and_trainer(server, shard):
-    w = subprocess.run([sys.executable, str(REPO / "examples" / "python" / "worker.py"), "--target", server.addr, "--shard", shard, "--rollouts", "3"],
-                       capture_output=True, text=True, env=env(), timeout=60)
-    assert w.returncode == 0, w.stderr
-    assert "appended 3 rollouts" in w.stdout
-    t = subprocess.run([sys.executable, str(REPO / "examples" / "python" / "trainer.py"), "--target", server.addr, "--shard", shard, "--count", "3"],
-                       capture_output=True, text=True, env=env(), timeout=60)
-    assert t.returncode == 0, t.stderr
-    assert t.stdout.count("reward") == 3 and "checkpoint: --after-seq" in t.stdout
+    """The trainer consumes the worker's grades as a consumer, and a second
+    run of it continues after what the first committed."""
+    prefix = shard.split("/")[0] + "/" + shard.split("/")[1]
+    actors = [prefix + "/actor-0", prefix + "/actor-1"]
+
+    def work(rollouts):
+        for a in actors:
+            w = subprocess.run([sys.executable, str(REPO / "examples" / "python" / "worker.py"), "--target", server.addr, "--shard", a, "--rollouts", str(rollouts)],
+                               capture_output=True, text=True, env=env(), timeout=60)
+            assert w.returncode == 0, w.stderr
+            assert "appended %d rollouts" % rollouts in w.stdout
+
+    def train(count):
+        t = subprocess.run([sys.executable, str(REPO / "examples" / "python" / "trainer.py"), "--target", server.addr, "--prefix", prefix,
+                            "--consumer", "trainer", "--count", str(count)], capture_output=True, text=True, env=env(), timeout=60)
+        assert t.returncode == 0, t.stderr
+        rollouts = re.findall(r"rollout (\S+) problem \S+ reward", t.stdout)
+        assert len(rollouts) == count, t.stdout
+        assert "consumer trainer committed: {" in t.stdout, t.stdout
+        return rollouts
+
+    work(2)
+    first = train(4)
+    work(1)
+    second = train(2)
+    assert len(set(first + second)) == 6, "the second run repeated a grade the first committed"

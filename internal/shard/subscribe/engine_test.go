@@ -54,6 +54,16 @@ func TestStartLatestAndPositions(t *testing.T) {
 	v.appendN("p/pinned", 5, false)
 	s := v.subscribe(Request{Prefix: "p", Start: StartLatest, Positions: map[string]uint64{"p/pinned": 2}})
 	s.waitFor(t, "Started", func(s *sub) bool { return s.started != nil })
+	// The shard started at its last seq is announced with that cursor, so
+	// that a client resuming before its next record does not start it at
+	// its last seq at the resume; a shard the request positions name is not.
+	s.reached(t, "p/old", 4)
+	s.mu.Lock()
+	announced, pinnedCursor := s.seqs["p/old"], s.cursors["p/pinned"]
+	s.mu.Unlock()
+	if len(announced) != 0 || pinnedCursor != 0 {
+		t.Errorf("announced p/old with records %v; p/pinned at cursor %d before a record", announced, pinnedCursor)
+	}
 	old := v.appendN("p/old", 2, true)
 	pinned := v.appendN("p/pinned", 1, false)
 	created := v.appendN("p/new", 2, false)

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -156,13 +158,24 @@ func (e *Engine) Subscribe(ctx context.Context, req Request, send func(Message) 
 		return err
 	}
 	defer w.leave(s)
+	var fixed map[string]uint64
 	if req.Start == StartLatest {
-		if err := s.latest(listed); err != nil {
+		if fixed, err = s.latest(listed); err != nil {
 			return err
 		}
 	}
 	if err := s.emit(Message{Started: true, ConsumerGeneration: generation}); err != nil {
 		return err
+	}
+	// Each shard started at its last seq is announced with that cursor and
+	// no records: a client resuming a broken stream sends the cursors it
+	// received as positions, and one that had received nothing of a shard
+	// would otherwise start it at its last seq again, at the resume,
+	// missing what was committed in between.
+	for _, sh := range slices.Sorted(maps.Keys(fixed)) {
+		if err := s.emit(Message{Shard: sh, Batch: shard.Batch{Cursor: fixed[sh]}}); err != nil {
+			return err
+		}
 	}
 	for _, sh := range listed {
 		s.add(sh)
@@ -217,11 +230,13 @@ func (e *Engine) consumer(ctx context.Context, prefix string, req *Request) (map
 }
 
 // latest fixes the start of each listed shard of the share that no
-// request position names at its last seq now.
-func (s *subscription) latest(listed []string) error {
+// request position names at its last seq now, and returns those starts
+// above 0.
+func (s *subscription) latest(listed []string) (map[string]uint64, error) {
 	g, ctx := errgroup.WithContext(s.ctx)
 	g.SetLimit(s.e.opts.DescribeParallelism)
 	var mu sync.Mutex
+	fixed := map[string]uint64{}
 	for _, sh := range listed {
 		if _, ok := s.req.Positions[sh]; ok || !Takes(sh, s.req.Member, s.req.Members) {
 			continue
@@ -238,11 +253,17 @@ func (s *subscription) latest(listed []string) error {
 			}
 			mu.Lock()
 			s.start[sh] = info.LastSeq
+			if info.LastSeq > 0 {
+				fixed[sh] = info.LastSeq
+			}
 			mu.Unlock()
 			return nil
 		})
 	}
-	return g.Wait()
+	if err := g.Wait(); err != nil {
+		return nil, err
+	}
+	return fixed, nil
 }
 
 // add follows shard if it is of the share and not followed yet: at once,
