@@ -138,9 +138,10 @@ type Subscription struct {
 // the same retry budget (docs/clients.md). A resumed stream must read the
 // consumer generation the subscription started with; when the consumer
 // was reset or deleted in between, the subscription ends with
-// ErrConsumerReset. (With StartLatest, a shard the subscription has
-// received nothing from is resumed after its last seq at the resume: the
-// server does not send where it started such a shard.) Any instance
+// ErrConsumerReset. (With StartLatest, the server announces each shard
+// existing at the start with a batch of no records whose cursor is where
+// it started the shard, so a resume misses nothing committed in a break;
+// Batches yields those batches too.) Any instance
 // serves any prefix: Subscribe sets no ShardHeader, and with WithAffinity
 // the ring picks an instance at random.
 //

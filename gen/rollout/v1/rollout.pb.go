@@ -107,8 +107,11 @@ const (
 	// Every shard from its first record.
 	SubscribeStart_SUBSCRIBE_START_EARLIEST SubscribeStart = 1
 	// Only records committed after the subscription started: each shard that
-	// exists then is read after its last seq at that moment. Shards created
-	// later are read from their first record.
+	// exists then is read after its last seq at that moment, and announced
+	// right after the started message by a message with no records whose
+	// cursor is that seq, so that a client resuming a broken stream resumes
+	// that shard from it and misses nothing committed in the break. Shards
+	// created later are read from their first record.
 	SubscribeStart_SUBSCRIBE_START_LATEST SubscribeStart = 2
 	// The named consumer's stored positions; NOT_FOUND when it does not
 	// exist. A shard the consumer has no position for is read from its first
