@@ -115,6 +115,7 @@ type Subscription struct {
 	stream       grpc.ServerStreamingClient[rolloutv1.SubscribeResponse]
 	streamCancel context.CancelFunc
 	first        *rolloutv1.SubscribeResponse // the started message, which may carry a batch
+	opened       bool                         // a stream has started: the next one resumes
 
 	commitMu sync.Mutex // one Commit at a time
 
@@ -138,10 +139,9 @@ type Subscription struct {
 // the same retry budget (docs/clients.md). A resumed stream must read the
 // consumer generation the subscription started with; when the consumer
 // was reset or deleted in between, the subscription ends with
-// ErrConsumerReset. (With StartLatest, the server announces each shard
-// existing at the start with a batch of no records whose cursor is where
-// it started the shard, so a resume misses nothing committed in a break;
-// Batches yields those batches too.) Any instance
+// ErrConsumerReset. (With StartLatest, the server's started message names
+// where it started each shard that existed, and a resume sends those from
+// StartEarliest, so it misses nothing committed in a break.) Any instance
 // serves any prefix: Subscribe sets no ShardHeader, and with WithAffinity
 // the ring picks an instance at random.
 //
@@ -242,7 +242,11 @@ func (s *Subscription) Commit(ctx context.Context) error {
 	if len(moved) == 0 {
 		return nil
 	}
-	gen, err := s.c.commitConsumer(ctx, s.prefix, s.opts.Consumer, moved, s.generation.Load())
+	// A consumer that did not exist when the subscription started is
+	// created at generation 1 by the first commit: sending 1, not 0 (which
+	// the server does not check), makes a commit after a reset of it
+	// refused instead of undoing the reset.
+	gen, err := s.c.commitConsumer(ctx, s.prefix, s.opts.Consumer, moved, max(s.generation.Load(), 1))
 	if err != nil {
 		if errors.Is(err, ErrConsumerReset) {
 			s.cancel(err)
@@ -373,7 +377,14 @@ func (s *Subscription) open() error {
 		cancel()
 		return err
 	}
-	s.stream, s.streamCancel, s.first = stream, cancel, first
+	// The starts a LATEST stream fixed count as received: a resume sends
+	// them back, from EARLIEST (see request).
+	for shard, c := range first.GetStarted().GetPositions() {
+		if prev, ok := s.recv.at[shard]; !ok || c > prev {
+			s.recv.at[shard] = c
+		}
+	}
+	s.stream, s.streamCancel, s.first, s.opened = stream, cancel, first, true
 	return nil
 }
 
@@ -385,6 +396,14 @@ func (s *Subscription) checkGeneration(g uint64) error {
 	for {
 		cur := s.generation.Load()
 		if cur == 0 {
+			// The first stream takes the generation it reads. A resume of
+			// a subscription that started before its consumer existed may
+			// find it created since (generation 1, by a commit), but not
+			// reset since: the cursors it resumes from would undo that.
+			if g > 1 && s.opened {
+				return fmt.Errorf("client: the subscription to %q resumed at generation %d of consumer %q, which did not exist when it started: %w",
+					s.prefix, g, s.opts.Consumer, ErrConsumerReset)
+			}
 			if g == 0 || s.generation.CompareAndSwap(0, g) {
 				return nil
 			}
@@ -403,8 +422,17 @@ func (s *Subscription) checkGeneration(g uint64) error {
 // the cursors received so far.
 func (s *Subscription) request() *rolloutv1.SubscribeRequest {
 	o := s.opts
+	start := o.Start
+	if start == StartLatest && s.opened {
+		// Every shard the first stream started is among the cursors
+		// received (its started message named them); any other shard was
+		// created after the start, and LATEST reads those from the first
+		// record too. Resuming from LATEST would start a shard that sent
+		// nothing before the break at its last seq at the resume.
+		start = StartEarliest
+	}
 	req := &rolloutv1.SubscribeRequest{
-		Prefix: s.prefix, Start: rolloutv1.SubscribeStart(o.Start), Consumer: o.Consumer,
+		Prefix: s.prefix, Start: rolloutv1.SubscribeStart(start), Consumer: o.Consumer,
 		Positions: maps.Clone(s.recv.at), Member: uint32(o.Member), Members: uint32(o.Members),
 		RolloutId: o.RolloutID, IncludeInTraining: o.IncludeInTraining, Role: o.Role,
 	}

@@ -86,6 +86,13 @@ func TestResumeRequestCarriesTheReceivedCursors(t *testing.T) {
 	if req.GetPositions()["p/a"] != 9 || s.request().GetPositions()["p/a"] != 11 {
 		t.Errorf("a request's positions are not a copy taken when it is made")
 	}
+	// Once a LATEST stream has started, the starts it named are among the
+	// cursors received, and a resume reads every other shard from its
+	// first record: from EARLIEST.
+	s.opened = true
+	if got := s.request().GetStart(); got != rolloutv1.SubscribeStart_SUBSCRIBE_START_EARLIEST {
+		t.Errorf("a resumed LATEST subscription asks for %v, want SUBSCRIBE_START_EARLIEST", got)
+	}
 }
 
 // normalize drops the spaces prototext puts at random between fields.
@@ -120,12 +127,15 @@ func TestResumeKeepsTheConsumerGeneration(t *testing.T) {
 		{StartEarliest, 3, 4, true},
 		{StartDefault, 0, 0, false},
 		{StartDefault, 0, 1, false}, // created since
+		{StartDefault, 0, 2, true},  // created and reset since
+		{StartLatest, 0, 2, true},
 	}
 	for _, tt := range tests {
 		s := &Subscription{prefix: "p", opts: SubscribeOptions{Start: tt.start, Consumer: "c"}}
 		if err := s.checkGeneration(tt.first); err != nil {
 			t.Fatalf("the first stream: %v", err)
 		}
+		s.opened = true
 		err := s.checkGeneration(tt.resumed)
 		if errors.Is(err, ErrConsumerReset) != tt.reset || (err != nil && !tt.reset) {
 			t.Errorf("start %d, generation %d then %d: %v; want reset %v", tt.start, tt.first, tt.resumed, err, tt.reset)

@@ -137,7 +137,7 @@ func sendSubscribed(ctx context.Context, stream grpc.ServerStreamingServer[rollo
 	batch := !m.Started && !m.Deleted
 	switch {
 	case m.Started:
-		resp := &rolloutv1.SubscribeResponse{Started: &rolloutv1.SubscribeStarted{ConsumerGeneration: m.ConsumerGeneration}}
+		resp := &rolloutv1.SubscribeResponse{Started: &rolloutv1.SubscribeStarted{ConsumerGeneration: m.ConsumerGeneration, Positions: m.StartPositions}}
 		msg, size, keep = resp, proto.Size(resp), 0
 	case m.Deleted:
 		resp := &rolloutv1.SubscribeResponse{Shard: m.Shard, Cursor: m.Batch.Cursor, ShardDeleted: true}

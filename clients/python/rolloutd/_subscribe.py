@@ -97,17 +97,32 @@ class Cursors:
         would undo that, so the subscription ends with ConsumerReset (the
         Go client's rule)."""
         with self._lock:
-            if not self.generation:
+            if self.generation is None:
                 self.generation = generation
                 return
-            if generation == self.generation or (generation == 0 and not from_consumer):
-                return
             mine = self.generation
+            if mine == 0:
+                # Started before the consumer existed: it may have been
+                # created since (generation 1, by a commit), but not reset
+                # since, which these cursors would undo.
+                if generation <= 1:
+                    self.generation = generation
+                    return
+            elif generation == mine or (generation == 0 and not from_consumer):
+                return
         raise errors.ConsumerReset(
             "consumer %r under prefix %r is at generation %d, but the subscription started from generation %d: "
             "it was reset or deleted meanwhile; subscribe again" % (consumer, prefix, generation, mine),
             metadata={errors.GENERATION: str(generation)},
         )
+
+    def fixed(self, positions: Dict[str, int]) -> None:
+        """The starts a LATEST stream fixed (its started message's
+        positions) count as received: a resume sends them back."""
+        with self._lock:
+            for shard, cursor in positions.items():
+                if cursor > self._positions.get(shard, -1):
+                    self._positions[shard] = cursor
 
     def adopt(self, generation: int) -> None:
         """A commit answered the consumer's generation: a subscription that
@@ -165,6 +180,13 @@ class SubscriptionCore:
         req.CopyFrom(self._req)
         req.positions.clear()
         req.positions.update(self._cursors.positions())
+        if req.start == rollout_pb2.SUBSCRIBE_START_LATEST and self._cursors.generation is not None:
+            # A stream started (the generation is known then): the shards
+            # it started are among the cursors, and any other shard was
+            # created since, which LATEST reads from its first record too.
+            # Resuming from LATEST would start a shard that sent nothing
+            # before the break at its last seq at the resume.
+            req.start = rollout_pb2.SUBSCRIBE_START_EARLIEST
         timeout = None
         if self._deadline is not None:
             timeout = self._deadline - time.monotonic()
@@ -187,6 +209,7 @@ class SubscriptionCore:
             self._started = True
             from_consumer = self._req.start in (rollout_pb2.SUBSCRIBE_START_UNSPECIFIED, rollout_pb2.SUBSCRIBE_START_CONSUMER)
             self._cursors.started(resp.started.consumer_generation, self._req.consumer, self.prefix, from_consumer)
+            self._cursors.fixed(dict(resp.started.positions))
         if not resp.shard:
             return None
         got = self._cursors.accept(resp.shard, resp.records, resp.cursor, resp.shard_deleted)
@@ -206,7 +229,11 @@ class SubscriptionCore:
         positions = self._cursors.pending(upto)
         if not positions:
             return None
-        return _calls.commit_consumer_request(self.prefix, self.consumer, positions, self._cursors.generation or 0)
+        # A consumer that did not exist when the subscription started is
+        # created at generation 1 by the first commit: sending 1, not 0
+        # (which the server does not check), makes a commit after a reset
+        # of it refused instead of undoing the reset.
+        return _calls.commit_consumer_request(self.prefix, self.consumer, positions, max(self._cursors.generation or 0, 1))
 
     def _commit_failed(self, err: BaseException) -> None:
         """A commit raised err: a reset consumer ends the subscription,

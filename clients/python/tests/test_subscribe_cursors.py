@@ -80,6 +80,27 @@ def test_generation_is_kept_across_resumes():
     c.started(0, "t", "p", False)  # from earliest or latest: its positions are not read
 
 
+def test_a_consumer_created_after_the_start_may_not_be_reset_before_a_resume():
+    # Started before the consumer existed: a resume may find it created
+    # (generation 1), not created and reset (2), which the cursors held
+    # would undo.
+    c = Cursors({}, log=True)
+    c.started(0, "t", "p", True)
+    c.started(1, "t", "p", True)
+    assert c.generation == 1
+    d = Cursors({}, log=True)
+    d.started(0, "t", "p", False)
+    with pytest.raises(rolloutd.ConsumerReset):
+        d.started(2, "t", "p", False)
+
+
+def test_latest_starts_count_as_received():
+    c = Cursors({"p/x": 7}, log=False)
+    c.fixed({"p/a": 3, "p/x": 2, "p/e": 0})
+    assert c.positions() == {"p/a": 3, "p/x": 7, "p/e": 0}
+    assert c.accept("p/a", recs(3), 3, False) is None  # at or below the start: nothing new
+
+
 def test_request_validation():
     def req(**kw):
         base = dict(consumer=None, start=None, member=0, members=1, positions=None, rollout_id=None, role=None, include_in_training=None, fields=None)

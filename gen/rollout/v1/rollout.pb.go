@@ -107,11 +107,11 @@ const (
 	// Every shard from its first record.
 	SubscribeStart_SUBSCRIBE_START_EARLIEST SubscribeStart = 1
 	// Only records committed after the subscription started: each shard that
-	// exists then is read after its last seq at that moment, and announced
-	// right after the started message by a message with no records whose
-	// cursor is that seq, so that a client resuming a broken stream resumes
-	// that shard from it and misses nothing committed in the break. Shards
-	// created later are read from their first record.
+	// exists then is read after its last seq at that moment. Shards created
+	// later are read from their first record. SubscribeStarted.positions
+	// holds every start it fixed: a client resuming a broken stream sends
+	// them (with the cursors it received since) and SUBSCRIBE_START_EARLIEST,
+	// so that it misses nothing committed in the break.
 	SubscribeStart_SUBSCRIBE_START_LATEST SubscribeStart = 2
 	// The named consumer's stored positions; NOT_FOUND when it does not
 	// exist. A shard the consumer has no position for is read from its first
@@ -2003,8 +2003,13 @@ type SubscribeStarted struct {
 	// CommitConsumerRequest.generation so that a commit after a reset is
 	// refused instead of undoing it.
 	ConsumerGeneration uint64 `protobuf:"varint,1,opt,name=consumer_generation,json=consumerGeneration,proto3" json:"consumer_generation,omitempty"`
-	unknownFields      protoimpl.UnknownFields
-	sizeCache          protoimpl.SizeCache
+	// With SUBSCRIBE_START_LATEST: each shard of the subscription's share
+	// that existed at the start and that SubscribeRequest.positions did not
+	// name, with the cursor it is read after (its last seq then, 0 for a
+	// shard without records). Empty otherwise.
+	Positions     map[string]uint64 `protobuf:"bytes,2,rep,name=positions,proto3" json:"positions,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *SubscribeStarted) Reset() {
@@ -2042,6 +2047,13 @@ func (x *SubscribeStarted) GetConsumerGeneration() uint64 {
 		return x.ConsumerGeneration
 	}
 	return 0
+}
+
+func (x *SubscribeStarted) GetPositions() map[string]uint64 {
+	if x != nil {
+		return x.Positions
+	}
+	return nil
 }
 
 // CommitConsumerRequest stores positions of a consumer.
@@ -2847,9 +2859,13 @@ const file_rollout_v1_rollout_proto_rawDesc = "" +
 	"\arecords\x18\x02 \x03(\v2\x12.rollout.v1.RecordR\arecords\x12\x16\n" +
 	"\x06cursor\x18\x03 \x01(\x04R\x06cursor\x12#\n" +
 	"\rshard_deleted\x18\x04 \x01(\bR\fshardDeleted\x126\n" +
-	"\astarted\x18\x05 \x01(\v2\x1c.rollout.v1.SubscribeStartedR\astarted\"C\n" +
+	"\astarted\x18\x05 \x01(\v2\x1c.rollout.v1.SubscribeStartedR\astarted\"\xcc\x01\n" +
 	"\x10SubscribeStarted\x12/\n" +
-	"\x13consumer_generation\x18\x01 \x01(\x04R\x12consumerGeneration\"\xf9\x01\n" +
+	"\x13consumer_generation\x18\x01 \x01(\x04R\x12consumerGeneration\x12I\n" +
+	"\tpositions\x18\x02 \x03(\v2+.rollout.v1.SubscribeStarted.PositionsEntryR\tpositions\x1a<\n" +
+	"\x0ePositionsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\x04R\x05value:\x028\x01\"\xf9\x01\n" +
 	"\x15CommitConsumerRequest\x12\x16\n" +
 	"\x06prefix\x18\x01 \x01(\tR\x06prefix\x12\x1a\n" +
 	"\bconsumer\x18\x02 \x01(\tR\bconsumer\x12N\n" +
@@ -2951,7 +2967,7 @@ func file_rollout_v1_rollout_proto_rawDescGZIP() []byte {
 }
 
 var file_rollout_v1_rollout_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_rollout_v1_rollout_proto_msgTypes = make([]protoimpl.MessageInfo, 37)
+var file_rollout_v1_rollout_proto_msgTypes = make([]protoimpl.MessageInfo, 38)
 var file_rollout_v1_rollout_proto_goTypes = []any{
 	(Role)(0),                       // 0: rollout.v1.Role
 	(SubscribeStart)(0),             // 1: rollout.v1.SubscribeStart
@@ -2989,76 +3005,78 @@ var file_rollout_v1_rollout_proto_goTypes = []any{
 	(*DeleteConsumerResponse)(nil),  // 33: rollout.v1.DeleteConsumerResponse
 	nil,                             // 34: rollout.v1.Record.MetadataEntry
 	nil,                             // 35: rollout.v1.SubscribeRequest.PositionsEntry
-	nil,                             // 36: rollout.v1.CommitConsumerRequest.PositionsEntry
-	nil,                             // 37: rollout.v1.ConsumerInfo.PositionsEntry
-	nil,                             // 38: rollout.v1.ResetConsumerRequest.PositionsEntry
-	(*timestamppb.Timestamp)(nil),   // 39: google.protobuf.Timestamp
-	(*fieldmaskpb.FieldMask)(nil),   // 40: google.protobuf.FieldMask
+	nil,                             // 36: rollout.v1.SubscribeStarted.PositionsEntry
+	nil,                             // 37: rollout.v1.CommitConsumerRequest.PositionsEntry
+	nil,                             // 38: rollout.v1.ConsumerInfo.PositionsEntry
+	nil,                             // 39: rollout.v1.ResetConsumerRequest.PositionsEntry
+	(*timestamppb.Timestamp)(nil),   // 40: google.protobuf.Timestamp
+	(*fieldmaskpb.FieldMask)(nil),   // 41: google.protobuf.FieldMask
 }
 var file_rollout_v1_rollout_proto_depIdxs = []int32{
 	8,  // 0: rollout.v1.AppendRequest.records:type_name -> rollout.v1.Record
 	4,  // 1: rollout.v1.AppendResponse.results:type_name -> rollout.v1.AppendResult
 	8,  // 2: rollout.v1.GetResponse.record:type_name -> rollout.v1.Record
 	0,  // 3: rollout.v1.Record.role:type_name -> rollout.v1.Role
-	39, // 4: rollout.v1.Record.created_at:type_name -> google.protobuf.Timestamp
+	40, // 4: rollout.v1.Record.created_at:type_name -> google.protobuf.Timestamp
 	7,  // 5: rollout.v1.Record.relationships:type_name -> rollout.v1.Relationship
 	34, // 6: rollout.v1.Record.metadata:type_name -> rollout.v1.Record.MetadataEntry
 	0,  // 7: rollout.v1.ScanRequest.role:type_name -> rollout.v1.Role
-	40, // 8: rollout.v1.ScanRequest.fields:type_name -> google.protobuf.FieldMask
+	41, // 8: rollout.v1.ScanRequest.fields:type_name -> google.protobuf.FieldMask
 	8,  // 9: rollout.v1.ScanResponse.records:type_name -> rollout.v1.Record
 	13, // 10: rollout.v1.ListShardsResponse.shards:type_name -> rollout.v1.ListedShard
 	15, // 11: rollout.v1.ListedShard.summary:type_name -> rollout.v1.ShardInfo
-	39, // 12: rollout.v1.ShardInfo.created_at:type_name -> google.protobuf.Timestamp
-	39, // 13: rollout.v1.ShardInfo.last_commit_at:type_name -> google.protobuf.Timestamp
-	39, // 14: rollout.v1.ShardInfo.deleted_at:type_name -> google.protobuf.Timestamp
-	40, // 15: rollout.v1.BatchGetRequest.fields:type_name -> google.protobuf.FieldMask
+	40, // 12: rollout.v1.ShardInfo.created_at:type_name -> google.protobuf.Timestamp
+	40, // 13: rollout.v1.ShardInfo.last_commit_at:type_name -> google.protobuf.Timestamp
+	40, // 14: rollout.v1.ShardInfo.deleted_at:type_name -> google.protobuf.Timestamp
+	41, // 15: rollout.v1.BatchGetRequest.fields:type_name -> google.protobuf.FieldMask
 	18, // 16: rollout.v1.BatchGetResponse.results:type_name -> rollout.v1.BatchGetResult
 	8,  // 17: rollout.v1.BatchGetResult.record:type_name -> rollout.v1.Record
 	1,  // 18: rollout.v1.SubscribeRequest.start:type_name -> rollout.v1.SubscribeStart
 	35, // 19: rollout.v1.SubscribeRequest.positions:type_name -> rollout.v1.SubscribeRequest.PositionsEntry
 	0,  // 20: rollout.v1.SubscribeRequest.role:type_name -> rollout.v1.Role
-	40, // 21: rollout.v1.SubscribeRequest.fields:type_name -> google.protobuf.FieldMask
+	41, // 21: rollout.v1.SubscribeRequest.fields:type_name -> google.protobuf.FieldMask
 	8,  // 22: rollout.v1.SubscribeResponse.records:type_name -> rollout.v1.Record
 	23, // 23: rollout.v1.SubscribeResponse.started:type_name -> rollout.v1.SubscribeStarted
-	36, // 24: rollout.v1.CommitConsumerRequest.positions:type_name -> rollout.v1.CommitConsumerRequest.PositionsEntry
-	37, // 25: rollout.v1.ConsumerInfo.positions:type_name -> rollout.v1.ConsumerInfo.PositionsEntry
-	39, // 26: rollout.v1.ConsumerInfo.created_at:type_name -> google.protobuf.Timestamp
-	39, // 27: rollout.v1.ConsumerInfo.updated_at:type_name -> google.protobuf.Timestamp
-	27, // 28: rollout.v1.ListConsumersResponse.consumers:type_name -> rollout.v1.ConsumerInfo
-	1,  // 29: rollout.v1.ResetConsumerRequest.to:type_name -> rollout.v1.SubscribeStart
-	38, // 30: rollout.v1.ResetConsumerRequest.positions:type_name -> rollout.v1.ResetConsumerRequest.PositionsEntry
-	27, // 31: rollout.v1.ResetConsumerResponse.consumer:type_name -> rollout.v1.ConsumerInfo
-	2,  // 32: rollout.v1.RolloutService.Append:input_type -> rollout.v1.AppendRequest
-	5,  // 33: rollout.v1.RolloutService.Get:input_type -> rollout.v1.GetRequest
-	9,  // 34: rollout.v1.RolloutService.Scan:input_type -> rollout.v1.ScanRequest
-	11, // 35: rollout.v1.RolloutService.ListShards:input_type -> rollout.v1.ListShardsRequest
-	14, // 36: rollout.v1.RolloutService.DescribeShard:input_type -> rollout.v1.DescribeShardRequest
-	16, // 37: rollout.v1.RolloutService.BatchGet:input_type -> rollout.v1.BatchGetRequest
-	19, // 38: rollout.v1.RolloutService.DeleteShard:input_type -> rollout.v1.DeleteShardRequest
-	21, // 39: rollout.v1.RolloutService.Subscribe:input_type -> rollout.v1.SubscribeRequest
-	24, // 40: rollout.v1.RolloutService.CommitConsumer:input_type -> rollout.v1.CommitConsumerRequest
-	26, // 41: rollout.v1.RolloutService.DescribeConsumer:input_type -> rollout.v1.DescribeConsumerRequest
-	28, // 42: rollout.v1.RolloutService.ListConsumers:input_type -> rollout.v1.ListConsumersRequest
-	30, // 43: rollout.v1.RolloutService.ResetConsumer:input_type -> rollout.v1.ResetConsumerRequest
-	32, // 44: rollout.v1.RolloutService.DeleteConsumer:input_type -> rollout.v1.DeleteConsumerRequest
-	3,  // 45: rollout.v1.RolloutService.Append:output_type -> rollout.v1.AppendResponse
-	6,  // 46: rollout.v1.RolloutService.Get:output_type -> rollout.v1.GetResponse
-	10, // 47: rollout.v1.RolloutService.Scan:output_type -> rollout.v1.ScanResponse
-	12, // 48: rollout.v1.RolloutService.ListShards:output_type -> rollout.v1.ListShardsResponse
-	15, // 49: rollout.v1.RolloutService.DescribeShard:output_type -> rollout.v1.ShardInfo
-	17, // 50: rollout.v1.RolloutService.BatchGet:output_type -> rollout.v1.BatchGetResponse
-	20, // 51: rollout.v1.RolloutService.DeleteShard:output_type -> rollout.v1.DeleteShardResponse
-	22, // 52: rollout.v1.RolloutService.Subscribe:output_type -> rollout.v1.SubscribeResponse
-	25, // 53: rollout.v1.RolloutService.CommitConsumer:output_type -> rollout.v1.CommitConsumerResponse
-	27, // 54: rollout.v1.RolloutService.DescribeConsumer:output_type -> rollout.v1.ConsumerInfo
-	29, // 55: rollout.v1.RolloutService.ListConsumers:output_type -> rollout.v1.ListConsumersResponse
-	31, // 56: rollout.v1.RolloutService.ResetConsumer:output_type -> rollout.v1.ResetConsumerResponse
-	33, // 57: rollout.v1.RolloutService.DeleteConsumer:output_type -> rollout.v1.DeleteConsumerResponse
-	45, // [45:58] is the sub-list for method output_type
-	32, // [32:45] is the sub-list for method input_type
-	32, // [32:32] is the sub-list for extension type_name
-	32, // [32:32] is the sub-list for extension extendee
-	0,  // [0:32] is the sub-list for field type_name
+	36, // 24: rollout.v1.SubscribeStarted.positions:type_name -> rollout.v1.SubscribeStarted.PositionsEntry
+	37, // 25: rollout.v1.CommitConsumerRequest.positions:type_name -> rollout.v1.CommitConsumerRequest.PositionsEntry
+	38, // 26: rollout.v1.ConsumerInfo.positions:type_name -> rollout.v1.ConsumerInfo.PositionsEntry
+	40, // 27: rollout.v1.ConsumerInfo.created_at:type_name -> google.protobuf.Timestamp
+	40, // 28: rollout.v1.ConsumerInfo.updated_at:type_name -> google.protobuf.Timestamp
+	27, // 29: rollout.v1.ListConsumersResponse.consumers:type_name -> rollout.v1.ConsumerInfo
+	1,  // 30: rollout.v1.ResetConsumerRequest.to:type_name -> rollout.v1.SubscribeStart
+	39, // 31: rollout.v1.ResetConsumerRequest.positions:type_name -> rollout.v1.ResetConsumerRequest.PositionsEntry
+	27, // 32: rollout.v1.ResetConsumerResponse.consumer:type_name -> rollout.v1.ConsumerInfo
+	2,  // 33: rollout.v1.RolloutService.Append:input_type -> rollout.v1.AppendRequest
+	5,  // 34: rollout.v1.RolloutService.Get:input_type -> rollout.v1.GetRequest
+	9,  // 35: rollout.v1.RolloutService.Scan:input_type -> rollout.v1.ScanRequest
+	11, // 36: rollout.v1.RolloutService.ListShards:input_type -> rollout.v1.ListShardsRequest
+	14, // 37: rollout.v1.RolloutService.DescribeShard:input_type -> rollout.v1.DescribeShardRequest
+	16, // 38: rollout.v1.RolloutService.BatchGet:input_type -> rollout.v1.BatchGetRequest
+	19, // 39: rollout.v1.RolloutService.DeleteShard:input_type -> rollout.v1.DeleteShardRequest
+	21, // 40: rollout.v1.RolloutService.Subscribe:input_type -> rollout.v1.SubscribeRequest
+	24, // 41: rollout.v1.RolloutService.CommitConsumer:input_type -> rollout.v1.CommitConsumerRequest
+	26, // 42: rollout.v1.RolloutService.DescribeConsumer:input_type -> rollout.v1.DescribeConsumerRequest
+	28, // 43: rollout.v1.RolloutService.ListConsumers:input_type -> rollout.v1.ListConsumersRequest
+	30, // 44: rollout.v1.RolloutService.ResetConsumer:input_type -> rollout.v1.ResetConsumerRequest
+	32, // 45: rollout.v1.RolloutService.DeleteConsumer:input_type -> rollout.v1.DeleteConsumerRequest
+	3,  // 46: rollout.v1.RolloutService.Append:output_type -> rollout.v1.AppendResponse
+	6,  // 47: rollout.v1.RolloutService.Get:output_type -> rollout.v1.GetResponse
+	10, // 48: rollout.v1.RolloutService.Scan:output_type -> rollout.v1.ScanResponse
+	12, // 49: rollout.v1.RolloutService.ListShards:output_type -> rollout.v1.ListShardsResponse
+	15, // 50: rollout.v1.RolloutService.DescribeShard:output_type -> rollout.v1.ShardInfo
+	17, // 51: rollout.v1.RolloutService.BatchGet:output_type -> rollout.v1.BatchGetResponse
+	20, // 52: rollout.v1.RolloutService.DeleteShard:output_type -> rollout.v1.DeleteShardResponse
+	22, // 53: rollout.v1.RolloutService.Subscribe:output_type -> rollout.v1.SubscribeResponse
+	25, // 54: rollout.v1.RolloutService.CommitConsumer:output_type -> rollout.v1.CommitConsumerResponse
+	27, // 55: rollout.v1.RolloutService.DescribeConsumer:output_type -> rollout.v1.ConsumerInfo
+	29, // 56: rollout.v1.RolloutService.ListConsumers:output_type -> rollout.v1.ListConsumersResponse
+	31, // 57: rollout.v1.RolloutService.ResetConsumer:output_type -> rollout.v1.ResetConsumerResponse
+	33, // 58: rollout.v1.RolloutService.DeleteConsumer:output_type -> rollout.v1.DeleteConsumerResponse
+	46, // [46:59] is the sub-list for method output_type
+	33, // [33:46] is the sub-list for method input_type
+	33, // [33:33] is the sub-list for extension type_name
+	33, // [33:33] is the sub-list for extension extendee
+	0,  // [0:33] is the sub-list for field type_name
 }
 
 func init() { file_rollout_v1_rollout_proto_init() }
@@ -3081,7 +3099,7 @@ func file_rollout_v1_rollout_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_rollout_v1_rollout_proto_rawDesc), len(file_rollout_v1_rollout_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   37,
+			NumMessages:   38,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

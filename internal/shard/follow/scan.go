@@ -86,7 +86,16 @@ func (s *Set) follow(ctx context.Context, shardName string, fs *scanFollower) er
 			if _, err := fs.catchUp(ctx); err != nil {
 				return err
 			}
-			if sub, err = s.join(shardName, f.Position(), true); err != nil {
+			// The reader starts at the tail, not past it: a follower may
+			// start after a seq not written yet (a consumer's position
+			// after a restore, a client's own), and a reader started there
+			// would tell every follower that joins it to read up to that
+			// seq on its own, polling, and report it as the shard's tail.
+			at := f.Position()
+			if tail, ok := s.r.LastSeqRead(shardName); ok && tail < at.Seq() {
+				at = shard.PositionAfter(tail)
+			}
+			if sub, err = s.join(shardName, at, true); err != nil {
 				return err
 			}
 		}

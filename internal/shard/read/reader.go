@@ -135,6 +135,19 @@ func (r *Reader) Manifest(ctx context.Context, shard string) (*storagepb.Manifes
 	return nil, fmt.Errorf("shard %q: the log kept being checkpointed past every read of its tail: %w", shard, blob.ErrUnavailable)
 }
 
+// LastSeqRead is the shard's last seq in the view this Reader last read
+// of it, and whether it holds one: what the read that just returned saw,
+// without another read.
+func (r *Reader) LastSeqRead(shard string) (uint64, bool) {
+	r.mu.Lock()
+	c, ok := r.manifests.Get(shard)
+	r.mu.Unlock()
+	if !ok || c.view == nil || c.view.GetNextSeq() == 0 {
+		return 0, false
+	}
+	return c.view.GetNextSeq() - 1, true
+}
+
 // fetch reads the shard's manifest, conditionally when base holds one.
 func (r *Reader) fetch(ctx context.Context, shard string, base cachedManifest) (*storagepb.Manifest, blob.ETag, error) {
 	name := format.ManifestName(shard)

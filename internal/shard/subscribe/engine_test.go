@@ -54,15 +54,18 @@ func TestStartLatestAndPositions(t *testing.T) {
 	v.appendN("p/pinned", 5, false)
 	s := v.subscribe(Request{Prefix: "p", Start: StartLatest, Positions: map[string]uint64{"p/pinned": 2}})
 	s.waitFor(t, "Started", func(s *sub) bool { return s.started != nil })
-	// The shard started at its last seq is announced with that cursor, so
-	// that a client resuming before its next record does not start it at
-	// its last seq at the resume; a shard the request positions name is not.
-	s.reached(t, "p/old", 4)
+	// Started names where LATEST started each shard it fixed, so that a
+	// client resuming before a shard's next record resumes it there and
+	// not at its last seq at the resume; a shard the request positions
+	// name is not in it, and no record-less batch announces a shard.
 	s.mu.Lock()
-	announced, pinnedCursor := s.seqs["p/old"], s.cursors["p/pinned"]
+	starts, announced := s.started.StartPositions, s.cursors["p/old"]
 	s.mu.Unlock()
-	if len(announced) != 0 || pinnedCursor != 0 {
-		t.Errorf("announced p/old with records %v; p/pinned at cursor %d before a record", announced, pinnedCursor)
+	if want := map[string]uint64{"p/old": 4}; !maps.Equal(starts, want) {
+		t.Errorf("Started fixed the starts %v, want %v", starts, want)
+	}
+	if announced != 0 {
+		t.Errorf("a batch announced p/old at cursor %d before a record", announced)
 	}
 	old := v.appendN("p/old", 2, true)
 	pinned := v.appendN("p/pinned", 1, false)
@@ -233,5 +236,31 @@ func TestEndsWithItsContext(t *testing.T) {
 	v.e.mu.Unlock()
 	if watchers != 0 || v.e.Readers() != 0 {
 		t.Fatalf("%d watchers and %d readers left", watchers, v.e.Readers())
+	}
+}
+
+// A subscription that starts a shard after a seq not written yet (a
+// consumer's position after a restore, a client's own) does not start the
+// shard's shared reader there: the reader reports the shard's real tail,
+// and a subscriber that joins it is delivered from it, not left to read
+// up to that seq on its own.
+func TestAPositionPastTheTailLeavesTheSharedReaderAtTheTail(t *testing.T) {
+	v := newEnv(t, fast)
+	tail := v.appendN("p/a", 3, false)
+	ahead := v.subscribe(Request{Prefix: "p", Positions: map[string]uint64{"p/a": 1000}})
+	ahead.waitFor(t, "the shard's reader", func(*sub) bool { _, ok := v.e.LastSeq("p/a"); return ok })
+	if got, _ := v.e.LastSeq("p/a"); got != tail {
+		t.Errorf("the shard's tail is known as %d, want %d", got, tail)
+	}
+	all := v.subscribe(Request{Prefix: "p", Start: StartEarliest})
+	more := v.appendN("p/a", 2, false)
+	all.reached(t, "p/a", more)
+	all.stop(t)
+	all.checkRun(t, "p/a", 0, more)
+	ahead.stop(t)
+	ahead.mu.Lock()
+	defer ahead.mu.Unlock()
+	if got := ahead.seqs["p/a"]; len(got) != 0 {
+		t.Errorf("the subscription after seq 1000 was delivered %v", got)
 	}
 }

@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
-	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -58,6 +56,10 @@ type Message struct {
 	// with the consumer's generation (0 without one).
 	Started            bool
 	ConsumerGeneration uint64
+	// StartPositions are the starts a LATEST subscription fixed: each
+	// shard of its share listed at the start and not named by the
+	// request's positions, at its last seq then (0 included).
+	StartPositions map[string]uint64
 	// Shard's batch: records (or Raw) and the cursor to resume from.
 	Shard string
 	Batch shard.Batch
@@ -164,18 +166,12 @@ func (e *Engine) Subscribe(ctx context.Context, req Request, send func(Message) 
 			return err
 		}
 	}
-	if err := s.emit(Message{Started: true, ConsumerGeneration: generation}); err != nil {
+	// The starts LATEST fixed go out with Started, every one of them (0
+	// included): a client resuming a broken stream sends them back as
+	// positions and resumes from EARLIEST, so a shard that sent nothing
+	// before the break is not started at its last seq at the resume.
+	if err := s.emit(Message{Started: true, ConsumerGeneration: generation, StartPositions: fixed}); err != nil {
 		return err
-	}
-	// Each shard started at its last seq is announced with that cursor and
-	// no records: a client resuming a broken stream sends the cursors it
-	// received as positions, and one that had received nothing of a shard
-	// would otherwise start it at its last seq again, at the resume,
-	// missing what was committed in between.
-	for _, sh := range slices.Sorted(maps.Keys(fixed)) {
-		if err := s.emit(Message{Shard: sh, Batch: shard.Batch{Cursor: fixed[sh]}}); err != nil {
-			return err
-		}
 	}
 	for _, sh := range listed {
 		s.add(sh)
@@ -230,8 +226,7 @@ func (e *Engine) consumer(ctx context.Context, prefix string, req *Request) (map
 }
 
 // latest fixes the start of each listed shard of the share that no
-// request position names at its last seq now, and returns those starts
-// above 0.
+// request position names at its last seq now, and returns those starts.
 func (s *subscription) latest(listed []string) (map[string]uint64, error) {
 	g, ctx := errgroup.WithContext(s.ctx)
 	g.SetLimit(s.e.opts.DescribeParallelism)
@@ -247,15 +242,14 @@ func (s *subscription) latest(listed []string) (map[string]uint64, error) {
 			case err == nil, errors.Is(err, shard.ErrShardDeleted):
 				// A deleted shard's next incarnation continues above it.
 			case errors.Is(err, shard.ErrShardNotFound):
-				return nil // blobs without a manifest yet: from its first record
+				// Blobs without a manifest yet: from its first record.
+				info.LastSeq = 0
 			default:
 				return fmt.Errorf("shard %q: the last seq to start after: %w", sh, err)
 			}
 			mu.Lock()
 			s.start[sh] = info.LastSeq
-			if info.LastSeq > 0 {
-				fixed[sh] = info.LastSeq
-			}
+			fixed[sh] = info.LastSeq
 			mu.Unlock()
 			return nil
 		})

@@ -441,10 +441,19 @@ class SubscribeResponse(_message.Message):
     def __init__(self, shard: _Optional[str] = ..., records: _Optional[_Iterable[_Union[Record, _Mapping]]] = ..., cursor: _Optional[int] = ..., shard_deleted: bool = ..., started: _Optional[_Union[SubscribeStarted, _Mapping]] = ...) -> None: ...
 
 class SubscribeStarted(_message.Message):
-    __slots__ = ["consumer_generation"]
+    __slots__ = ["consumer_generation", "positions"]
+    class PositionsEntry(_message.Message):
+        __slots__ = ["key", "value"]
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: int
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
     CONSUMER_GENERATION_FIELD_NUMBER: _ClassVar[int]
+    POSITIONS_FIELD_NUMBER: _ClassVar[int]
     consumer_generation: int
-    def __init__(self, consumer_generation: _Optional[int] = ...) -> None: ...
+    positions: _containers.ScalarMap[str, int]
+    def __init__(self, consumer_generation: _Optional[int] = ..., positions: _Optional[_Mapping[str, int]] = ...) -> None: ...
 
 class Role(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = []
