@@ -39,8 +39,11 @@ type Options struct {
 	// nothing. Zero never parks: a following Scan has nobody to wake it
 	// for another instance's commits, so its reader keeps polling.
 	IdleAfter time.Duration
-	// ParkAtStart, with IdleAfter, parks a new reader after its first read
-	// that finds nothing, rather than after IdleAfter of polling: for
+	// ParkAtStart, with IdleAfter, parks a new reader of a shard idle for
+	// IdleAfter (by the last commit time its follower read) after its
+	// first read that finds nothing, rather than after IdleAfter of
+	// polling; a shard committed to more recently is polled until it has
+	// been idle that long. For
 	// readers whose followers have just read up to the tail themselves
 	// and that something else wakes (a subscription's watcher), so that
 	// starting on many idle shards does not poll each for IdleAfter.

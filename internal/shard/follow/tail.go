@@ -136,7 +136,19 @@ func (t *tail) run(ctx context.Context, at shard.Position) {
 	poll := o.PollMin
 	news := time.Now() // when a read last found records
 	if o.ParkAtStart {
+		// The follower that starts the reader has just read up to the
+		// tail: a shard idle for IdleAfter parks after one read, and one
+		// committed to since polls until it is idle that long, as if this
+		// reader had seen the commit. Otherwise the next commit of a
+		// shard another instance writes, active as it may be, would wait
+		// for a wake (a subscription's listing, seconds away).
 		news = time.Time{}
+		if last, ok := t.set.r.LastCommitRead(t.shard); ok {
+			news = last
+			if now := time.Now(); news.After(now) {
+				news = now // the writer's clock runs ahead of ours
+			}
+		}
 	}
 	for {
 		var woken <-chan struct{}

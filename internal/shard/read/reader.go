@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/hashicorp/golang-lru/v2/simplelru"
 	"go.uber.org/zap"
@@ -146,6 +147,19 @@ func (r *Reader) LastSeqRead(shard string) (uint64, bool) {
 		return 0, false
 	}
 	return c.view.GetNextSeq() - 1, true
+}
+
+// LastCommitRead is when the shard was last committed to in the view this
+// Reader last read of it (the writer's clock), and whether it holds a view
+// that says.
+func (r *Reader) LastCommitRead(shard string) (time.Time, bool) {
+	r.mu.Lock()
+	c, ok := r.manifests.Get(shard)
+	r.mu.Unlock()
+	if !ok || c.view == nil || c.view.GetLastCommitUnixNanos() == 0 {
+		return time.Time{}, false
+	}
+	return time.Unix(0, c.view.GetLastCommitUnixNanos()), true
 }
 
 // fetch reads the shard's manifest, conditionally when base holds one.

@@ -7,6 +7,7 @@ import (
 	"maps"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/rolloutd/rolloutd/internal/validate"
 )
@@ -263,4 +264,21 @@ func TestAPositionPastTheTailLeavesTheSharedReaderAtTheTail(t *testing.T) {
 	if got := ahead.seqs["p/a"]; len(got) != 0 {
 		t.Errorf("the subscription after seq 1000 was delivered %v", got)
 	}
+}
+
+// A shard another instance has just committed to is active: its reader
+// polls it from the start, and its next record arrives without waiting
+// for a listing (here an hour away), while a shard idle for IdleAfter
+// parks at once.
+func TestARecentlyCommittedShardIsPolledFromTheStart(t *testing.T) {
+	o := fast
+	o.WatchInterval, o.IdleAfter = time.Hour, 30*time.Second
+	v := newEnv(t, o)
+	first := v.appendN("p/remote", 3, false)
+	s := v.subscribe(Request{Prefix: "p", Start: StartEarliest})
+	s.reached(t, "p/remote", first)
+	next := v.appendN("p/remote", 1, false)
+	s.reached(t, "p/remote", next)
+	s.stop(t)
+	s.checkRun(t, "p/remote", 0, next)
 }
