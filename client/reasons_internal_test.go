@@ -42,6 +42,7 @@ func TestReasonWireStrings(t *testing.T) {
 		{"SHARD_DELETED", 7, ReasonShardDeleted, codes.NotFound, ErrShardDeleted},
 		{"SEQ_MISMATCH", 8, ReasonSeqMismatch, codes.FailedPrecondition, ErrSeqMismatch},
 		{"STORE_FULL", 9, ReasonStoreFull, codes.ResourceExhausted, ErrStoreFull},
+		{"CONSUMER_RESET", 10, ReasonConsumerReset, codes.FailedPrecondition, ErrConsumerReset},
 	} {
 		if got := tc.number.String(); got != tc.wire {
 			t.Errorf("rolloutv1.ErrorReason(%d) is named %q, want %q: its name is the wire string", tc.number, got, tc.wire)

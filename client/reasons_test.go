@@ -37,4 +37,5 @@ const (
 	_ = client.ReasonShardDeleted
 	_ = client.ReasonSeqMismatch
 	_ = client.ReasonStoreFull
+	_ = client.ReasonConsumerReset
 )

@@ -3,6 +3,7 @@ package authz
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -113,6 +114,23 @@ func (a *Authorizer) Authorize(identity string, verb Verb, shard string) error {
 		return &DeniedError{Identity: identity, Verb: verb, Shard: shard, Hint: p.cnHint(identity)}
 	}
 	return nil
+}
+
+// AuthorizePrefix returns nil if identity may do verb on every shard that
+// prefix covers (a consumer's prefix): a grant must cover prefix itself,
+// and "" (every shard) needs a grant of AllShards. A trailing '/' is
+// ignored. A prefix that is not "" or a shard name gets the validation
+// error; otherwise a refusal is a *DeniedError naming the prefix ("*" for
+// "").
+func (a *Authorizer) AuthorizePrefix(identity string, verb Verb, prefix string) error {
+	prefix = strings.TrimSuffix(prefix, "/")
+	if prefix == "" {
+		if p := a.cur.Load(); !p.Allows(identity, verb, AllShards) {
+			return &DeniedError{Identity: identity, Verb: verb, Shard: AllShards, Hint: p.cnHint(identity)}
+		}
+		return nil
+	}
+	return a.Authorize(identity, verb, prefix)
 }
 
 // Allows reports whether identity may do verb on shard under the policy

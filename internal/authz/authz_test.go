@@ -458,3 +458,51 @@ func TestLifecycleVerbs(t *testing.T) {
 		t.Error("Allows does not cover on whole segments")
 	}
 }
+
+// A consumer's positions are the whole prefix's: consume (and scan, for
+// describing) must be granted on the prefix itself, so team-a cannot touch
+// team-b's consumers, nor the consumers of every shard.
+func TestAuthorizePrefix(t *testing.T) {
+	p, err := Parse([]byte(`grants:
+  - identities: ["uri:spiffe://x/team-a"]
+    shardPrefixes: ["team-a"]
+    verbs: [consume, scan]
+  - identities: ["uri:spiffe://x/ops"]
+    shardPrefixes: ["*"]
+    verbs: [consume]
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := NewStatic(p)
+	for _, tc := range []struct {
+		identity string
+		verb     Verb
+		prefix   string
+		ok       bool
+	}{
+		{"uri:spiffe://x/team-a", Consume, "team-a", true},
+		{"uri:spiffe://x/team-a", Consume, "team-a/", true},
+		{"uri:spiffe://x/team-a", Consume, "team-a/exp", true},
+		{"uri:spiffe://x/team-a", Scan, "team-a/exp", true},
+		{"uri:spiffe://x/team-a", Consume, "team-b", false},
+		{"uri:spiffe://x/team-a", Consume, "team-ab", false},
+		{"uri:spiffe://x/team-a", Consume, "", false},
+		{"uri:spiffe://x/team-a", Append, "team-a", false},
+		{"uri:spiffe://x/ops", Consume, "", true},
+		{"uri:spiffe://x/ops", Consume, "team-b/x", true},
+		{"uri:spiffe://x/ops", Scan, "team-b", false},
+		{"", Consume, "team-a", false},
+	} {
+		err := a.AuthorizePrefix(tc.identity, tc.verb, tc.prefix)
+		if (err == nil) != tc.ok {
+			t.Errorf("AuthorizePrefix(%q, %s, %q) = %v, want allowed %t", tc.identity, tc.verb, tc.prefix, err, tc.ok)
+		}
+		if err != nil && !errors.Is(err, ErrDenied) {
+			t.Errorf("AuthorizePrefix(%q, %s, %q) = %v, want ErrDenied", tc.identity, tc.verb, tc.prefix, err)
+		}
+	}
+	if err := a.AuthorizePrefix("uri:spiffe://x/team-a", Consume, "Team-A"); err == nil || errors.Is(err, ErrDenied) {
+		t.Errorf("an invalid prefix: %v, want the validation error", err)
+	}
+}

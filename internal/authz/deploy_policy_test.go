@@ -33,6 +33,16 @@ func TestDeployOverlayPolicy(t *testing.T) {
 			t.Errorf("the example trainer may %s team-ab", verb)
 		}
 	}
+	// The trainer commits and resets its team's consumers, and only
+	// theirs.
+	for prefix, ok := range map[string]bool{"team-a": true, "team-a/exp": true, "team-b": false, "team-ab": false, "": false} {
+		if err := a.AuthorizePrefix(trainer, Consume, prefix); (err == nil) != ok {
+			t.Errorf("the example trainer consuming %q: %v, want allowed %t", prefix, err, ok)
+		}
+	}
+	if err := a.AuthorizePrefix(reader, Consume, "team-a/eval"); err == nil {
+		t.Error("the example reader may commit consumers of team-a/eval")
+	}
 	// The trainer lists nothing and deletes nothing: delete is granted
 	// by name only, to the purge CronJob's identity.
 	for _, verb := range []Verb{List, Describe, Delete} {

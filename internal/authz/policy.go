@@ -42,6 +42,13 @@ var (
 	// Delete deletes a shard (DeleteShard). No other verb implies it, and
 	// no verb is implied by another: each is granted by name.
 	Delete = defineVerb("delete", "delete")
+	// Consume commits, resets and deletes the stored positions of the
+	// consumers of a shard prefix (CommitConsumer, ResetConsumer,
+	// DeleteConsumer). It is checked on the consumer's whole prefix: a
+	// grant of "team-a" allows the consumers of "team-a" and
+	// "team-a/exp", never those of "" (every shard), which need "*".
+	// Reading the records, and describing and listing consumers, is scan.
+	Consume = defineVerb("consume", "commit, reset or delete the consumers of")
 )
 
 // Verbs are all verbs, in the order they were defined. Do not modify it.
@@ -104,7 +111,8 @@ type FileGrant struct {
 	// (or "team-a/") covers "team-a" and "team-a/anything", not "team-ab".
 	// "*" covers every shard.
 	ShardPrefixes []string `yaml:"shardPrefixes" json:"shardPrefixes"`
-	// Verbs are among Verbs: append, get, scan, list, describe, delete.
+	// Verbs are among Verbs: append, get, scan, list, describe, delete,
+	// consume.
 	Verbs []Verb `yaml:"verbs" json:"verbs"`
 }
 

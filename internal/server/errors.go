@@ -15,6 +15,7 @@ import (
 	rolloutv1 "github.com/rolloutd/rolloutd/gen/rollout/v1"
 	"github.com/rolloutd/rolloutd/internal/authz"
 	"github.com/rolloutd/rolloutd/internal/blob"
+	"github.com/rolloutd/rolloutd/internal/consumer"
 	"github.com/rolloutd/rolloutd/internal/ratelimit"
 	"github.com/rolloutd/rolloutd/internal/shard"
 	"github.com/rolloutd/rolloutd/internal/validate"
@@ -49,6 +50,10 @@ const ErrorDomain = "rolloutd.io"
 // MetadataLastSeq is the ErrorInfo metadata key of a SEQ_MISMATCH's
 // current last seq, in decimal.
 const MetadataLastSeq = "last_seq"
+
+// MetadataGeneration is the ErrorInfo metadata key of a CONSUMER_RESET's
+// current consumer generation, in decimal (0: the consumer was deleted).
+const MetadataGeneration = "generation"
 
 // MetadataResumeAfterSeq is the ErrorInfo metadata key of a Scan's resume
 // cursor: the after_seq to send in the next Scan, in decimal.
@@ -194,7 +199,7 @@ func classifyCode(ended, err error, write bool) failure {
 		return f
 	}
 	switch {
-	case errors.Is(err, shard.ErrCorrupt):
+	case errors.Is(err, shard.ErrCorrupt), errors.Is(err, consumer.ErrCorrupt):
 		return failure{code: codes.DataLoss, msg: msg}
 
 	case ended != nil && (errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled)):
@@ -253,8 +258,22 @@ func classifyRequest(err error, msg string) (failure, bool) {
 			f.metadata = map[string]string{MetadataLastSeq: strconv.FormatUint(sm.LastSeq, 10)}
 		}
 		return f, true
-	case errors.Is(err, shard.ErrBadPageToken):
+	case errors.Is(err, shard.ErrBadPageToken), errors.Is(err, consumer.ErrBadPageToken):
 		return failure{code: codes.InvalidArgument, msg: msg}, true
+
+	case errors.Is(err, consumer.ErrNotFound):
+		return failure{code: codes.NotFound, msg: msg}, true
+	case errors.Is(err, consumer.ErrReset):
+		f := failure{code: codes.FailedPrecondition, msg: msg, reason: rolloutv1.ErrorReason_CONSUMER_RESET}
+		var re *consumer.ResetError
+		if errors.As(err, &re) {
+			f.metadata = map[string]string{MetadataGeneration: strconv.FormatUint(re.Generation, 10)}
+		}
+		return f, true
+	case errors.Is(err, consumer.ErrTooManyPositions):
+		// The consumer holds, or would hold, more shards than one blob
+		// keeps: no retry helps, only consumers of narrower prefixes.
+		return failure{code: codes.FailedPrecondition, msg: msg, field: "positions", fieldDesc: msg}, true
 
 	case errors.Is(err, shard.ErrIDConflict):
 		return failure{code: codes.AlreadyExists, msg: msg}, true

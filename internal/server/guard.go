@@ -31,6 +31,11 @@ var (
 	_ shardRequest = (*rolloutv1.DeleteShardRequest)(nil)
 
 	_ prefixRequest = (*rolloutv1.ListShardsRequest)(nil)
+	_ prefixRequest = (*rolloutv1.CommitConsumerRequest)(nil)
+	_ prefixRequest = (*rolloutv1.DescribeConsumerRequest)(nil)
+	_ prefixRequest = (*rolloutv1.ListConsumersRequest)(nil)
+	_ prefixRequest = (*rolloutv1.ResetConsumerRequest)(nil)
+	_ prefixRequest = (*rolloutv1.DeleteConsumerRequest)(nil)
 )
 
 // rolloutPrefix prefixes the full method names of RolloutService.
@@ -50,6 +55,25 @@ var methodVerbs = map[string]authz.Verb{
 	rolloutPrefix + "DescribeShard": authz.Describe,
 	rolloutPrefix + "BatchGet":      authz.Get,
 	rolloutPrefix + "DeleteShard":   authz.Delete,
+	// Consumers (consumers.go) are named by a prefix. Their verbs are
+	// checked on the whole prefix (wholePrefix), except ListConsumers',
+	// whose handler leaves out the consumers the caller may not scan.
+	rolloutPrefix + "CommitConsumer":   authz.Consume,
+	rolloutPrefix + "ResetConsumer":    authz.Consume,
+	rolloutPrefix + "DeleteConsumer":   authz.Consume,
+	rolloutPrefix + "DescribeConsumer": authz.Scan,
+	rolloutPrefix + "ListConsumers":    authz.Scan,
+}
+
+// wholePrefix are the methods whose verb must be granted on the request's
+// whole prefix: a consumer's positions are those of every shard under it,
+// so team-a's grant cannot reset team-b's consumer, nor the consumer of
+// every shard (prefix "", which needs a grant of "*").
+var wholePrefix = map[string]bool{
+	rolloutPrefix + "CommitConsumer":   true,
+	rolloutPrefix + "ResetConsumer":    true,
+	rolloutPrefix + "DeleteConsumer":   true,
+	rolloutPrefix + "DescribeConsumer": true,
 }
 
 // prefixRequest is a request that names a shard prefix rather than one
@@ -167,7 +191,7 @@ func (g *guard) active(method string) (verb authz.Verb, check, ok bool) {
 // ctx. The error is a gRPC status.
 func (g *guard) check(ctx context.Context, method string, verb authz.Verb, msg any) error {
 	if pr, ok := msg.(prefixRequest); ok {
-		return g.checkPrefix(ctx, verb, pr)
+		return g.checkPrefix(ctx, verb, pr, wholePrefix[method])
 	}
 	r, ok := msg.(shardRequest)
 	if !ok {
@@ -344,10 +368,11 @@ func untrusted(identity string, cause error, stream bool) error {
 	return fmt.Errorf("%w: the client certificate of identity %q is not trusted by the client CAs now in force (%v); %s", authz.ErrDenied, identity, cause, then)
 }
 
-// checkPrefix decides a request that names a prefix (ListShards): the
-// caller needs a grant of verb on some shard; which shards it sees is the
-// handler's to filter. The client CAs in force apply as to every call.
-func (g *guard) checkPrefix(ctx context.Context, verb authz.Verb, r prefixRequest) error {
+// checkPrefix decides a request that names a prefix (ListShards, the
+// consumers): the caller needs a grant of verb on some shard, and which
+// shards it sees is the handler's to filter; with whole, a grant of verb
+// on the whole prefix. The client CAs in force apply as to every call.
+func (g *guard) checkPrefix(ctx context.Context, verb authz.Verb, r prefixRequest, whole bool) error {
 	identity := peerIdentity(ctx)
 	if g.trust != nil {
 		if chain := peerChain(ctx); len(chain) > 0 {
@@ -356,6 +381,17 @@ func (g *guard) checkPrefix(ctx context.Context, verb authz.Verb, r prefixReques
 				return toStatus(ctx, untrusted(identity, err, false))
 			}
 		}
+	}
+	if whole && g.authz != nil {
+		if err := g.authz.AuthorizePrefix(identity, verb, r.GetPrefix()); err != nil {
+			if status.Code(toStatus(ctx, err)) == codes.PermissionDenied {
+				g.denied.WithLabelValues(string(verb)).Inc()
+				g.log.Info("rpc denied", clientString("identity", identity), zap.String("verb", string(verb)),
+					clientString("prefix", r.GetPrefix()), zap.String("peer", peerAddr(ctx)))
+			}
+			return toStatus(ctx, err)
+		}
+		return nil
 	}
 	if g.authz != nil && !g.authz.AllowsAny(identity, verb) {
 		g.denied.WithLabelValues(string(verb)).Inc()

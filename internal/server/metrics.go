@@ -37,6 +37,7 @@ type Metrics struct {
 	mergeSources      prometheus.Counter
 	errorReasons      *prometheus.CounterVec
 	shutdownTimeouts  *prometheus.CounterVec
+	consumers         *consumerMetrics
 
 	collectors []prometheus.Collector
 }
@@ -103,6 +104,8 @@ func NewMetrics() *Metrics {
 		m.residentWriters, m.writerOpens, m.openBackoffs, m.openDuration, m.evictions, m.fences, m.logFences, m.checkpoints, m.selfHeals, m.panics, m.decodeFailures,
 		m.scannedRecords, m.merges, m.mergeDuration, m.mergeSources, m.errorReasons, m.shutdownTimeouts,
 	}
+	m.consumers = newConsumerMetrics()
+	m.collectors = append(m.collectors, m.consumers.collectors()...)
 	m.exportZeros()
 	return m
 }

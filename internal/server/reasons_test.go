@@ -9,6 +9,7 @@ import (
 
 	rolloutv1 "github.com/rolloutd/rolloutd/gen/rollout/v1"
 	"github.com/rolloutd/rolloutd/internal/blob"
+	"github.com/rolloutd/rolloutd/internal/consumer"
 	"github.com/rolloutd/rolloutd/internal/ratelimit"
 	"github.com/rolloutd/rolloutd/internal/shard"
 )
@@ -44,6 +45,7 @@ func TestReasonWireStrings(t *testing.T) {
 		{"SHARD_DELETED", 7, classify(ctx, shard.ErrShardDeleted, false)},
 		{"SEQ_MISMATCH", 8, classify(ctx, shard.ErrSeqMismatch, true)},
 		{"STORE_FULL", 9, classify(ctx, blob.ErrNoSpace, true)},
+		{"CONSUMER_RESET", 10, classify(ctx, &consumer.ResetError{Generation: 3, Committed: 2}, false)},
 	} {
 		if got := tc.number.String(); got != tc.wire {
 			t.Errorf("rolloutv1.ErrorReason(%d) is named %q, want %q: its name is the wire string", tc.number, got, tc.wire)

@@ -22,6 +22,7 @@ import (
 	"google.golang.org/grpc/reflection"
 
 	rolloutv1 "github.com/rolloutd/rolloutd/gen/rollout/v1"
+	"github.com/rolloutd/rolloutd/internal/consumer"
 	"github.com/rolloutd/rolloutd/internal/shard"
 	shardfollow "github.com/rolloutd/rolloutd/internal/shard/follow"
 )
@@ -128,6 +129,7 @@ func (s *Server) newService(cache *shard.BlobCache) *service {
 	s.follow = shardfollow.NewSet(svc.reader, shardfollow.Options{Notifier: notifier, Logger: cfg.Logger})
 	svc.follow = s.follow
 	s.purger = shard.NewPurger(cfg.Store, 2, cfg.Logger)
+	svc.cons = consumers{store: consumer.New(countedStore{cfg.Store}, consumer.Options{Clock: cfg.Clock, Logger: cfg.Logger})}
 	svc.life = lifecycle{store: countedStore{cfg.Store}, listLimiter: cfg.ListLimiter, listTotal: cfg.ListTotalLimiter, summaries: make(chan struct{}, summarySlots), errLog: s.errLog, authz: cfg.Authorizer, purger: s.purger, log: cfg.Logger, batchGetBytes: cfg.BatchGetBytes}
 	return svc
 }

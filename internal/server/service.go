@@ -30,6 +30,7 @@ type service struct {
 	maxRecordBytes  int
 
 	life lifecycle // lifecycle.go
+	cons consumers // consumers.go
 }
 
 var _ rolloutv1.RolloutServiceServer = (*service)(nil)

@@ -34,6 +34,7 @@ __all__ = [
     "ResourceExhausted",
     "FailedPrecondition",
     "SeqMismatch",
+    "ConsumerReset",
     "Aborted",
     "OutOfRange",
     "Unimplemented",
@@ -62,10 +63,15 @@ SEQ_MISMATCH = _REASONS.Name(error_reason_pb2.SEQ_MISMATCH)
 #: The server's storage is out of space; the append was not stored. Appends
 #: succeed again once an operator frees space, so it is not resent.
 STORE_FULL = _REASONS.Name(error_reason_pb2.STORE_FULL)
+#: A consumer commit for a generation older than the consumer's: it was reset
+#: since; nothing was stored. Start again from the consumer.
+CONSUMER_RESET = _REASONS.Name(error_reason_pb2.CONSUMER_RESET)
 #: The ErrorInfo metadata key of a Scan's resume cursor.
 RESUME_AFTER_SEQ = "resume_after_seq"
 #: The ErrorInfo metadata key of SEQ_MISMATCH's current last seq.
 LAST_SEQ = "last_seq"
+#: The ErrorInfo metadata key of CONSUMER_RESET's current consumer generation.
+GENERATION = "generation"
 
 _STATUS_DETAILS_KEY = "grpc-status-details-bin"
 
@@ -88,7 +94,8 @@ class RolloutdError(Exception):
         reason: the ErrorInfo reason in domain ``rolloutd.io``
             (``"OUTCOME_UNKNOWN"``, ``"NOT_COMMITTED"``, ``"BACKPRESSURE"``,
             ``"RATE_LIMITED"``, ``"TOO_LARGE"``, ``"SCAN_INTERRUPTED"``,
-            ``"SHARD_DELETED"``, ``"SEQ_MISMATCH"``, ``"STORE_FULL"``), or None when the status
+            ``"SHARD_DELETED"``, ``"SEQ_MISMATCH"``, ``"STORE_FULL"``,
+            ``"CONSUMER_RESET"``), or None when the status
             carries no ErrorInfo.
         metadata: the ErrorInfo metadata, e.g. ``{"resume_after_seq": "42"}``.
         retry_delay: the RetryInfo delay in seconds, or None.
@@ -249,6 +256,24 @@ class SeqMismatch(FailedPrecondition):
             return None
 
 
+class ConsumerReset(FailedPrecondition):
+    """FAILED_PRECONDITION with reason CONSUMER_RESET: a consumer commit named
+    a generation older than the consumer's, which was reset since the
+    subscription whose positions these are started; nothing was stored.
+    Start a new subscription from the consumer and commit its positions.
+    ``generation`` is the consumer's (0: it was deleted)."""
+
+    @property
+    def generation(self) -> Optional[int]:
+        """The consumer's generation, from the ErrorInfo metadata
+        ``generation``."""
+        raw = self.metadata.get(GENERATION)
+        try:
+            return int(raw) if raw is not None else None
+        except ValueError:
+            return None
+
+
 class Aborted(RolloutdError):
     """ABORTED: rolloutd does not send it; it comes from something between the
     client and the server."""
@@ -312,6 +337,7 @@ _BY_CODE: Dict[grpc.StatusCode, Type[RolloutdError]] = {
 _BY_REASON: Dict[Tuple[grpc.StatusCode, Optional[str]], Type[RolloutdError]] = {
     (grpc.StatusCode.NOT_FOUND, SHARD_DELETED): ShardDeleted,
     (grpc.StatusCode.FAILED_PRECONDITION, SEQ_MISMATCH): SeqMismatch,
+    (grpc.StatusCode.FAILED_PRECONDITION, CONSUMER_RESET): ConsumerReset,
 }
 
 

@@ -26,6 +26,7 @@ WIRE = [
     ("SHARD_DELETED", 7),
     ("SEQ_MISMATCH", 8),
     ("STORE_FULL", 9),
+    ("CONSUMER_RESET", 10),
 ]
 
 
@@ -57,5 +58,6 @@ def test_reason_classes_match_the_wire_strings():
 
     assert type(decode(grpc.StatusCode.NOT_FOUND, "SHARD_DELETED")) is errors.ShardDeleted
     assert type(decode(grpc.StatusCode.FAILED_PRECONDITION, "SEQ_MISMATCH")) is errors.SeqMismatch
+    assert type(decode(grpc.StatusCode.FAILED_PRECONDITION, "CONSUMER_RESET")) is errors.ConsumerReset
     e = decode(grpc.StatusCode.UNAVAILABLE, "OUTCOME_UNKNOWN")
     assert e.reason == "OUTCOME_UNKNOWN" and e.may_have_been_stored and e.may_have_taken_effect

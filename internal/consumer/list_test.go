@@ -1,0 +1,109 @@
+package consumer
+
+import (
+	"errors"
+	"slices"
+	"testing"
+
+	"github.com/rolloutd/rolloutd/internal/blob"
+)
+
+func keysOf(p Page) []Key {
+	var ks []Key
+	for _, c := range p.Consumers {
+		ks = append(ks, c.Key)
+	}
+	return ks
+}
+
+// listAll pages through a listing one consumer at a time, checking each
+// page's token.
+func listAll(t *testing.T, s *Store, opts ListOptions) []Key {
+	t.Helper()
+	var all []Key
+	for i := 0; ; i++ {
+		if i > 100 {
+			t.Fatal("listing does not end")
+		}
+		page, err := s.ListIn(ctxT(t), opts)
+		if err != nil {
+			t.Fatalf("ListIn(%+v): %v", opts, err)
+		}
+		all = append(all, keysOf(page)...)
+		if page.Next == "" {
+			return all
+		}
+		opts.Token = page.Next
+	}
+}
+
+func TestList(t *testing.T) {
+	eachBackend(t, func(t *testing.T, bs blob.Store) {
+		s, _ := newStore(t, bs)
+		keys := []Key{
+			{Name: "all"},
+			{Prefix: "team-a", Name: "r0"},
+			{Prefix: "team-a", Name: "r1"},
+			{Prefix: "team-a/exp", Name: "r0"},
+			{Prefix: "team-a-x", Name: "r0"},
+			{Prefix: "team-b", Name: "r0"},
+		}
+		for _, k := range keys {
+			mustCommit(t, s, k, nil, 0)
+		}
+		// Shards are not consumers, and a listing of consumers never reads them.
+		if _, err := bs.Put(ctxT(t), "shards/team-a/_manifest", []byte("x"), blob.PutOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		for _, tc := range []struct {
+			name string
+			opts ListOptions
+			want []Key
+		}{
+			// In the byte order of the blob names: "_c" before any segment, "-" before "/".
+			{"every consumer", ListOptions{Unrestricted: true}, []Key{keys[0], keys[4], keys[1], keys[2], keys[3], keys[5]}},
+			{"under a prefix, whole segments", ListOptions{Prefix: "team-a", Unrestricted: true}, []Key{keys[1], keys[2], keys[3]}},
+			{"trailing slash", ListOptions{Prefix: "team-a/", Unrestricted: true}, []Key{keys[1], keys[2], keys[3]}},
+			{"nested", ListOptions{Prefix: "team-a/exp", Unrestricted: true}, []Key{keys[3]}},
+			{"nothing", ListOptions{Prefix: "team-c", Unrestricted: true}, nil},
+			{"grants narrow the listing", ListOptions{Grants: []string{"team-a/exp", "team-b"}}, []Key{keys[3], keys[5]}},
+			{"a grant under the prefix does not show the prefix's own consumers", ListOptions{Prefix: "team-a", Grants: []string{"team-a/exp"}}, []Key{keys[3]}},
+			{"a grant of all", ListOptions{Prefix: "team-b", Grants: []string{"*"}}, []Key{keys[5]}},
+			{"no grants", ListOptions{Grants: nil}, nil},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				for _, max := range []int{1, 2, 100} {
+					opts := tc.opts
+					opts.Max = max
+					if got := listAll(t, s, opts); !slices.Equal(got, tc.want) {
+						t.Errorf("max %d: %v, want %v", max, got, tc.want)
+					}
+				}
+			})
+		}
+	})
+}
+
+func TestListTokens(t *testing.T) {
+	s, _ := newStore(t, backends[0].open(t))
+	for _, k := range []Key{{Prefix: "team-a", Name: "r0"}, {Prefix: "team-a", Name: "r1"}, {Prefix: "team-b", Name: "r0"}} {
+		mustCommit(t, s, k, nil, 0)
+	}
+	page, err := s.ListIn(ctxT(t), ListOptions{Unrestricted: true, Caller: "alice", Max: 1})
+	if err != nil || page.Next == "" {
+		t.Fatalf("first page: %+v, %v", page, err)
+	}
+	for _, tc := range []struct {
+		name string
+		opts ListOptions
+	}{
+		{"garbage", ListOptions{Unrestricted: true, Caller: "alice", Token: "%%%"}},
+		{"another prefix", ListOptions{Prefix: "team-a", Unrestricted: true, Caller: "alice", Token: page.Next}},
+		{"another caller", ListOptions{Unrestricted: true, Caller: "bob", Token: page.Next}},
+		{"a position outside the grants", ListOptions{Grants: []string{"team-b"}, Caller: "alice", Token: page.Next}},
+	} {
+		if _, err := s.ListIn(ctxT(t), tc.opts); !errors.Is(err, ErrBadPageToken) {
+			t.Errorf("%s: %v, want ErrBadPageToken", tc.name, err)
+		}
+	}
+}
