@@ -62,6 +62,18 @@
 // stream after its cursor, so a follower sees every record exactly once.
 // WithCursor exposes that cursor for checkpointing.
 //
+// # Subscriptions
+//
+// Subscribe reads every shard under a prefix, those created while it runs
+// included, as an iterator of batches (Subscription.Batches), each one
+// shard's records and the cursor to continue it after. A named consumer
+// stores its positions with Subscription.Commit, so that a trainer that
+// restarts continues where it committed (at-least-once), and Member of
+// Members splits the shards between trainer ranks. When the stream breaks,
+// the subscription resumes from the cursors it received, so nothing is
+// missed or yielded twice; after a ResetConsumer it ends with
+// ErrConsumerReset. See "Subscribing to a prefix" in docs/clients.md.
+//
 // # Shard affinity
 //
 // rolloutd keeps one resident writer per shard, and two pods writing one
@@ -72,6 +84,8 @@
 // leaves moves only the shards on its arcs of the ring. Correctness never
 // depends on it: fencing keeps two writers safe. ServiceConfig is the
 // same document as deploy/client/service-config.json; see docs/routing.md.
+// Subscribe names no shard, so the ring sends it to a random pod: any pod
+// serves any prefix.
 //
 // # Message sizes
 //

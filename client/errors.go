@@ -75,6 +75,15 @@ var (
 	// space and the Append was not stored; it needs an operator, not a
 	// resend.
 	ErrStoreFull = byReason(rolloutv1.ErrorReason_STORE_FULL, "server storage full")
+	// ErrConsumerReset: reason CONSUMER_RESET, a CommitConsumer for a
+	// consumer generation older than the consumer's: it was reset since
+	// the subscription whose positions these are started, and nothing was
+	// stored. Start a new subscription from the consumer; the ErrorInfo
+	// metadata "generation" (Error.Metadata) holds its generation. A
+	// Subscription ends with it too when a resumed stream finds its
+	// consumer at another generation, or deleted (an error of the client's
+	// own, not an *Error).
+	ErrConsumerReset = byReason(rolloutv1.ErrorReason_CONSUMER_RESET, "consumer reset")
 	// ErrScanInterrupted: reason SCAN_INTERRUPTED; Scan resumes by itself
 	// until its retry budget is spent.
 	ErrScanInterrupted = byReason(rolloutv1.ErrorReason_SCAN_INTERRUPTED, "scan interrupted")

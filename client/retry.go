@@ -74,19 +74,18 @@ const (
 	// DeleteConsumer) resends only what certainly did not take effect: a
 	// resend of a delete that landed would delete the shard (or consumer)
 	// again if it was written in between, and nothing on the server can
-	// tell the two apart.
+	// tell the two apart. ResetConsumer resends as it does: a resend of a
+	// reset that landed would start another generation.
 	deleteCall
 	// conditionalDeleteCall (DeleteShard with an expected last seq)
 	// resends like a read: a resend cannot delete records appended since,
 	// which move the last seq (SEQ_MISMATCH), and a resend that finds its
 	// first attempt's tombstone answers already_deleted.
 	conditionalDeleteCall
-	// positionsCall (CommitConsumer, ResetConsumer) resends as a
-	// conditional delete does: a resend of a commit that landed stores
-	// nothing new, because a stored position never moves backwards, and
-	// a resend of a reset sets the same positions again, one generation
-	// later.
-	positionsCall
+	// commitCall (CommitConsumer) resends as an Append does: a resend of a
+	// commit that landed stores nothing new, because a stored position
+	// never moves backwards.
+	commitCall
 )
 
 // mutates reports whether a call of kind may have changed the shard even
@@ -100,8 +99,9 @@ func (k callKind) mutates() bool { return k != readCall }
 func retryable(kind callKind, e *Error) bool {
 	switch e.Reason {
 	case ReasonOutcomeUnknown, ReasonBackpressure:
-		// An Append resent with its request_id learns the outcome.
-		return kind == appendCall
+		// An Append resent with its request_id learns the outcome; a
+		// commit resent stores the same positions.
+		return kind == appendCall || kind == commitCall
 	case ReasonNotCommitted:
 		// Certainly did not take effect: safe for every call that
 		// changes something.

@@ -59,9 +59,9 @@ func TestRetryable(t *testing.T) {
 		if got := retryable(conditionalDeleteCall, e); got != tt.cdel {
 			t.Errorf("conditional DeleteShard %v %q %v: retryable %v, want %v", tt.code, tt.reason, tt.delay, got, tt.cdel)
 		}
-		// CommitConsumer and ResetConsumer resend as a conditional delete.
-		if got := retryable(positionsCall, e); got != tt.cdel {
-			t.Errorf("CommitConsumer %v %q %v: retryable %v, want %v", tt.code, tt.reason, tt.delay, got, tt.cdel)
+		// CommitConsumer resends as Append does.
+		if got := retryable(commitCall, e); got != tt.append {
+			t.Errorf("CommitConsumer %v %q %v: retryable %v, want %v", tt.code, tt.reason, tt.delay, got, tt.append)
 		}
 	}
 }

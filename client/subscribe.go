@@ -138,8 +138,11 @@ type Subscription struct {
 // the same retry budget (docs/clients.md). A resumed stream must read the
 // consumer generation the subscription started with; when the consumer
 // was reset or deleted in between, the subscription ends with
-// ErrConsumerReset. Any instance serves any prefix: Subscribe sets no
-// ShardHeader, and with WithAffinity the ring picks an instance at random.
+// ErrConsumerReset. (With StartLatest, a shard the subscription has
+// received nothing from is resumed after its last seq at the resume: the
+// server does not send where it started such a shard.) Any instance
+// serves any prefix: Subscribe sets no ShardHeader, and with WithAffinity
+// the ring picks an instance at random.
 //
 // Errors: ErrNotFound (StartConsumer and no such consumer),
 // ErrInvalidArgument, ErrPermissionDenied, and the last failure once the

@@ -26,7 +26,7 @@ import (
 func init() {
 	register(&command{
 		name:    "admin",
-		summary: "list, describe, delete and purge shards of a running rolloutd (rolloutd admin --help)",
+		summary: "list, describe, delete and purge shards, and manage consumers, of a running rolloutd (rolloutd admin --help)",
 		run:     runAdmin,
 	})
 }
@@ -92,6 +92,12 @@ var adminCommands = []*adminCommand{
 			return adminPurge(ctx, c, a.stdout, a.stderr, a.selected, age, a.dryRun, time.Now())
 		},
 	},
+	{
+		name: "consumers",
+		synopsis: `list|describe|reset|delete ...    consumers' stored positions
+                                                (rolloutd admin consumers --help)`,
+		dispatch: runAdminConsumers,
+	},
 }
 
 // adminCommand is one admin subcommand.
@@ -110,6 +116,9 @@ type adminCommand struct {
 	// and returns the prefix it acts on.
 	selection func(a *adminArgs) (string, error)
 	run       func(ctx context.Context, c *client.Client, a *adminArgs) error
+	// dispatch, when set, runs a command that has commands of its own
+	// (consumers) with the arguments after its name.
+	dispatch func(args []string, stdout, stderr io.Writer) error
 }
 
 // adminArgs is an admin command's parsed command line and its output.
@@ -211,6 +220,9 @@ func runAdmin(args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("admin: unknown command %q: the commands are %s", args[0], adminNames("and"))
 	}
 	cmd := adminCommands[i]
+	if cmd.dispatch != nil {
+		return cmd.dispatch(args[1:], stdout, stderr)
+	}
 	a := &adminArgs{stdout: stdout, stderr: stderr}
 	if help, err := cmd.parse(args[1:], a); help || err != nil {
 		return err

@@ -21,6 +21,8 @@ Commands:
             Each delete passes the last seq purge saw, so a shard written
             since survives. Deleted shards whose storage was not yet
             reclaimed are finished.
+  consumers list|describe|reset|delete ...    consumers' stored positions
+                                                (rolloutd admin consumers --help)
 
 A prefix is whole '/'-separated segments: "exp" covers exp and exp/run1,
 not exp2. '*' is not a prefix.
@@ -32,10 +34,10 @@ Every command takes the connection flags (see rolloutd admin list --help).
 		stdout, stderr string
 		err            string // "" for success
 	}{
-		{nil, "", usage, "admin: name a command: list, describe, delete or purge"},
+		{nil, "", usage, "admin: name a command: list, describe, delete, purge or consumers"},
 		{[]string{"help"}, usage, "", ""},
 		{[]string{"--help"}, usage, "", ""},
-		{[]string{"frob"}, "", "", `admin: unknown command "frob": the commands are list, describe, delete and purge`},
+		{[]string{"frob"}, "", "", `admin: unknown command "frob": the commands are list, describe, delete, purge and consumers`},
 		{[]string{"list", "x"}, "", "", `admin list: takes no arguments, got ["x"] (see rolloutd admin list --help)`},
 		{[]string{"describe"}, "", "", "admin describe: name the shard, as in: rolloutd admin describe exp-42/actor-7"},
 		{[]string{"delete", "a", "b"}, "", "", `admin delete: takes one shard, got 2: ["a" "b"]`},

@@ -10,6 +10,8 @@ import (
 	"slices"
 	"strings"
 
+	"go.uber.org/zap"
+
 	"github.com/rolloutd/rolloutd/internal/blob"
 	"github.com/rolloutd/rolloutd/internal/validate"
 )
@@ -57,7 +59,8 @@ func (s *Store) List(ctx context.Context, prefix, token string, max int) (Page, 
 
 // ListIn lists the consumers under opts.Prefix that opts.Grants cover, at
 // most Max a page, each read whole (a consumer deleted meanwhile is left
-// out). Errors: validate.ErrInvalid (the prefix), ErrBadPageToken,
+// out, and so is one whose stored bytes do not verify, with a warning:
+// Load answers its ErrCorrupt). Errors: validate.ErrInvalid (the prefix), ErrBadPageToken,
 // ErrCorrupt, and the store's classes wrapped.
 func (s *Store) ListIn(ctx context.Context, opts ListOptions) (Page, error) {
 	prefix, err := NormalizePrefix("prefix", opts.Prefix)
@@ -122,6 +125,12 @@ func (s *Store) listScope(ctx context.Context, scope, tok string, max int, out *
 			switch {
 			case errors.Is(err, ErrNotFound):
 				continue // deleted since the listing
+			case errors.Is(err, ErrCorrupt):
+				// One bad consumer fails only itself (Load answers its
+				// error); the listing goes on without it.
+				s.log.Warn("consumer left out of a listing: stored bytes do not verify", zap.String("consumer", k.String()),
+					zap.String("prefix", k.Prefix), zap.Error(err))
+				continue
 			case err != nil:
 				return false, err
 			}

@@ -107,3 +107,35 @@ func TestListTokens(t *testing.T) {
 		}
 	}
 }
+
+// A consumer whose blob does not verify is left out of listings, and
+// answers ErrCorrupt to Load; the others are listed.
+func TestListSkipsCorrupt(t *testing.T) {
+	bs := backends[0].open(t)
+	s, _ := newStore(t, bs)
+	good, bad := Key{Prefix: "p", Name: "good"}, Key{Prefix: "p", Name: "bad"}
+	mustCommit(t, s, good, nil, 0)
+	mustCommit(t, s, bad, nil, 0)
+	b, _, err := bs.Get(ctxT(t), blobName(bad), blob.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b[len(b)-1] ^= 1
+	if _, err := bs.Put(ctxT(t), blobName(bad), b, blob.PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Load(ctxT(t), bad); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("Load of a corrupt consumer: %v, want ErrCorrupt", err)
+	}
+	if got := listAll(t, s, ListOptions{Unrestricted: true}); !slices.Equal(got, []Key{good}) {
+		t.Fatalf("listed %v, want only %v", got, good)
+	}
+	// The way out: delete it, and commit or reset afresh.
+	if _, err := s.Reset(ctxT(t), bad, nil); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("Reset of a corrupt consumer: %v, want ErrCorrupt", err)
+	}
+	if err := s.Delete(ctxT(t), bad); err != nil {
+		t.Fatal(err)
+	}
+	mustCommit(t, s, bad, nil, 0)
+}

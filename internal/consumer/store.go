@@ -170,9 +170,11 @@ func merge(stored, committed map[string]uint64) (map[string]uint64, bool) {
 // were merged on top of it since (then those positions are returned). Two
 // concurrent resets both apply, one after the other.
 //
-// Errors: ErrTooManyPositions, validate.ErrInvalid, ErrCorrupt and the
-// store's classes wrapped; one that wraps blob.ErrOutcomeUnknown may have
-// reset the consumer.
+// Errors: ErrTooManyPositions, validate.ErrInvalid, ErrCorrupt (the stored
+// consumer does not verify: its generation is unknown, so it is not
+// overwritten; Delete it, then reset or commit afresh) and the store's
+// classes wrapped; one that wraps blob.ErrOutcomeUnknown may have reset
+// the consumer.
 func (s *Store) Reset(ctx context.Context, k Key, positions map[string]uint64) (*Consumer, error) {
 	k, err := k.Normalize()
 	if err != nil {

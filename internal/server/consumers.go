@@ -82,6 +82,12 @@ func (s *service) DescribeConsumer(ctx context.Context, req *rolloutv1.DescribeC
 	if err != nil {
 		return nil, toStatus(ctx, err)
 	}
+	// The lag lists the prefix and reads manifests: charged as a listing.
+	ctx, done, err := s.chargeListing(ctx)
+	if err != nil {
+		return nil, toStatus(ctx, err)
+	}
+	defer done()
 	tails, _, err := s.shardTails(ctx, k.Prefix, maxLagShards)
 	if err != nil {
 		return nil, toStatus(ctx, err)
@@ -148,7 +154,12 @@ func (s *service) ResetConsumer(ctx context.Context, req *rolloutv1.ResetConsume
 		return nil, toStatus(ctx, &validate.FieldError{Field: "positions", Rule: "must be empty when to is set", Detail: "got to " + to.String()})
 	case to == rolloutv1.SubscribeStart_SUBSCRIBE_START_EARLIEST:
 	case to == rolloutv1.SubscribeStart_SUBSCRIBE_START_LATEST:
-		tails, more, err := s.shardTails(ctx, k.Prefix, maxLatestShards)
+		lctx, done, err := s.chargeListing(ctx)
+		if err != nil {
+			return nil, toStatus(ctx, err)
+		}
+		tails, more, err := s.shardTails(lctx, k.Prefix, maxLatestShards)
+		done()
 		if err != nil {
 			return nil, toStatus(ctx, err)
 		}

@@ -11,13 +11,6 @@ import (
 // prefix, which a Subscribe with that consumer starts from. A stored
 // position never moves backwards, except by ResetConsumer.
 
-// ErrConsumerReset: the consumer was reset (or deleted) since the
-// subscription read its positions, and the positions of the old generation
-// are refused: reason CONSUMER_RESET, from CommitConsumer; or a
-// subscription that, resuming, found the consumer at another generation.
-// Subscribe again to continue from the reset positions.
-var ErrConsumerReset = byReason(rolloutv1.ErrorReason_CONSUMER_RESET, "consumer reset")
-
 // CommitConsumer stores positions (shard -> the cursor processed up to)
 // for the consumer name under prefix; a cursor below the stored one keeps
 // the stored one. generation, when not 0, is the consumer generation the
@@ -25,10 +18,10 @@ var ErrConsumerReset = byReason(rolloutv1.ErrorReason_CONSUMER_RESET, "consumer 
 // commit is refused with ErrConsumerReset and stores nothing. The first
 // commit creates the consumer.
 //
-// It is resent on what a read resends, and on NOT_COMMITTED: a resend of
-// a commit that landed stores nothing new. An attempt that may have
-// landed, when the retries run out, matches ErrOutcomeUnknown; committing
-// again is safe.
+// It is resent as an Append is (OUTCOME_UNKNOWN, NOT_COMMITTED, a broken
+// connection, …): a resend of a commit that landed stores nothing new. An
+// attempt that may have landed, when the retries run out, matches
+// ErrOutcomeUnknown; committing again is safe.
 //
 // Errors: ErrConsumerReset, ErrInvalidArgument (a name out of grammar, a
 // shard not under prefix), ErrPermissionDenied, ErrOutcomeUnknown, ….
@@ -42,7 +35,7 @@ func (c *Client) CommitConsumer(ctx context.Context, prefix, name string, positi
 func (c *Client) commitConsumer(ctx context.Context, prefix, name string, positions map[string]uint64, generation uint64) (uint64, error) {
 	req := &rolloutv1.CommitConsumerRequest{Prefix: prefix, Consumer: name, Positions: positions, Generation: generation}
 	var resp *rolloutv1.CommitConsumerResponse
-	err := c.unary(ctx, positionsCall, func(ctx context.Context) error {
+	err := c.unary(ctx, commitCall, func(ctx context.Context) error {
 		var err error
 		resp, err = c.rpc.CommitConsumer(ctx, req)
 		return err
@@ -77,11 +70,10 @@ func (c *Client) ListConsumers(ctx context.Context, req *rolloutv1.ListConsumers
 }
 
 // AllConsumers iterates over every consumer under prefix that the caller
-// may see, page after page (pageSize 0: the server's default). It stops at
-// the first error, which it yields.
-func (c *Client) AllConsumers(ctx context.Context, prefix string, pageSize int32) iter.Seq2[*rolloutv1.ConsumerInfo, error] {
+// may scan, page after page. It stops at the first error, which it yields.
+func (c *Client) AllConsumers(ctx context.Context, prefix string) iter.Seq2[*rolloutv1.ConsumerInfo, error] {
 	return func(yield func(*rolloutv1.ConsumerInfo, error) bool) {
-		req := &rolloutv1.ListConsumersRequest{Prefix: prefix, PageSize: pageSize}
+		req := &rolloutv1.ListConsumersRequest{Prefix: prefix}
 		for {
 			resp, err := c.ListConsumers(ctx, req)
 			if err != nil {
@@ -109,13 +101,15 @@ func (c *Client) AllConsumers(ctx context.Context, prefix string, pageSize int32
 // exactly those. A consumer that does not exist is created. It returns the
 // consumer with its new generation and positions.
 //
-// It is resent as CommitConsumer is: a resend of a reset that landed sets
-// the same positions (with StartLatest, the last seqs of its own time) one
-// generation later.
+// It resends only what certainly did not take effect (NOT_COMMITTED): a
+// resend of a reset that landed would start another generation, and
+// refuse the commits of a subscription started from the first. An attempt
+// that may have landed matches ErrOutcomeUnknown: describe the consumer to
+// learn where it is.
 func (c *Client) ResetConsumer(ctx context.Context, prefix, name string, to SubscribeStart, positions map[string]uint64) (*rolloutv1.ConsumerInfo, error) {
 	req := &rolloutv1.ResetConsumerRequest{Prefix: prefix, Consumer: name, To: rolloutv1.SubscribeStart(to), Positions: positions}
 	var resp *rolloutv1.ResetConsumerResponse
-	err := c.unary(ctx, positionsCall, func(ctx context.Context) error {
+	err := c.unary(ctx, deleteCall, func(ctx context.Context) error {
 		var err error
 		resp, err = c.rpc.ResetConsumer(ctx, req)
 		return err
