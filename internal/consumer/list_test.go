@@ -1,11 +1,16 @@
 package consumer
 
 import (
+	"encoding/base64"
 	"errors"
 	"slices"
+	"strings"
+	"sync"
 	"testing"
 
 	"github.com/rolloutd/rolloutd/internal/blob"
+	"github.com/rolloutd/rolloutd/internal/blob/faultstore"
+	"github.com/rolloutd/rolloutd/internal/blob/memstore"
 )
 
 func keysOf(p Page) []Key {
@@ -138,4 +143,52 @@ func TestListSkipsCorrupt(t *testing.T) {
 		t.Fatal(err)
 	}
 	mustCommit(t, s, bad, nil, 0)
+}
+
+// A listing reads no stored name outside the caller's grants: neither the
+// store's listings nor their answers, nor the page tokens, name team-a's
+// consumers to a caller granted team-b.
+func TestListStaysInGrants(t *testing.T) {
+	fs := faultstore.New(memstore.New(), 1)
+	var mu sync.Mutex
+	var touched []string
+	fs.OnLanded(faultstore.Match{}, func(c faultstore.Call) {
+		mu.Lock()
+		defer mu.Unlock()
+		touched = append(append(touched, c.Name, c.Token, c.Next), c.Listed...)
+	})
+	s, _ := newStore(t, fs)
+	for _, k := range []Key{{Prefix: "team-a", Name: "secret"}, {Prefix: "team-b", Name: "r0"}, {Prefix: "team-b", Name: "r1"}, {Prefix: "team-b/x", Name: "r0"}, {Name: "all"}} {
+		mustCommit(t, s, k, nil, 0)
+	}
+	mu.Lock()
+	touched = nil
+	mu.Unlock()
+	var tokens []string
+	opts := ListOptions{Grants: []string{"team-b"}, Caller: "b", Max: 1}
+	for {
+		page, err := s.ListIn(ctxT(t), opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if page.Next == "" {
+			break
+		}
+		raw, err := base64.RawURLEncoding.DecodeString(page.Next)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tokens = append(tokens, string(raw))
+		opts.Token = page.Next
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for _, n := range append(touched, tokens...) {
+		if strings.Contains(n, "team-a") || strings.Contains(n, "_c/all") {
+			t.Errorf("a listing by team-b touched %q", n)
+		}
+	}
+	if len(tokens) != 2 {
+		t.Errorf("%d page tokens for 3 consumers a page", len(tokens))
+	}
 }

@@ -207,7 +207,7 @@ func (s *Store) Reset(ctx context.Context, k Key, positions map[string]uint64) (
 			if err != nil {
 				return nil, err
 			}
-			s.log.Info("consumer reset", zap.String("consumer", k.String()), zap.String("prefix", k.Prefix),
+			s.log.Debug("consumer reset", zap.String("consumer", k.String()), zap.String("prefix", k.Prefix),
 				zap.Uint64("generation", next.c.Generation), zap.Int("positions", len(next.c.Positions)))
 			return next.c.clone(), nil
 		}
@@ -229,7 +229,7 @@ func (s *Store) Delete(ctx context.Context, k Key) error {
 		err := s.store.Delete(ctx, name, blob.DeleteOptions{})
 		switch {
 		case err == nil:
-			s.log.Info("consumer deleted", zap.String("consumer", k.String()), zap.String("prefix", k.Prefix))
+			s.log.Debug("consumer deleted", zap.String("consumer", k.String()), zap.String("prefix", k.Prefix))
 			return nil
 		case errors.Is(err, blob.ErrNotFound):
 			if w.unclear != nil {

@@ -194,6 +194,8 @@ func (s *service) DeleteConsumer(ctx context.Context, req *rolloutv1.DeleteConsu
 	if err := s.cons.store.Delete(ctx, k); err != nil {
 		return nil, toStatus(ctx, err)
 	}
+	s.life.log.Info("consumer deleted", zap.String("consumer", k.String()), zap.String("prefix", k.Prefix),
+		clientString("identity", peerIdentity(ctx)))
 	s.metrics.consumers.forget(k.String())
 	return &rolloutv1.DeleteConsumerResponse{}, nil
 }

@@ -9,12 +9,15 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"go.uber.org/zap/zaptest"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	rolloutv1 "github.com/rolloutd/rolloutd/gen/rollout/v1"
+	"github.com/rolloutd/rolloutd/internal/blob/faultstore"
 	"github.com/rolloutd/rolloutd/internal/blob/memstore"
+	"github.com/rolloutd/rolloutd/internal/consumer"
 )
 
 func TestConsumerRPCs(t *testing.T) {
@@ -190,4 +193,41 @@ func metadataOf(st *status.Status) map[string]string {
 		}
 	}
 	return nil
+}
+
+// knownTails is a tailKnower that knows some shards' tails, as the
+// subscriptions' shared readers will.
+type knownTails map[string]uint64
+
+func (k knownTails) LastSeq(shard string) (uint64, bool) { last, ok := k[shard]; return last, ok }
+
+// The lag takes the tails the tailKnower knows, and reads the manifests of
+// the other shards only; so does a reset to LATEST.
+func TestConsumerLagUsesKnownTails(t *testing.T) {
+	store := faultstore.New(memstore.New(), 1)
+	svc := newTestService(t, store, 4, (&countingOpen{store: store, opts: testWriterOptions(t)}).open)
+	svc.life = lifecycle{store: store, log: zaptest.NewLogger(t)}
+	svc.cons = consumers{store: consumer.New(store, consumer.Options{}), tails: knownTails{"exp/a": 10}}
+	ctx := context.Background()
+	for _, sh := range []string{"exp/a", "exp/b"} {
+		if _, err := svc.writers.append(ctx, sh, entries(t, "r1", "r2")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := svc.CommitConsumer(ctx, &rolloutv1.CommitConsumerRequest{Prefix: "exp", Consumer: "t", Positions: map[string]uint64{"exp/a": 4}}); err != nil {
+		t.Fatal(err)
+	}
+	manifests := store.Count(faultstore.Match{Ops: []faultstore.Op{faultstore.OpGet}, Prefix: "shards/exp/a/"})
+	info, err := svc.DescribeConsumer(ctx, &rolloutv1.DescribeConsumerRequest{Prefix: "exp", Consumer: "t"})
+	// exp/a: known tail 10 - 4; exp/b: 2 from its manifest.
+	if err != nil || info.GetLagRecords() != 8 || info.GetLaggingShards() != 2 {
+		t.Fatalf("describe: %v, %v; want lag 8 over 2 shards", info, err)
+	}
+	if n := manifests.N(); n != 0 {
+		t.Errorf("describe read exp/a's manifest %d times; its tail is known", n)
+	}
+	rr, err := svc.ResetConsumer(ctx, &rolloutv1.ResetConsumerRequest{Prefix: "exp", Consumer: "t", To: rolloutv1.SubscribeStart_SUBSCRIBE_START_LATEST})
+	if err != nil || !maps.Equal(rr.GetConsumer().GetPositions(), map[string]uint64{"exp/a": 10, "exp/b": 2}) {
+		t.Fatalf("reset to latest: %v, %v", rr, err)
+	}
 }
