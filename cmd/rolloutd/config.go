@@ -59,6 +59,9 @@ type config struct {
 	RequestBudgetBytes byteSize // 0: from the memory limit
 	RecvTimeout        time.Duration
 	SendTimeout        time.Duration
+	// Subscriptions (server.Config's Subscribe* fields).
+	SubscribeWatchInterval time.Duration
+	SubscribeIdleAfter     time.Duration
 
 	ShutdownTimeout time.Duration
 	DrainDelay      time.Duration
@@ -151,6 +154,10 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (*con
 	fs.DurationVar(&c.RecvTimeout, "recv-timeout", server.DefaultRecvTimeout, "time a request's message may take to arrive after its headers; a slower stream is cancelled (DEADLINE_EXCEEDED)")
 	fs.DurationVar(&c.SendTimeout, "send-timeout", server.DefaultSendTimeout, "time a built response may wait for its client to take it; past it the server closes the client's connection,\n"+
 		"ending every stream on it (behind an L7 proxy, other clients' streams too) and freeing the response")
+	fs.DurationVar(&c.SubscribeWatchInterval, "subscribe-watch-interval", 5*time.Second, "how often each prefix that subscriptions read is listed, to find new shards and wake the readers of idle ones\n"+
+		"whose writer is on another instance: about the latency of a parked shard's next record")
+	fs.DurationVar(&c.SubscribeIdleAfter, "subscribe-idle-after", 30*time.Second, "a subscribed shard idle this long parks its reader: it stops polling the store until a commit on this\n"+
+		"instance or the prefix's listing wakes it")
 	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", 30*time.Second, "budget for the whole shutdown on SIGTERM/SIGINT; rolloutd exits within it")
 	fs.DurationVar(&c.DrainDelay, "drain-delay", 2*time.Second, "how long to keep serving after reporting NOT_SERVING on shutdown, so load balancers stop sending")
 	fs.StringVar(&c.LogFormat, "log-format", "json", "log `format`: json or console")
@@ -334,6 +341,8 @@ func (c *config) validateLimits() error {
 		{"recv-timeout", int64(c.RecvTimeout)},
 		{"send-timeout", int64(c.SendTimeout)},
 		{"shutdown-timeout", int64(c.ShutdownTimeout)},
+		{"subscribe-watch-interval", int64(c.SubscribeWatchInterval)},
+		{"subscribe-idle-after", int64(c.SubscribeIdleAfter)},
 	}
 	for _, p := range positive {
 		if p.v <= 0 {

@@ -130,6 +130,9 @@ func serve(ctx context.Context, stopSignals func(), cfg *config) error {
 		RecvTimeout:        cfg.RecvTimeout,
 		SendTimeout:        cfg.SendTimeout,
 		TracerProvider:     tp.TracerProvider(),
+
+		SubscribeWatchInterval: cfg.SubscribeWatchInterval,
+		SubscribeIdleAfter:     cfg.SubscribeIdleAfter,
 	}
 	cfg.applyCaches(&scfg)
 	sec.apply(&scfg)

@@ -70,6 +70,7 @@ func TestErrorReasonsCounted(t *testing.T) {
 		{"Append", rolloutv1.ErrorReason_NOT_COMMITTED.String(), appendStatus(context.Background(), shard.ErrFenced)},
 		{"Append", rolloutv1.ErrorReason_STORE_FULL.String(), appendStatus(context.Background(), fmt.Errorf("put: %w", blob.ErrNoSpace))}, // withheld from the client, same reason
 		{"Scan", rolloutv1.ErrorReason_SCAN_INTERRUPTED.String(), failure{code: codes.Unavailable, msg: "scan ended"}.resumeAt(3).err()},
+		{"Subscribe", rolloutv1.ErrorReason_SCAN_INTERRUPTED.String(), failure{code: codes.Unavailable, msg: "subscription ended"}.interrupted().err()},
 	} {
 		before := testutil.ToFloat64(m.errorReasons.WithLabelValues(tc.method, tc.reason))
 		err := tc.err
@@ -83,8 +84,8 @@ func TestErrorReasonsCounted(t *testing.T) {
 	}
 	m.observeErrorReason("Get", toStatus(context.Background(), blob.ErrNotFound))
 	m.observeErrorReason("Append", nil)
-	if n := testutil.CollectAndCount(m.errorReasons); n != 7 {
-		t.Errorf("%d reason series, want the 7 exported at start: errors without a reason were counted", n)
+	if n := testutil.CollectAndCount(m.errorReasons); n != 8 {
+		t.Errorf("%d reason series, want the 8 exported at start: errors without a reason were counted", n)
 	}
 }
 

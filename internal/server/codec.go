@@ -111,3 +111,40 @@ func newScanFrame(records [][]byte, cursor uint64) *scanFrame {
 	}
 	return &scanFrame{wire: b}
 }
+
+// Field numbers of rollout.v1.SubscribeResponse.
+const (
+	subscribeResponseShard   = 1
+	subscribeResponseRecords = 2
+	subscribeResponseCursor  = 3
+)
+
+// subscribeFrameSize is the size of newSubscribeFrame(shard, records,
+// cursor).
+func subscribeFrameSize(shard string, records [][]byte, cursor uint64) int {
+	n := protowire.SizeTag(subscribeResponseShard) + protowire.SizeBytes(len(shard))
+	for _, r := range records {
+		n += protowire.SizeTag(subscribeResponseRecords) + protowire.SizeBytes(len(r))
+	}
+	if cursor != 0 {
+		n += protowire.SizeTag(subscribeResponseCursor) + protowire.SizeVarint(cursor)
+	}
+	return n
+}
+
+// newSubscribeFrame encodes a SubscribeResponse of one shard's
+// already-encoded records, as the proto codec would encode it.
+func newSubscribeFrame(shard string, records [][]byte, cursor uint64) *scanFrame {
+	b := make([]byte, 0, subscribeFrameSize(shard, records, cursor))
+	b = protowire.AppendTag(b, subscribeResponseShard, protowire.BytesType)
+	b = protowire.AppendString(b, shard)
+	for _, r := range records {
+		b = protowire.AppendTag(b, subscribeResponseRecords, protowire.BytesType)
+		b = protowire.AppendBytes(b, r)
+	}
+	if cursor != 0 {
+		b = protowire.AppendTag(b, subscribeResponseCursor, protowire.VarintType)
+		b = protowire.AppendVarint(b, cursor)
+	}
+	return &scanFrame{wire: b}
+}

@@ -15,6 +15,7 @@ import (
 	"github.com/rolloutd/rolloutd/internal/clock"
 	"github.com/rolloutd/rolloutd/internal/ratelimit"
 	"github.com/rolloutd/rolloutd/internal/shard"
+	"github.com/rolloutd/rolloutd/internal/shard/subscribe"
 )
 
 // Config configures a Server. Zero values take the defaults below.
@@ -84,6 +85,20 @@ type Config struct {
 	// shard writers' queue-wait, commit and checkpoint spans, and a span
 	// per storage call. Nil means no tracing: no handler, no work per call.
 	TracerProvider trace.TracerProvider
+
+	// Subscriptions (subscribe.go).
+
+	// SubscribeWatchInterval is how often each prefix that subscriptions
+	// read is listed, to find new shards and wake idle ones. Default 5 s.
+	SubscribeWatchInterval time.Duration
+	// SubscribeIdleAfter parks the shared reader of a subscribed shard
+	// idle that long: it stops polling until a local commit or the
+	// prefix's listing wakes it. Default 30 s.
+	SubscribeIdleAfter time.Duration
+	// ConsumerPositions loads a named consumer's stored positions for
+	// Subscribe; nil loads them from the consumers stored in Store (the
+	// consumer RPCs').
+	ConsumerPositions subscribe.ConsumerPositions
 
 	// Security and connection limits (guard.go, connlimits.go).
 

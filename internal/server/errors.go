@@ -18,6 +18,8 @@ import (
 	"github.com/rolloutd/rolloutd/internal/consumer"
 	"github.com/rolloutd/rolloutd/internal/ratelimit"
 	"github.com/rolloutd/rolloutd/internal/shard"
+	shardfollow "github.com/rolloutd/rolloutd/internal/shard/follow"
+	"github.com/rolloutd/rolloutd/internal/shard/subscribe"
 	"github.com/rolloutd/rolloutd/internal/validate"
 )
 
@@ -222,7 +224,10 @@ func classifyCode(ended, err error, write bool) failure {
 		// A store that failed for good (a failed fsync) serves again
 		// after a restart, which a retry with the same ids then meets.
 		errors.Is(err, blob.ErrStoreFailed),
-		errors.Is(err, ErrShuttingDown):
+		errors.Is(err, ErrShuttingDown),
+		// The subscriptions' engine and reader set close at shutdown.
+		errors.Is(err, subscribe.ErrClosed),
+		errors.Is(err, shardfollow.ErrClosed):
 		if !write {
 			return failure{code: codes.Unavailable, msg: msg, hint: "; retry"}
 		}
@@ -260,6 +265,10 @@ func classifyRequest(err error, msg string) (failure, bool) {
 		return f, true
 	case errors.Is(err, shard.ErrBadPageToken), errors.Is(err, consumer.ErrBadPageToken):
 		return failure{code: codes.InvalidArgument, msg: msg}, true
+	case errors.Is(err, subscribe.ErrConsumerNotFound):
+		return failure{code: codes.NotFound, msg: msg, hint: "; start with SUBSCRIBE_START_UNSPECIFIED to read from the first records until it commits"}, true
+	case errors.Is(err, subscribe.ErrConsumersUnavailable):
+		return failure{code: codes.FailedPrecondition, msg: msg}, true
 
 	case errors.Is(err, consumer.ErrNotFound):
 		return failure{code: codes.NotFound, msg: msg}, true

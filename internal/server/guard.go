@@ -31,6 +31,7 @@ var (
 	_ shardRequest = (*rolloutv1.DeleteShardRequest)(nil)
 
 	_ prefixRequest = (*rolloutv1.ListShardsRequest)(nil)
+	_ prefixRequest = (*rolloutv1.SubscribeRequest)(nil)
 	_ prefixRequest = (*rolloutv1.CommitConsumerRequest)(nil)
 	_ prefixRequest = (*rolloutv1.DescribeConsumerRequest)(nil)
 	_ prefixRequest = (*rolloutv1.ListConsumersRequest)(nil)
@@ -55,6 +56,10 @@ var methodVerbs = map[string]authz.Verb{
 	rolloutPrefix + "DescribeShard": authz.Describe,
 	rolloutPrefix + "BatchGet":      authz.Get,
 	rolloutPrefix + "DeleteShard":   authz.Delete,
+	// Subscribe reads every shard under its prefix: the caller needs scan
+	// on the whole prefix (wholePrefix), re-checked while the stream is
+	// open.
+	rolloutPrefix + "Subscribe": authz.Scan,
 	// Consumers (consumers.go) are named by a prefix. Their verbs are
 	// checked on the whole prefix (wholePrefix), except ListConsumers',
 	// whose handler leaves out the consumers the caller may not scan.
@@ -68,12 +73,14 @@ var methodVerbs = map[string]authz.Verb{
 // wholePrefix are the methods whose verb must be granted on the request's
 // whole prefix: a consumer's positions are those of every shard under it,
 // so team-a's grant cannot reset team-b's consumer, nor the consumer of
-// every shard (prefix "", which needs a grant of "*").
+// every shard (prefix "", which needs a grant of "*"); a subscription
+// reads every shard under its prefix.
 var wholePrefix = map[string]bool{
 	rolloutPrefix + "CommitConsumer":   true,
 	rolloutPrefix + "ResetConsumer":    true,
 	rolloutPrefix + "DeleteConsumer":   true,
 	rolloutPrefix + "DescribeConsumer": true,
+	rolloutPrefix + "Subscribe":        true,
 }
 
 // prefixRequest is a request that names a shard prefix rather than one
@@ -403,4 +410,21 @@ func (g *guard) checkPrefix(ctx context.Context, verb authz.Verb, r prefixReques
 		return toStatus(ctx, fmt.Errorf("%w: identity %q may not %s any shard: no grant of the authorization policy allows it", authz.ErrDenied, identity, verb))
 	}
 	return nil
+}
+
+// scopeOf is what a stream's request that passed the guard acts on, as
+// the guard re-checks it: its shard, or the prefix (without a trailing
+// '/'; "*" for every shard) of a Subscribe, which acts on every shard
+// under it.
+func scopeOf(msg any) string {
+	if r, ok := msg.(shardRequest); ok {
+		return r.GetShard()
+	}
+	if r, ok := msg.(prefixRequest); ok {
+		if p := strings.TrimSuffix(r.GetPrefix(), "/"); p != "" {
+			return p
+		}
+		return authz.AllShards
+	}
+	return ""
 }

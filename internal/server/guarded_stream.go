@@ -76,7 +76,7 @@ func (s *guardedStream) RecvMsg(m any) error {
 		// Register, then re-check: a reload that came between the check
 		// and the registration, whose re-check missed this stream, is seen
 		// here.
-		s.g.register(s, m.(shardRequest).GetShard())
+		s.g.register(s, scopeOf(m))
 		if s.g.recheckOne(s, true) {
 			return s.revocation()
 		}

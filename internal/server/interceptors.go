@@ -150,6 +150,12 @@ func requestFields(req any) []zap.Field {
 		if r.GetRolloutId() != "" {
 			fields = append(fields, clientString("rollout_id", r.GetRolloutId()))
 		}
+	case *rolloutv1.SubscribeRequest:
+		fields = append(fields, clientString("prefix", r.GetPrefix()), zap.String("start", r.GetStart().String()),
+			zap.Uint32("member", r.GetMember()), zap.Uint32("members", r.GetMembers()), zap.Int("positions", len(r.GetPositions())))
+		if r.GetConsumer() != "" {
+			fields = append(fields, clientString("consumer", r.GetConsumer()))
+		}
 	}
 	return fields
 }

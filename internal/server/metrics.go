@@ -32,6 +32,7 @@ type Metrics struct {
 	panics            prometheus.Counter
 	decodeFailures    *prometheus.CounterVec
 	scannedRecords    prometheus.Counter
+	subscribedRecords prometheus.Counter
 	merges            prometheus.Counter
 	mergeDuration     prometheus.Histogram
 	mergeSources      prometheus.Counter
@@ -83,6 +84,8 @@ func NewMetrics() *Metrics {
 		decodeFailures: newCounterVec("rolloutd_rpc_decode_failures_total",
 			"Requests whose message did not decode (not protobuf, or not the method's request), by method; they are answered Internal by gRPC and reach no handler or access log.",
 			"method"),
+		subscribedRecords: newCounter("rolloutd_records_subscribed_total",
+			"Records delivered by Subscribe streams (after filtering)."),
 		scannedRecords: newCounter("rolloutd_records_scanned_total",
 			"Records delivered by Scan streams (after filtering)."),
 		merges: newCounter("rolloutd_merges_total",
@@ -102,7 +105,7 @@ func NewMetrics() *Metrics {
 	m.collectors = []prometheus.Collector{
 		m.rpcDuration, m.recordsAppended, m.bytesAppended, m.alreadyPresent, m.generationsPerRPC,
 		m.residentWriters, m.writerOpens, m.openBackoffs, m.openDuration, m.evictions, m.fences, m.logFences, m.checkpoints, m.selfHeals, m.panics, m.decodeFailures,
-		m.scannedRecords, m.merges, m.mergeDuration, m.mergeSources, m.errorReasons, m.shutdownTimeouts,
+		m.scannedRecords, m.subscribedRecords, m.merges, m.mergeDuration, m.mergeSources, m.errorReasons, m.shutdownTimeouts,
 	}
 	m.consumers = newConsumerMetrics()
 	m.collectors = append(m.collectors, m.consumers.collectors()...)
@@ -117,8 +120,9 @@ func (m *Metrics) exportZeros() {
 		m.decodeFailures.WithLabelValues(method)
 	}
 	for method, reasons := range map[string][]rolloutv1.ErrorReason{
-		"Append": {rolloutv1.ErrorReason_OUTCOME_UNKNOWN, rolloutv1.ErrorReason_NOT_COMMITTED, rolloutv1.ErrorReason_BACKPRESSURE, rolloutv1.ErrorReason_RATE_LIMITED, rolloutv1.ErrorReason_TOO_LARGE, rolloutv1.ErrorReason_STORE_FULL},
-		"Scan":   {rolloutv1.ErrorReason_SCAN_INTERRUPTED},
+		"Append":    {rolloutv1.ErrorReason_OUTCOME_UNKNOWN, rolloutv1.ErrorReason_NOT_COMMITTED, rolloutv1.ErrorReason_BACKPRESSURE, rolloutv1.ErrorReason_RATE_LIMITED, rolloutv1.ErrorReason_TOO_LARGE, rolloutv1.ErrorReason_STORE_FULL},
+		"Scan":      {rolloutv1.ErrorReason_SCAN_INTERRUPTED},
+		"Subscribe": {rolloutv1.ErrorReason_SCAN_INTERRUPTED},
 	} {
 		for _, r := range reasons {
 			m.errorReasons.WithLabelValues(method, r.String())

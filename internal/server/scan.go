@@ -142,8 +142,13 @@ func sendBatch(ctx context.Context, stream grpc.ServerStreamingServer[rolloutv1.
 
 // scanFilter returns the request's record filter, or nil for none.
 func scanFilter(req *rolloutv1.ScanRequest) func(*rolloutv1.Record) bool {
-	rollout, role := req.GetRolloutId(), req.GetRole()
-	training := req.IncludeInTraining
+	return recordFilter(req.GetRolloutId(), req.GetRole(), req.IncludeInTraining)
+}
+
+// recordFilter keeps the records of rollout, with role, whose
+// include_in_training is *training; an empty rollout, ROLE_UNSPECIFIED
+// and nil select every record. Nil for no filter at all.
+func recordFilter(rollout string, role rolloutv1.Role, training *bool) func(*rolloutv1.Record) bool {
 	if rollout == "" && role == rolloutv1.Role_ROLE_UNSPECIFIED && training == nil {
 		return nil
 	}

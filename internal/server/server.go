@@ -25,6 +25,7 @@ import (
 	"github.com/rolloutd/rolloutd/internal/consumer"
 	"github.com/rolloutd/rolloutd/internal/shard"
 	shardfollow "github.com/rolloutd/rolloutd/internal/shard/follow"
+	"github.com/rolloutd/rolloutd/internal/shard/subscribe"
 )
 
 // Server is a rolloutd gRPC server: RolloutService, grpc.health.v1 and
@@ -42,12 +43,13 @@ type Server struct {
 	streams       context.Context // parent of every streaming RPC's context
 	cancelStreams context.CancelFunc
 
-	purger     *shard.Purger    // reclaims deleted shards' blobs (lifecycle.go)
-	follow     *shardfollow.Set // one reader per shard for following Scans (scan.go)
-	guard      *guard           // authorization and the append rate limit
-	admission  *admission       // the request memory budget
-	healthOnly *grpc.Server     // grpc.health.v1 alone, for ServeHealth
-	accessAll  *zap.Logger      // the access log unsampled, for lines that carry dropped counts (checkRPCLine)
+	purger     *shard.Purger     // reclaims deleted shards' blobs (lifecycle.go)
+	follow     *shardfollow.Set  // one reader per shard for following Scans (scan.go)
+	subscribe  *subscribe.Engine // prefix subscriptions (subscribe.go)
+	guard      *guard            // authorization and the append rate limit
+	admission  *admission        // the request memory budget
+	healthOnly *grpc.Server      // grpc.health.v1 alone, for ServeHealth
+	accessAll  *zap.Logger       // the access log unsampled, for lines that carry dropped counts (checkRPCLine)
 }
 
 // New builds a Server over cfg.Store and registers its metrics with
@@ -128,8 +130,26 @@ func (s *Server) newService(cache *shard.BlobCache) *service {
 	// instance's commits.
 	s.follow = shardfollow.NewSet(svc.reader, shardfollow.Options{Notifier: notifier, Logger: cfg.Logger})
 	svc.follow = s.follow
+	// Subscriptions have a reader set of their own, whose idle readers
+	// park, and one watcher per prefix. They share the consumers' store:
+	// subscriptions start from the consumers' stored positions, and
+	// their shared readers know the shards' tails that the consumers' lag
+	// is computed from.
+	cons := consumer.New(countedStore{cfg.Store}, consumer.Options{Clock: cfg.Clock, Logger: cfg.Logger})
+	positions := cfg.ConsumerPositions
+	if positions == nil {
+		positions = consumerPositions(cons)
+	}
+	s.subscribe = subscribe.New(countedStore{cfg.Store}, svc.reader, subscribe.Options{
+		Notifier:          notifier,
+		WatchInterval:     cfg.SubscribeWatchInterval,
+		IdleAfter:         cfg.SubscribeIdleAfter,
+		ConsumerPositions: positions,
+		Logger:            cfg.Logger,
+	})
+	svc.subscribe = s.subscribe
 	s.purger = shard.NewPurger(cfg.Store, 2, cfg.Logger)
-	svc.cons = consumers{store: consumer.New(countedStore{cfg.Store}, consumer.Options{Clock: cfg.Clock, Logger: cfg.Logger})}
+	svc.cons = consumers{store: cons, tails: s.subscribe}
 	svc.life = lifecycle{store: countedStore{cfg.Store}, listLimiter: cfg.ListLimiter, listTotal: cfg.ListTotalLimiter, summaries: make(chan struct{}, summarySlots), errLog: s.errLog, authz: cfg.Authorizer, purger: s.purger, log: cfg.Logger, batchGetBytes: cfg.BatchGetBytes}
 	return svc
 }
@@ -176,6 +196,18 @@ func (s *Server) registerMetrics(reg prometheus.Registerer, cache *shard.BlobCac
 		newGaugeFunc("rolloutd_presence_bytes",
 			"Bytes that shard writers hold to answer appends' id look-ups from memory, at most --presence-budget-bytes.",
 			func() float64 { return float64(s.cfg.Writer.Presence.Bytes()) }),
+		newGaugeFunc("rolloutd_subscriptions",
+			"Subscribe streams running on this instance.",
+			func() float64 { return float64(s.subscribe.Subscriptions()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "rolloutd_subscribe_watch_list_pages_total",
+			Help: "Listing pages the subscription watchers requested (one watcher per subscribed prefix lists it every --subscribe-watch-interval)."},
+			func() float64 { return float64(s.subscribe.ListPages()) }),
+		newGaugeFunc("rolloutd_subscribe_shard_readers",
+			"Shared shard readers that subscriptions on this instance ride, parked ones included.",
+			func() float64 { return float64(s.subscribe.Readers()) }),
+		newGaugeFunc("rolloutd_subscribe_shard_readers_parked",
+			"Of rolloutd_subscribe_shard_readers, those parked: their shard was idle, so they read only when woken.",
+			func() float64 { return float64(s.subscribe.Parked()) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "rolloutd_presence_sheds_total",
 			Help: "Times a shard writer's in-memory id look-ups were dropped to make room in --presence-budget-bytes for another's; growing steadily, the shards appended to do not fit."},
 			func() float64 { return float64(s.cfg.Writer.Presence.Sheds()) }),
@@ -284,8 +316,10 @@ func (s *Server) Shutdown(ctx context.Context) {
 		<-stopped
 	}
 	s.healthOnly.Stop()
-	// Every following Scan has ended: stop the shard readers they left.
+	// Every following Scan and subscription has ended: stop the shard
+	// readers and the prefix watchers they left.
 	s.follow.Close()
+	s.subscribe.Close()
 	// A purge cut short here is finished by the next DeleteShard of the
 	// shard, or rolloutd admin purge.
 	s.purger.Close()

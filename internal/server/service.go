@@ -11,6 +11,7 @@ import (
 	"github.com/rolloutd/rolloutd/internal/clock"
 	"github.com/rolloutd/rolloutd/internal/shard"
 	shardfollow "github.com/rolloutd/rolloutd/internal/shard/follow"
+	"github.com/rolloutd/rolloutd/internal/shard/subscribe"
 	"github.com/rolloutd/rolloutd/internal/validate"
 )
 
@@ -23,8 +24,10 @@ type service struct {
 	reader   *shard.Reader
 	notifier *shard.Notifier  // wakes following scans on this instance's commits
 	follow   *shardfollow.Set // following Scans share one reader per shard; nil: each reads alone
-	clock    clock.Clock
-	metrics  *Metrics
+	// subscribe serves Subscribe (subscribe.go); nil: Unimplemented.
+	subscribe *subscribe.Engine
+	clock     clock.Clock
+	metrics   *Metrics
 
 	maxBatchRecords int
 	maxRecordBytes  int

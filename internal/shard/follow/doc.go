@@ -25,7 +25,15 @@
 // When the last follower leaves, the reader stops, and the follower that
 // left waits for its goroutine; Set.Close stops and waits for the rest.
 //
-// Readers are registered by shard. A prefix subscription will register a
-// reader by prefix in the same Set (see Set.readers) and fan out the
-// records of every shard under it.
+// A Set with Options.IdleAfter parks a reader whose shard has been idle
+// that long: it stops polling and waits for a commit of this process (the
+// Notifier) or Set.Wake, so an idle shard costs the store nothing. Prefix
+// subscriptions (internal/shard/subscribe) use such a Set of their own,
+// with one watcher per prefix that lists the prefix and wakes the readers
+// of the shards that changed; following Scans keep a Set that never parks.
+//
+// Readers are registered by shard. A subscription runs one follower per
+// shard (Set.ScanSlots), and its followers share slots, so that however
+// many shards it follows only a bounded number hold records of their own
+// at once.
 package follow

@@ -32,7 +32,14 @@ type Options struct {
 	// only the references. Defaults 4 MiB and 64.
 	BufferBytes int
 	BufferRuns  int
-	Logger      *zap.Logger
+	// IdleAfter, when positive, parks a reader that has read nothing new
+	// for that long: it stops polling the store and waits for the Notifier
+	// (a commit of this process) or Wake (someone else saw the shard
+	// change), then reads and polls again. A parked reader costs the store
+	// nothing. Zero never parks: a following Scan has nobody to wake it
+	// for another instance's commits, so its reader keeps polling.
+	IdleAfter time.Duration
+	Logger    *zap.Logger
 }
 
 func (o Options) withDefaults() Options {
@@ -61,9 +68,7 @@ type Set struct {
 	wg   sync.WaitGroup // the readers' goroutines
 
 	mu sync.Mutex
-	// readers are the running readers by what they read. Today that is a
-	// shard name; a prefix subscription's reader will be keyed by its
-	// prefix beside them, and fan out every shard under it.
+	// readers are the running readers by shard.
 	readers map[string]*tail
 	closed  bool
 }
@@ -93,6 +98,48 @@ func (s *Set) Readers() int {
 	return len(s.readers)
 }
 
+// Wake makes the shard's reader, if one runs, read now: parked, or
+// between polls. A subscription's watcher calls it when a listing shows
+// the shard changed. It never blocks, and a wake that comes while the
+// reader reads is kept for after the read, so none is lost.
+func (s *Set) Wake(shardName string) {
+	s.mu.Lock()
+	t := s.readers[shardName]
+	s.mu.Unlock()
+	if t != nil {
+		signal(t.wake)
+	}
+}
+
+// Parked is how many of the running readers are parked (see
+// Options.IdleAfter).
+func (s *Set) Parked() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for _, t := range s.readers {
+		if t.parked.Load() {
+			n++
+		}
+	}
+	return n
+}
+
+// LastSeq is the last seq the shard's running reader has read (or the
+// follower that started it had), and whether a reader runs: what this
+// process knows of the shard's tail without a read.
+func (s *Set) LastSeq(shardName string) (uint64, bool) {
+	s.mu.Lock()
+	t := s.readers[shardName]
+	s.mu.Unlock()
+	if t == nil {
+		return 0, false
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.at, true
+}
+
 // join registers a follower at `at` with shard's reader. Without a running
 // reader it returns nil, unless start, when it starts one at `at`.
 func (s *Set) join(shardName string, at shard.Position, start bool) (*sub, error) {
@@ -114,7 +161,7 @@ func (s *Set) join(shardName string, at shard.Position, start bool) (*sub, error
 // startLocked starts shard's reader at `at`. s.mu is held.
 func (s *Set) startLocked(shardName string, at shard.Position) *tail {
 	ctx, cancel := context.WithCancel(s.ctx)
-	t := &tail{set: s, shard: shardName, cancel: cancel, done: make(chan struct{}), at: at.Seq(), subs: map[*sub]struct{}{}}
+	t := &tail{set: s, shard: shardName, cancel: cancel, done: make(chan struct{}), wake: make(chan struct{}, 1), at: at.Seq(), subs: map[*sub]struct{}{}}
 	s.readers[shardName] = t
 	s.wg.Add(1)
 	go func() {

@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -393,3 +394,134 @@ func TestFollowerWaitsForRecreatedShard(t *testing.T) {
 		}
 	}
 }
+
+// A reader with IdleAfter parks once the shard has been idle that long: it
+// then reads the store no more, however long it waits, until a commit of
+// this process (the Notifier) or Wake; each makes it read, and its
+// followers get the records. Without IdleAfter it keeps polling.
+func TestIdleReaderParksUntilWoken(t *testing.T) {
+	o := quick
+	o.IdleAfter = 30 * time.Millisecond
+	e := newEnv(t, o)
+	tail := e.appendN(1)
+	f := e.follow(shard.ScanOptions{}, nil)
+	f.waitFor(t, tail)
+	parked := func() {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for e.set.Parked() != 1 {
+			if time.Now().After(deadline) {
+				t.Fatal("the idle reader never parked")
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	parked()
+	before := e.reads()
+	time.Sleep(150 * time.Millisecond) // 15 polls at PollMax, were it polling
+	if n := e.reads() - before; n != 0 {
+		t.Fatalf("a parked reader read the store %d times", n)
+	}
+
+	// A local commit wakes it through the Notifier.
+	tail = e.appendN(2)
+	f.waitFor(t, tail)
+	parked()
+
+	// Another writer's commit (no Notifier: another instance) stays unread
+	// until Wake.
+	e.w.Abort()
+	w2, err := shard.Open(context.Background(), e.store, "s", shard.Options{RetryBackoff: time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w2.Abort()
+	e.w = w2
+	parked()
+	tail = e.appendN(1)
+	time.Sleep(100 * time.Millisecond)
+	f.mu.Lock()
+	c := f.cursor
+	f.mu.Unlock()
+	if c >= tail {
+		t.Fatalf("a parked reader read seq %d with no wake", tail)
+	}
+	e.set.Wake("s")
+	f.waitFor(t, tail)
+	if n := e.set.Readers(); n != 1 {
+		t.Fatalf("%d readers", n)
+	}
+	if seq, ok := e.set.LastSeq("s"); !ok || seq != tail {
+		t.Fatalf("LastSeq = %d, %v; want %d", seq, ok, tail)
+	}
+}
+
+// Followers that share slots hold records (emit runs) at most len(slots)
+// at a time, whether they catch up on their own or take from the shared
+// reader, and each still gets every record in order.
+func TestSlotsBoundFollowersHoldingRecords(t *testing.T) {
+	e := newEnv(t, quick)
+	e.appendN(3)
+	slots := make(chan struct{}, 2)
+	var in, most atomic.Int32
+	const n = 12
+	type res struct {
+		seqs []uint64
+		err  error
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	results := make(chan res, n)
+	var tail atomic.Uint64
+	tail.Store(3 + 10*2 + 1) // what the appends below end at
+	for i := range n {
+		go func() {
+			var seqs []uint64
+			err := e.set.ScanSlots(ctx, "s", shard.ScanOptions{AfterSeq: uint64(i % 3), BatchRecords: 1}, slots, func(b shard.Batch) error {
+				cur := in.Add(1)
+				defer in.Add(-1)
+				for {
+					m := most.Load()
+					if cur <= m || most.CompareAndSwap(m, cur) {
+						break
+					}
+				}
+				time.Sleep(time.Millisecond)
+				for _, r := range b.Records {
+					seqs = append(seqs, r.GetSeq())
+				}
+				if len(seqs) > 0 && seqs[len(seqs)-1] >= tail.Load() {
+					return errStop
+				}
+				return nil
+			})
+			results <- res{seqs, err}
+		}()
+	}
+	for range 10 {
+		e.appendN(2)
+	}
+	if last := e.appendN(1); last != tail.Load() {
+		t.Fatalf("appends ended at %d, want %d", last, tail.Load())
+	}
+	for i := range n {
+		select {
+		case r := <-results:
+			if !errors.Is(r.err, errStop) {
+				t.Fatalf("follower ended with %v", r.err)
+			}
+			for j := 1; j < len(r.seqs); j++ {
+				if r.seqs[j] != r.seqs[j-1]+1 {
+					t.Fatalf("follower %d: seqs %v", i, r.seqs)
+				}
+			}
+		case <-time.After(20 * time.Second):
+			t.Fatal("followers did not reach the tail")
+		}
+	}
+	if m := most.Load(); m > int32(cap(slots)) {
+		t.Fatalf("%d followers held records at once, slots allow %d", m, cap(slots))
+	}
+}
+
+var errStop = errors.New("stop")

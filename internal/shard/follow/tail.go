@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
@@ -24,6 +25,8 @@ type tail struct {
 	shard  string
 	cancel context.CancelFunc
 	done   chan struct{} // closed when run has returned
+	wake   chan struct{} // Set.Wake (capacity 1): read now
+	parked atomic.Bool   // run waits for a commit or a wake, not a timer
 
 	mu sync.Mutex
 	// at is the seq of the last record handed out: a follower that joins
@@ -116,7 +119,9 @@ func (t *tail) publish(recs shard.Records) error {
 }
 
 // run reads the shard from `at` until ctx ends, no follower is left, or a
-// read fails.
+// read fails. It polls, backing off while the shard is idle; with
+// IdleAfter, a shard idle that long parks it until a commit of this
+// process or a Wake.
 func (t *tail) run(ctx context.Context, at shard.Position) {
 	o := &t.set.opts
 	var wait func() <-chan struct{}
@@ -129,6 +134,7 @@ func (t *tail) run(ctx context.Context, at shard.Position) {
 	timer := time.NewTimer(o.PollMax)
 	defer timer.Stop()
 	poll := o.PollMin
+	news := time.Now() // when a read last found records
 	for {
 		var woken <-chan struct{}
 		if wait != nil {
@@ -158,13 +164,32 @@ func (t *tail) run(ctx context.Context, at shard.Position) {
 			continue
 		}
 		if at.Seq() != start {
+			poll, news = o.PollMin, time.Now()
+		}
+		if o.IdleAfter > 0 && time.Since(news) >= o.IdleAfter {
+			// Parked: only a commit or a wake makes the next read. One
+			// that finds nothing (a checkpoint changed the listing) parks
+			// again at once.
+			t.parked.Store(true)
+			select {
+			case <-ctx.Done():
+			case <-woken:
+			case <-t.wake:
+			}
+			t.parked.Store(false)
+			if ctx.Err() != nil {
+				return
+			}
 			poll = o.PollMin
+			continue
 		}
 		timer.Reset(poll)
 		select {
 		case <-ctx.Done():
 			return
 		case <-woken:
+			timer.Stop()
+		case <-t.wake:
 			timer.Stop()
 		case <-timer.C:
 			poll = min(2*poll, o.PollMax)
