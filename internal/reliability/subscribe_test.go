@@ -2,6 +2,7 @@ package reliability
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"os"
@@ -19,6 +20,7 @@ import (
 
 	"github.com/rolloutd/rolloutd/client"
 	rolloutv1 "github.com/rolloutd/rolloutd/gen/rollout/v1"
+	"github.com/rolloutd/rolloutd/internal/testutil/rolloutdproc"
 )
 
 // subscribeSizes sizes one run of TestSubscribeDeliversEverythingAcked.
@@ -28,13 +30,14 @@ type subscribeSizes struct {
 	run       time.Duration // how long the appenders append
 	newEvery  time.Duration // a new shard under the prefix this often
 	drain     time.Duration // bound on the wait for the last deliveries
+	reported  time.Duration // bound on the wait for the deletion to be reported
 }
 
 // The shrunk run is part of make test; ROLLOUTD_SUBSCRIBE_LONG=1 runs the
 // issue's full size.
 var (
-	subscribeShort = subscribeSizes{shards: 20, appenders: 4, run: 9 * time.Second, newEvery: time.Second, drain: 45 * time.Second}
-	subscribeLong  = subscribeSizes{shards: 200, appenders: 32, run: 90 * time.Second, newEvery: 2 * time.Second, drain: 3 * time.Minute}
+	subscribeShort = subscribeSizes{shards: 20, appenders: 4, run: 9 * time.Second, newEvery: time.Second, drain: 45 * time.Second, reported: 10 * time.Second}
+	subscribeLong  = subscribeSizes{shards: 200, appenders: 32, run: 90 * time.Second, newEvery: 2 * time.Second, drain: 3 * time.Minute, reported: 30 * time.Second}
 )
 
 const (
@@ -94,7 +97,10 @@ type subMember struct {
 	deleted   map[string]int            // shard → Deleted batches seen
 	committed map[int]map[string]uint64 // incarnation → positions of its last successful commit
 	commits   int
-	errs      []error
+	// resubscribes counts the subscriptions that gave up on an
+	// unreachable instance and were started again.
+	resubscribes int
+	errs         []error
 }
 
 func (m *subMember) record(inc int, b *client.SubscribeBatch) {
@@ -116,24 +122,42 @@ func (m *subMember) snapshot() ([]delivery, map[string]int) {
 
 // run consumes one incarnation until ctx ends: it records every batch,
 // and commits every second. Ending ctx is the kill: no commit follows.
+// When the subscription gives up on an unreachable instance (its retry
+// budget is a few seconds; a restart on a saturated Azurite can take
+// longer), it subscribes again from the cursors it received, as a
+// trainer would.
 func (m *subMember) run(ctx context.Context, inc int) {
-	sub, err := m.c.Subscribe(ctx, subPrefix, client.SubscribeOptions{Consumer: subConsumer, Member: m.idx, Members: subMembers})
-	if err != nil {
-		m.fail(fmt.Errorf("member %d.%d: Subscribe: %w", m.idx, inc, err))
-		return
+	var positions map[string]uint64 // nil: the consumer's stored positions
+	for ctx.Err() == nil {
+		sub, err := m.c.Subscribe(ctx, subPrefix, client.SubscribeOptions{Consumer: subConsumer, Member: m.idx, Members: subMembers, Positions: positions})
+		if err == nil {
+			positions, err = m.consume(ctx, inc, sub)
+		}
+		switch {
+		case ctx.Err() != nil:
+		case errors.Is(err, client.ErrUnavailable):
+			m.mu.Lock()
+			m.resubscribes++
+			m.mu.Unlock()
+			time.Sleep(200 * time.Millisecond)
+		default:
+			m.fail(fmt.Errorf("member %d.%d: subscription ended: %w", m.idx, inc, err))
+			return
+		}
 	}
+}
+
+// consume reads sub until it ends, and returns the cursors it yielded.
+func (m *subMember) consume(ctx context.Context, inc int, sub *client.Subscription) (map[string]uint64, error) {
 	defer sub.Close()
 	last := time.Now()
 	for b, err := range sub.Batches() {
 		if err != nil {
-			if ctx.Err() == nil {
-				m.fail(fmt.Errorf("member %d.%d: subscription ended: %w", m.idx, inc, err))
-			}
-			return
+			return sub.Positions(), err
 		}
 		m.record(inc, b)
 		if ctx.Err() != nil {
-			return
+			break
 		}
 		if time.Since(last) < time.Second {
 			continue
@@ -147,6 +171,7 @@ func (m *subMember) run(ctx context.Context, inc int) {
 		m.commits++
 		m.mu.Unlock()
 	}
+	return sub.Positions(), ctx.Err()
 }
 
 func (m *subMember) fail(err error) {
@@ -321,10 +346,10 @@ func subscribeRun(t *testing.T, seed int64, sz subscribeSizes) {
 		l.acks.DeletedThrough(victim, del.GetLastSeq())
 		t.Logf("deleted %s through seq %d (%d records)", victim, del.GetLastSeq(), del.GetRecords())
 	}
-	// Appends to the victim wait until its deletion was reported (or 10 s
-	// passed), then re-create it. (A re-creation right after the delete
+	// Appends to the victim wait until its deletion was reported (or
+	// sz.reported passed), then re-create it. (A re-creation right after the delete
 	// goes unreported: the readers see only the new incarnation.)
-	for seen := time.Now(); time.Since(seen) < 10*time.Second && !deletedSeen(members, victim); {
+	for seen := time.Now(); time.Since(seen) < sz.reported && !deletedSeen(members, victim); {
 		time.Sleep(20 * time.Millisecond)
 	}
 	victimMu.Unlock()
@@ -346,7 +371,7 @@ func subscribeRun(t *testing.T, seed int64, sz subscribeSizes) {
 	_, acked := l.counts()
 	t.Logf("kill -9 %s after %d acked records (exit code %d)", procs[0].Name, acked, code)
 	time.Sleep(rng.between(500*time.Millisecond, 1500*time.Millisecond))
-	procs[0] = startProc(t, "rolloutd#0'", container, "--listen", addr)
+	procs[0] = restartProc(t, "rolloutd#0'", container, addr)
 
 	at(1)
 	close(stop)
@@ -423,12 +448,41 @@ func subscribeRun(t *testing.T, seed int64, sz subscribeSizes) {
 		}
 	}
 	sent, ackedN := l.counts()
-	t.Logf("%d shards under %q (%d created during the run, 1 deleted), %d appenders: %d appends acked, %d failed (%v); %d records sent, %d acked, %d stored; %d deliveries (%d of them again, in the killed member's uncommitted window of %d); member commits %d and %d",
-		len(stored), subPrefix, len(stored)-sz.shards, sz.appenders, appends.Load(), unknown.Load(), &failures, sent, ackedN, rep.stored, deliveries, dups, windowSize, members[0].commits, members[1].commits)
+	t.Logf("%d shards under %q (%d created during the run, 1 deleted), %d appenders: %d appends acked, %d failed (%v); %d records sent, %d acked, %d stored; %d deliveries (%d of them again, in the killed member's uncommitted window of %d); member commits %d and %d, resubscriptions %d and %d",
+		len(stored), subPrefix, len(stored)-sz.shards, sz.appenders, appends.Load(), unknown.Load(), &failures, sent, ackedN, rep.stored, deliveries, dups, windowSize, members[0].commits, members[1].commits, members[0].resubscribes, members[1].resubscribes)
 	if ackedN == 0 || rep.stored == 0 {
 		v.add("nothing was acked or stored: the load did not run")
 	}
 	v.report(t, hint)
+}
+
+// restartProc starts the rolloutd binary again on addr, as a supervisor
+// would: when it fails at startup (on a saturated Azurite, creating the
+// container can outlast its deadline) it tries again, five times.
+func restartProc(t *testing.T, name, container, addr string) *proc {
+	t.Helper()
+	opts := rolloutdproc.Options{
+		Name: name,
+		Args: []string{"--store", "azblob://" + container, "--listen", addr},
+		Env:  []string{"AZURE_STORAGE_CONNECTION_STRING=" + sharedAzurite(t).ConnectionString},
+	}
+	var errs []error
+	for range 5 {
+		p, err := rolloutdproc.Launch(rolloutdBinary(t), opts)
+		if err == nil {
+			t.Cleanup(func() {
+				if err := p.Stop(10 * time.Second); err != nil {
+					t.Errorf("%s: %v", name, err)
+				}
+			})
+			return p
+		}
+		errs = append(errs, err)
+		t.Logf("%s did not start, starting it again: %v", name, err)
+		time.Sleep(time.Second)
+	}
+	t.Fatalf("%s did not start in 5 tries: %v", name, errors.Join(errs...))
+	return nil
 }
 
 // deliveredAny says whether a member delivered a record of shard.
