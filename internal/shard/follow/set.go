@@ -39,7 +39,13 @@ type Options struct {
 	// nothing. Zero never parks: a following Scan has nobody to wake it
 	// for another instance's commits, so its reader keeps polling.
 	IdleAfter time.Duration
-	Logger    *zap.Logger
+	// ParkAtStart, with IdleAfter, parks a new reader after its first read
+	// that finds nothing, rather than after IdleAfter of polling: for
+	// readers whose followers have just read up to the tail themselves
+	// and that something else wakes (a subscription's watcher), so that
+	// starting on many idle shards does not poll each for IdleAfter.
+	ParkAtStart bool
+	Logger      *zap.Logger
 }
 
 func (o Options) withDefaults() Options {

@@ -135,6 +135,9 @@ func (t *tail) run(ctx context.Context, at shard.Position) {
 	defer timer.Stop()
 	poll := o.PollMin
 	news := time.Now() // when a read last found records
+	if o.ParkAtStart {
+		news = time.Time{}
+	}
 	for {
 		var woken <-chan struct{}
 		if wait != nil {
@@ -183,7 +186,13 @@ func (t *tail) run(ctx context.Context, at shard.Position) {
 			poll = o.PollMin
 			continue
 		}
-		timer.Reset(poll)
+		wait := poll
+		if o.IdleAfter > 0 {
+			// Park on time, whatever the polling interval: one last read
+			// when IdleAfter is up, then no more.
+			wait = max(min(wait, o.IdleAfter-time.Since(news)), 0)
+		}
+		timer.Reset(wait)
 		select {
 		case <-ctx.Done():
 			return

@@ -3,6 +3,7 @@ package subscribe
 import (
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -85,6 +86,20 @@ func TestIdleShardsCostAlmostNothing(t *testing.T) {
 	for n, tail := range tails {
 		s.reached(t, n, tail)
 	}
+	// Starting costs each idle shard a read up to its tail and its
+	// reader's first read, not IdleAfter of polling.
+	deadline := time.Now().Add(20 * time.Second)
+	for v.e.Parked() < shards {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d readers parked", v.e.Parked(), shards)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	_, _, started := v.ops.counts(idle)
+	t.Logf("starting cost %.1f reads per idle shard", float64(started)/(shards-active))
+	if perShard := float64(started) / (shards - active); perShard > 10 {
+		t.Errorf("starting cost %.1f reads per idle shard, want a read up to the tail and one more (at most 10)", perShard)
+	}
 	// The active shards' writers are another instance's: their readers
 	// poll, woken also by the listings.
 	stop := make(chan struct{})
@@ -109,7 +124,7 @@ func TestIdleShardsCostAlmostNothing(t *testing.T) {
 		}
 		appender.Wait()
 	}()
-	deadline := time.Now().Add(20 * time.Second)
+	deadline = time.Now().Add(20 * time.Second)
 	for v.e.Parked() < shards-active {
 		if time.Now().After(deadline) {
 			t.Fatalf("%d of %d idle shards' readers parked", v.e.Parked(), shards-active)
@@ -142,4 +157,32 @@ func TestIdleShardsCostAlmostNothing(t *testing.T) {
 		t.Errorf("a parked shard's record and a new shard's took %s, want about a listing interval (%s)", d, o.WatchInterval)
 	}
 	s.stop(t)
+}
+
+// A commit of a writer in this process reaches the subscription at once:
+// the Notifier wakes the shard's reader, parked or not, with no polling
+// and no listing (both are an hour here).
+func TestLocalCommitWakesTheReader(t *testing.T) {
+	v := newEnv(t, Options{PollMin: time.Hour, PollMax: time.Hour, WatchInterval: time.Hour, IdleAfter: 50 * time.Millisecond})
+	tail := v.appendN("w/a", 1, true)
+	s := v.subscribe(Request{Prefix: "w"})
+	s.reached(t, "w/a", tail)
+	var took []time.Duration
+	for i := range 10 {
+		if i == 5 {
+			// Parked from here on: idle longer than IdleAfter.
+			for v.e.Parked() != 1 {
+				time.Sleep(5 * time.Millisecond)
+			}
+		}
+		start := time.Now()
+		tail = v.appendN("w/a", 1, true)
+		s.reached(t, "w/a", tail)
+		took = append(took, time.Since(start))
+	}
+	slices.Sort(took)
+	t.Logf("commit to delivery, local writer: p50 %s, max %s", took[len(took)/2], took[len(took)-1])
+	if p50 := took[len(took)/2]; p50 > 100*time.Millisecond {
+		t.Errorf("commit to delivery p50 %s, want at most 100 ms", p50)
+	}
 }

@@ -18,7 +18,11 @@
 // store reads a commit causes do not grow with the number of subscribers.
 // The readers of that Set park (follow.Options.IdleAfter): a shard idle
 // for IdleAfter is not polled any more until a commit of this process or
-// a wake.
+// a wake. A new reader parks after its first read that finds nothing
+// (ParkAtStart), since its follower has just read up to the tail: a
+// subscription over many idle shards costs each a few reads to start,
+// not IdleAfter of polling, and a shard another instance writes is woken
+// by the next listing.
 //
 // # Watchers
 //

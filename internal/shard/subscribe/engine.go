@@ -127,6 +127,11 @@ func New(store blob.Store, reader *shard.Reader, opts Options) *Engine {
 		BufferBytes: opts.BufferBytes,
 		BufferRuns:  opts.BufferRuns,
 		IdleAfter:   opts.IdleAfter,
+		// A shard's follower has read up to the tail when its reader
+		// starts, and the watcher wakes the reader of a shard that
+		// changes: an idle shard costs one read at the start, not
+		// IdleAfter of polling.
+		ParkAtStart: true,
 		Logger:      opts.Logger,
 	})
 	return &Engine{store: store, reader: reader, set: set, opts: opts, log: opts.Logger, ctx: ctx, stop: stop, watchers: map[string]*watcher{}}
