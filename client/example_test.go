@@ -64,3 +64,58 @@ func ExampleClient_Scan() {
 		checkpoint = cur.Seq() // save it somewhere durable
 	}
 }
+
+// A trainer rank consumes every actor of an experiment, shards created
+// later included, and commits its positions as a consumer named
+// "trainer" after processing each batch; restarted, it would continue
+// after them. (The example runs against a rolloutd in this process.)
+func ExampleClient_Subscribe() {
+	addr, stop := exampleServer()
+	defer stop()
+	c, err := client.New(addr)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for _, actor := range []string{"exp-42/actor-1", "exp-42/actor-2"} {
+		if _, err := c.Append(ctx, actor, []*rolloutv1.Record{{Content: "turn 1"}, {Content: "turn 2"}}); err != nil {
+			log.Fatal(err)
+		}
+	}
+
+	// Rank 0 of 1: with n ranks, each passes its own Member and Members n.
+	sub, err := c.Subscribe(ctx, "exp-42", client.SubscribeOptions{Consumer: "trainer", Member: 0, Members: 1})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer sub.Close()
+	n := 0
+	for b, err := range sub.Batches() {
+		if err != nil {
+			log.Fatal(err) // errors.Is(err, client.ErrConsumerReset): subscribe again
+		}
+		for _, rec := range b.Records {
+			fmt.Println(b.Shard, rec.GetSeq(), rec.GetContent()) // train on it
+		}
+		// Processed: store the cursors (cheap; once a second is plenty).
+		if err := sub.Commit(ctx); err != nil {
+			log.Fatal(err)
+		}
+		if n += len(b.Records); n == 4 {
+			break
+		}
+	}
+	info, err := c.DescribeConsumer(ctx, "exp-42", "trainer", true)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("committed:", info.GetPositions())
+	// Unordered output:
+	// exp-42/actor-1 1 turn 1
+	// exp-42/actor-1 2 turn 2
+	// exp-42/actor-2 1 turn 1
+	// exp-42/actor-2 2 turn 2
+	// committed: map[exp-42/actor-1:2 exp-42/actor-2:2]
+}

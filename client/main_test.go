@@ -41,8 +41,9 @@ type server struct {
 }
 
 // startServer starts rolloutd on a fresh embedded store, with the binary's
-// flags args: --listen, --max-record-bytes, --append-rate-limit and
-// --append-rate-burst are the ones the tests use.
+// flags args: --listen, --max-record-bytes, --append-rate-limit,
+// --append-rate-burst and --subscribe-watch-interval are the ones the tests
+// use.
 func startServer(t *testing.T, args ...string) *server {
 	t.Helper()
 	dir := filepath.Join(t.TempDir(), "data")
@@ -114,6 +115,8 @@ func serverConfig(t *testing.T, args []string) (rserver.Config, string) {
 			rate, err = strconv.ParseFloat(v, 64)
 		case "--append-rate-burst":
 			burst, err = strconv.Atoi(v)
+		case "--subscribe-watch-interval":
+			cfg.SubscribeWatchInterval, err = time.ParseDuration(v)
 		default:
 			t.Fatalf("startServer: flag %s is not mapped to the in-process server", args[i])
 		}
