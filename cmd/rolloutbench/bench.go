@@ -386,14 +386,24 @@ type inprocServer struct {
 }
 
 func (b *bench) startServer(store blob.Store, maxWriters int, writer shard.Options) (*inprocServer, error) {
+	return b.startServerWith(store, maxWriters, writer, nil)
+}
+
+// startServerWith is startServer with tweak (when set) applied to the
+// server's configuration.
+func (b *bench) startServerWith(store blob.Store, maxWriters int, writer shard.Options, tweak func(*server.Config)) (*inprocServer, error) {
 	reg := prometheus.NewRegistry()
-	srv, err := server.New(server.Config{
+	cfg := server.Config{
 		Store:      instrumented.New(store, instrumented.NewMetrics(reg)),
 		Logger:     b.log,
 		Registerer: reg,
 		MaxWriters: maxWriters,
 		Writer:     writer,
-	})
+	}
+	if tweak != nil {
+		tweak(&cfg)
+	}
+	srv, err := server.New(cfg)
 	if err != nil {
 		return nil, err
 	}

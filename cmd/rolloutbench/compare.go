@@ -193,6 +193,7 @@ var targetTable = []target{
 	{"5", []string{"5", "5b", "5c"}, runTarget5},
 	{"6", []string{"6a", "6b", "6c"}, runTarget6},
 	{"7", []string{"7a", "7b", "7c", "7d", "7e", "7f", "7g"}, runTarget7},
+	{"8", []string{"8a1", "8a2", "8b", "8c", "8d"}, runTarget8},
 }
 
 // targetIDs are the ids --targets accepts, in the table's order.

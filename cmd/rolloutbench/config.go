@@ -78,6 +78,10 @@ type config struct {
 	T7Pprof        string // CPU profile of rolloutd under the embedded wide load, to this file
 	T7PprofSeconds int
 
+	// Target 8 (issue 33): which parts run (latency, idle, fanout,
+	// throughput), comma-separated.
+	T8Parts string
+
 	JSON       string
 	CPUProfile string
 	MemProfile string // heap profiles at RSS samples, by path prefix
@@ -130,6 +134,20 @@ type compareSizes struct {
 	T7Clients, T7Shards, T7Each, T7AzEach, T7Single, T7Rounds int
 	// T7Idle: how long the server's idle CPU is read before a stretch.
 	T7Idle time.Duration
+	// Target 8 (issue 33, Subscribe): T8Rounds rounds of T8LatAppends
+	// appends to each latency shard; T8Shards shards of which T8Busy busy,
+	// measured idle for T8IdleWindow with and without a subscription;
+	// T8FanSubs subscribers over T8FanShards busy shards appended at
+	// T8FanRate appends/s, for T8FanWindow each; a backlog of T8Backlog
+	// 1 KiB records in T8BacklogShards shards, drained T8Rounds times each
+	// way.
+	T8Rounds, T8LatAppends, T8Shards, T8Busy, T8FanShards, T8FanSubs, T8FanRate, T8Backlog, T8BacklogShards int
+	T8IdleWindow, T8FanWindow                                                                               time.Duration
+	// T8IdleAfter, when positive, is the in-process rolloutd's
+	// --subscribe-idle-after for the idle-cost rows (0: rolloutd's
+	// default, 30 s): the window starts once the idle shards' readers
+	// had that long (and a watch interval) to park.
+	T8IdleAfter time.Duration
 	// Quiesce: how long target 1 (after its interleaved blocks) and
 	// target 3 (after each resident block) wait for the writers'
 	// background work before reading the blob counters.
@@ -169,6 +187,18 @@ var defaultSizes = compareSizes{
 	GetFillBatch:    10,
 	GetFillBytes:    100,
 	Quiesce:         time.Second,
+
+	T8Rounds:        3,
+	T8LatAppends:    30,
+	T8Shards:        1000,
+	T8Busy:          10,
+	T8IdleWindow:    30 * time.Second,
+	T8FanShards:     100,
+	T8FanSubs:       50,
+	T8FanRate:       100,
+	T8FanWindow:     10 * time.Second,
+	T8Backlog:       200_000,
+	T8BacklogShards: 20,
 }
 
 // storeURL is a parsed --store.
@@ -248,6 +278,7 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (*con
 	fs.IntVar(&c.sizes.Gets, "compare-gets", defaultSizes.Gets, "--compare: Gets and read floors (target 5)")
 	fs.DurationVar(&c.sizes.PerAppendCap, "compare-per-append-cap", defaultSizes.PerAppendCap, "--compare: wall-time bound of the 32-client per-append phase (TIME_WAIT lasts 60 s)")
 	c.registerT7Flags(fs)
+	c.registerT8Flags(fs)
 	fs.StringVar(&c.JSON, "json", "", "also write the figures to this file as JSON")
 	fs.StringVar(&c.CPUProfile, "cpuprofile", "", "write a CPU profile of this process (bench, and rolloutd when in-process) to this file")
 	fs.StringVar(&c.MemProfile, "memprofile", "", "write heap profiles (after a forced GC) to FILE.PHASE.quarter and FILE.PHASE.end when RSS is sampled;\n"+
@@ -296,6 +327,17 @@ func (c *config) registerT7Flags(fs *flag.FlagSet) {
 	fs.IntVar(&c.sizes.T7Rounds, "t7-rounds", defaultSizes.T7Rounds, "target 7: rounds (its rows are their medians)")
 	fs.IntVar(&c.sizes.T7Each, "t7-each", defaultSizes.T7Each, "target 7: appends per client in each embedded 64-client window")
 	fs.IntVar(&c.sizes.T7Single, "t7-single", defaultSizes.T7Single, "target 7: single-client appends (and floor operations) per round")
+}
+
+// registerT8Flags adds target 8's flags (issue 33: Subscribe).
+func (c *config) registerT8Flags(fs *flag.FlagSet) {
+	fs.IntVar(&c.sizes.T8Rounds, "t8-rounds", defaultSizes.T8Rounds, "target 8: rounds of its timed figures (latency, throughput; the rows are medians)")
+	fs.IntVar(&c.sizes.T8Shards, "t8-shards", defaultSizes.T8Shards, "target 8: shards of the idle-cost subscription (of which 10 busy)")
+	fs.DurationVar(&c.sizes.T8IdleWindow, "t8-idle-window", defaultSizes.T8IdleWindow, "target 8: length of each idle-cost window (without, then with the subscription)")
+	fs.DurationVar(&c.sizes.T8FanWindow, "t8-fan-window", defaultSizes.T8FanWindow, "target 8: length of each fan-out window (0, 1 and 50 subscribers)")
+	fs.DurationVar(&c.sizes.T8IdleAfter, "t8-idle-after", 0, "target 8: --subscribe-idle-after of the idle-cost rolloutd (default rolloutd's, 30 s); the window waits for the idle readers to park")
+	fs.StringVar(&c.T8Parts, "t8-parts", "latency,idle,fanout,throughput", "target 8: which of its parts to run (each part's rows are not measured otherwise)")
+	fs.IntVar(&c.sizes.T8Backlog, "t8-backlog", defaultSizes.T8Backlog, "target 8: records (1 KiB) of the backlog the throughput rows drain")
 }
 
 // validate checks the flags against each other and derives the store and

@@ -216,7 +216,7 @@ func TestParseConfig(t *testing.T) {
 		{"remote floor needs a store", []string{"--target", "h:1", "--mode", "floor"}, noEnv, "--store"},
 		{"remote local store", []string{"--target", "h:1", "--store", "/tmp/x"}, noEnv, "azblob"},
 		{"read fraction", []string{"--inprocess", "--read-fraction", "1.5"}, noEnv, "--read-fraction"},
-		{"targets", []string{"--inprocess", "--compare", "--targets", "1,8"}, noEnv, "--targets"},
+		{"targets", []string{"--inprocess", "--compare", "--targets", "1,9"}, noEnv, "--targets"},
 		{"remote resident", []string{"--target", "localhost:50051"}, noEnv, ""},
 	} {
 		t.Run(c.name, func(t *testing.T) {

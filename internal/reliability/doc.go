@@ -18,6 +18,11 @@
 //     binary (built once per run, with -race when the tests have it) on
 //     Azurite, killed with SIGKILL, run twice side by side, and stopped with
 //     SIGTERM under load.
+//   - TestSubscribeDeliversEverythingAcked: three real processes, a
+//     consumer of two members over a prefix, a member and an instance
+//     killed: every stored record is delivered, in order, duplicated only
+//     in the killed member's uncommitted window (ROLLOUTD_SUBSCRIBE_LONG=1
+//     for the full size).
 //   - TestBadInput and TestCorruptStoredBytes: every kind of bad value, per
 //     RPC field, over gRPC; damaged blobs read back as DataLoss or intact.
 //

@@ -225,6 +225,7 @@ func (l *ledger) ackedIDs() [][2]string {
 // storeReport sums up what checkStore found.
 type storeReport struct {
 	shards, generations, stored, acked int
+	seqs                               map[string][]uint64 // shard → its stored seqs, increasing
 }
 
 // checkStore reads every shard of the ledger straight from storage, without
@@ -243,7 +244,7 @@ func (l *ledger) checkStore(ctx context.Context, store blob.Store) (storeReport,
 	defer l.mu.Unlock()
 	read := shard.NewReader(store, shard.ReaderOptions{}).Manifest
 	shards, errs := l.acks.Check(ctx, store, ackledger.Manifests(read, shard.ErrShardNotFound))
-	var rep storeReport
+	rep := storeReport{seqs: map[string][]uint64{}}
 	names := make([]string, 0, len(l.shards))
 	for name := range l.shards {
 		names = append(names, name)
@@ -255,6 +256,9 @@ func (l *ledger) checkStore(ctx context.Context, store blob.Store) (storeReport,
 		rep.acked += len(s.acked)
 		rep.generations += sh.Generations
 		rep.stored += len(sh.Records)
+		for _, st := range sh.Records {
+			rep.seqs[name] = append(rep.seqs[name], st.Seq)
+		}
 		errs = append(errs, checkContent(name, s, sh)...)
 	}
 	return rep, errs

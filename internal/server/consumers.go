@@ -271,7 +271,9 @@ func (s *service) shardTails(ctx context.Context, prefix string, limit int) (map
 	for _, name := range names {
 		if s.cons.tails != nil {
 			if last, ok := s.cons.tails.LastSeq(name); ok {
+				mu.Lock() // the goroutines below write tails too
 				tails[name] = tail{last: last}
+				mu.Unlock()
 				continue
 			}
 		}
