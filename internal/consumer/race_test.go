@@ -96,10 +96,14 @@ func TestResetRacesStaleCommits(t *testing.T) {
 				bad   error
 				begun = make(chan struct{})
 			)
+			start := sync.OnceFunc(func() { close(begun) })
 			wg.Go(func() {
+				// A commit that fails before the reset starts must not
+				// leave the test waiting for it.
+				defer start()
 				for i := uint64(1001); i < 1500; i++ {
 					if i == 1020 {
-						close(begun) // the reset starts amid the commits
+						start() // the reset starts amid the commits
 					}
 					// A commit that starts once the reset has returned
 					// must be refused.
