@@ -378,12 +378,20 @@ func (s *Subscription) open() error {
 		return err
 	}
 	// The starts a LATEST stream fixed count as received: a resume sends
-	// them back, from EARLIEST (see request).
+	// them back, from EARLIEST (see request). They count as yielded too,
+	// with nothing before them to process: a Commit stores them, so that
+	// the consumer does not read a shard that sent nothing yet from its
+	// first record.
+	s.mu.Lock()
 	for shard, c := range first.GetStarted().GetPositions() {
 		if prev, ok := s.recv.at[shard]; !ok || c > prev {
 			s.recv.at[shard] = c
 		}
+		if prev, ok := s.yielded[shard]; !ok || c > prev {
+			s.yielded[shard] = c
+		}
 	}
+	s.mu.Unlock()
 	s.stream, s.streamCancel, s.first, s.opened = stream, cancel, first, true
 	return nil
 }

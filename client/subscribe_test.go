@@ -432,3 +432,27 @@ func TestSubscriptionEnds(t *testing.T) {
 		t.Errorf("Commit without a consumer: %v, want an error saying so", err)
 	}
 }
+
+// A LATEST subscription with a consumer commits where it started each
+// shard, before any of them sent a record: the consumer then resumes
+// each shard there, not from its first record.
+func TestSubscribeLatestCommitsItsStarts(t *testing.T) {
+	srv := startServer(t)
+	c := newClient(t, srv.GRPCAddr)
+	ctx := ctxFor(t, 60*time.Second)
+	appendTo(t, ctx, c, "starts/a", 3)
+	sub := mustSubscribe(t, c, ctx, "starts", client.SubscribeOptions{Start: client.StartLatest, Consumer: "trainer"})
+	if err := sub.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := sub.Close(); err != nil {
+		t.Fatal(err)
+	}
+	info, err := c.DescribeConsumer(ctx, "starts", "trainer", true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := fmt.Sprint(info.GetPositions()); got != "map[starts/a:3]" {
+		t.Errorf("the consumer stored %s, want map[starts/a:3]", got)
+	}
+}

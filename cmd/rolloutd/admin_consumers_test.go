@@ -25,7 +25,7 @@ func TestAdminConsumers(t *testing.T) {
 	if out, err := admin("describe", "trainer", "--prefix", "exp"); err == nil || !strings.Contains(err.Error(), "NotFound") {
 		t.Fatalf("describe of a consumer never committed = %q, %v", out, err)
 	}
-	if out, err := admin("reset", "trainer", "--prefix", "exp", "--position", "exp/a=1"); err != nil || !strings.Contains(out, "generation:  1") || !strings.Contains(out, "exp/a  1") {
+	if out, err := admin("reset", "trainer", "--prefix", "exp", "--position", "exp/a=1"); err != nil || !strings.Contains(out, "generation:  2") || !strings.Contains(out, "exp/a  1") {
 		t.Fatalf("reset to a position = %q, %v", out, err)
 	}
 	out, err := admin("describe", "trainer", "--prefix", "exp", "--positions")
@@ -33,13 +33,13 @@ func TestAdminConsumers(t *testing.T) {
 	if err != nil || !strings.Contains(out, "lag records:     2") || !strings.Contains(out, "lagging shards:  2") || !strings.Contains(out, "exp/a  1") {
 		t.Fatalf("describe = %q, %v", out, err)
 	}
-	if out, err = admin("list"); err != nil || !strings.Contains(out, "PREFIX") || !strings.Contains(out, "exp     trainer   1") {
+	if out, err = admin("list"); err != nil || !strings.Contains(out, "PREFIX") || !strings.Contains(out, "exp     trainer   2") {
 		t.Fatalf("list = %q, %v", out, err)
 	}
-	if out, err = admin("reset", "trainer", "--prefix", "exp", "--to", "latest", "--json"); err != nil || !strings.Contains(out, `"generation":"2"`) || !strings.Contains(out, `"exp/a":"2"`) || !strings.Contains(out, `"exp/b":"1"`) {
+	if out, err = admin("reset", "trainer", "--prefix", "exp", "--to", "latest", "--json"); err != nil || !strings.Contains(out, `"generation":"3"`) || !strings.Contains(out, `"exp/a":"2"`) || !strings.Contains(out, `"exp/b":"1"`) {
 		t.Fatalf("reset to latest = %q, %v", out, err)
 	}
-	if out, err = admin("reset", "trainer", "--prefix", "exp", "--to", "earliest"); err != nil || !strings.Contains(out, "generation:  3") || !strings.Contains(out, "shards:      0") {
+	if out, err = admin("reset", "trainer", "--prefix", "exp", "--to", "earliest"); err != nil || !strings.Contains(out, "generation:  4") || !strings.Contains(out, "shards:      0") {
 		t.Fatalf("reset to earliest = %q, %v", out, err)
 	}
 	if out, err = admin("delete", "trainer", "--prefix", "exp"); err != nil || out != "exp:trainer: deleted\n" {

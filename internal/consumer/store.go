@@ -162,7 +162,8 @@ func merge(stored, committed map[string]uint64) (map[string]uint64, bool) {
 
 // Reset sets k's positions to exactly positions (none for "from the first
 // record of every shard"), backwards included, and starts a new
-// generation: the stored one plus one, or 1 for a consumer it creates.
+// generation: the stored one plus one, or 2 for a consumer it creates
+// (see below).
 // Commits for older generations are refused from then on.
 //
 // It returns the consumer as stored. After a lost answer it re-reads: a
@@ -195,7 +196,11 @@ func (s *Store) Reset(ctx context.Context, k Key, positions map[string]uint64) (
 			return cur.c.clone(), nil
 		}
 		now := s.clock.Now().UTC()
-		next := record{c: &Consumer{Key: k, Generation: 1, Positions: maps.Clone(positions), CreatedAt: now, UpdatedAt: now},
+		// A reset that creates the consumer starts it at generation 2, not
+		// the 1 a first commit creates it with: a member that subscribed
+		// before the consumer existed commits for generation 1, and must
+		// be refused rather than raise the reset positions again.
+		next := record{c: &Consumer{Key: k, Generation: 2, Positions: maps.Clone(positions), CreatedAt: now, UpdatedAt: now},
 			writeID: id, generationID: id}
 		if next.c.Positions == nil {
 			next.c.Positions = map[string]uint64{}

@@ -116,8 +116,15 @@ func TestResetCreates(t *testing.T) {
 	s, _ := newStore(t, backends[0].open(t))
 	k := Key{Prefix: "p", Name: "fresh"}
 	c, err := s.Reset(ctxT(t), k, map[string]uint64{"p/a": 3})
-	if err != nil || c.Generation != 1 {
-		t.Fatalf("reset of a missing consumer: %+v, %v; want generation 1", c, err)
+	if err != nil || c.Generation != 2 {
+		t.Fatalf("reset of a missing consumer: %+v, %v; want generation 2", c, err)
+	}
+	// A member that subscribed before the consumer existed commits for
+	// generation 1, the one a first commit creates: refused, or it would
+	// raise the reset positions again.
+	var re *ResetError
+	if _, err := s.Commit(ctxT(t), k, map[string]uint64{"p/a": 9}, 1); !errors.As(err, &re) || re.Generation != 2 {
+		t.Fatalf("a commit for generation 1 after a reset created the consumer: %v, want a ResetError at generation 2", err)
 	}
 }
 

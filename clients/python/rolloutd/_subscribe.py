@@ -118,11 +118,16 @@ class Cursors:
 
     def fixed(self, positions: Dict[str, int]) -> None:
         """The starts a LATEST stream fixed (its started message's
-        positions) count as received: a resume sends them back."""
+        positions) count as received: a resume sends them back. With a
+        consumer they are logged as yielded before any batch, so that a
+        commit stores them and the consumer does not read a shard that
+        sent nothing yet from its first record."""
         with self._lock:
             for shard, cursor in positions.items():
                 if cursor > self._positions.get(shard, -1):
                     self._positions[shard] = cursor
+                    if self._log is not None:
+                        self._log.append((self.index, shard, cursor))
 
     def adopt(self, generation: int) -> None:
         """A commit answered the consumer's generation: a subscription that

@@ -99,6 +99,10 @@ def test_latest_starts_count_as_received():
     c.fixed({"p/a": 3, "p/x": 2, "p/e": 0})
     assert c.positions() == {"p/a": 3, "p/x": 7, "p/e": 0}
     assert c.accept("p/a", recs(3), 3, False) is None  # at or below the start: nothing new
+    # With a consumer, a commit stores the starts, before any batch.
+    k = Cursors({}, log=True)
+    k.fixed({"p/a": 3, "p/e": 0})
+    assert k.pending(0) == {"p/a": 3, "p/e": 0}
 
 
 def test_request_validation():

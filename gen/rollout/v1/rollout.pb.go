@@ -2250,7 +2250,9 @@ type ConsumerInfo struct {
 	Prefix string `protobuf:"bytes,1,opt,name=prefix,proto3" json:"prefix,omitempty"`
 	// The consumer's name.
 	Consumer string `protobuf:"bytes,2,opt,name=consumer,proto3" json:"consumer,omitempty"`
-	// Starts at 1 and grows with each ResetConsumer.
+	// 1 for a consumer a commit created, 2 for one a reset created (so that
+	// a member that subscribed before it existed, and commits for
+	// generation 1, is refused); grows with each ResetConsumer.
 	Generation uint64 `protobuf:"varint,3,opt,name=generation,proto3" json:"generation,omitempty"`
 	// Shard -> stored cursor, with DescribeConsumerRequest.include_positions
 	// and in ResetConsumerResponse.
