@@ -81,6 +81,9 @@ func TestIdleShardsCostAlmostNothing(t *testing.T) {
 		tails[name(i)] = v.appendN(name(i), 1, false)
 	}
 	v.closeWriters()
+	// Idle means no commit for IdleAfter: a shard committed to more
+	// recently is active, and its reader polls it from the start.
+	time.Sleep(o.IdleAfter)
 	idle := func(s string) bool { return s >= name(active) && strings.HasPrefix(s, "i/s") }
 	s := v.subscribe(Request{Prefix: "i"})
 	for n, tail := range tails {
