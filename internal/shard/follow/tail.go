@@ -134,22 +134,7 @@ func (t *tail) run(ctx context.Context, at shard.Position) {
 	timer := time.NewTimer(o.PollMax)
 	defer timer.Stop()
 	poll := o.PollMin
-	news := time.Now() // when a read last found records
-	if o.ParkAtStart {
-		// The follower that starts the reader has just read up to the
-		// tail: a shard idle for IdleAfter parks after one read, and one
-		// committed to since polls until it is idle that long, as if this
-		// reader had seen the commit. Otherwise the next commit of a
-		// shard another instance writes, active as it may be, would wait
-		// for a wake (a subscription's listing, seconds away).
-		news = time.Time{}
-		if last, ok := t.set.r.LastCommitRead(t.shard); ok {
-			news = last
-			if now := time.Now(); news.After(now) {
-				news = now // the writer's clock runs ahead of ours
-			}
-		}
-	}
+	news := t.startNews() // when a read last found records
 	for {
 		var woken <-chan struct{}
 		if wait != nil {
@@ -185,14 +170,7 @@ func (t *tail) run(ctx context.Context, at shard.Position) {
 			// Parked: only a commit or a wake makes the next read. One
 			// that finds nothing (a checkpoint changed the listing) parks
 			// again at once.
-			t.parked.Store(true)
-			select {
-			case <-ctx.Done():
-			case <-woken:
-			case <-t.wake:
-			}
-			t.parked.Store(false)
-			if ctx.Err() != nil {
+			if !t.park(ctx, woken) {
 				return
 			}
 			poll = o.PollMin
@@ -216,6 +194,42 @@ func (t *tail) run(ctx context.Context, at shard.Position) {
 			poll = min(2*poll, o.PollMax)
 		}
 	}
+}
+
+// startNews is when the reader counts the shard as last found with new
+// records at its start: now, or with ParkAtStart the shard's last commit.
+// The follower that starts the reader has just read up to the tail: a
+// shard idle for IdleAfter parks after one read, and one committed to
+// since polls until it is idle that long, as if this reader had seen the
+// commit. Otherwise the next commit of a shard another instance writes,
+// active as it may be, would wait for a wake (a subscription's listing,
+// seconds away).
+func (t *tail) startNews() time.Time {
+	now := time.Now()
+	if !t.set.opts.ParkAtStart {
+		return now
+	}
+	last, ok := t.set.r.LastCommitRead(t.shard)
+	switch {
+	case !ok:
+		return time.Time{}
+	case last.After(now):
+		return now // the writer's clock runs ahead of ours
+	}
+	return last
+}
+
+// park waits, parked, for a commit of this process (woken), a Wake, or
+// ctx's end; it reports false when ctx ended.
+func (t *tail) park(ctx context.Context, woken <-chan struct{}) bool {
+	t.parked.Store(true)
+	defer t.parked.Store(false)
+	select {
+	case <-ctx.Done():
+	case <-woken:
+	case <-t.wake:
+	}
+	return ctx.Err() == nil
 }
 
 // fail takes t out of the set and drops every follower: each reads on its
